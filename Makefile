@@ -1,0 +1,111 @@
+# kforge — top-level, non-recursive Makefile.
+#
+# Every part lives in its own folder with a `module.mk` that this file
+# includes; a module.mk appends to the variables below and never defines
+# rules of its own unless the part needs something special (the simulator
+# embeds CPython, for instance).  Objects and binaries go under $(BUILD), so
+# a sanitizer build (`make SANITIZE=1 ...`) never mixes with a normal one.
+#
+#   make            build every library and binary
+#   make test       build, start Redis + PostgreSQL on free loopback ports,
+#                   run every test binary, print "N passed, N failed"
+#   make run        the whole stack on 127.0.0.1:8080 (see README.md)
+#   make lint       cppcheck + clang-tidy over the sources
+#   make bench      benchmarks in bench/ (not part of make test)
+#   make SANITIZE=1 test   the same tests under ASan + UBSan
+
+CC       ?= cc
+SANITIZE ?= 0
+PREFIX   ?= /usr/local
+
+ifeq ($(SANITIZE),1)
+BUILD    ?= build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+OPT      ?= -O1 -g
+else
+BUILD    ?= build
+SANFLAGS :=
+OPT      ?= -O2 -g
+endif
+
+# pkg-config flags; system headers are included with -isystem so that
+# -Wextra -Werror applies to our code only.
+PKGS      := libmicrohttpd hiredis libcjson libcurl libpq libcrypto uuid
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
+        -Wvla -Wpointer-arith -Wcast-qual -Wundef
+CFLAGS ?=
+CFLAGS += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) \
+          -I. -Icommon $(PKG_CFLAGS) -MMD -MP
+LDFLAGS += $(SANFLAGS) -Wl,--as-needed
+LDLIBS  += -lm -lpthread
+
+# Filled in by the module.mk files.
+LIBS      :=   # static libraries, in link order (dependents first)
+LIBS_TAIL :=   # libraries every other one depends on (common)
+BINS      :=   # installed binaries
+UNIT_TESTS :=  # test binaries needing no services
+INT_TESTS  :=  # test binaries needing Redis + PostgreSQL (tests/run.sh)
+EXTRA_LDLIBS :=
+
+all:
+
+include $(sort $(wildcard */module.mk))
+LIBS += $(LIBS_TAIL)
+
+ALL_LDLIBS = $(LIBS) $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
+
+all: $(BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# Test sources are compiled with Criterion's flags.
+$(BUILD)/obj/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/lib/kf_test.o $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(CRIT_LIBS) $(LDLIBS)
+
+tests: $(BINS) $(UNIT_TESTS) $(INT_TESTS)
+
+test: tests
+	BUILD=$(BUILD) tests/run.sh $(UNIT_TESTS) -- $(INT_TESTS)
+
+run: all
+	BUILD=$(BUILD) scripts/run.sh
+
+deps:
+	scripts/deps.sh
+
+LINT_SRCS = $(shell git ls-files '*.c' 2>/dev/null)
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --std=c11 --inline-suppr --suppress=missingIncludeSystem \
+	  -I common -I . $(LINT_SRCS)
+	clang-tidy --quiet $(LINT_SRCS) -- -std=c11 -D_GNU_SOURCE -I. -Icommon \
+	  $(PKG_CFLAGS) $(CRIT_CFLAGS) $(SIM_PY_CFLAGS)
+
+bench: all
+	BUILD=$(BUILD) bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all tests test run deps lint bench install clean
+.SECONDARY:
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

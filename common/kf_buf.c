@@ -1,0 +1,91 @@
+#include "kf_buf.h"
+#include "kf_alloc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char kf_buf__empty[1];
+
+void kf_buf_init(kf_buf *b)
+{
+    b->data = kf_buf__empty;
+    b->len = 0;
+    b->cap = 0;
+}
+
+void kf_buf_release(kf_buf *b)
+{
+    if (b->cap)
+        free(b->data);
+    kf_buf_init(b);
+}
+
+void kf_buf_reset(kf_buf *b)
+{
+    b->len = 0;
+    if (b->cap)
+        b->data[0] = '\0';
+}
+
+void kf_buf_grow(kf_buf *b, size_t extra)
+{
+    size_t need = b->len + extra + 1;
+    size_t cap;
+
+    if (need <= b->cap)
+        return;
+    cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    if (b->cap) {
+        b->data = kf_realloc(b->data, cap);
+    } else {
+        b->data = kf_malloc(cap);
+        b->data[0] = '\0';
+    }
+    b->cap = cap;
+}
+
+void kf_buf_add(kf_buf *b, const void *p, size_t n)
+{
+    kf_buf_grow(b, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void kf_buf_adds(kf_buf *b, const char *s)
+{
+    kf_buf_add(b, s, strlen(s));
+}
+
+void kf_buf_addc(kf_buf *b, char c)
+{
+    kf_buf_add(b, &c, 1);
+}
+
+void kf_buf_addf(kf_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    kf_buf_grow(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+char *kf_buf_detach(kf_buf *b)
+{
+    char *p = b->cap ? b->data : kf_strdup("");
+    kf_buf_init(b);
+    return p;
+}

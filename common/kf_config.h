@@ -1,0 +1,97 @@
+/*
+ * kf_config — every KFORGE_* environment variable, declared once.
+ *
+ * KF_CONFIG_MAP is the single table of settings: name, type, default,
+ * bounds, which binaries read it, and what it means.  It drives loading and
+ * validation (kf_config_load), each binary's --help, and the README's config
+ * table (`kforge-api config --markdown`).  An unknown KFORGE_* variable or a
+ * value out of bounds stops start-up with a message naming the variable.
+ *
+ * Values live in a process-wide table filled by kf_config_load(); the
+ * getters return pointers into it that stay valid until exit.
+ */
+#ifndef KF_CONFIG_H
+#define KF_CONFIG_H
+
+#include "kf_error.h"
+#include <stdio.h>
+
+/* Which binaries read a setting (bit mask). */
+enum {
+    KF_USE_API = 1 << 0,
+    KF_USE_SCHED = 1 << 1,
+    KF_USE_WORKER = 1 << 2,
+    KF_USE_CLI = 1 << 3,
+    KF_USE_SIM = 1 << 4,
+    KF_USE_ALL = 0x1f,
+};
+
+/*   id                 type  default                                   min  max         users                          meaning */
+#define KF_CONFIG_MAP(XX)                                                                                                  \
+    XX(LOG_LEVEL,        STR, "info",                                   0, 0,            KF_USE_ALL,                      \
+       "Log level: debug, info, warn or error.")                                                                          \
+    XX(API_LISTEN,       STR, "127.0.0.1:8080",                         0, 0,            KF_USE_API,                      \
+       "Address and port kforge-api listens on (HOST:PORT).")                                                             \
+    XX(API_THREADS,      INT, "4",                                      1, 256,          KF_USE_API,                      \
+       "HTTP worker threads in kforge-api.")                                                                              \
+    XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
+       "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
+    XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \
+       "libpq connection string of the PostgreSQL database (only api and scheduler hold it).")                            \
+    XX(PG_POOL,          INT, "8",                                      1, 256,          KF_USE_API | KF_USE_SCHED,       \
+       "PostgreSQL connections kept open by kforge-api.")                                                                 \
+    XX(REDIS_URL,        STR, "redis://127.0.0.1:6379/0",               0, 0,            KF_USE_API | KF_USE_SCHED | KF_USE_WORKER, \
+       "Redis holding the queue: redis://[:PASSWORD@]HOST:PORT[/DB].")                                                   \
+    XX(API_URL,          STR, "http://127.0.0.1:8080",                  0, 0,            KF_USE_WORKER | KF_USE_CLI,      \
+       "Base URL of kforge-api, used by workers to report and by the CLI.")                                               \
+    XX(TOKEN,            STR, "",                                       0, 0,            KF_USE_WORKER | KF_USE_CLI,      \
+       "Bearer token the worker (role worker) or the CLI (role user/admin) sends to the API.")                            \
+    XX(BOOTSTRAP_TOKEN,  STR, "",                                       0, 0,            KF_USE_API,                      \
+       "If set, kforge-api ensures an admin token with this value exists at start-up (make run uses it).")                \
+    XX(LEASE_MS,         INT, "30000",                                  1000, 86400000,  KF_USE_WORKER | KF_USE_SCHED,    \
+       "Lease duration; a worker renews at a third of it, the reaper takes back leases past it.")                         \
+    XX(HEARTBEAT_MS,     INT, "5000",                                   100, 600000,     KF_USE_WORKER,                   \
+       "How often a worker refreshes its registry entry in Redis.")                                                       \
+    XX(MAX_ATTEMPTS,     INT, "3",                                      1, 100,          KF_USE_API,                      \
+       "Default max_attempts of a job (a job may set its own, 1..20).")                                                   \
+    XX(RETRY_BASE_MS,    INT, "1000",                                   1, 3600000,      KF_USE_WORKER | KF_USE_SCHED,    \
+       "First retry delay; each further attempt doubles it, with jitter.")                                                \
+    XX(RETRY_CAP_MS,     INT, "300000",                                 1, 86400000,     KF_USE_WORKER | KF_USE_SCHED,    \
+       "Longest retry delay.")                                                                                            \
+    XX(WORKER_TARGETS,   STR, "trn1,inf2,trn2,trn3",                    0, 0,            KF_USE_WORKER,                   \
+       "Comma-separated targets this worker leases jobs for.")                                                            \
+    XX(WORKER_ID,        STR, "",                                       0, 0,            KF_USE_WORKER,                   \
+       "Worker name in the registry; empty means HOSTNAME-PID.")                                                          \
+    XX(SPOOL_DIR,        STR, "var/spool",                              0, 0,            KF_USE_WORKER,                   \
+       "Folder where a worker keeps reports the API has not yet accepted.")                                               \
+    XX(DRAIN_MS,         INT, "30000",                                  0, 3600000,      KF_USE_WORKER,                   \
+       "On SIGTERM, how long a worker lets the current job finish before handing it back.")                               \
+    XX(SCHED_TICK_MS,    INT, "250",                                    10, 60000,       KF_USE_SCHED,                    \
+       "How often the scheduler leader relays the outbox, reaps leases and promotes retries.")                            \
+    XX(LEADER_TTL_MS,    INT, "5000",                                   500, 600000,     KF_USE_SCHED,                    \
+       "Leader lock TTL; a standby scheduler takes over within this time after the leader dies.")                         \
+    XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
+       "How long an Idempotency-Key and its stored response are kept.")
+
+typedef enum kf_config_id {
+#define XX(id, type, def, min, max, users, doc) KF_CFG_##id,
+    KF_CONFIG_MAP(XX)
+#undef XX
+    KF__CFG_COUNT
+} kf_config_id;
+
+/* Read every KFORGE_* variable from the environment, check types and bounds,
+ * and refuse unknown KFORGE_* names.  Returns KF_OK or KF_CONFIG with `err`
+ * naming the variable. Safe to call again (tests change the environment). */
+kf_code kf_config_load(kf_err *err);
+
+const char *kf_config_str(kf_config_id id);
+long kf_config_int(kf_config_id id);
+const char *kf_config_name(kf_config_id id);  /* "KFORGE_LEASE_MS" */
+
+/* Print the settings a binary reads (users mask) for --help. */
+void kf_config_print_help(FILE *out, unsigned users);
+/* Print the whole table as Markdown (README). */
+void kf_config_print_markdown(FILE *out);
+
+#endif

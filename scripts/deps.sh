@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages kforge needs to build, test and run.
+# As root it runs apt-get; otherwise it prints the exact command to run.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config git
+  libmicrohttpd-dev libhiredis-dev libcjson-dev libcurl4-openssl-dev
+  libpq-dev libssl-dev uuid-dev libcriterion-dev
+  python3-dev python3-numpy libopenblas0-pthread libopenblas-dev
+  redis-server redis-tools postgresql postgresql-contrib
+  curl cppcheck clang-tidy valgrind wrk
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "kforge needs these Debian packages; run:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi

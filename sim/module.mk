@@ -1,0 +1,13 @@
+# sim/ — the NeuronCore simulator: libkfsim.a (core, numerics, record,
+# timing, profiler, the embedded-CPython `nki` module) and kforge-sim.
+SIM_PY_CFLAGS := $(shell pkg-config --cflags python3-embed 2>/dev/null | sed 's/-I/-isystem /g') \
+                 -isystem $(shell /usr/bin/python3 -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
+SIM_PY_LIBS   := $(shell pkg-config --libs python3-embed 2>/dev/null)
+SIM_SRCS := $(filter-out sim/main.c,$(wildcard sim/*.c))
+SIM_LIB  := $(BUILD)/lib/libkfsim.a
+$(SIM_LIB): $(SIM_SRCS:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+$(BUILD)/obj/sim/%.o: CFLAGS += -Isim $(SIM_PY_CFLAGS)
+LIBS += $(SIM_LIB)
+EXTRA_LDLIBS += $(SIM_PY_LIBS)

@@ -1,0 +1,53 @@
+/*
+ * kf_test — helpers shared by kforge's Criterion test binaries.
+ *
+ * Integration tests run under tests/run.sh, which starts Redis and
+ * PostgreSQL and exports their ports (KFORGE_TEST_*).  These helpers read
+ * them, make a fresh database per test, spawn kforge binaries as child
+ * processes and wait for conditions with a deadline.  Strings returned are
+ * heap-allocated and owned by the caller unless stated otherwise.
+ */
+#ifndef KF_TEST_H
+#define KF_TEST_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Value of an environment variable the harness must have set; fails the
+ * test with a clear message when it is missing.  Not owned by the caller. */
+const char *kf_test_env(const char *name);
+
+/* Optional environment variable; NULL when unset. */
+const char *kf_test_env_opt(const char *name);
+
+/* "redis://127.0.0.1:PORT/DB" for the harness's Redis. Caller frees. */
+char *kf_test_redis_url(int db);
+
+/* Create a fresh, empty database owned by role kforge and return its libpq
+ * DSN (caller frees).  Names are unique per process and call. */
+char *kf_test_fresh_db(void);
+
+/* Path of a built binary, e.g. kf_test_bin("kforge-api"). Caller frees. */
+char *kf_test_bin(const char *name);
+
+/* Start argv[0] with extra environment entries ("K=V", NULL-terminated),
+ * stdout/stderr appended to log_path.  Returns the pid. */
+pid_t kf_test_spawn(char *const argv[], char *const env[], const char *log_path);
+
+/* Send sig and wait up to timeout_ms for the child; SIGKILL after that.
+ * Returns the wait status. */
+int kf_test_stop(pid_t pid, int sig, int timeout_ms);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+long long kf_test_now_ms(void);
+
+/* Sleep for ms milliseconds. */
+void kf_test_sleep_ms(int ms);
+
+/* A free TCP port on 127.0.0.1. */
+int kf_test_free_port(void);
+
+/* Scratch folder for this test process (created; caller frees the path). */
+char *kf_test_tmpdir(const char *tag);
+
+#endif

@@ -1,0 +1,54 @@
+/* Unit tests for common/: errors, buffers, config. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_buf.h"
+#include "kf_config.h"
+#include "kf_error.h"
+
+Test(kf_error, set_and_wrap_keep_code_and_text)
+{
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(kf_err_set(&e, KF_INVALID, "field '%s' must be a string", "kind"), KF_INVALID);
+    kf_err_wrap(&e, "job spec");
+    cr_assert_str_eq(e.msg, "job spec: field 'kind' must be a string");
+    cr_assert_eq(kf_code_http_status(KF_INVALID), 400);
+    cr_assert_eq(kf_code_http_status(KF_UNAVAILABLE), 503);
+    cr_assert_str_eq(kf_code_name(KF_STALE), "STALE");
+}
+
+Test(kf_buf, grows_and_detaches)
+{
+    kf_buf b = KF_BUF_INIT;
+    for (int i = 0; i < 1000; i++)
+        kf_buf_addf(&b, "%d,", i);
+    cr_assert_eq(strncmp(b.data, "0,1,2,", 6), 0);
+    cr_assert_eq(b.len, strlen(b.data));
+    char *s = kf_buf_detach(&b);
+    cr_assert_eq(b.len, 0);
+    cr_assert_str_eq(b.data, "");
+    free(s);
+    kf_buf_release(&b);
+}
+
+Test(kf_config, defaults_bounds_and_unknown_names)
+{
+    kf_err e = KF_ERR_INIT;
+    unsetenv("KFORGE_LEASE_MS");
+    cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_config_int(KF_CFG_LEASE_MS), 30000);
+
+    setenv("KFORGE_LEASE_MS", "12", 1);
+    cr_assert_eq(kf_config_load(&e), KF_CONFIG);
+    cr_assert(strstr(e.msg, "KFORGE_LEASE_MS") != NULL, "%s", e.msg);
+    setenv("KFORGE_LEASE_MS", "abc", 1);
+    cr_assert_eq(kf_config_load(&e), KF_CONFIG);
+    unsetenv("KFORGE_LEASE_MS");
+
+    setenv("KFORGE_NO_SUCH_THING", "1", 1);
+    cr_assert_eq(kf_config_load(&e), KF_CONFIG);
+    cr_assert(strstr(e.msg, "KFORGE_NO_SUCH_THING") != NULL, "%s", e.msg);
+    unsetenv("KFORGE_NO_SUCH_THING");
+    cr_assert_eq(kf_config_load(&e), KF_OK);
+}
