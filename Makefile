@@ -72,7 +72,8 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/lib/kf_test.o $(LIBS)
+TEST_LIB_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/lib/*.c))
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJS) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(CRIT_LIBS) $(LDLIBS)
 

@@ -1,0 +1,106 @@
+/*
+ * kf_queue — kforge's job queue in Redis (see docs/protocol.md).
+ *
+ * Every state change is one Lua script run with EVALSHA (reloaded on
+ * NOSCRIPT); time comes from Redis TIME.  A kf_queue is one Redis
+ * connection and is NOT thread-safe: use one per thread (the API keeps a
+ * small pool).  All calls return KF_OK or an error value; KF_REDIS means
+ * Redis is unreachable or failed (the handle reconnects on the next call),
+ * KF_STALE means a lease token no longer matches (the lease was lost).
+ *
+ * Ownership: kf_queue_connect() returns a handle the caller releases with
+ * kf_queue_free() (NULL-safe).  Strings in returned structs are owned by
+ * the struct and released by the matching *_release() function.
+ */
+#ifndef KF_QUEUE_H
+#define KF_QUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kf_error.h"
+
+typedef struct kf_queue kf_queue;
+
+/* What the API (or the scheduler's relay) puts on the queue. */
+typedef struct kf_queue_job {
+    const char *id;            /* UUID text */
+    const char *kind;          /* generate|optimize|profile|validate|diag */
+    const char *target;        /* trn1|inf2|trn2|trn3 */
+    const char *backend;       /* sim|neuron|diag */
+    int         priority;      /* 0 (lowest) .. 9 (highest) */
+    int         attempt;       /* attempts already made (0 for a new job) */
+    int         max_attempts;  /* >= 1 */
+    const char *payload;       /* JSON the worker runs (docs/protocol.md) */
+} kf_queue_job;
+
+/* A lease handed to a worker. */
+typedef struct kf_queue_lease {
+    char   *id;
+    char   *target;
+    char   *kind;
+    char   *backend;
+    char   *payload;           /* JSON */
+    char   *token;             /* fencing token of this lease */
+    int     attempt;           /* 1 for the first delivery */
+    int     max_attempts;
+    int64_t expires_ms;        /* Redis time */
+} kf_queue_lease;
+
+/* Outcome of kf_queue_fail(). */
+typedef enum kf_queue_fate {
+    KF_FATE_RETRYING = 1,      /* back in kf:delayed, due at *due_ms */
+    KF_FATE_DEAD,              /* attempts exhausted: in kf:dead */
+    KF_FATE_CANCELLED,         /* the job had been cancelled: dropped */
+} kf_queue_fate;
+
+/* Outcome of kf_queue_cancel(). */
+typedef enum kf_queue_cancel_result {
+    KF_CANCEL_REMOVED = 1,     /* was waiting or delayed: removed, never runs */
+    KF_CANCEL_SIGNALLED,       /* was running: flag set, holder notified */
+    KF_CANCEL_ABSENT,          /* not in Redis (finished, or not yet relayed) */
+} kf_queue_cancel_result;
+
+kf_queue *kf_queue_connect(const char *redis_url, kf_err *err);
+void kf_queue_free(kf_queue *q);
+
+/* Idempotent: a job already in Redis is left as it is (*created = false). */
+kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf_err *err);
+
+/* Lease the best waiting job among `targets` (n_targets names) for
+ * `worker_id`, for lease_ms.  *got = false when nothing is waiting. */
+kf_code kf_queue_lease(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
+                       int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err);
+void kf_queue_lease_release(kf_queue_lease *l);
+
+/* Extend a lease; KF_STALE if the token is no longer current.  *cancel is
+ * set when the job was cancelled meanwhile. */
+kf_code kf_queue_renew(kf_queue *q, const char *id, const char *token, int64_t lease_ms,
+                       bool *cancel, kf_err *err);
+
+/* The job finished (any final outcome the API has recorded): drop it from
+ * Redis.  KF_STALE if the token is no longer current. */
+kf_code kf_queue_ack(kf_queue *q, const char *id, const char *token, kf_err *err);
+
+/* The attempt failed with `error`; retry with backoff (base_ms * 2^(attempt-1),
+ * jitter, capped at cap_ms) or dead-letter when attempts are exhausted.
+ * retryable = false dead-letters at once. */
+kf_code kf_queue_fail(kf_queue *q, const char *id, const char *token, const char *error, bool retryable,
+                      int64_t base_ms, int64_t cap_ms, kf_queue_fate *fate, int64_t *due_ms, kf_err *err);
+
+/* Give a lease back without counting the attempt as failed (SIGTERM drain):
+ * the job returns to the front of its waiting set. */
+kf_code kf_queue_release(kf_queue *q, const char *id, const char *token, kf_err *err);
+
+kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err);
+
+/* Number of jobs waiting for `target` (NULL: all targets), active, delayed and dead. */
+typedef struct kf_queue_stats {
+    int64_t waiting, active, delayed, dead;
+} kf_queue_stats;
+kf_code kf_queue_stats_get(kf_queue *q, const char *target, kf_queue_stats *st, kf_err *err);
+
+/* PING. */
+kf_code kf_queue_ping(kf_queue *q, kf_err *err);
+
+#endif
