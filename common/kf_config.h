@@ -71,7 +71,9 @@ enum {
     XX(LEADER_TTL_MS,    INT, "5000",                                   500, 600000,     KF_USE_SCHED,                    \
        "Leader lock TTL; a standby scheduler takes over within this time after the leader dies.")                         \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
-       "How long an Idempotency-Key and its stored response are kept.")
+       "How long an Idempotency-Key and its stored response are kept.")                                                  \
+    XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \
+       "Folder of numbered *.sql migrations; empty means the migrations/ folder of the source tree kforge-api was built from.")
 
 typedef enum kf_config_id {
 #define XX(id, type, def, min, max, users, doc) KF_CFG_##id,
