@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `make run`: the whole kforge stack on this machine, data under var/.
+#
+#   Redis       127.0.0.1:${KF_RUN_REDIS_PORT:-6399}  (AOF everysec, noeviction)
+#   PostgreSQL  127.0.0.1:${KF_RUN_PG_PORT:-5499}     (database kforge, role kforge)
+#   kforge-api  127.0.0.1:8080  (KFORGE_API_LISTEN to change)
+#   kforge-scheduler, and one kforge-worker per core
+#
+# Prints the URL and the admin token, then waits; Ctrl-C stops everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+BIN=$ROOT/$BUILD/bin
+VAR=$ROOT/var
+. tests/lib/services.sh
+
+scripts/deps.sh
+[ -x "$BIN/kforge-api" ] || make -j"$(nproc)" all
+
+REDIS_PORT=${KF_RUN_REDIS_PORT:-6399}
+PG_PORT=${KF_RUN_PG_PORT:-5499}
+mkdir -p "$VAR/log" "$VAR/spool"
+chmod 755 "$VAR"
+
+pids=()
+stop_all() {
+  trap - INT TERM EXIT
+  echo
+  echo "stopping kforge..."
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  kf_stop_services
+  echo "stopped; data kept in $VAR"
+}
+trap stop_all INT TERM EXIT
+
+kf_start_redis "$VAR/redis" "$REDIS_PORT"
+kf_start_pg "$VAR/pg" "$PG_PORT"
+
+export KFORGE_PG_DSN="host=127.0.0.1 port=$PG_PORT user=kforge dbname=kforge"
+export KFORGE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+export KFORGE_API_LISTEN=${KFORGE_API_LISTEN:-127.0.0.1:8080}
+export KFORGE_API_URL="http://$KFORGE_API_LISTEN"
+export KFORGE_SPOOL_DIR=$VAR/spool
+
+# Tokens are made once and kept under var/ (mode 600).
+if [ ! -s "$VAR/admin-token" ]; then
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/kf_/' > "$VAR/admin-token")
+fi
+ADMIN_TOKEN=$(cat "$VAR/admin-token")
+
+"$BIN/kforge-api" migrate
+if [ ! -s "$VAR/worker-token" ]; then
+  (umask 077; "$BIN/kforge-api" token create --role worker --name local-workers | tail -n 1 > "$VAR/worker-token")
+fi
+WORKER_TOKEN=$(cat "$VAR/worker-token")
+
+KFORGE_BOOTSTRAP_TOKEN=$ADMIN_TOKEN "$BIN/kforge-api" serve >>"$VAR/log/api.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  curl -fsS "$KFORGE_API_URL/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "$KFORGE_API_URL/healthz" >/dev/null || { echo "kforge-api did not start; see $VAR/log/api.log" >&2; exit 1; }
+
+"$BIN/kforge-scheduler" >>"$VAR/log/scheduler.log" 2>&1 &
+pids+=($!)
+for i in $(seq 1 "$(nproc)"); do
+  KFORGE_TOKEN=$WORKER_TOKEN KFORGE_WORKER_ID="$(hostname)-w$i" \
+    "$BIN/kforge-worker" >>"$VAR/log/worker-$i.log" 2>&1 &
+  pids+=($!)
+done
+
+cat <<MSG
+
+kforge is running.
+  API:          $KFORGE_API_URL   (dashboard at /, OpenAPI at /v1/openapi.json)
+  admin token:  $ADMIN_TOKEN
+  logs:         $VAR/log/
+  try:          curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \\
+                  -d '{"kind":"diag","target":"trn2","backend":"diag","spec":{"sleep_ms":100}}' $KFORGE_API_URL/v1/jobs
+
+Press Ctrl-C to stop.
+MSG
+
+# Wait until Ctrl-C or until a process dies.
+while true; do
+  for p in "${pids[@]}"; do
+    if ! kill -0 "$p" 2>/dev/null; then
+      echo "a kforge process (pid $p) exited; see $VAR/log/" >&2
+      exit 1
+    fi
+  done
+  sleep 1
+done
