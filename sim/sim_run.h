@@ -1,0 +1,72 @@
+/*
+ * sim_run — run one NKI kernel in the functional simulator.
+ *
+ * The kernel file is executed in an embedded CPython (initialised once per
+ * process, single-threaded) whose `nki`, `nki.language`, `nki.isa`, ... and
+ * legacy `neuronxcc.nki.*` modules are implemented in C over the simulator
+ * core.  Python traces (loops, helpers); every NKI call checks its operands,
+ * computes values (unless numerics is off) and appends instructions to the
+ * caller's sim_record.
+ *
+ * Failure: a kernel that breaks a NeuronCore rule or raises returns KF_INVALID
+ * with `serr` filled (stable code, file:line, rule, values) and err->msg a
+ * one-line summary; a problem on kforge's side (unreadable file, interpreter
+ * start-up) returns another kf_code with serr->code == SIM_E_NONE.
+ *
+ * Ownership: inputs are borrowed for the call and never written (a kernel
+ * that writes an input writes a private copy).  On success *outputs is a
+ * fresh array of *n_outputs sim_arrays that the caller releases with
+ * sim_array_release() each and free() for the array.  On failure *outputs is
+ * NULL.  The record is appended to, never reset.
+ */
+#ifndef SIM_RUN_H
+#define SIM_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kf_error.h"
+#include "sim_error.h"
+#include "sim_record.h"
+
+typedef struct sim_array {            /* a host array (kernel input or output) */
+    char      name[64];
+    sim_dtype dtype;
+    int       ndim;
+    int64_t   shape[8];
+    void     *data;                   /* owned by the array, row-major, dtype-sized elements (bf16/fp16/fp8 as raw bits) */
+} sim_array;
+
+/* Free the data and zero the struct (NULL-safe, idempotent). */
+void sim_array_release(sim_array *a);
+/* Number of elements (product of the shape; 1 for ndim 0). */
+int64_t sim_array_elems(const sim_array *a);
+
+typedef struct sim_run_opts {
+    const char *source_path;          /* kernel .py file */
+    const char *entry;                /* function name */
+    const char *target;               /* trn1|inf2|trn2|trn3 */
+    int         grid[3];              /* SPMD launch grid; {0} = not an SPMD launch */
+    bool        numerics;             /* false: timing-only (no values computed; outputs NaN-filled) */
+    const char *kwargs_json;          /* extra keyword args for the kernel (tunables) as a JSON object, or NULL */
+} sim_run_opts;
+
+/* Run one kernel: inputs in (positional, in order), outputs out (the kernel's
+ * return value(s)), the instruction record filled.  Errors: compile-like
+ * errors with a stable code (sim_error.h), source file:line, the rule and
+ * the values. */
+kf_code sim_run_kernel(const sim_run_opts *o, const sim_array *inputs, size_t n_inputs,
+                       sim_array **outputs, size_t *n_outputs, sim_record *rec, sim_error *serr,
+                       kf_err *err);
+
+/* Same as sim_run_kernel with the kernel given as source text; `filename`
+ * is the name frames and errors report (for tests and tools). */
+kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *filename,
+                       const sim_array *inputs, size_t n_inputs, sim_array **outputs,
+                       size_t *n_outputs, sim_record *rec, sim_error *serr, kf_err *err);
+
+/* Finalize the embedded interpreter (call once at process exit; optional). */
+void sim_run_shutdown(void);
+
+#endif
