@@ -104,6 +104,8 @@ enum {
     SIM_F_FP32_PE    = 1u << 2,  /* matmul operands fp32 (4x slower on PE) */
     SIM_F_TRANSPOSE  = 1u << 3,  /* is_transpose / transpose semantics */
     SIM_F_CAST       = 1u << 4,  /* output dtype differs from input (DMA cast) */
+    SIM_F_QUEUE      = 1u << 5,  /* DMA: `queue` was chosen by the kernel (otherwise the
+                                    timing model assigns queues round-robin) */
 };
 
 typedef struct sim_insn {
