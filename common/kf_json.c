@@ -1,0 +1,405 @@
+#include "kf_json.h"
+#include "kf_alloc.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool kf_utf8_valid(const char *s, size_t n, size_t *bad_at)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned c = p[i];
+        size_t need;
+        unsigned cp, min;
+
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            need = 1, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            need = 2, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            need = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            goto bad;
+        }
+        if (n - i <= need)
+            goto bad;
+        for (size_t k = 1; k <= need; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                goto bad;
+            cp = (cp << 6) | (p[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            goto bad;
+        i += need + 1;
+    }
+    return true;
+bad:
+    if (bad_at)
+        *bad_at = i;
+    return false;
+}
+
+/* Depth of brackets outside strings, without building anything, so that a
+ * hostile document never reaches cJSON's recursive parser. */
+static bool kf_json_depth_ok(const char *buf, size_t len, int max_depth, size_t *at)
+{
+    int depth = 0;
+    bool in_str = false;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) {
+                *at = i;
+                return false;
+            }
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return true;
+}
+
+static int kf_json_cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Returns the first duplicated member name in any object of the tree. */
+static const char *kf_json_find_duplicate(const cJSON *v)
+{
+    const cJSON *c;
+    const char *dup = NULL;
+
+    if (cJSON_IsObject(v)) {
+        int n = cJSON_GetArraySize(v), i = 0;
+        if (n > 1) {
+            const char **names = kf_malloc(sizeof(*names) * (size_t)n);
+            cJSON_ArrayForEach(c, v) names[i++] = c->string;
+            qsort(names, (size_t)n, sizeof(*names), kf_json_cmp_names);
+            for (i = 1; i < n && !dup; i++)
+                if (strcmp(names[i - 1], names[i]) == 0)
+                    dup = names[i];
+            free(names);
+            if (dup)
+                return dup;
+        }
+    }
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        cJSON_ArrayForEach(c, v)
+        {
+            dup = kf_json_find_duplicate(c);
+            if (dup)
+                return dup;
+        }
+    }
+    return NULL;
+}
+
+kf_code kf_json_parse(const char *buf, size_t len, int max_depth, cJSON **out, kf_err *err)
+{
+    size_t at = 0;
+    const char *end = NULL;
+    const char *dup;
+    cJSON *v;
+
+    *out = NULL;
+    if (!kf_utf8_valid(buf, len, &at))
+        return kf_err_set(err, KF_INVALID, "body is not valid UTF-8 (first bad byte at offset %zu)", at);
+    if (!kf_json_depth_ok(buf, len, max_depth, &at))
+        return kf_err_set(err, KF_INVALID, "JSON nests deeper than %d levels (at offset %zu)", max_depth, at);
+    v = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+    if (!v) {
+        size_t off = (end && end >= buf) ? (size_t)(end - buf) : 0;
+        return kf_err_set(err, KF_INVALID, "body is not valid JSON (error near offset %zu)", off);
+    }
+    while (end && end < buf + len && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n'))
+        end++;
+    if (end && end < buf + len) {
+        cJSON_Delete(v);
+        return kf_err_set(err, KF_INVALID, "body has bytes after the JSON value (at offset %zu)",
+                          (size_t)(end - buf));
+    }
+    dup = kf_json_find_duplicate(v);
+    if (dup) {
+        kf_err_set(err, KF_INVALID, "member \"%.64s\" appears twice in one object", dup);
+        cJSON_Delete(v);
+        return KF_INVALID;
+    }
+    *out = v;
+    return KF_OK;
+}
+
+int kf_json_depth(const cJSON *v)
+{
+    int best = 0;
+    const cJSON *c;
+
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return 0;
+    cJSON_ArrayForEach(c, v)
+    {
+        int d = kf_json_depth(c);
+        if (d > best)
+            best = d;
+    }
+    return best + 1;
+}
+
+char *kf_json_print(const cJSON *v)
+{
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s) {
+        fprintf(stderr, "kf_json_print: out of memory\n");
+        abort();
+    }
+    return s;
+}
+
+/* ---- field validation ---------------------------------------------------- */
+
+void kf_fields_init(kf_fields *f)
+{
+    memset(f, 0, sizeof(*f));
+}
+
+void kf_fields_add(kf_fields *f, const char *field, const char *rule, const char *fmt, ...)
+{
+    kf_field_error *e;
+    va_list ap;
+
+    if (f->n >= KF_FIELD_ERRORS_MAX) {
+        f->dropped++;
+        return;
+    }
+    e = &f->e[f->n++];
+    snprintf(e->field, sizeof(e->field), "%s", field);
+    snprintf(e->rule, sizeof(e->rule), "%s", rule);
+    va_start(ap, fmt);
+    vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
+    va_end(ap);
+}
+
+void kf_fields_summary(const kf_fields *f, char *out, size_t cap)
+{
+    size_t used = 0;
+
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    for (int i = 0; i < f->n && used + 1 < cap; i++) {
+        int w = snprintf(out + used, cap - used, "%s%s: %s", i ? "; " : "", f->e[i].field, f->e[i].detail);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    if (f->dropped && used + 1 < cap)
+        snprintf(out + used, cap - used, "; and %d more", f->dropped);
+}
+
+void kf_field_path(char *out, size_t cap, const char *parent, const char *name)
+{
+    if (parent && *parent)
+        snprintf(out, cap, "%s.%s", parent, name);
+    else
+        snprintf(out, cap, "%s", name);
+}
+
+int kf_fields_refuse_unknown(kf_fields *f, const cJSON *obj, const char *parent, const char *const *allowed)
+{
+    const cJSON *c;
+    int found = 0;
+
+    cJSON_ArrayForEach(c, obj)
+    {
+        bool ok = false;
+        for (size_t i = 0; allowed && allowed[i]; i++) {
+            if (strcmp(allowed[i], c->string) == 0) {
+                ok = true;
+                break;
+            }
+        }
+        if (!ok) {
+            char path[96];
+            kf_field_path(path, sizeof(path), parent, c->string);
+            kf_fields_add(f, path, "unknown", "unknown field; remove it (see /v1/openapi.json for the fields)");
+            found++;
+        }
+    }
+    return found;
+}
+
+/* Looks up a member; records "required" when absent and required. */
+static const cJSON *kf_fields_lookup(kf_fields *f, const cJSON *obj, const char *parent, const char *name,
+                                     bool required, char *path, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+    kf_field_path(path, cap, parent, name);
+    if ((!v || cJSON_IsNull(v)) && required)
+        kf_fields_add(f, path, "required", "this field is required");
+    if (cJSON_IsNull(v))
+        return NULL;
+    return v;
+}
+
+bool kf_fields_int(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                   int64_t min, int64_t max, int64_t *out)
+{
+    char path[96];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+    double d;
+
+    if (!v)
+        return false;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != trunc(v->valuedouble)) {
+        kf_fields_add(f, path, "type", "must be an integer");
+        return false;
+    }
+    d = v->valuedouble;
+    if (d < (double)min || d > (double)max) {
+        kf_fields_add(f, path, "range", "must be between %lld and %lld", (long long)min, (long long)max);
+        return false;
+    }
+    *out = (int64_t)d;
+    return true;
+}
+
+bool kf_fields_num(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                   double min, double max, double *out)
+{
+    char path[96];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+
+    if (!v)
+        return false;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        kf_fields_add(f, path, "type", "must be a number");
+        return false;
+    }
+    if (v->valuedouble < min || v->valuedouble > max) {
+        kf_fields_add(f, path, "range", "must be between %g and %g", min, max);
+        return false;
+    }
+    *out = v->valuedouble;
+    return true;
+}
+
+bool kf_fields_bool(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                    bool *out)
+{
+    char path[96];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+
+    if (!v)
+        return false;
+    if (!cJSON_IsBool(v)) {
+        kf_fields_add(f, path, "type", "must be true or false");
+        return false;
+    }
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+bool kf_fields_str(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                   size_t min_len, size_t max_len, const char **out)
+{
+    char path[96];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+    size_t n;
+
+    if (!v)
+        return false;
+    if (!cJSON_IsString(v)) {
+        kf_fields_add(f, path, "type", "must be a string");
+        return false;
+    }
+    n = strlen(v->valuestring);
+    if (n < min_len || n > max_len) {
+        kf_fields_add(f, path, "length", "must be %zu to %zu bytes long (got %zu)", min_len, max_len, n);
+        return false;
+    }
+    *out = v->valuestring;
+    return true;
+}
+
+bool kf_fields_enum(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                    const char *const *values, const char **out)
+{
+    char path[96], list[160];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+    size_t used = 0;
+
+    if (!v)
+        return false;
+    if (!cJSON_IsString(v)) {
+        kf_fields_add(f, path, "type", "must be a string");
+        return false;
+    }
+    list[0] = '\0';
+    for (size_t i = 0; values[i]; i++) {
+        if (strcmp(values[i], v->valuestring) == 0) {
+            *out = values[i];
+            return true;
+        }
+        if (used + 1 < sizeof(list)) {
+            int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", values[i]);
+            if (w > 0)
+                used += (size_t)w;
+        }
+    }
+    kf_fields_add(f, path, "enum", "must be one of: %s", list);
+    return false;
+}
+
+bool kf_fields_obj(kf_fields *f, const cJSON *obj, const char *parent, const char *name, bool required,
+                   bool want_array, const cJSON **out)
+{
+    char path[96];
+    const cJSON *v = kf_fields_lookup(f, obj, parent, name, required, path, sizeof(path));
+
+    if (!v)
+        return false;
+    if (want_array ? !cJSON_IsArray(v) : !cJSON_IsObject(v)) {
+        kf_fields_add(f, path, "type", want_array ? "must be an array" : "must be an object");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool kf_ident_valid(const char *s, size_t max_len, const char *extra)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > max_len)
+        return false;
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+        return false;
+    for (size_t i = 1; i < n; i++) {
+        char c = s[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+            continue;
+        if (extra && strchr(extra, c))
+            continue;
+        return false;
+    }
+    return true;
+}
