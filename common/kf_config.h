@@ -70,6 +70,8 @@ enum {
        "How often the scheduler leader relays the outbox, reaps leases and promotes retries.")                            \
     XX(LEADER_TTL_MS,    INT, "5000",                                   500, 600000,     KF_USE_SCHED,                    \
        "Leader lock TTL; a standby scheduler takes over within this time after the leader dies.")                         \
+    XX(SIM_TARGETS,      STR, "",                                       0, 0,            KF_USE_SIM | KF_USE_WORKER,      \
+       "Folder of the simulator's target files (<target>.json); empty: sim/targets here or next to the binary.")         \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \
     XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \
