@@ -68,9 +68,11 @@ void kf_queue_free(kf_queue *q);
 kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf_err *err);
 
 /* Lease the best waiting job among `targets` (n_targets names) for
- * `worker_id`, for lease_ms.  *got = false when nothing is waiting. */
-kf_code kf_queue_lease(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
-                       int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err);
+ * `worker_id`, for lease_ms.  *got = false when nothing is waiting.
+ * (Named kf_queue_lease_job because C does not allow a function and the
+ * typedef kf_queue_lease to share a name.) */
+kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
+                           int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err);
 void kf_queue_lease_release(kf_queue_lease *l);
 
 /* Extend a lease; KF_STALE if the token is no longer current.  *cancel is
@@ -102,5 +104,75 @@ kf_code kf_queue_stats_get(kf_queue *q, const char *target, kf_queue_stats *st, 
 
 /* PING. */
 kf_code kf_queue_ping(kf_queue *q, kf_err *err);
+
+/* ---- Additions for the scheduler, the worker and the tests ----------- */
+
+/* Note on kf_queue_lease.max_attempts: a lease handed back with
+ * kf_queue_release() does not use up an attempt, so the value returned is
+ * the job's max_attempts plus the number of hand-backs, in the numbering of
+ * `attempt`: the attempt fails for good when attempt >= max_attempts. */
+
+/* kf_queue_connect() returns NULL only when the URL is malformed (KF_CONFIG).
+ * When Redis is unreachable the handle is still returned and every call
+ * tries to connect again (KF_REDIS until Redis answers). */
+
+/* A job moved by kf_queue_reap() or kf_queue_promote(). */
+typedef struct kf_queue_moved {
+    char         *id;
+    kf_queue_fate fate;        /* reap: RETRYING, DEAD or CANCELLED; promote: 0 */
+    int           attempt;     /* attempts made so far */
+    int64_t       at_ms;       /* reap: due time (RETRYING) or time of death */
+} kf_queue_moved;
+void kf_queue_moved_free(kf_queue_moved *m, int n);
+
+/* Leases whose expiry (Redis time) has passed, at most `limit`: each counts
+ * as a failed attempt with error "lease expired" (retry with backoff or
+ * dead).  *out (n entries, caller frees with kf_queue_moved_free). */
+kf_code kf_queue_reap(kf_queue *q, int limit, int64_t base_ms, int64_t cap_ms, kf_queue_moved **out, int *n,
+                      kf_err *err);
+
+/* Delayed retries that are due go back to their waiting set (state queued). */
+kf_code kf_queue_promote(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err);
+
+/* What Redis holds about one job (reconciliation, tests). */
+typedef struct kf_queue_info {
+    char    state[16];         /* queued|running|retrying|dead */
+    int     attempt;
+    int     max_attempts;
+    bool    cancel;
+    char   *last_error;        /* owned; NULL when none */
+    char   *worker;            /* owned; NULL when not leased */
+} kf_queue_info;
+kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err);
+void kf_queue_info_release(kf_queue_info *info);
+
+/* Drop a job from Redis whatever its state (its history is final in
+ * PostgreSQL).  A worker still holding it finds its lease STALE. */
+kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err);
+
+/* Remove dead-lettered jobs that died more than older_than_ms ago (at most
+ * `limit`); *n = how many. */
+kf_code kf_queue_trim_dead(kf_queue *q, int64_t older_than_ms, int limit, int *n, kf_err *err);
+
+/* Worker registry: kf:worker:{id} = json with TTL ttl_ms, kf:workers zset. */
+kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms, kf_err *err);
+kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err);
+/* Remove kf:workers entries whose heartbeat key expired; *removed = count. */
+kf_code kf_queue_workers_cleanup(kf_queue *q, int *removed, kf_err *err);
+
+/* Scheduler leader lock: take kf:leader (SET NX PX) or, if `token` holds
+ * it, extend it (compare-and-pexpire).  *leader tells which. */
+kf_code kf_queue_leader(kf_queue *q, const char *token, int64_t ttl_ms, bool *leader, kf_err *err);
+kf_code kf_queue_leader_resign(kf_queue *q, const char *token, kf_err *err);
+
+/* Redis-loss detector: *present = whether the marker key kf:epoch existed;
+ * it is (re)created either way.  Missing means Redis lost its data. */
+kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err);
+
+/* Redis server time in ms. */
+kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err);
+
+/* A fresh random 128-bit token as 32 hex characters + NUL. */
+void kf_queue_new_token(char out[33]);
 
 #endif
