@@ -1,0 +1,896 @@
+/*
+ * kf_queue — the Redis job queue (see kf_queue.h, docs/protocol.md).
+ *
+ * One hiredis connection per handle.  The connection is made lazily and
+ * dropped on any transport error; the next call connects again, so a Redis
+ * restart costs the caller one KF_REDIS per handle and nothing else.
+ * Scripts are loaded with SCRIPT LOAD after each connect and run with
+ * EVALSHA; a NOSCRIPT reply (script cache flushed) loads them again and
+ * retries the call once.
+ */
+#include "kf_queue.h"
+
+#include "kf_alloc.h"
+#include "kf_log.h"
+#include "kf_queue_lua.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define KQ_MAX_TARGETS  16
+#define KQ_MAX_ARGS     (KQ_MAX_TARGETS + 8)
+#define KQ_CONNECT_MS   2000
+#define KQ_COMMAND_MS   5000
+
+struct kf_queue {
+    redisContext *c;                  /* NULL while disconnected */
+    char         *host;
+    int           port;
+    char         *user;               /* NULL: AUTH with password only */
+    char         *password;           /* NULL: no AUTH */
+    int           db;
+    char          sha[KF_QS__COUNT][41];
+};
+
+/* ---- URL parsing ---------------------------------------------------- */
+
+static kf_code kq_parse_url(kf_queue *q, const char *url, kf_err *err)
+{
+    const char *p, *at, *slash, *colon;
+    char *end;
+    long port = 6379, db = 0;
+
+    if (!url || strncmp(url, "redis://", 8) != 0)
+        return kf_err_set(err, KF_CONFIG, "Redis URL '%s' must look like redis://[:PASSWORD@]HOST:PORT[/DB]",
+                          url ? url : "(null)");
+    p = url + 8;
+    slash = strchr(p, '/');
+    at = strchr(p, '@');
+    if (at && slash && at > slash)
+        at = NULL;
+    if (at) {
+        const char *sep = memchr(p, ':', (size_t)(at - p));
+        if (!sep)
+            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': credentials must be [USER]:PASSWORD@", url);
+        if (sep > p)
+            q->user = kf_strndup(p, (size_t)(sep - p));
+        q->password = kf_strndup(sep + 1, (size_t)(at - sep - 1));
+        p = at + 1;
+    }
+    {
+        const char *hend = slash ? slash : p + strlen(p);
+        colon = memchr(p, ':', (size_t)(hend - p));
+        if (colon) {
+            errno = 0;
+            port = strtol(colon + 1, &end, 10);
+            if (errno || end != hend || port < 1 || port > 65535)
+                return kf_err_set(err, KF_CONFIG, "Redis URL '%s': port must be 1..65535", url);
+            q->host = kf_strndup(p, (size_t)(colon - p));
+        } else {
+            q->host = kf_strndup(p, (size_t)(hend - p));
+        }
+    }
+    if (!*q->host)
+        return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the host is missing", url);
+    if (slash && slash[1]) {
+        errno = 0;
+        db = strtol(slash + 1, &end, 10);
+        if (errno || *end || db < 0 || db > 1000)
+            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the database must be a number 0..1000", url);
+    }
+    q->port = (int)port;
+    q->db = (int)db;
+    return KF_OK;
+}
+
+/* ---- connection ----------------------------------------------------- */
+
+static void kq_drop(kf_queue *q)
+{
+    if (q->c) {
+        redisFree(q->c);
+        q->c = NULL;
+    }
+}
+
+/* A reply that is NULL (transport failure) drops the connection. */
+static kf_code kq_transport_err(kf_queue *q, kf_err *err, const char *what)
+{
+    kf_err_set(err, KF_REDIS, "Redis %s:%d %s failed: %s; is Redis running? (the next call reconnects)",
+               q->host, q->port, what, q->c && q->c->errstr[0] ? q->c->errstr : "no reply");
+    kq_drop(q);
+    return KF_REDIS;
+}
+
+static kf_code kq_simple(kf_queue *q, kf_err *err, const char *what, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(q->c, argc, argv, NULL);
+    kf_code rc = KF_OK;
+
+    if (!r)
+        return kq_transport_err(q, err, what);
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = kf_err_set(err, KF_REDIS, "Redis %s refused: %s", what, r->str);
+        kq_drop(q);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static kf_code kq_load_script(kf_queue *q, kf_queue_script s, kf_err *err)
+{
+    const char *argv[3] = { "SCRIPT", "LOAD", kf_queue_lua_source(s) };
+    redisReply *r = redisCommandArgv(q->c, 3, argv, NULL);
+    kf_code rc = KF_OK;
+
+    if (!r)
+        return kq_transport_err(q, err, "SCRIPT LOAD");
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        rc = kf_err_set(err, KF_REDIS, "Redis refused queue script %s: %s", kf_queue_lua_name(s),
+                        r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    } else {
+        memcpy(q->sha[s], r->str, 40);
+        q->sha[s][40] = '\0';
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static kf_code kq_ensure(kf_queue *q, kf_err *err)
+{
+    struct timeval ct = { KQ_CONNECT_MS / 1000, (KQ_CONNECT_MS % 1000) * 1000 };
+    struct timeval tt = { KQ_COMMAND_MS / 1000, (KQ_COMMAND_MS % 1000) * 1000 };
+    kf_code rc;
+
+    if (q->c)
+        return KF_OK;
+    q->c = redisConnectWithTimeout(q->host, q->port, ct);
+    if (!q->c)
+        return kf_err_set(err, KF_REDIS, "cannot allocate a Redis connection");
+    if (q->c->err) {
+        kf_err_set(err, KF_REDIS, "cannot connect to Redis at %s:%d: %s; is Redis running?", q->host, q->port,
+                   q->c->errstr);
+        kq_drop(q);
+        return KF_REDIS;
+    }
+    redisSetTimeout(q->c, tt);
+    if (q->password) {
+        const char *a[3] = { "AUTH", q->user ? q->user : q->password, q->password };
+        if ((rc = kq_simple(q, err, "AUTH", q->user ? 3 : 2, a)) != KF_OK)
+            return rc;
+    }
+    if (q->db != 0) {
+        char db[16];
+        const char *a[2] = { "SELECT", db };
+        snprintf(db, sizeof(db), "%d", q->db);
+        if ((rc = kq_simple(q, err, "SELECT", 2, a)) != KF_OK)
+            return rc;
+    }
+    for (int s = 0; s < KF_QS__COUNT; s++) {
+        if ((rc = kq_load_script(q, (kf_queue_script)s, err)) != KF_OK) {
+            kq_drop(q);
+            return rc;
+        }
+    }
+    return KF_OK;
+}
+
+kf_queue *kf_queue_connect(const char *redis_url, kf_err *err)
+{
+    kf_queue *q = kf_calloc(1, sizeof(*q));
+    kf_err ignored = KF_ERR_INIT;
+
+    if (kq_parse_url(q, redis_url, err) != KF_OK) {
+        kf_queue_free(q);
+        return NULL;
+    }
+    /* Unreachable Redis is not an error here: every call reconnects. */
+    if (kq_ensure(q, &ignored) != KF_OK)
+        kf_log_warn("queue not connected yet err=\"%s\"", ignored.msg);
+    return q;
+}
+
+void kf_queue_free(kf_queue *q)
+{
+    if (!q)
+        return;
+    kq_drop(q);
+    free(q->host);
+    free(q->user);
+    free(q->password);
+    free(q);
+}
+
+/* ---- script calls --------------------------------------------------- */
+
+/* Run script `s` with keys and args; returns the reply (caller frees) whose
+ * type is an array starting with a status string, or NULL with err set. */
+static redisReply *kq_eval(kf_queue *q, kf_queue_script s, int nkeys, const char *const *keys, int nargs,
+                           const char *const *args, kf_err *err)
+{
+    const char *argv[3 + KQ_MAX_ARGS];
+    size_t lens[3 + KQ_MAX_ARGS];
+    char nk[12];
+    int argc = 0;
+    redisReply *r = NULL;
+
+    if (nkeys + nargs > KQ_MAX_ARGS) {
+        kf_err_set(err, KF_INTERNAL, "queue script %s: too many arguments", kf_queue_lua_name(s));
+        return NULL;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (kq_ensure(q, err) != KF_OK)
+            return NULL;
+        snprintf(nk, sizeof(nk), "%d", nkeys);
+        argc = 0;
+        argv[argc++] = "EVALSHA";
+        argv[argc++] = q->sha[s];
+        argv[argc++] = nk;
+        for (int i = 0; i < nkeys; i++)
+            argv[argc++] = keys[i];
+        for (int i = 0; i < nargs; i++)
+            argv[argc++] = args[i];
+        for (int i = 0; i < argc; i++)
+            lens[i] = strlen(argv[i]);
+        r = redisCommandArgv(q->c, argc, argv, lens);
+        if (!r) {
+            kq_transport_err(q, err, kf_queue_lua_name(s));
+            return NULL;
+        }
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
+            kf_log_info("queue scripts missing in Redis (restarted?); loading them again");
+            freeReplyObject(r);
+            r = NULL;
+            if (kq_load_script(q, s, err) != KF_OK)
+                return NULL;
+            continue;
+        }
+        break;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        kf_err_set(err, KF_REDIS, "queue script %s failed in Redis: %s", kf_queue_lua_name(s), r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING) {
+        kf_err_set(err, KF_REDIS, "queue script %s: unexpected reply shape", kf_queue_lua_name(s));
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static bool kq_status_is(const redisReply *r, const char *word)
+{
+    return strcmp(r->element[0]->str, word) == 0;
+}
+
+static long long kq_int(const redisReply *r, size_t i)
+{
+    if (i >= r->elements)
+        return 0;
+    if (r->element[i]->type == REDIS_REPLY_INTEGER)
+        return r->element[i]->integer;
+    if (r->element[i]->type == REDIS_REPLY_STRING)
+        return strtoll(r->element[i]->str, NULL, 10);
+    return 0;
+}
+
+static char *kq_str(const redisReply *r, size_t i)
+{
+    if (i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING)
+        return kf_strdup("");
+    return kf_strndup(r->element[i]->str, r->element[i]->len);
+}
+
+static void kq_job_key(char *out, size_t n, const char *id)
+{
+    snprintf(out, n, "kf:job:%s", id);
+}
+
+/* Ids, targets and tokens become parts of key names: keep them printable,
+ * short and free of the characters Redis or our key layout care about. */
+static kf_code kq_check_name(const char *what, const char *s, kf_err *err)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 64)
+        return kf_err_set(err, KF_INVALID, "queue: %s must be 1..64 characters", what);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= ' ' || ch >= 0x7f || ch == '{' || ch == '}' || ch == '*')
+            return kf_err_set(err, KF_INVALID, "queue: %s '%s' has a character that is not allowed", what, s);
+    }
+    return KF_OK;
+}
+
+static double kq_random_unit(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        v = (uint64_t)rand();
+    return (double)(v >> 11) / (double)(1ULL << 53);
+}
+
+void kf_queue_new_token(char out[33])
+{
+    unsigned char b[16];
+    static const char hex[] = "0123456789abcdef";
+
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        for (size_t i = 0; i < sizeof(b); i++)
+            b[i] = (unsigned char)rand();
+    }
+    for (size_t i = 0; i < sizeof(b); i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[32] = '\0';
+}
+
+/* ---- transitions ---------------------------------------------------- */
+
+kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf_err *err)
+{
+    char jk[96], wk[96], prio[12], att[12], maxa[12];
+    const char *keys[2] = { jk, wk };
+    const char *args[8];
+    redisReply *r;
+    kf_code rc;
+
+    if (created)
+        *created = false;
+    if ((rc = kq_check_name("job id", job->id, err)) != KF_OK ||
+        (rc = kq_check_name("target", job->target, err)) != KF_OK)
+        return rc;
+    if (job->priority < 0 || job->priority > 9 || job->max_attempts < 1 || job->attempt < 0)
+        return kf_err_set(err, KF_INVALID, "queue: job %s has priority %d, attempt %d, max_attempts %d "
+                          "(need 0..9, >= 0, >= 1)", job->id, job->priority, job->attempt, job->max_attempts);
+    kq_job_key(jk, sizeof(jk), job->id);
+    snprintf(wk, sizeof(wk), "kf:wait:%s", job->target);
+    snprintf(prio, sizeof(prio), "%d", job->priority);
+    snprintf(att, sizeof(att), "%d", job->attempt);
+    snprintf(maxa, sizeof(maxa), "%d", job->max_attempts);
+    args[0] = job->id;
+    args[1] = job->kind ? job->kind : "";
+    args[2] = job->target;
+    args[3] = job->backend ? job->backend : "";
+    args[4] = prio;
+    args[5] = att;
+    args[6] = maxa;
+    args[7] = job->payload ? job->payload : "{}";
+    r = kq_eval(q, KF_QS_ENQUEUE, 2, keys, 8, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (created)
+        *created = kq_status_is(r, "OK");
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
+                           int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err)
+{
+    char wkeys[KQ_MAX_TARGETS][96];
+    const char *keys[KQ_MAX_TARGETS + 1];
+    char lms[24], token[33];
+    const char *args[3] = { worker_id, lms, token };
+    redisReply *r;
+    kf_code rc;
+
+    *got = false;
+    memset(out, 0, sizeof(*out));
+    if (n_targets < 1 || n_targets > KQ_MAX_TARGETS)
+        return kf_err_set(err, KF_INVALID, "queue: a worker serves 1..%d targets, not %d", KQ_MAX_TARGETS,
+                          n_targets);
+    if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
+        return rc;
+    if (lease_ms < 1)
+        return kf_err_set(err, KF_INVALID, "queue: lease must be at least 1 ms");
+    keys[0] = "kf:active";
+    for (int i = 0; i < n_targets; i++) {
+        if ((rc = kq_check_name("target", targets[i], err)) != KF_OK)
+            return rc;
+        snprintf(wkeys[i], sizeof(wkeys[i]), "kf:wait:%s", targets[i]);
+        keys[i + 1] = wkeys[i];
+    }
+    snprintf(lms, sizeof(lms), "%lld", (long long)lease_ms);
+    kf_queue_new_token(token);
+    r = kq_eval(q, KF_QS_LEASE, n_targets + 1, keys, 3, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (kq_status_is(r, "OK") && r->elements >= 10) {
+        out->id = kq_str(r, 1);
+        out->target = kq_str(r, 2);
+        out->kind = kq_str(r, 3);
+        out->backend = kq_str(r, 4);
+        out->payload = kq_str(r, 5);
+        out->token = kq_str(r, 6);
+        out->attempt = (int)kq_int(r, 7);
+        out->max_attempts = (int)kq_int(r, 8);
+        out->expires_ms = kq_int(r, 9);
+        *got = true;
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+void kf_queue_lease_release(kf_queue_lease *l)
+{
+    if (!l)
+        return;
+    free(l->id);
+    free(l->target);
+    free(l->kind);
+    free(l->backend);
+    free(l->payload);
+    free(l->token);
+    memset(l, 0, sizeof(*l));
+}
+
+/* Common shape of renew/ack/release/fail: job key + id + token. */
+static redisReply *kq_fenced(kf_queue *q, kf_queue_script s, const char *id, const char *token, int nextra,
+                             const char *const *extra, kf_err *err)
+{
+    char jk[96];
+    const char *keys[2] = { jk, "kf:active" };
+    const char *args[8];
+
+    if (kq_check_name("job id", id, err) != KF_OK || !token) {
+        if (!token)
+            kf_err_set(err, KF_INVALID, "queue: a lease token is required");
+        return NULL;
+    }
+    kq_job_key(jk, sizeof(jk), id);
+    args[0] = id;
+    args[1] = token;
+    for (int i = 0; i < nextra && i < 6; i++)
+        args[2 + i] = extra[i];
+    return kq_eval(q, s, s == KF_QS_RENEW || s == KF_QS_ACK ? 2 : 1, keys, 2 + nextra, args, err);
+}
+
+static kf_code kq_stale(kf_err *err, const char *what, const char *id)
+{
+    return kf_err_set(err, KF_STALE, "%s of job %s refused: the lease is no longer ours (expired, reaped, "
+                      "cancelled or taken by another worker)", what, id);
+}
+
+kf_code kf_queue_renew(kf_queue *q, const char *id, const char *token, int64_t lease_ms, bool *cancel,
+                       kf_err *err)
+{
+    char lms[24];
+    const char *extra[1] = { lms };
+    redisReply *r;
+    kf_code rc = KF_OK;
+
+    if (cancel)
+        *cancel = false;
+    snprintf(lms, sizeof(lms), "%lld", (long long)lease_ms);
+    r = kq_fenced(q, KF_QS_RENEW, id, token, 1, extra, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (kq_status_is(r, "STALE"))
+        rc = kq_stale(err, "renew", id);
+    else if (cancel)
+        *cancel = kq_int(r, 2) == 1;
+    freeReplyObject(r);
+    return rc;
+}
+
+kf_code kf_queue_ack(kf_queue *q, const char *id, const char *token, kf_err *err)
+{
+    redisReply *r = kq_fenced(q, KF_QS_ACK, id, token, 0, NULL, err);
+    kf_code rc = KF_OK;
+
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (kq_status_is(r, "STALE"))
+        rc = kq_stale(err, "ack", id);
+    freeReplyObject(r);
+    return rc;
+}
+
+static kf_queue_fate kq_fate(const char *word)
+{
+    if (strcmp(word, "RETRYING") == 0)
+        return KF_FATE_RETRYING;
+    if (strcmp(word, "DEAD") == 0)
+        return KF_FATE_DEAD;
+    return KF_FATE_CANCELLED;
+}
+
+kf_code kf_queue_fail(kf_queue *q, const char *id, const char *token, const char *error, bool retryable,
+                      int64_t base_ms, int64_t cap_ms, kf_queue_fate *fate, int64_t *due_ms, kf_err *err)
+{
+    char base[24], cap[24], rnd[32];
+    const char *extra[5] = { error ? error : "", retryable ? "1" : "0", base, cap, rnd };
+    redisReply *r;
+    kf_code rc = KF_OK;
+
+    snprintf(base, sizeof(base), "%lld", (long long)(base_ms < 1 ? 1 : base_ms));
+    snprintf(cap, sizeof(cap), "%lld", (long long)(cap_ms < 1 ? 1 : cap_ms));
+    snprintf(rnd, sizeof(rnd), "%.6f", kq_random_unit());
+    r = kq_fenced(q, KF_QS_FAIL, id, token, 5, extra, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (kq_status_is(r, "STALE")) {
+        rc = kq_stale(err, "fail", id);
+    } else {
+        if (fate)
+            *fate = kq_fate(r->element[0]->str);
+        if (due_ms)
+            *due_ms = kq_int(r, 1);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+kf_code kf_queue_release(kf_queue *q, const char *id, const char *token, kf_err *err)
+{
+    redisReply *r = kq_fenced(q, KF_QS_RELEASE, id, token, 0, NULL, err);
+    kf_code rc = KF_OK;
+
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (kq_status_is(r, "STALE"))
+        rc = kq_stale(err, "release", id);
+    freeReplyObject(r);
+    return rc;
+}
+
+kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err)
+{
+    char jk[96];
+    const char *keys[1] = { jk };
+    const char *args[1] = { id };
+    redisReply *r;
+    kf_code rc;
+
+    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
+        return rc;
+    kq_job_key(jk, sizeof(jk), id);
+    r = kq_eval(q, KF_QS_CANCEL, 1, keys, 1, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (res) {
+        if (kq_status_is(r, "REMOVED"))
+            *res = KF_CANCEL_REMOVED;
+        else if (kq_status_is(r, "SIGNALLED"))
+            *res = KF_CANCEL_SIGNALLED;
+        else
+            *res = KF_CANCEL_ABSENT;
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err)
+{
+    char jk[96];
+    const char *keys[1] = { jk };
+    const char *args[1] = { id };
+    redisReply *r;
+    kf_code rc;
+
+    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
+        return rc;
+    kq_job_key(jk, sizeof(jk), id);
+    r = kq_eval(q, KF_QS_FORGET, 1, keys, 1, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+void kf_queue_moved_free(kf_queue_moved *m, int n)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < n; i++)
+        free(m[i].id);
+    free(m);
+}
+
+kf_code kf_queue_reap(kf_queue *q, int limit, int64_t base_ms, int64_t cap_ms, kf_queue_moved **out, int *n,
+                      kf_err *err)
+{
+    char lim[12], base[24], cap[24], seed[24];
+    const char *args[4] = { lim, base, cap, seed };
+    redisReply *r;
+    int count;
+
+    *out = NULL;
+    *n = 0;
+    snprintf(lim, sizeof(lim), "%d", limit < 1 ? 1 : limit);
+    snprintf(base, sizeof(base), "%lld", (long long)(base_ms < 1 ? 1 : base_ms));
+    snprintf(cap, sizeof(cap), "%lld", (long long)(cap_ms < 1 ? 1 : cap_ms));
+    snprintf(seed, sizeof(seed), "%u", (unsigned)(kq_random_unit() * 2147483646.0) + 1u);
+    r = kq_eval(q, KF_QS_REAP, 0, NULL, 4, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    count = (int)((r->elements - 1) / 4);
+    if (count > 0) {
+        *out = kf_calloc((size_t)count, sizeof(**out));
+        for (int i = 0; i < count; i++) {
+            size_t b = 1 + (size_t)i * 4;
+            (*out)[i].id = kq_str(r, b);
+            (*out)[i].fate = kq_fate(r->element[b + 1]->type == REDIS_REPLY_STRING ? r->element[b + 1]->str : "");
+            (*out)[i].at_ms = kq_int(r, b + 2);
+            (*out)[i].attempt = (int)kq_int(r, b + 3);
+        }
+    }
+    *n = count;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_promote(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err)
+{
+    char lim[12];
+    const char *args[1] = { lim };
+    redisReply *r;
+    int count;
+
+    *out = NULL;
+    *n = 0;
+    snprintf(lim, sizeof(lim), "%d", limit < 1 ? 1 : limit);
+    r = kq_eval(q, KF_QS_PROMOTE, 0, NULL, 1, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    count = (int)((r->elements - 1) / 2);
+    if (count > 0) {
+        *out = kf_calloc((size_t)count, sizeof(**out));
+        for (int i = 0; i < count; i++) {
+            (*out)[i].id = kq_str(r, 1 + (size_t)i * 2);
+            (*out)[i].attempt = (int)kq_int(r, 2 + (size_t)i * 2);
+        }
+    }
+    *n = count;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_trim_dead(kf_queue *q, int64_t older_than_ms, int limit, int *n, kf_err *err)
+{
+    char age[24], lim[12];
+    const char *args[2] = { age, lim };
+    redisReply *r;
+
+    if (n)
+        *n = 0;
+    snprintf(age, sizeof(age), "%lld", (long long)(older_than_ms < 0 ? 0 : older_than_ms));
+    snprintf(lim, sizeof(lim), "%d", limit < 1 ? 1 : limit);
+    r = kq_eval(q, KF_QS_TRIM_DEAD, 0, NULL, 2, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (n)
+        *n = (int)kq_int(r, 1);
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms, kf_err *err)
+{
+    char wk[96], ttl[24];
+    const char *keys[1] = { wk };
+    const char *args[3] = { worker_id, json ? json : "{}", ttl };
+    redisReply *r;
+    kf_code rc;
+
+    if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
+        return rc;
+    snprintf(wk, sizeof(wk), "kf:worker:%s", worker_id);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)(ttl_ms < 1 ? 1 : ttl_ms));
+    r = kq_eval(q, KF_QS_HEARTBEAT, 1, keys, 3, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err)
+{
+    char wk[96];
+    const char *a1[2] = { "DEL", wk };
+    const char *a2[3] = { "ZREM", "kf:workers", worker_id };
+    kf_code rc;
+
+    if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
+        return rc;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    snprintf(wk, sizeof(wk), "kf:worker:%s", worker_id);
+    if ((rc = kq_simple(q, err, "DEL", 2, a1)) != KF_OK)
+        return rc;
+    return kq_simple(q, err, "ZREM", 3, a2);
+}
+
+kf_code kf_queue_workers_cleanup(kf_queue *q, int *removed, kf_err *err)
+{
+    redisReply *r = kq_eval(q, KF_QS_WORKERS_CLEAN, 0, NULL, 0, NULL, err);
+
+    if (removed)
+        *removed = 0;
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    if (removed)
+        *removed = (int)kq_int(r, 1);
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_leader(kf_queue *q, const char *token, int64_t ttl_ms, bool *leader, kf_err *err)
+{
+    char ttl[24];
+    const char *keys[1] = { "kf:leader" };
+    const char *args[2] = { token, ttl };
+    redisReply *r;
+
+    *leader = false;
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)(ttl_ms < 1 ? 1 : ttl_ms));
+    r = kq_eval(q, KF_QS_LEADER, 1, keys, 2, args, err);
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    *leader = kq_int(r, 1) == 1;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_leader_resign(kf_queue *q, const char *token, kf_err *err)
+{
+    const char *keys[1] = { "kf:leader" };
+    const char *args[1] = { token };
+    redisReply *r = kq_eval(q, KF_QS_RESIGN, 1, keys, 1, args, err);
+
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err)
+{
+    const char *keys[1] = { "kf:epoch" };
+    redisReply *r = kq_eval(q, KF_QS_EPOCH, 1, keys, 0, NULL, err);
+
+    *present = false;
+    if (!r)
+        return err ? err->code : KF_REDIS;
+    *present = kq_int(r, 1) == 1;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+/* ---- plain reads ---------------------------------------------------- */
+
+kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err)
+{
+    char jk[96];
+    const char *argv[8] = { "HMGET", jk, "state", "attempt", "max_attempts", "cancel", "last_error", "worker" };
+    redisReply *r;
+    kf_code rc;
+
+    memset(info, 0, sizeof(*info));
+    *exists = false;
+    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
+        return rc;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    kq_job_key(jk, sizeof(jk), id);
+    r = redisCommandArgv(q->c, 8, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "HMGET");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+        rc = kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
+        goto out;
+    }
+    if (r->element[0]->type == REDIS_REPLY_STRING) {
+        *exists = true;
+        snprintf(info->state, sizeof(info->state), "%s", r->element[0]->str);
+        info->attempt = (int)kq_int(r, 1);
+        info->max_attempts = (int)kq_int(r, 2);
+        info->cancel = kq_int(r, 3) == 1;
+        if (r->element[4]->type == REDIS_REPLY_STRING && r->element[4]->len > 0)
+            info->last_error = kq_str(r, 4);
+        if (r->element[5]->type == REDIS_REPLY_STRING && r->element[5]->len > 0)
+            info->worker = kq_str(r, 5);
+    }
+out:
+    freeReplyObject(r);
+    return rc;
+}
+
+void kf_queue_info_release(kf_queue_info *info)
+{
+    if (!info)
+        return;
+    free(info->last_error);
+    free(info->worker);
+    info->last_error = NULL;
+    info->worker = NULL;
+}
+
+static kf_code kq_zcard(kf_queue *q, const char *key, int64_t *n, kf_err *err)
+{
+    const char *argv[2] = { "ZCARD", key };
+    redisReply *r = redisCommandArgv(q->c, 2, argv, NULL);
+
+    if (!r)
+        return kq_transport_err(q, err, "ZCARD");
+    *n = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_stats_get(kf_queue *q, const char *target, kf_queue_stats *st, kf_err *err)
+{
+    char wk[96];
+    kf_code rc;
+    int64_t n = 0;
+
+    memset(st, 0, sizeof(*st));
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    if (target) {
+        if ((rc = kq_check_name("target", target, err)) != KF_OK)
+            return rc;
+        snprintf(wk, sizeof(wk), "kf:wait:%s", target);
+        if ((rc = kq_zcard(q, wk, &st->waiting, err)) != KF_OK)
+            return rc;
+    } else {
+        const char *argv[2] = { "SMEMBERS", "kf:targets" };
+        redisReply *r = redisCommandArgv(q->c, 2, argv, NULL);
+        if (!r)
+            return kq_transport_err(q, err, "SMEMBERS");
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING || r->element[i]->len > 64)
+                continue;
+            snprintf(wk, sizeof(wk), "kf:wait:%s", r->element[i]->str);
+            if ((rc = kq_zcard(q, wk, &n, err)) != KF_OK) {
+                freeReplyObject(r);
+                return rc;
+            }
+            st->waiting += n;
+        }
+        freeReplyObject(r);
+    }
+    if ((rc = kq_zcard(q, "kf:active", &st->active, err)) != KF_OK ||
+        (rc = kq_zcard(q, "kf:delayed", &st->delayed, err)) != KF_OK ||
+        (rc = kq_zcard(q, "kf:dead", &st->dead, err)) != KF_OK)
+        return rc;
+    return KF_OK;
+}
+
+kf_code kf_queue_ping(kf_queue *q, kf_err *err)
+{
+    const char *argv[1] = { "PING" };
+    kf_code rc = kq_ensure(q, err);
+
+    if (rc != KF_OK)
+        return rc;
+    return kq_simple(q, err, "PING", 1, argv);
+}
+
+kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err)
+{
+    const char *argv[1] = { "TIME" };
+    redisReply *r;
+    kf_code rc = kq_ensure(q, err);
+
+    *now_ms = 0;
+    if (rc != KF_OK)
+        return rc;
+    r = redisCommandArgv(q->c, 1, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "TIME");
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        *now_ms = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+    else
+        rc = kf_err_set(err, KF_REDIS, "Redis TIME: unexpected reply");
+    freeReplyObject(r);
+    return rc;
+}

@@ -1,0 +1,264 @@
+/*
+ * kf_queue_lua — Lua sources of the queue transitions (see kf_queue_lua.h
+ * and docs/protocol.md for the key layout).
+ *
+ * Numbers are formatted with '%.0f' before they reach Redis: Lua 5.1's
+ * tostring() keeps only 14 significant digits, which would round the
+ * 15-digit waiting scores and millisecond timestamps.
+ */
+#include "kf_queue_lua.h"
+
+#include <stddef.h>
+
+/* Shared helpers, prepended to every script. */
+#define PRELUDE                                                                        \
+    "local function now_ms()\n"                                                        \
+    "  local t = redis.call('TIME')\n"                                                 \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"            \
+    "end\n"                                                                            \
+    "local function n2s(x) return string.format('%.0f', x) end\n"                      \
+    "local function wait_score(prio, ms) return (10 - prio) * 1e13 + ms end\n"        \
+    "local function fail_job(id, err, retryable, base, cap, rnd, now)\n"               \
+    "  local jk = 'kf:job:' .. id\n"                                                   \
+    "  local h = redis.call('HMGET', jk, 'attempt', 'max_attempts', 'released', 'cancel')\n" \
+    "  redis.call('ZREM', 'kf:active', id)\n"                                          \
+    "  local attempt = tonumber(h[1]) or 0\n"                                          \
+    "  if h[4] == '1' then\n"                                                          \
+    "    redis.call('DEL', jk)\n"                                                      \
+    "    return {'CANCELLED', now, attempt}\n"                                         \
+    "  end\n"                                                                          \
+    "  local used = attempt - (tonumber(h[3]) or 0)\n"                                 \
+    "  if retryable and used < (tonumber(h[2]) or 1) then\n"                           \
+    "    local d = base * (2 ^ (math.max(used, 1) - 1))\n"                             \
+    "    if d > cap then d = cap end\n"                                                \
+    "    d = math.floor(d / 2 + rnd * d / 2)\n"                                        \
+    "    local due = now + d\n"                                                        \
+    "    redis.call('HSET', jk, 'state', 'retrying', 'lease_token', '', 'worker', '',\n" \
+    "               'last_error', err, 'due_ms', n2s(due))\n"                          \
+    "    redis.call('ZADD', 'kf:delayed', n2s(due), id)\n"                             \
+    "    return {'RETRYING', due, attempt}\n"                                          \
+    "  end\n"                                                                          \
+    "  redis.call('HSET', jk, 'state', 'dead', 'lease_token', '', 'worker', '',\n"     \
+    "             'last_error', err, 'died_ms', n2s(now))\n"                           \
+    "  redis.call('ZADD', 'kf:dead', n2s(now), id)\n"                                  \
+    "  return {'DEAD', now, attempt}\n"                                                \
+    "end\n"
+
+/* KEYS[1] job hash, KEYS[2] waiting set.
+ * ARGV: id kind target backend priority attempt max_attempts payload */
+static const char lua_enqueue[] = PRELUDE
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return {'EXISTS'} end\n"
+    "local now = now_ms()\n"
+    "redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', ARGV[2], 'target', ARGV[3],\n"
+    "  'backend', ARGV[4], 'priority', ARGV[5], 'attempt', ARGV[6], 'max_attempts', ARGV[7],\n"
+    "  'released', '0', 'state', 'queued', 'lease_token', '', 'worker', '',\n"
+    "  'lease_expires_ms', '0', 'cancel', '0', 'payload', ARGV[8], 'last_error', '',\n"
+    "  'enqueued_ms', n2s(now))\n"
+    "redis.call('ZADD', KEYS[2], n2s(wait_score(tonumber(ARGV[5]), now)), ARGV[1])\n"
+    "redis.call('SADD', 'kf:targets', ARGV[3])\n"
+    "return {'OK'}\n";
+
+/* KEYS[1] kf:active, KEYS[2..] waiting sets.  ARGV: worker lease_ms token */
+static const char lua_lease[] = PRELUDE
+    "local now = now_ms()\n"
+    "for _ = 1, 1000 do\n"
+    "  local best, bestkey, bestscore = nil, nil, nil\n"
+    "  for i = 2, #KEYS do\n"
+    "    local r = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')\n"
+    "    if r[1] and (bestscore == nil or tonumber(r[2]) < bestscore) then\n"
+    "      best, bestkey, bestscore = r[1], KEYS[i], tonumber(r[2])\n"
+    "    end\n"
+    "  end\n"
+    "  if not best then return {'EMPTY'} end\n"
+    "  redis.call('ZREM', bestkey, best)\n"
+    "  local jk = 'kf:job:' .. best\n"
+    "  if redis.call('HGET', jk, 'state') == 'queued' then\n"
+    "    local attempt = redis.call('HINCRBY', jk, 'attempt', 1)\n"
+    "    local exp = now + tonumber(ARGV[2])\n"
+    "    redis.call('HSET', jk, 'state', 'running', 'lease_token', ARGV[3], 'worker', ARGV[1],\n"
+    "               'lease_expires_ms', n2s(exp))\n"
+    "    redis.call('ZADD', KEYS[1], n2s(exp), best)\n"
+    "    local h = redis.call('HMGET', jk, 'target', 'kind', 'backend', 'payload', 'max_attempts', 'released')\n"
+    "    return {'OK', best, h[1], h[2], h[3], h[4], ARGV[3], attempt,\n"
+    "            (tonumber(h[5]) or 1) + (tonumber(h[6]) or 0), exp}\n"
+    "  end\n"
+    "end\n"
+    "return {'EMPTY'}\n";
+
+/* KEYS[1] job hash, KEYS[2] kf:active.  ARGV: id token lease_ms */
+static const char lua_renew[] = PRELUDE
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token', 'cancel')\n"
+    "if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'STALE'} end\n"
+    "local exp = now_ms() + tonumber(ARGV[3])\n"
+    "redis.call('HSET', KEYS[1], 'lease_expires_ms', n2s(exp))\n"
+    "redis.call('ZADD', KEYS[2], n2s(exp), ARGV[1])\n"
+    "return {'OK', exp, tonumber(h[3]) or 0}\n";
+
+/* KEYS[1] job hash, KEYS[2] kf:active.  ARGV: id token */
+static const char lua_ack[] = PRELUDE
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token')\n"
+    "if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'STALE'} end\n"
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "return {'OK'}\n";
+
+/* KEYS[1] job hash.  ARGV: id token error retryable(0/1) base_ms cap_ms rnd */
+static const char lua_fail[] = PRELUDE
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token')\n"
+    "if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'STALE'} end\n"
+    "return fail_job(ARGV[1], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6]),\n"
+    "                tonumber(ARGV[7]), now_ms())\n";
+
+/* KEYS[1] job hash.  ARGV: id token */
+static const char lua_release[] = PRELUDE
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token', 'target', 'priority', 'cancel')\n"
+    "if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'STALE'} end\n"
+    "redis.call('ZREM', 'kf:active', ARGV[1])\n"
+    "if h[5] == '1' then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return {'CANCELLED'}\n"
+    "end\n"
+    "redis.call('HINCRBY', KEYS[1], 'released', 1)\n"
+    "redis.call('HSET', KEYS[1], 'state', 'queued', 'lease_token', '', 'worker', '')\n"
+    "redis.call('ZADD', 'kf:wait:' .. h[3], n2s(wait_score(tonumber(h[4]) or 5, 0)), ARGV[1])\n"
+    "return {'OK'}\n";
+
+/* ARGV: limit base_ms cap_ms seed.  Reply: flat list id fate at attempt ... */
+static const char lua_reap[] = PRELUDE
+    "local now = now_ms()\n"
+    "math.randomseed(tonumber(ARGV[4]))\n"
+    "local ids = redis.call('ZRANGEBYSCORE', 'kf:active', '-inf', n2s(now), 'LIMIT', 0, tonumber(ARGV[1]))\n"
+    "local out = {'OK'}\n"
+    "for _, id in ipairs(ids) do\n"
+    "  if redis.call('HGET', 'kf:job:' .. id, 'state') ~= 'running' then\n"
+    "    redis.call('ZREM', 'kf:active', id)\n"
+    "  else\n"
+    "    local r = fail_job(id, 'lease expired: the worker died, hung or lost Redis', true,\n"
+    "                       tonumber(ARGV[2]), tonumber(ARGV[3]), math.random(), now)\n"
+    "    table.insert(out, id); table.insert(out, r[1]); table.insert(out, r[2]); table.insert(out, r[3])\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: limit.  Reply: flat list id attempt ... */
+static const char lua_promote[] = PRELUDE
+    "local now = now_ms()\n"
+    "local ids = redis.call('ZRANGEBYSCORE', 'kf:delayed', '-inf', n2s(now), 'LIMIT', 0, tonumber(ARGV[1]))\n"
+    "local out = {'OK'}\n"
+    "for _, id in ipairs(ids) do\n"
+    "  redis.call('ZREM', 'kf:delayed', id)\n"
+    "  local jk = 'kf:job:' .. id\n"
+    "  local h = redis.call('HMGET', jk, 'state', 'target', 'priority', 'attempt')\n"
+    "  if h[1] == 'retrying' then\n"
+    "    redis.call('HSET', jk, 'state', 'queued')\n"
+    "    redis.call('ZADD', 'kf:wait:' .. h[2], n2s(wait_score(tonumber(h[3]) or 5, now)), id)\n"
+    "    table.insert(out, id); table.insert(out, tonumber(h[4]) or 0)\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* KEYS[1] job hash.  ARGV: id */
+static const char lua_cancel[] = PRELUDE
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'target')\n"
+    "if h[1] == 'queued' then\n"
+    "  redis.call('ZREM', 'kf:wait:' .. h[2], ARGV[1])\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return {'REMOVED'}\n"
+    "elseif h[1] == 'retrying' then\n"
+    "  redis.call('ZREM', 'kf:delayed', ARGV[1])\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return {'REMOVED'}\n"
+    "elseif h[1] == 'running' then\n"
+    "  redis.call('HSET', KEYS[1], 'cancel', '1')\n"
+    "  redis.call('PUBLISH', 'kf:cancel:' .. ARGV[1], 'cancel')\n"
+    "  return {'SIGNALLED'}\n"
+    "end\n"
+    "return {'ABSENT'}\n";
+
+/* KEYS[1] job hash.  ARGV: id */
+static const char lua_forget[] = PRELUDE
+    "local t = redis.call('HGET', KEYS[1], 'target')\n"
+    "if t then redis.call('ZREM', 'kf:wait:' .. t, ARGV[1]) end\n"
+    "redis.call('ZREM', 'kf:active', ARGV[1])\n"
+    "redis.call('ZREM', 'kf:delayed', ARGV[1])\n"
+    "redis.call('ZREM', 'kf:dead', ARGV[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "return {'OK'}\n";
+
+/* ARGV: older_than_ms limit.  Reply: OK count */
+static const char lua_trim_dead[] = PRELUDE
+    "local cutoff = now_ms() - tonumber(ARGV[1])\n"
+    "local ids = redis.call('ZRANGEBYSCORE', 'kf:dead', '-inf', n2s(cutoff), 'LIMIT', 0, tonumber(ARGV[2]))\n"
+    "for _, id in ipairs(ids) do\n"
+    "  redis.call('ZREM', 'kf:dead', id)\n"
+    "  if redis.call('HGET', 'kf:job:' .. id, 'state') == 'dead' then redis.call('DEL', 'kf:job:' .. id) end\n"
+    "end\n"
+    "return {'OK', #ids}\n";
+
+/* KEYS[1] kf:worker:{id}.  ARGV: id json ttl_ms */
+static const char lua_heartbeat[] = PRELUDE
+    "redis.call('SET', KEYS[1], ARGV[2], 'PX', tonumber(ARGV[3]))\n"
+    "redis.call('ZADD', 'kf:workers', n2s(now_ms()), ARGV[1])\n"
+    "return {'OK'}\n";
+
+static const char lua_workers_clean[] = PRELUDE
+    "local n = 0\n"
+    "for _, id in ipairs(redis.call('ZRANGE', 'kf:workers', 0, -1)) do\n"
+    "  if redis.call('EXISTS', 'kf:worker:' .. id) == 0 then\n"
+    "    redis.call('ZREM', 'kf:workers', id)\n"
+    "    n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "return {'OK', n}\n";
+
+/* KEYS[1] kf:leader.  ARGV: token ttl_ms.  Reply: OK 1 (leader) / OK 0 */
+static const char lua_leader[] = PRELUDE
+    "local cur = redis.call('GET', KEYS[1])\n"
+    "if cur == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))\n"
+    "  return {'OK', 1}\n"
+    "end\n"
+    "if not cur then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))\n"
+    "  return {'OK', 1}\n"
+    "end\n"
+    "return {'OK', 0}\n";
+
+/* KEYS[1] kf:leader.  ARGV: token */
+static const char lua_resign[] = PRELUDE
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+    "return {'OK'}\n";
+
+/* KEYS[1] kf:epoch.  Reply: OK 1 (was present) / OK 0 (created now) */
+static const char lua_epoch[] = PRELUDE
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return {'OK', 1} end\n"
+    "redis.call('SET', KEYS[1], n2s(now_ms()))\n"
+    "return {'OK', 0}\n";
+
+static const char *const kf_queue_lua_sources[KF_QS__COUNT] = {
+    [KF_QS_ENQUEUE] = lua_enqueue,     [KF_QS_LEASE] = lua_lease,
+    [KF_QS_RENEW] = lua_renew,         [KF_QS_ACK] = lua_ack,
+    [KF_QS_FAIL] = lua_fail,           [KF_QS_RELEASE] = lua_release,
+    [KF_QS_REAP] = lua_reap,           [KF_QS_PROMOTE] = lua_promote,
+    [KF_QS_CANCEL] = lua_cancel,       [KF_QS_FORGET] = lua_forget,
+    [KF_QS_TRIM_DEAD] = lua_trim_dead, [KF_QS_HEARTBEAT] = lua_heartbeat,
+    [KF_QS_WORKERS_CLEAN] = lua_workers_clean,
+    [KF_QS_LEADER] = lua_leader,       [KF_QS_RESIGN] = lua_resign,
+    [KF_QS_EPOCH] = lua_epoch,
+};
+
+static const char *const kf_queue_lua_names[KF_QS__COUNT] = {
+#define XX(id) [KF_QS_##id] = #id,
+    KF_QUEUE_SCRIPTS(XX)
+#undef XX
+};
+
+const char *kf_queue_lua_source(kf_queue_script s)
+{
+    return (s >= 0 && s < KF_QS__COUNT) ? kf_queue_lua_sources[s] : NULL;
+}
+
+const char *kf_queue_lua_name(kf_queue_script s)
+{
+    return (s >= 0 && s < KF_QS__COUNT) ? kf_queue_lua_names[s] : "?";
+}

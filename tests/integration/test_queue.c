@@ -1,0 +1,492 @@
+/* kf_queue against the harness's real Redis: every Lua transition, stale
+ * tokens, priorities and targets, retries and dead letters, cancel, reap,
+ * promote, the registry, the leader lock, NOSCRIPT and reconnects. */
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "kf_queue.h"
+#include "tests/lib/kf_test.h"
+
+#define TEST_DB 7
+
+static kf_queue *q;
+static redisContext *raw;
+
+static void setup(void)
+{
+    kf_err e = KF_ERR_INIT;
+    char *url = kf_test_redis_url(TEST_DB);
+    redisReply *r;
+
+    raw = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    cr_assert(raw && !raw->err, "cannot reach the test Redis");
+    r = redisCommand(raw, "SELECT %d", TEST_DB);
+    freeReplyObject(r);
+    r = redisCommand(raw, "FLUSHDB");
+    freeReplyObject(r);
+    q = kf_queue_connect(url, &e);
+    cr_assert_not_null(q, "%s", e.msg);
+    free(url);
+}
+
+static void teardown(void)
+{
+    kf_queue_free(q);
+    redisFree(raw);
+}
+
+TestSuite(queue, .init = setup, .fini = teardown, .timeout = 30);
+
+static void put(const char *id, const char *target, int prio, int max_attempts)
+{
+    kf_err e = KF_ERR_INIT;
+    bool created = false;
+    kf_queue_job j = { .id = id, .kind = "diag", .target = target, .backend = "diag", .priority = prio,
+                       .attempt = 0, .max_attempts = max_attempts, .payload = "{\"spec\":{}}" };
+    cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_OK, "%s", e.msg);
+    cr_assert(created, "job %s should be new", id);
+}
+
+static bool take(const char *target, kf_queue_lease *l)
+{
+    kf_err e = KF_ERR_INIT;
+    bool got = false;
+    const char *t[1] = { target };
+    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w1", 10000, l, &got, &e), KF_OK, "%s", e.msg);
+    return got;
+}
+
+static long long zscore_exists(const char *key, const char *id)
+{
+    redisReply *r = redisCommand(raw, "ZSCORE %s %s", key, id);
+    long long v = r->type == REDIS_REPLY_STRING ? 1 : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void set_field(const char *id, const char *field, const char *value)
+{
+    redisReply *r = redisCommand(raw, "HSET kf:job:%s %s %s", id, field, value);
+    freeReplyObject(r);
+}
+
+Test(queue, url_parsing_refuses_bad_urls)
+{
+    kf_err e = KF_ERR_INIT;
+    cr_assert_null(kf_queue_connect("http://x", &e));
+    cr_assert_eq(e.code, KF_CONFIG);
+    cr_assert_null(kf_queue_connect("redis://127.0.0.1:99999/0", &e));
+    cr_assert_null(kf_queue_connect("redis://127.0.0.1:6379/x", &e));
+    cr_assert_null(kf_queue_connect("redis://:6379", &e));
+    /* A well-formed URL to a closed port gives a handle that reports KF_REDIS. */
+    char *url = kf_asprintf("redis://:secret@127.0.0.1:%d/2", kf_test_free_port());
+    kf_queue *d = kf_queue_connect(url, &e);
+    cr_assert_not_null(d);
+    cr_assert_eq(kf_queue_ping(d, &e), KF_REDIS);
+    cr_assert(strstr(e.msg, "Redis") != NULL, "%s", e.msg);
+    kf_queue_free(d);
+    free(url);
+}
+
+Test(queue, enqueue_is_idempotent)
+{
+    kf_err e = KF_ERR_INIT;
+    bool created = true;
+    kf_queue_job j = { .id = "j1", .kind = "diag", .target = "trn2", .backend = "diag", .priority = 5,
+                       .attempt = 0, .max_attempts = 3, .payload = "{}" };
+    put("j1", "trn2", 5, 3);
+    cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_OK);
+    cr_assert_not(created);
+    kf_queue_stats st;
+    cr_assert_eq(kf_queue_stats_get(q, NULL, &st, &e), KF_OK);
+    cr_assert_eq(st.waiting, 1);
+    j.priority = 12;
+    j.id = "j2";
+    cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_INVALID);
+    j.priority = 1;
+    j.id = "bad id";
+    cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_INVALID);
+}
+
+Test(queue, lease_order_is_priority_then_arrival_across_targets)
+{
+    kf_queue_lease l;
+    const char *targets[2] = { "trn1", "trn2" };
+    kf_err e = KF_ERR_INIT;
+    bool got;
+
+    put("a", "trn1", 5, 3);
+    put("b", "trn2", 5, 3);
+    put("c", "trn2", 9, 3);
+    put("d", "inf2", 9, 3);
+    const char *expect[3] = { "c", "a", "b" };
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kf_queue_lease_job(q, targets, 2, "w1", 5000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert(got);
+        cr_assert_str_eq(l.id, expect[i]);
+        cr_assert_eq(l.attempt, 1);
+        cr_assert_eq(l.max_attempts, 3);
+        cr_assert_eq(strlen(l.token), 32);
+        cr_assert_str_eq(l.payload, "{\"spec\":{}}");
+        cr_assert_str_eq(l.kind, "diag");
+        cr_assert(l.expires_ms > 0);
+        cr_assert(zscore_exists("kf:active", l.id));
+        kf_queue_lease_release(&l);
+    }
+    cr_assert_eq(kf_queue_lease_job(q, targets, 2, "w1", 5000, &l, &got, &e), KF_OK);
+    cr_assert_not(got, "the inf2 job must not go to a trn1/trn2 worker");
+}
+
+Test(queue, renew_ack_with_stale_token_refused)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    bool cancel = true, exists = true;
+    kf_queue_info info;
+
+    put("j", "trn2", 5, 3);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_renew(q, "j", "not-the-token", 5000, &cancel, &e), KF_STALE);
+    cr_assert_eq(kf_queue_ack(q, "j", "not-the-token", &e), KF_STALE);
+    cr_assert_eq(kf_queue_release(q, "j", "not-the-token", &e), KF_STALE);
+    cr_assert_eq(kf_queue_fail(q, "j", "not-the-token", "x", true, 10, 100, NULL, NULL, &e), KF_STALE);
+    cr_assert_eq(kf_queue_renew(q, "j", l.token, 5000, &cancel, &e), KF_OK, "%s", e.msg);
+    cr_assert_not(cancel);
+    cr_assert_eq(kf_queue_ack(q, "j", l.token, &e), KF_OK);
+    cr_assert_eq(kf_queue_ack(q, "j", l.token, &e), KF_STALE, "a second ack must be refused");
+    cr_assert_eq(kf_queue_inspect(q, "j", &info, &exists, &e), KF_OK);
+    cr_assert_not(exists, "an acked job leaves Redis");
+    cr_assert_not(zscore_exists("kf:active", "j"));
+    kf_queue_lease_release(&l);
+}
+
+Test(queue, fail_backs_off_then_dead_letters)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    kf_queue_fate fate = 0;
+    int64_t due = 0, now = 0;
+    kf_queue_moved *m = NULL;
+    int n = 0;
+
+    put("p", "trn2", 5, 2);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_time(q, &now, &e), KF_OK);
+    cr_assert_eq(kf_queue_fail(q, "p", l.token, "boom", true, 200, 1000, &fate, &due, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(fate, KF_FATE_RETRYING);
+    /* first retry: base 200 ms with jitter in [100, 200] */
+    cr_assert(due >= now + 100 && due <= now + 250, "due %lld now %lld", (long long)due, (long long)now);
+    cr_assert(zscore_exists("kf:delayed", "p"));
+    cr_assert_eq(kf_queue_renew(q, "p", l.token, 1000, NULL, &e), KF_STALE, "the failed lease is gone");
+    kf_queue_lease_release(&l);
+
+    /* not due yet: promote moves nothing, lease finds nothing */
+    cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
+    cr_assert_eq(n, 0);
+    cr_assert_not(take("trn2", &l));
+    kf_test_sleep_ms(260);
+    cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(m[0].id, "p");
+    cr_assert_eq(m[0].attempt, 1);
+    kf_queue_moved_free(m, n);
+
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(l.attempt, 2);
+    cr_assert_eq(kf_queue_fail(q, "p", l.token, "boom again", true, 200, 1000, &fate, &due, &e), KF_OK);
+    cr_assert_eq(fate, KF_FATE_DEAD, "2 of 2 attempts used");
+    cr_assert(zscore_exists("kf:dead", "p"));
+    kf_queue_lease_release(&l);
+
+    kf_queue_info info;
+    bool exists;
+    cr_assert_eq(kf_queue_inspect(q, "p", &info, &exists, &e), KF_OK);
+    cr_assert(exists);
+    cr_assert_str_eq(info.state, "dead");
+    cr_assert_str_eq(info.last_error, "boom again", "dead jobs keep their last error");
+    kf_queue_info_release(&info);
+
+    /* retention trims the dead letter after its TTL */
+    int trimmed = -1;
+    cr_assert_eq(kf_queue_trim_dead(q, 60000, 100, &trimmed, &e), KF_OK);
+    cr_assert_eq(trimmed, 0);
+    cr_assert_eq(kf_queue_trim_dead(q, 0, 100, &trimmed, &e), KF_OK);
+    cr_assert_eq(trimmed, 1);
+    cr_assert_eq(kf_queue_inspect(q, "p", &info, &exists, &e), KF_OK);
+    cr_assert_not(exists);
+}
+
+Test(queue, non_retryable_failure_is_dead_at_once_and_backoff_is_capped)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    kf_queue_fate fate = 0;
+    int64_t due = 0, now = 0;
+
+    put("n", "trn2", 5, 5);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_fail(q, "n", l.token, "bad spec", false, 200, 1000, &fate, &due, &e), KF_OK);
+    cr_assert_eq(fate, KF_FATE_DEAD);
+    kf_queue_lease_release(&l);
+
+    put("c", "trn2", 5, 20);
+    set_field("c", "attempt", "10"); /* the 11th attempt: 2^10 * base far above the cap */
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(l.attempt, 11);
+    cr_assert_eq(kf_queue_time(q, &now, &e), KF_OK);
+    cr_assert_eq(kf_queue_fail(q, "c", l.token, "x", true, 200, 1000, &fate, &due, &e), KF_OK);
+    cr_assert_eq(fate, KF_FATE_RETRYING);
+    cr_assert(due <= now + 1050 && due >= now + 450, "capped at 1000 ms with jitter: %lld",
+              (long long)(due - now));
+    kf_queue_lease_release(&l);
+}
+
+Test(queue, reap_counts_expired_leases_as_attempts)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    const char *t[1] = { "trn2" };
+    bool got;
+    kf_queue_moved *m = NULL;
+    int n = 0;
+
+    put("r", "trn2", 5, 2);
+    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w1", 100, &l, &got, &e), KF_OK);
+    cr_assert(got);
+    cr_assert_eq(kf_queue_reap(q, 100, 10, 10, &m, &n, &e), KF_OK);
+    cr_assert_eq(n, 0, "lease not yet expired");
+    kf_test_sleep_ms(150);
+    cr_assert_eq(kf_queue_reap(q, 100, 10, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(m[0].id, "r");
+    cr_assert_eq(m[0].fate, KF_FATE_RETRYING);
+    cr_assert_eq(m[0].attempt, 1);
+    kf_queue_moved_free(m, n);
+    /* the late holder is fenced off */
+    cr_assert_eq(kf_queue_ack(q, "r", l.token, &e), KF_STALE);
+    kf_queue_lease_release(&l);
+
+    kf_test_sleep_ms(20);
+    cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
+    kf_queue_moved_free(m, n);
+    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w2", 100, &l, &got, &e), KF_OK);
+    cr_assert(got);
+    cr_assert_eq(l.attempt, 2);
+    kf_queue_lease_release(&l);
+    kf_test_sleep_ms(150);
+    cr_assert_eq(kf_queue_reap(q, 100, 10, 10, &m, &n, &e), KF_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(m[0].fate, KF_FATE_DEAD, "a poison job that keeps killing workers ends dead");
+    kf_queue_moved_free(m, n);
+}
+
+Test(queue, release_hands_back_without_using_an_attempt)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+
+    put("x", "trn2", 5, 1);
+    put("y", "trn2", 5, 1);
+    cr_assert(take("trn2", &l));
+    cr_assert_str_eq(l.id, "x");
+    cr_assert_eq(kf_queue_release(q, "x", l.token, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_release(q, "x", l.token, &e), KF_STALE);
+    kf_queue_lease_release(&l);
+    cr_assert(take("trn2", &l));
+    cr_assert_str_eq(l.id, "x", "a handed-back job goes to the front");
+    cr_assert_eq(l.attempt, 2, "attempt numbers only grow (fencing)");
+    cr_assert_eq(l.max_attempts, 2, "but the hand-back does not use up the single attempt");
+    kf_queue_fate fate = 0;
+    cr_assert_eq(kf_queue_fail(q, "x", l.token, "e", true, 10, 10, &fate, NULL, &e), KF_OK);
+    cr_assert_eq(fate, KF_FATE_DEAD);
+    kf_queue_lease_release(&l);
+}
+
+Test(queue, cancel_transitions)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_cancel_result res = 0;
+    kf_queue_lease l;
+    bool cancel = false;
+    kf_queue_fate fate = 0;
+
+    /* waiting: removed, never leased */
+    put("w", "trn2", 5, 3);
+    cr_assert_eq(kf_queue_cancel(q, "w", &res, &e), KF_OK);
+    cr_assert_eq(res, KF_CANCEL_REMOVED);
+    cr_assert_not(take("trn2", &l));
+
+    /* delayed: removed, never promoted */
+    put("d", "trn2", 5, 3);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_fail(q, "d", l.token, "e", true, 10, 10, &fate, NULL, &e), KF_OK);
+    kf_queue_lease_release(&l);
+    cr_assert_eq(kf_queue_cancel(q, "d", &res, &e), KF_OK);
+    cr_assert_eq(res, KF_CANCEL_REMOVED);
+    cr_assert_not(zscore_exists("kf:delayed", "d"));
+
+    /* running: flag + publish; renew reports it; fail drops the job */
+    put("r", "trn2", 5, 3);
+    cr_assert(take("trn2", &l));
+    redisContext *sub = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    redisReply *sr = redisCommand(sub, "SUBSCRIBE kf:cancel:r");
+    freeReplyObject(sr);
+    cr_assert_eq(kf_queue_cancel(q, "r", &res, &e), KF_OK);
+    cr_assert_eq(res, KF_CANCEL_SIGNALLED);
+    struct timeval tv = { 2, 0 };
+    redisSetTimeout(sub, tv);
+    cr_assert_eq(redisGetReply(sub, (void **)&sr), REDIS_OK, "the holder is notified over pub/sub");
+    cr_assert_eq(sr->type, REDIS_REPLY_ARRAY);
+    cr_assert_str_eq(sr->element[2]->str, "cancel");
+    freeReplyObject(sr);
+    redisFree(sub);
+    cr_assert_eq(kf_queue_renew(q, "r", l.token, 1000, &cancel, &e), KF_OK);
+    cr_assert(cancel);
+    cr_assert_eq(kf_queue_fail(q, "r", l.token, "cancelled", true, 10, 10, &fate, NULL, &e), KF_OK);
+    cr_assert_eq(fate, KF_FATE_CANCELLED);
+    kf_queue_lease_release(&l);
+
+    /* running, then a late ack after cancel: the job just leaves Redis */
+    put("a", "trn2", 5, 3);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_cancel(q, "a", &res, &e), KF_OK);
+    cr_assert_eq(kf_queue_ack(q, "a", l.token, &e), KF_OK);
+    kf_queue_lease_release(&l);
+
+    /* absent */
+    cr_assert_eq(kf_queue_cancel(q, "nope", &res, &e), KF_OK);
+    cr_assert_eq(res, KF_CANCEL_ABSENT);
+    kf_queue_stats st;
+    cr_assert_eq(kf_queue_stats_get(q, NULL, &st, &e), KF_OK);
+    cr_assert_eq(st.waiting + st.active + st.delayed + st.dead, 0, "cancelled jobs leave nothing behind");
+}
+
+Test(queue, forget_removes_everywhere)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    bool exists = true;
+    kf_queue_info info;
+
+    put("f", "trn2", 5, 3);
+    cr_assert(take("trn2", &l));
+    cr_assert_eq(kf_queue_forget(q, "f", &e), KF_OK);
+    cr_assert_eq(kf_queue_renew(q, "f", l.token, 100, NULL, &e), KF_STALE);
+    cr_assert_eq(kf_queue_inspect(q, "f", &info, &exists, &e), KF_OK);
+    cr_assert_not(exists);
+    cr_assert_not(zscore_exists("kf:active", "f"));
+    kf_queue_lease_release(&l);
+}
+
+Test(queue, noscript_reloads_and_reconnects_after_a_dropped_connection)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    redisReply *r = redisCommand(raw, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    put("s", "trn2", 5, 3);   /* EVALSHA -> NOSCRIPT -> SCRIPT LOAD -> retry */
+    r = redisCommand(raw, "CLIENT KILL TYPE normal SKIPME yes");
+    freeReplyObject(r);
+    kf_queue_stats st;
+    kf_code rc = kf_queue_stats_get(q, NULL, &st, &e);
+    if (rc != KF_OK) {
+        cr_assert_eq(rc, KF_REDIS, "%s", e.msg);
+        rc = kf_queue_stats_get(q, NULL, &st, &e);
+    }
+    cr_assert_eq(rc, KF_OK, "the handle reconnects on the next call: %s", e.msg);
+    cr_assert_eq(st.waiting, 1);
+    cr_assert(take("trn2", &l));
+    kf_queue_lease_release(&l);
+}
+
+Test(queue, worker_registry_and_cleanup)
+{
+    kf_err e = KF_ERR_INIT;
+    int removed = -1;
+
+    cr_assert_eq(kf_queue_heartbeat(q, "w-a", "{\"id\":\"w-a\"}", 100, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_heartbeat(q, "w-b", "{\"id\":\"w-b\"}", 60000, &e), KF_OK);
+    cr_assert_eq(kf_queue_workers_cleanup(q, &removed, &e), KF_OK);
+    cr_assert_eq(removed, 0);
+    kf_test_sleep_ms(150);
+    cr_assert_eq(kf_queue_workers_cleanup(q, &removed, &e), KF_OK);
+    cr_assert_eq(removed, 1, "w-a's heartbeat expired");
+    cr_assert_eq(kf_queue_worker_gone(q, "w-b", &e), KF_OK);
+    redisReply *r = redisCommand(raw, "ZCARD kf:workers");
+    cr_assert_eq(r->integer, 0);
+    freeReplyObject(r);
+}
+
+Test(queue, leader_lock_one_holder_then_takeover)
+{
+    kf_err e = KF_ERR_INIT;
+    bool a = false, b = true;
+    char ta[33], tb[33];
+
+    kf_queue_new_token(ta);
+    kf_queue_new_token(tb);
+    cr_assert_str_neq(ta, tb);
+    cr_assert_eq(kf_queue_leader(q, ta, 200, &a, &e), KF_OK);
+    cr_assert(a);
+    cr_assert_eq(kf_queue_leader(q, tb, 200, &b, &e), KF_OK);
+    cr_assert_not(b);
+    cr_assert_eq(kf_queue_leader(q, ta, 200, &a, &e), KF_OK);
+    cr_assert(a, "the holder renews");
+    kf_test_sleep_ms(250);
+    cr_assert_eq(kf_queue_leader(q, tb, 200, &b, &e), KF_OK);
+    cr_assert(b, "a standby takes over once the TTL passed");
+    cr_assert_eq(kf_queue_leader(q, ta, 200, &a, &e), KF_OK);
+    cr_assert_not(a, "the old holder has lost it");
+    cr_assert_eq(kf_queue_leader_resign(q, ta, &e), KF_OK);
+    cr_assert_eq(kf_queue_leader(q, tb, 200, &b, &e), KF_OK);
+    cr_assert(b, "resigning with a foreign token changes nothing");
+    cr_assert_eq(kf_queue_leader_resign(q, tb, &e), KF_OK);
+    cr_assert_eq(kf_queue_leader(q, ta, 200, &a, &e), KF_OK);
+    cr_assert(a);
+}
+
+Test(queue, epoch_marker_detects_data_loss)
+{
+    kf_err e = KF_ERR_INIT;
+    bool present = true;
+    cr_assert_eq(kf_queue_epoch(q, &present, &e), KF_OK);
+    cr_assert_not(present);
+    cr_assert_eq(kf_queue_epoch(q, &present, &e), KF_OK);
+    cr_assert(present);
+    redisReply *r = redisCommand(raw, "FLUSHDB");
+    freeReplyObject(r);
+    cr_assert_eq(kf_queue_epoch(q, &present, &e), KF_OK);
+    cr_assert_not(present);
+}
+
+Test(queue, two_leasers_never_share_a_job)
+{
+    kf_err e = KF_ERR_INIT;
+    char *url = kf_test_redis_url(TEST_DB);
+    kf_queue *q2 = kf_queue_connect(url, &e);
+    const char *t[1] = { "trn2" };
+    char id[16];
+    int seen[50] = { 0 };
+
+    for (int i = 0; i < 50; i++) {
+        snprintf(id, sizeof(id), "job%d", i);
+        put(id, "trn2", i % 10, 3);
+    }
+    for (int i = 0; i < 30; i++) {
+        kf_queue *h = (i % 2) ? q : q2;
+        kf_queue_lease l;
+        bool got = false;
+        cr_assert_eq(kf_queue_lease_job(h, t, 1, "w", 1000, &l, &got, &e), KF_OK);
+        if (!got)
+            break;
+        int k = atoi(l.id + 3);
+        seen[k]++;
+        cr_assert_eq(seen[k], 1, "job %s leased twice", l.id);
+        kf_queue_lease_release(&l);
+    }
+    kf_queue_free(q2);
+    free(url);
+}
