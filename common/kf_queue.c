@@ -894,3 +894,42 @@ kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err)
     freeReplyObject(r);
     return rc;
 }
+
+kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
+                      kf_err *err)
+{
+    char keys[KQ_MAX_TARGETS][96];
+    const char *argv[KQ_MAX_TARGETS + 2];
+    char tmo[24];
+    redisReply *r;
+    kf_code rc;
+    int argc = 0;
+
+    *woken = false;
+    if (n_targets < 1 || n_targets > KQ_MAX_TARGETS)
+        return kf_err_set(err, KF_INVALID, "queue: a worker serves 1..%d targets, not %d", KQ_MAX_TARGETS,
+                          n_targets);
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    argv[argc++] = "BLPOP";
+    for (int i = 0; i < n_targets; i++) {
+        if ((rc = kq_check_name("target", targets[i], err)) != KF_OK)
+            return rc;
+        snprintf(keys[i], sizeof(keys[i]), "kf:signal:%s", targets[i]);
+        argv[argc++] = keys[i];
+    }
+    if (timeout_ms < 1)
+        timeout_ms = 1;
+    if (timeout_ms > KQ_COMMAND_MS - 1000)
+        timeout_ms = KQ_COMMAND_MS - 1000;
+    snprintf(tmo, sizeof(tmo), "%.3f", timeout_ms / 1000.0);
+    argv[argc++] = tmo;
+    r = redisCommandArgv(q->c, argc, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "BLPOP");
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = kf_err_set(err, KF_REDIS, "Redis BLPOP refused: %s", r->str);
+    *woken = r->type == REDIS_REPLY_ARRAY;
+    freeReplyObject(r);
+    return rc;
+}

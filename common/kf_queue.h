@@ -169,6 +169,14 @@ kf_code kf_queue_leader_resign(kf_queue *q, const char *token, kf_err *err);
  * it is (re)created either way.  Missing means Redis lost its data. */
 kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err);
 
+/* Block up to timeout_ms (<= 4000) until a job may be waiting for one of
+ * `targets` (enqueue, promote and release push a wake-up signal per
+ * target).  *woken tells whether a signal arrived; a spurious wake-up just
+ * finds nothing to lease.  Lets idle workers pick a job up within a round
+ * trip instead of a polling interval. */
+kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
+                      kf_err *err);
+
 /* Redis server time in ms. */
 kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err);
 

@@ -18,6 +18,10 @@
     "end\n"                                                                            \
     "local function n2s(x) return string.format('%.0f', x) end\n"                      \
     "local function wait_score(prio, ms) return (10 - prio) * 1e13 + ms end\n"        \
+    "local function signal(target)\n"                                                 \
+    "  local k = 'kf:signal:' .. target\n"                                            \
+    "  if redis.call('RPUSH', k, '1') > 64 then redis.call('LTRIM', k, -64, -1) end\n" \
+    "end\n"                                                                           \
     "local function fail_job(id, err, retryable, base, cap, rnd, now)\n"               \
     "  local jk = 'kf:job:' .. id\n"                                                   \
     "  local h = redis.call('HMGET', jk, 'attempt', 'max_attempts', 'released', 'cancel')\n" \
@@ -56,6 +60,7 @@ static const char lua_enqueue[] = PRELUDE
     "  'enqueued_ms', n2s(now))\n"
     "redis.call('ZADD', KEYS[2], n2s(wait_score(tonumber(ARGV[5]), now)), ARGV[1])\n"
     "redis.call('SADD', 'kf:targets', ARGV[3])\n"
+    "signal(ARGV[3])\n"
     "return {'OK'}\n";
 
 /* KEYS[1] kf:active, KEYS[2..] waiting sets.  ARGV: worker lease_ms token */
@@ -121,6 +126,7 @@ static const char lua_release[] = PRELUDE
     "redis.call('HINCRBY', KEYS[1], 'released', 1)\n"
     "redis.call('HSET', KEYS[1], 'state', 'queued', 'lease_token', '', 'worker', '')\n"
     "redis.call('ZADD', 'kf:wait:' .. h[3], n2s(wait_score(tonumber(h[4]) or 5, 0)), ARGV[1])\n"
+    "signal(h[3])\n"
     "return {'OK'}\n";
 
 /* ARGV: limit base_ms cap_ms seed.  Reply: flat list id fate at attempt ... */
@@ -152,6 +158,7 @@ static const char lua_promote[] = PRELUDE
     "  if h[1] == 'retrying' then\n"
     "    redis.call('HSET', jk, 'state', 'queued')\n"
     "    redis.call('ZADD', 'kf:wait:' .. h[2], n2s(wait_score(tonumber(h[3]) or 5, now)), id)\n"
+    "    signal(h[2])\n"
     "    table.insert(out, id); table.insert(out, tonumber(h[4]) or 0)\n"
     "  end\n"
     "end\n"

@@ -490,3 +490,20 @@ Test(queue, two_leasers_never_share_a_job)
     kf_queue_free(q2);
     free(url);
 }
+
+Test(queue, wait_wakes_on_enqueue_and_times_out_otherwise)
+{
+    kf_err e = KF_ERR_INIT;
+    const char *t[2] = { "trn1", "trn2" };
+    bool woken = true;
+    long long t0 = kf_test_now_ms();
+
+    cr_assert_eq(kf_queue_wait(q, t, 2, 200, &woken, &e), KF_OK, "%s", e.msg);
+    cr_assert_not(woken);
+    cr_assert(kf_test_now_ms() - t0 >= 150, "waited for the timeout");
+    put("s1", "trn2", 5, 3);
+    t0 = kf_test_now_ms();
+    cr_assert_eq(kf_queue_wait(q, t, 2, 2000, &woken, &e), KF_OK, "%s", e.msg);
+    cr_assert(woken);
+    cr_assert(kf_test_now_ms() - t0 < 100, "a signal wakes at once");
+}
