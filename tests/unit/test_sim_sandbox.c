@@ -1,0 +1,255 @@
+/* Unit tests for sim/sim_sandbox: each way an evaluation can go wrong is
+ * reported with its reason, and the caller keeps going. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "sim/sim_sandbox.h"
+
+static sim_sandbox_limits limits(unsigned cpu, unsigned mib, unsigned wall_ms)
+{
+    sim_sandbox_limits l = { cpu, mib, wall_ms, false, 0 };
+    return l;
+}
+
+static kf_code ok_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)err;
+    sim_array a;
+    float v[6] = { 1, 2, 3, 4, 5, 6 };
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "out%d", *(int *)arg);
+    a.dtype = SIM_DT_FLOAT32;
+    a.ndim = 2;
+    a.shape[0] = 2;
+    a.shape[1] = 3;
+    a.data = v;
+    sim_sandbox_send_array(out, &a);
+    a.ndim = 0;
+    snprintf(a.name, sizeof(a.name), "scalar");
+    sim_sandbox_send_array(out, &a);
+    printf("hello from the child\n");
+    sim_sandbox_send_json(out, "{\"ok\":true}");
+    return KF_OK;
+}
+
+Test(sim_sandbox, success_passes_arrays_json_and_log_back)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+    kf_err e = KF_ERR_INIT;
+    int tag = 7;
+
+    cr_assert_eq(sim_sandbox_run(&l, ok_fn, &tag, &r, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(r.status, SIM_SB_OK, "%s: %s", sim_sandbox_status_name(r.status), r.reason);
+    cr_assert_eq(r.n_arrays, 2);
+    cr_assert_str_eq(r.arrays[0].name, "out7");
+    cr_assert_eq(r.arrays[0].shape[1], 3);
+    cr_assert_eq(((float *)r.arrays[0].data)[5], 6.0f);
+    cr_assert_eq(r.arrays[1].ndim, 0);
+    cr_assert_eq(((float *)r.arrays[1].data)[0], 1.0f);
+    cr_assert_str_eq(r.json, "{\"ok\":true}");
+    cr_assert(strstr(r.log, "hello from the child") != NULL, "log: %s", r.log);
+    cr_assert(strstr(r.isolation, "seccomp") || strstr(r.isolation, "netns"), "%s", r.isolation);
+    cr_assert_eq(r.exit_code, 0);
+    sim_sandbox_result_release(&r);
+}
+
+static kf_code segv_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out; (void)err;
+    volatile char *p = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p[0] = 1;
+    return KF_OK;
+}
+
+Test(sim_sandbox, segfault_is_a_failed_evaluation)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+    cr_assert_eq(sim_sandbox_run(&l, segv_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_CRASHED, "%s: %s", sim_sandbox_status_name(r.status), r.reason);
+    cr_assert(strstr(r.reason, "SIGSEGV") != NULL, "%s", r.reason);
+    sim_sandbox_result_release(&r);
+
+    /* the caller keeps going: the next evaluation works */
+    int tag = 1;
+    cr_assert_eq(sim_sandbox_run(&l, ok_fn, &tag, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_OK, "%s", r.reason);
+    sim_sandbox_result_release(&r);
+}
+
+static kf_code spin_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out; (void)err;
+    volatile unsigned long x = 0;
+    for (;;)
+        x++;
+    return KF_OK;
+}
+
+Test(sim_sandbox, infinite_loop_hits_the_cpu_limit)
+{
+    sim_sandbox_limits l = limits(1, 1024, 20000);
+    sim_sandbox_result r;
+    cr_assert_eq(sim_sandbox_run(&l, spin_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_CPU_LIMIT, "%s: %s", sim_sandbox_status_name(r.status), r.reason);
+    cr_assert_str_eq(r.reason, "CPU time limit of 1 s exceeded");
+    cr_assert(r.wall_seconds < 10, "took %.1f s", r.wall_seconds);
+    sim_sandbox_result_release(&r);
+}
+
+static kf_code sleep_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out; (void)err;
+    for (;;)
+        pause();
+    return KF_OK;
+}
+
+Test(sim_sandbox, a_blocked_child_hits_the_wall_clock_limit)
+{
+    sim_sandbox_limits l = limits(10, 1024, 300);
+    sim_sandbox_result r;
+    cr_assert_eq(sim_sandbox_run(&l, sleep_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_WALL_LIMIT, "%s: %s", sim_sandbox_status_name(r.status), r.reason);
+    cr_assert_str_eq(r.reason, "wall-clock limit of 0.3 s exceeded");
+    cr_assert(r.wall_seconds >= 0.3 && r.wall_seconds < 3, "%.2f s", r.wall_seconds);
+    sim_sandbox_result_release(&r);
+}
+
+static kf_code hog_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out; (void)err;
+    for (;;) {
+        char *p = kf_malloc(16u << 20);    /* aborts with "out of memory" when refused */
+        memset(p, 1, 16u << 20);
+    }
+    return KF_OK;
+}
+
+Test(sim_sandbox, runaway_allocation_hits_the_memory_limit)
+{
+    sim_sandbox_limits l = limits(30, 256, 30000);
+    sim_sandbox_result r;
+    cr_assert_eq(sim_sandbox_run(&l, hog_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_MEMORY_LIMIT, "%s: %s (log %s)", sim_sandbox_status_name(r.status),
+                 r.reason, r.log);
+    cr_assert(strstr(r.reason, "memory limit of 256 MiB exceeded") != NULL, "%s", r.reason);
+    sim_sandbox_result_release(&r);
+}
+
+static int inherited_fd = -1;
+
+static kf_code net_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)err;
+    int port = *(int *)arg;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int e_inet = s < 0 ? errno : 0;
+    int s6 = socket(AF_INET6, SOCK_DGRAM, 0);
+    int e_inet6 = s6 < 0 ? errno : 0;
+    int pair[2];
+    int unix_ok = socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0;
+    int fd_closed = fcntl(inherited_fd, F_GETFD) < 0 && errno == EBADF;
+    int connected = 0;
+    if (s >= 0) {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        connected = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+    }
+    char *json = kf_asprintf("{\"e_inet\":%d,\"e_inet6\":%d,\"unix_ok\":%d,\"fd_closed\":%d,\"connected\":%d}",
+                             e_inet, e_inet6, unix_ok, fd_closed, connected);
+    sim_sandbox_send_json(out, json);
+    free(json);
+    return KF_OK;
+}
+
+Test(sim_sandbox, no_network_and_no_inherited_sockets)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    int ls = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    cr_assert(ls >= 0);
+    cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(ls, 4), 0);
+    getsockname(ls, (struct sockaddr *)&a, &al);
+    port = ntohs(a.sin_port);
+    inherited_fd = ls;
+
+    cr_assert_eq(sim_sandbox_run(&l, net_fn, &port, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_OK, "%s", r.reason);
+    cr_assert(strstr(r.json, "\"e_inet\":1,") != NULL, "socket(AF_INET) must fail with EPERM: %s", r.json);
+    cr_assert(strstr(r.json, "\"e_inet6\":1,") != NULL, "%s", r.json);
+    cr_assert(strstr(r.json, "\"unix_ok\":1") != NULL, "AF_UNIX stays usable: %s", r.json);
+    cr_assert(strstr(r.json, "\"fd_closed\":1") != NULL, "inherited fds are closed: %s", r.json);
+    cr_assert(strstr(r.json, "\"connected\":0") != NULL, "%s", r.json);
+    sim_sandbox_result_release(&r);
+
+    /* the parent's network is untouched */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(s >= 0);
+    cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(s);
+    close(ls);
+}
+
+static kf_code fail_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out;
+    return kf_err_set(err, KF_INVALID, "kernel.py:3: error SIM_E_PARTITION_LIMIT");
+}
+
+static kf_code exit_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)out; (void)err;
+    _exit(3);
+}
+
+static kf_code flood_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)err;
+    sim_array a;
+    memset(&a, 0, sizeof(a));
+    a.dtype = SIM_DT_UINT8;
+    a.ndim = 1;
+    a.shape[0] = 1 << 20;
+    a.data = kf_calloc(1, 1 << 20);
+    sim_sandbox_send_array(out, &a);
+    return KF_OK;
+}
+
+Test(sim_sandbox, errors_early_exits_and_oversized_results)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+
+    cr_assert_eq(sim_sandbox_run(&l, fail_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_FAILED);
+    cr_assert_eq(r.child_code, KF_INVALID);
+    cr_assert_str_eq(r.reason, "kernel.py:3: error SIM_E_PARTITION_LIMIT");
+    sim_sandbox_result_release(&r);
+
+    cr_assert_eq(sim_sandbox_run(&l, exit_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_EXITED, "%s", r.reason);
+    cr_assert_eq(r.exit_code, 3);
+    sim_sandbox_result_release(&r);
+
+    l.max_result_bytes = 4096;
+    cr_assert_eq(sim_sandbox_run(&l, flood_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_PROTOCOL, "%s", r.reason);
+    cr_assert(strstr(r.reason, "larger than 4096 bytes") != NULL, "%s", r.reason);
+    cr_assert_eq(r.n_arrays, 0);
+    sim_sandbox_result_release(&r);
+}
