@@ -1,0 +1,255 @@
+/*
+ * api — kforge-api's internals shared by its files (not a public library).
+ *
+ *   api_pg.c        PostgreSQL connection pool and query helpers
+ *   api_qpool.c     pool of kf_queue handles (kf_queue is not thread-safe)
+ *   api_http.c      libmicrohttpd glue: request context, route table,
+ *                   dispatch, problem+json replies, request metrics
+ *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation
+ *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
+ *   api_jobs.c      /v1/jobs routes
+ *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
+ *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
+ *   api_migrate.c   kforge-api migrate
+ *   main.c          subcommands
+ *
+ * Failure behaviour: no request ever crashes the process.  Bad input is a
+ * 4xx problem+json naming the field and rule; PostgreSQL unreachable is 503
+ * with Retry-After; Redis unreachable never fails a POST (the outbox keeps
+ * the job).  Ownership: an api_req lives from the first callback of a
+ * request to MHD's completion callback, which frees it and returns its
+ * pooled connections.
+ */
+#ifndef KF_API_H
+#define KF_API_H
+
+#include <cjson/cJSON.h>
+#include <libpq-fe.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kf_buf.h"
+#include "kf_error.h"
+#include "kf_json.h"
+#include "kf_queue.h"
+
+/* ---- PostgreSQL pool (api_pg.c) ------------------------------------------ */
+
+typedef struct api_pg_pool api_pg_pool;
+
+/* size connections, opened lazily.  Never fails (connections are made on use). */
+api_pg_pool *api_pg_pool_new(const char *dsn, int size);
+void api_pg_pool_free(api_pg_pool *p);
+/* A connection that answered (reset if it was broken), or NULL with err =
+ * KF_UNAVAILABLE when PostgreSQL cannot be reached.  Waits at most
+ * wait_ms for a free slot (KF_UNAVAILABLE "pool exhausted" after). */
+PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err);
+/* Give a connection back; one left inside a transaction is rolled back,
+ * one that is broken is closed and reopened on a later acquire. */
+void api_pg_release(api_pg_pool *p, PGconn *c);
+
+/* A single connection for the command-line subcommands (TimeZone UTC). */
+PGconn *api_pg_connect(const char *dsn, kf_err *err);
+
+/* True when a failed query should be answered 503 (the server is gone,
+ * shutting down, or asked us to retry), false for other errors. */
+bool api_pg_error_transient(PGconn *c, const PGresult *res);
+
+/* ---- queue pool (api_qpool.c) -------------------------------------------- */
+
+typedef struct api_qpool api_qpool;
+api_qpool *api_qpool_new(const char *redis_url, int keep);
+void api_qpool_free(api_qpool *p);
+/* A handle, or NULL (err = KF_REDIS) when Redis cannot be reached. */
+kf_queue *api_qpool_get(api_qpool *p, kf_err *err);
+void api_qpool_put(api_qpool *p, kf_queue *q);
+
+/* ---- roles and principals (api_auth.c) ----------------------------------- */
+
+enum {
+    API_ROLE_WORKER = 1 << 0,
+    API_ROLE_USER = 1 << 1,
+    API_ROLE_ADMIN = 1 << 2,
+    API_PUBLIC = 0,          /* route needs no token */
+};
+
+typedef struct api_principal {
+    int64_t token_id;        /* api_tokens.id; 0 when anonymous */
+    int     role;            /* one API_ROLE_* bit */
+} api_principal;
+
+const char *api_role_name(int role);
+int api_role_parse(const char *s);   /* 0 when unknown */
+
+/* SHA-256 of a token secret. */
+void api_token_hash(const char *secret, unsigned char out[32]);
+/* A new random secret "kf_<64 hex>" (caller frees). */
+char *api_token_new_secret(void);
+/* Insert a token row; returns KF_OK and its id. */
+kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const char *role, int64_t *id,
+                         kf_err *err);
+/* Ensure an admin token with this secret exists (KFORGE_BOOTSTRAP_TOKEN). */
+kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err);
+
+/* ---- migrations (api_migrate.c) ------------------------------------------ */
+
+/* Apply every not-yet-applied NNNN_name.sql of dir in numeric order, each
+ * in its own transaction, recorded in schema_migrations.  Prints one line
+ * per migration applied to `out` (may be NULL).  *applied counts them. */
+kf_code api_migrate(PGconn *c, const char *dir, FILE *out, int *applied, kf_err *err);
+/* The folder migrate uses: KFORGE_MIGRATIONS_DIR, else the source tree's. */
+const char *api_migrations_dir(void);
+
+/* ---- server and requests (api_http.c) ------------------------------------ */
+
+typedef struct api_server api_server;
+typedef struct api_req api_req;
+typedef void (*api_handler)(api_req *r);
+
+enum {
+    API_F_JSON = 1 << 0,      /* body required: a JSON object */
+    API_F_JSON_OPT = 1 << 1,  /* body optional: when present, a JSON object */
+    API_F_IDEM = 1 << 2,      /* honours Idempotency-Key */
+};
+
+typedef struct api_route {
+    const char *method;
+    const char *pattern;      /* "/v1/jobs/{id}/cancel"; {x} matches one segment */
+    api_handler handler;
+    int         roles;        /* API_ROLE_* bits allowed; API_PUBLIC for none */
+    int         flags;        /* API_F_* */
+} api_route;
+
+typedef struct api_server_config {
+    const char *listen;       /* HOST:PORT */
+    int         threads;
+    long        max_body;
+    const char *pg_dsn;
+    int         pg_pool;
+    const char *redis_url;
+    int         idem_ttl_s;
+    int         default_max_attempts;
+} api_server_config;
+
+/* Start listening; NULL with err on failure (port in use, bad address). */
+api_server *api_server_start(const api_server_config *cfg, kf_err *err);
+void api_server_stop(api_server *s);
+
+/* The request, as handlers see it. */
+struct api_req {
+    api_server        *srv;
+    struct MHD_Connection *conn;
+    const char        *method;
+    const char        *url;           /* path without the query */
+    const api_route   *route;
+    int                route_index;
+    char               param[128];    /* the {x} segment of the route, if any */
+    api_principal      who;
+    kf_buf             body;
+    cJSON             *json;          /* parsed body (API_F_JSON[_OPT]) or NULL */
+    PGconn            *pg;            /* acquired by api_req_pg(), returned at the end */
+    bool               pg_failed;     /* a query already failed in this request */
+    bool               in_tx;         /* between api_req_begin and commit/rollback */
+    char               request_id[20];
+
+    /* The response being built. */
+    int                status;
+    kf_buf             out;
+    const char        *content_type;
+    char               location[160];
+    int                retry_after;   /* seconds; 0 = no header */
+    const char        *www_auth;      /* WWW-Authenticate value or NULL */
+    bool               replayed;      /* answered from the idempotency store */
+
+    /* Idempotency-Key state (api_idem.c). */
+    char               idem_key[256];
+    unsigned char      idem_fp[32];
+    bool               idem_active;   /* we own an in_flight row */
+    bool               idem_stored;   /* the handler stored the response itself */
+
+    /* Internal to api_http.c. */
+    bool               too_large;
+    bool               done;
+    long long          started_ns;
+};
+
+/* Settings the handlers read. */
+const api_server_config *api_req_config(const api_req *r);
+api_qpool *api_req_qpool(const api_req *r);
+
+/* A header of the request or NULL. */
+const char *api_req_header(api_req *r, const char *name);
+/* A query-string argument or NULL (MHD decodes it). */
+const char *api_req_query(api_req *r, const char *name);
+/* Record a 400 for each query argument not in allowed; true if all known. */
+bool api_req_query_known(api_req *r, const char *const *allowed);
+
+/* The request's PostgreSQL connection, acquired on first use; NULL after
+ * answering 503 when PostgreSQL is unreachable. */
+PGconn *api_req_pg(api_req *r);
+/* Run a statement.  On failure answers the request (503 + Retry-After when
+ * PostgreSQL is gone or busy, 500 otherwise) and returns NULL.  A broken
+ * connection is re-opened and the statement retried once when no
+ * transaction is open. */
+PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params);
+/* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
+bool api_req_begin(api_req *r);
+bool api_req_commit(api_req *r);
+void api_req_rollback(api_req *r);
+
+/* The same without answering: NULL with e set when unreachable. */
+PGconn *api_req_pg_quiet(api_req *r, kf_err *e);
+/* Give the request's connection back to the pool now (it is returned at
+ * the end of the request anyway). */
+void api_req_pg_put(api_req *r);
+
+/* Authenticate the Bearer token and check the route's roles; false after
+ * answering 401/403/503 (api_auth.c). */
+bool api_authenticate(api_req *r);
+
+/* Replies.  The body strings are copied. */
+void api_reply_json_text(api_req *r, int status, const char *json);
+void api_reply_json(api_req *r, int status, const cJSON *v);
+/* problem+json; `slug` becomes the type "urn:kforge:problem:<slug>". */
+void api_reply_problem(api_req *r, int status, const char *slug, const char *title, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* 422 (or status) with the field errors listed under "errors". */
+void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields *fe);
+/* Answer from an error value (status from KF_ERROR_MAP; 503s get Retry-After). */
+void api_reply_err(api_req *r, const kf_err *e);
+
+/* ---- handlers -------------------------------------------------------------- */
+
+void api_h_job_create(api_req *r);
+void api_h_job_get(api_req *r);
+void api_h_job_list(api_req *r);
+void api_h_job_cancel(api_req *r);
+void api_h_job_events(api_req *r);
+void api_h_internal_start(api_req *r);
+void api_h_internal_iteration(api_req *r);
+void api_h_internal_result(api_req *r);
+void api_h_internal_heartbeat(api_req *r);
+void api_h_healthz(api_req *r);
+void api_h_readyz(api_req *r);
+void api_h_metrics(api_req *r);
+void api_h_openapi(api_req *r);
+
+/* The route table (api_http.c) and per-route request counters for /metrics. */
+extern const api_route api_routes[];
+extern const int api_n_routes;
+/* Appends the request counters in Prometheus text format. */
+void api_metrics_requests(api_server *s, kf_buf *out);
+
+/* ---- idempotency (api_idem.c) ---------------------------------------------- */
+
+/* Before the handler: true to run it, false when the request was answered
+ * (replay, 409 in flight, 422 mismatch, 400 bad key, 503). */
+bool api_idem_begin(api_req *r);
+/* After the handler: store the response (or free the key on 5xx). */
+void api_idem_finish(api_req *r);
+
+/* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */
+extern const char api_openapi_json[];      /* NUL-terminated */
+
+#endif

@@ -1,0 +1,182 @@
+/* api_auth — Bearer tokens.  Only SHA-256 hashes of the secrets are stored;
+ * the secret is shown once, by `kforge-api token create`. */
+#include "api.h"
+#include "kf_alloc.h"
+#include "kf_log.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const char *api_role_name(int role)
+{
+    switch (role) {
+    case API_ROLE_WORKER:
+        return "worker";
+    case API_ROLE_USER:
+        return "user";
+    case API_ROLE_ADMIN:
+        return "admin";
+    default:
+        return "none";
+    }
+}
+
+int api_role_parse(const char *s)
+{
+    if (!s)
+        return 0;
+    if (strcmp(s, "worker") == 0)
+        return API_ROLE_WORKER;
+    if (strcmp(s, "user") == 0)
+        return API_ROLE_USER;
+    if (strcmp(s, "admin") == 0)
+        return API_ROLE_ADMIN;
+    return 0;
+}
+
+void api_token_hash(const char *secret, unsigned char out[32])
+{
+    unsigned int n = 32;
+    EVP_Digest(secret, strlen(secret), out, &n, EVP_sha256(), NULL);
+}
+
+static void api_hex(const unsigned char *p, size_t n, char *out)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[p[i] >> 4];
+        out[2 * i + 1] = hx[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+char *api_token_new_secret(void)
+{
+    unsigned char raw[32];
+    char hex[65];
+
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        fprintf(stderr, "kforge-api: the system random generator failed\n");
+        abort();
+    }
+    api_hex(raw, sizeof(raw), hex);
+    return kf_asprintf("kf_%s", hex);
+}
+
+/* bytea parameter in hex form ("\\x..."). */
+static void api_hash_param(const char *secret, char out[67])
+{
+    unsigned char h[32];
+    api_token_hash(secret, h);
+    out[0] = '\\';
+    out[1] = 'x';
+    api_hex(h, 32, out + 2);
+}
+
+kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const char *role, int64_t *id,
+                         kf_err *err)
+{
+    char hash[67];
+    const char *params[3];
+    PGresult *res;
+    kf_code rc = KF_OK;
+
+    api_hash_param(secret, hash);
+    params[0] = name;
+    params[1] = role;
+    params[2] = hash;
+    res = PQexecParams(c, "INSERT INTO api_tokens (name, role, token_hash) VALUES ($1, $2, $3::bytea) RETURNING id",
+                       3, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        rc = kf_err_set(err, KF_DB, "cannot store the token: %s", PQresultErrorMessage(res));
+    else if (id)
+        *id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return rc;
+}
+
+kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err)
+{
+    char hash[67];
+    const char *params[1];
+    PGresult *res;
+    kf_code rc = KF_OK;
+
+    if (strlen(secret) < 16)
+        return kf_err_set(err, KF_CONFIG, "KFORGE_BOOTSTRAP_TOKEN is shorter than 16 characters; use a long random value");
+    api_hash_param(secret, hash);
+    params[0] = hash;
+    res = PQexecParams(c,
+                       "INSERT INTO api_tokens (name, role, token_hash) VALUES ('bootstrap', 'admin', $1::bytea) "
+                       "ON CONFLICT (token_hash) DO UPDATE SET role = 'admin', revoked_at = NULL",
+                       1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+        rc = kf_err_set(err, KF_DB, "cannot store the bootstrap token: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    return rc;
+}
+
+static void api_unauthorized(api_req *r, bool invalid, const char *detail)
+{
+    r->www_auth = invalid ? "Bearer realm=\"kforge\", error=\"invalid_token\"" : "Bearer realm=\"kforge\"";
+    api_reply_problem(r, 401, "unauthorized", "Missing or invalid token", "%s", detail);
+}
+
+bool api_authenticate(api_req *r)
+{
+    const char *h = api_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok;
+    char hash[67];
+    const char *params[1];
+    PGresult *res;
+    size_t n;
+
+    if (!h) {
+        api_unauthorized(r, false, "send Authorization: Bearer <token> (kforge-api token create makes one)");
+        return false;
+    }
+    if (strncasecmp(h, "Bearer ", 7) != 0) {
+        api_unauthorized(r, true, "the Authorization scheme must be Bearer");
+        return false;
+    }
+    tok = h + 7;
+    while (*tok == ' ')
+        tok++;
+    n = strlen(tok);
+    if (n == 0 || n > 256) {
+        api_unauthorized(r, true, "the token is empty or too long");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (tok[i] <= 0x20 || tok[i] >= 0x7f) {
+            api_unauthorized(r, true, "the token has characters a kforge token never has");
+            return false;
+        }
+    }
+    api_hash_param(tok, hash);
+    params[0] = hash;
+    res = api_req_sql(r, "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL", 1,
+                      params);
+    if (!res)
+        return false;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        api_unauthorized(r, true, "the token is unknown or revoked");
+        return false;
+    }
+    r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
+    PQclear(res);
+    /* Release the connection while the body uploads. */
+    api_req_pg_put(r);
+    if (!(r->who.role & r->route->roles)) {
+        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's role",
+                          "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);
+        return false;
+    }
+    return true;
+}

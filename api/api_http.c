@@ -1,0 +1,681 @@
+/* api_http — libmicrohttpd glue: one api_req per request, the route table,
+ * dispatch, problem+json replies and the request counters of /metrics. */
+#include "api.h"
+#include "kf_alloc.h"
+#include "kf_log.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* ---- the route table ------------------------------------------------------ */
+
+#define R_USERS (API_ROLE_USER | API_ROLE_ADMIN)
+
+const api_route api_routes[] = {
+    { "GET", "/healthz", api_h_healthz, API_PUBLIC, 0 },
+    { "GET", "/readyz", api_h_readyz, API_PUBLIC, 0 },
+    { "GET", "/metrics", api_h_metrics, API_PUBLIC, 0 },
+    { "GET", "/v1/openapi.json", api_h_openapi, API_PUBLIC, 0 },
+    { "POST", "/v1/jobs", api_h_job_create, R_USERS, API_F_JSON | API_F_IDEM },
+    { "GET", "/v1/jobs", api_h_job_list, R_USERS, 0 },
+    { "GET", "/v1/jobs/{id}", api_h_job_get, R_USERS, 0 },
+    { "POST", "/v1/jobs/{id}/cancel", api_h_job_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
+    { "GET", "/v1/jobs/{id}/events", api_h_job_events, R_USERS, 0 },
+    { "POST", "/v1/internal/jobs/{id}/start", api_h_internal_start, API_ROLE_WORKER, API_F_JSON },
+    { "POST", "/v1/internal/jobs/{id}/iterations", api_h_internal_iteration, API_ROLE_WORKER, API_F_JSON },
+    { "POST", "/v1/internal/jobs/{id}/result", api_h_internal_result, API_ROLE_WORKER, API_F_JSON },
+    { "POST", "/v1/internal/workers/{id}/heartbeat", api_h_internal_heartbeat, API_ROLE_WORKER, API_F_JSON },
+};
+const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
+#define API_MAX_ROUTES 32
+#define API_UNMATCHED api_n_routes   /* counter row for requests matching no route */
+
+struct api_server {
+    struct MHD_Daemon *d;
+    api_server_config  cfg;
+    char              *listen, *pg_dsn, *redis_url;
+    api_pg_pool       *pg;
+    api_qpool         *q;
+    atomic_ulong       count[API_MAX_ROUTES + 1][600];
+    atomic_ullong      dur_us[API_MAX_ROUTES + 1];
+    atomic_ulong       seq;
+};
+
+const api_server_config *api_req_config(const api_req *r)
+{
+    return &r->srv->cfg;
+}
+
+api_qpool *api_req_qpool(const api_req *r)
+{
+    return r->srv->q;
+}
+
+static long long api_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Match url against a pattern; the {x} segment goes to param. */
+static bool api_route_match(const char *pattern, const char *url, char *param, size_t cap)
+{
+    const char *p = pattern, *u = url;
+
+    while (*p && *u) {
+        if (*p == '{') {
+            const char *pe = strchr(p, '}');
+            size_t n = strcspn(u, "/");
+            if (!pe || n == 0 || n >= cap)
+                return false;
+            memcpy(param, u, n);
+            param[n] = '\0';
+            p = pe + 1;
+            u += n;
+            continue;
+        }
+        if (*p != *u)
+            return false;
+        p++;
+        u++;
+    }
+    return *p == '\0' && *u == '\0';
+}
+
+/* ---- replies ---------------------------------------------------------------- */
+
+void api_reply_json_text(api_req *r, int status, const char *json)
+{
+    r->status = status;
+    r->content_type = "application/json";
+    kf_buf_reset(&r->out);
+    kf_buf_adds(&r->out, json);
+}
+
+void api_reply_json(api_req *r, int status, const cJSON *v)
+{
+    char *s = kf_json_print(v);
+    api_reply_json_text(r, status, s);
+    free(s);
+}
+
+static cJSON *api_problem_new(api_req *r, int status, const char *slug, const char *title, const char *detail)
+{
+    cJSON *p = cJSON_CreateObject();
+    char type[96];
+
+    snprintf(type, sizeof(type), "urn:kforge:problem:%s", slug);
+    cJSON_AddStringToObject(p, "type", type);
+    cJSON_AddStringToObject(p, "title", title);
+    cJSON_AddNumberToObject(p, "status", status);
+    cJSON_AddStringToObject(p, "detail", detail);
+    cJSON_AddStringToObject(p, "instance", r->url ? r->url : "/");
+    cJSON_AddStringToObject(p, "request_id", r->request_id);
+    return p;
+}
+
+static void api_reply_problem_obj(api_req *r, int status, cJSON *p)
+{
+    char *s = kf_json_print(p);
+    r->status = status;
+    r->content_type = "application/problem+json";
+    kf_buf_reset(&r->out);
+    kf_buf_adds(&r->out, s);
+    free(s);
+    cJSON_Delete(p);
+    if (status == 503 && r->retry_after == 0)
+        r->retry_after = 2;
+}
+
+void api_reply_problem(api_req *r, int status, const char *slug, const char *title, const char *fmt, ...)
+{
+    char detail[600];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    api_reply_problem_obj(r, status, api_problem_new(r, status, slug, title, detail));
+}
+
+void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields *fe)
+{
+    char detail[600];
+    cJSON *p, *arr;
+
+    kf_fields_summary(fe, detail, sizeof(detail));
+    p = api_problem_new(r, status, slug, status == 400 ? "Invalid request" : "Unprocessable request", detail);
+    arr = cJSON_AddArrayToObject(p, "errors");
+    for (int i = 0; i < fe->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "field", fe->e[i].field);
+        cJSON_AddStringToObject(e, "rule", fe->e[i].rule);
+        cJSON_AddStringToObject(e, "detail", fe->e[i].detail);
+        cJSON_AddItemToArray(arr, e);
+    }
+    api_reply_problem_obj(r, status, p);
+}
+
+void api_reply_err(api_req *r, const kf_err *e)
+{
+    int status = kf_code_http_status(e->code);
+    const char *slug = status == 503 ? "unavailable" : status >= 500 ? "internal" : "invalid";
+    api_reply_problem(r, status, slug, kf_code_title(e->code), "%s", e->msg);
+}
+
+/* ---- request helpers ---------------------------------------------------------- */
+
+const char *api_req_header(api_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *api_req_query(api_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+typedef struct api_qcheck {
+    const char *const *allowed;
+    kf_fields         *fe;
+} api_qcheck;
+
+static enum MHD_Result api_query_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    api_qcheck *qc = cls;
+    (void)kind;
+    (void)value;
+    for (size_t i = 0; qc->allowed[i]; i++)
+        if (strcmp(qc->allowed[i], key) == 0)
+            return MHD_YES;
+    kf_fields_add(qc->fe, key, "unknown", "unknown query parameter");
+    return MHD_YES;
+}
+
+bool api_req_query_known(api_req *r, const char *const *allowed)
+{
+    kf_fields fe;
+    api_qcheck qc = { allowed, &fe };
+
+    kf_fields_init(&fe);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_query_iter, &qc);
+    if (fe.n == 0)
+        return true;
+    api_reply_fields(r, 400, "bad-query", &fe);
+    return false;
+}
+
+PGconn *api_req_pg(api_req *r)
+{
+    kf_err e = KF_ERR_INIT;
+
+    if (r->pg)
+        return r->pg;
+    r->pg = api_pg_acquire(r->srv->pg, 5000, &e);
+    if (!r->pg) {
+        r->pg_failed = true;
+        kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e.msg);
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "the database is unavailable; retry after the number of seconds in Retry-After");
+    }
+    return r->pg;
+}
+
+PGconn *api_req_pg_quiet(api_req *r, kf_err *e)
+{
+    if (!r->pg)
+        r->pg = api_pg_acquire(r->srv->pg, 2000, e);
+    return r->pg;
+}
+
+void api_req_pg_put(api_req *r)
+{
+    if (r->pg) {
+        api_pg_release(r->srv->pg, r->pg);
+        r->pg = NULL;
+        r->in_tx = false;
+    }
+}
+
+PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params)
+{
+    PGconn *c = api_req_pg(r);
+
+    if (!c)
+        return NULL;
+    for (int attempt = 0;; attempt++) {
+        PGresult *res = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+        ExecStatusType st = PQresultStatus(res);
+        const char *msg;
+
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+            return res;
+        if (attempt == 0 && !r->in_tx && PQstatus(c) == CONNECTION_BAD) {
+            /* The server went away since this connection was last used. */
+            PQclear(res);
+            PQreset(c);
+            if (PQstatus(c) == CONNECTION_OK)
+                continue;
+            res = NULL;
+        }
+        msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c);
+        r->pg_failed = true;
+        if (api_pg_error_transient(c, res)) {
+            kf_log_warn("postgres unavailable req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
+            api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                              "the database is unavailable; retry after the number of seconds in Retry-After");
+        } else {
+            kf_log_error("query failed req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
+            api_reply_problem(r, 500, "internal", "Internal error",
+                              "a database statement failed; the request id is in the server log");
+        }
+        PQclear(res);
+        return NULL;
+    }
+}
+
+bool api_req_begin(api_req *r)
+{
+    PGresult *res = api_req_sql(r, "BEGIN", 0, NULL);
+    if (!res)
+        return false;
+    PQclear(res);
+    r->in_tx = true;
+    return true;
+}
+
+bool api_req_commit(api_req *r)
+{
+    PGresult *res = api_req_sql(r, "COMMIT", 0, NULL);
+    r->in_tx = false;
+    if (!res)
+        return false;
+    PQclear(res);
+    return true;
+}
+
+void api_req_rollback(api_req *r)
+{
+    if (r->pg && r->in_tx) {
+        PGresult *res = PQexec(r->pg, "ROLLBACK");
+        PQclear(res);
+    }
+    r->in_tx = false;
+}
+
+/* ---- metrics --------------------------------------------------------------------- */
+
+void api_metrics_requests(api_server *s, kf_buf *out)
+{
+    kf_buf_adds(out, "# HELP kforge_http_requests_total HTTP requests answered, by route and status.\n"
+                     "# TYPE kforge_http_requests_total counter\n");
+    for (int i = 0; i <= api_n_routes; i++) {
+        for (int st = 100; st < 600; st++) {
+            unsigned long n = atomic_load(&s->count[i][st]);
+            if (!n)
+                continue;
+            if (i == api_n_routes)
+                kf_buf_addf(out, "kforge_http_requests_total{method=\"\",route=\"unmatched\",status=\"%d\"} %lu\n", st, n);
+            else
+                kf_buf_addf(out, "kforge_http_requests_total{method=\"%s\",route=\"%s\",status=\"%d\"} %lu\n",
+                            api_routes[i].method, api_routes[i].pattern, st, n);
+        }
+    }
+    kf_buf_adds(out, "# HELP kforge_http_request_seconds_total Time spent answering, by route.\n"
+                     "# TYPE kforge_http_request_seconds_total counter\n");
+    for (int i = 0; i < api_n_routes; i++) {
+        unsigned long long us = atomic_load(&s->dur_us[i]);
+        if (us)
+            kf_buf_addf(out, "kforge_http_request_seconds_total{method=\"%s\",route=\"%s\"} %.6f\n",
+                        api_routes[i].method, api_routes[i].pattern, (double)us / 1e6);
+    }
+}
+
+/* ---- MHD callbacks ------------------------------------------------------------------ */
+
+static enum MHD_Result api_send(api_req *r)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    int status = r->status ? r->status : 500;
+    int row = r->route ? r->route_index : API_UNMATCHED;
+    long long dur_us = (api_now_ns() - r->started_ns) / 1000;
+
+    r->done = true;
+    resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (r->out.len)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (r->location[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
+    if (r->retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", r->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (r->www_auth)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, r->www_auth);
+    if (r->replayed)
+        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+    if (status == 405) {
+        char allow[64] = "";
+        for (int i = 0; i < api_n_routes; i++) {
+            char tmp[128];
+            if (api_route_match(api_routes[i].pattern, r->url, tmp, sizeof(tmp))) {
+                size_t n = strlen(allow);
+                snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "", api_routes[i].method);
+            }
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+
+    atomic_fetch_add(&r->srv->count[row][status >= 100 && status < 600 ? status : 500], 1);
+    if (row < api_n_routes)
+        atomic_fetch_add(&r->srv->dur_us[row], (unsigned long long)dur_us);
+    if (status >= 500)
+        kf_log_warn("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
+                    (double)dur_us / 1000.0, r->request_id);
+    else if (status >= 400)
+        kf_log_info("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
+                    (double)dur_us / 1000.0, r->request_id);
+    else
+        kf_log_debug("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
+                     (double)dur_us / 1000.0, r->request_id);
+    /* The pooled connection is not needed while MHD sends. */
+    api_req_pg_put(r);
+    return ret;
+}
+
+/* Content-Type must be application/json, optionally with charset=utf-8. */
+static bool api_content_type_json(const char *ct)
+{
+    const char *semi;
+    size_t n;
+
+    if (!ct)
+        return false;
+    while (*ct == ' ')
+        ct++;
+    semi = strchr(ct, ';');
+    n = semi ? (size_t)(semi - ct) : strlen(ct);
+    while (n > 0 && ct[n - 1] == ' ')
+        n--;
+    if (n != strlen("application/json") || strncasecmp(ct, "application/json", n) != 0)
+        return false;
+    while (semi) {
+        const char *p = semi + 1;
+        while (*p == ' ')
+            p++;
+        if (strncasecmp(p, "charset=", 8) == 0) {
+            const char *v = p + 8;
+            if (*v == '"')
+                v++;
+            if (strncasecmp(v, "utf-8", 5) != 0)
+                return false;
+        }
+        semi = strchr(p, ';');
+    }
+    return true;
+}
+
+/* Checks made when the headers arrive, before any body byte is read. */
+static void api_first_call(api_req *r)
+{
+    bool path_known = false;
+    const char *cl, *te, *ct;
+    bool has_body;
+
+    for (int i = 0; i < api_n_routes; i++) {
+        char param[128];
+        if (!api_route_match(api_routes[i].pattern, r->url, param, sizeof(param)))
+            continue;
+        path_known = true;
+        if (strcmp(api_routes[i].method, r->method) == 0) {
+            r->route = &api_routes[i];
+            r->route_index = i;
+            memcpy(r->param, param, sizeof(param));
+            break;
+        }
+    }
+    if (!r->route) {
+        if (path_known)
+            api_reply_problem(r, 405, "method-not-allowed", "Method not allowed",
+                              "%s is not allowed on %s; see the Allow header", r->method, r->url);
+        else
+            api_reply_problem(r, 404, "not-found", "Not found", "no such resource: %s", r->url);
+        return;
+    }
+    if (r->route->roles != API_PUBLIC && !api_authenticate(r))
+        return;
+
+    cl = api_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    te = api_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    ct = api_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    has_body = (cl && strcmp(cl, "0") != 0) || te;
+    if ((r->route->flags & API_F_JSON) || ((r->route->flags & API_F_JSON_OPT) && has_body)) {
+        if (!api_content_type_json(ct)) {
+            api_reply_problem(r, 415, "unsupported-media-type", "Unsupported media type",
+                              "send the body as Content-Type: application/json (got %s)", ct ? ct : "none");
+            return;
+        }
+    }
+    if (cl) {
+        char *end = NULL;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (end && *end == '\0' && n > (unsigned long long)r->srv->cfg.max_body) {
+            api_reply_problem(r, 413, "body-too-large", "Request body too large",
+                              "the body is %llu bytes; the limit is %ld (KFORGE_MAX_BODY_BYTES)", n,
+                              r->srv->cfg.max_body);
+            return;
+        }
+    }
+}
+
+/* Parse the body as a JSON object for routes that take one. */
+static bool api_parse_body(api_req *r)
+{
+    kf_err e = KF_ERR_INIT;
+    int flags = r->route->flags;
+
+    if (!(flags & (API_F_JSON | API_F_JSON_OPT)))
+        return true;
+    if (r->body.len == 0) {
+        if (flags & API_F_JSON_OPT)
+            return true;
+        api_reply_problem(r, 400, "malformed-body", "Invalid request", "this request needs a JSON object body");
+        return false;
+    }
+    if (kf_json_parse(r->body.data, r->body.len, KF_JSON_MAX_DEPTH, &r->json, &e) != KF_OK) {
+        api_reply_problem(r, 400, "malformed-body", "Invalid request", "%s", e.msg);
+        return false;
+    }
+    if (!cJSON_IsObject(r->json)) {
+        api_reply_problem(r, 400, "malformed-body", "Invalid request", "the body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    api_server *s = cls;
+    api_req *r = *con_cls;
+
+    (void)version;
+    if (!r) {
+        unsigned long n = atomic_fetch_add(&s->seq, 1);
+        r = kf_calloc(1, sizeof(*r));
+        r->srv = s;
+        r->conn = conn;
+        r->method = method;
+        r->url = url;
+        r->started_ns = api_now_ns();
+        kf_buf_init(&r->body);
+        kf_buf_init(&r->out);
+        snprintf(r->request_id, sizeof(r->request_id), "%08lx%08lx", (unsigned long)(time(NULL) & 0xffffffff),
+                 n & 0xffffffff);
+        *con_cls = r;
+        api_first_call(r);
+        if (r->status)
+            return api_send(r);
+        return MHD_YES;
+    }
+    if (r->done) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!r->too_large) {
+            if (r->body.len + *upload_data_size > (size_t)s->cfg.max_body) {
+                r->too_large = true;
+                kf_buf_release(&r->body);
+            } else {
+                kf_buf_add(&r->body, upload_data, *upload_data_size);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    /* The whole request is in. */
+    if (r->too_large) {
+        api_reply_problem(r, 413, "body-too-large", "Request body too large",
+                          "the body exceeds the limit of %ld bytes (KFORGE_MAX_BODY_BYTES)", s->cfg.max_body);
+        return api_send(r);
+    }
+    if (!api_parse_body(r))
+        return api_send(r);
+    if ((r->route->flags & API_F_IDEM) && !api_idem_begin(r))
+        return api_send(r);
+    r->route->handler(r);
+    if (!r->status)
+        api_reply_problem(r, 500, "internal", "Internal error", "the handler gave no answer (a bug)");
+    api_req_rollback(r);
+    if (r->idem_active)
+        api_idem_finish(r);
+    return api_send(r);
+}
+
+static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    api_req *r = *con_cls;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (!r)
+        return;
+    api_req_rollback(r);
+    api_req_pg_put(r);
+    cJSON_Delete(r->json);
+    kf_buf_release(&r->body);
+    kf_buf_release(&r->out);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void api_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    kf_log_warn("libmicrohttpd: %s", msg);
+}
+
+static kf_code api_parse_listen(const char *listen, struct sockaddr_in *sa, kf_err *err)
+{
+    const char *colon = strrchr(listen, ':');
+    char host[64];
+    char *end = NULL;
+    long port;
+
+    if (!colon || (size_t)(colon - listen) >= sizeof(host))
+        return kf_err_set(err, KF_CONFIG, "KFORGE_API_LISTEN=\"%s\" is not HOST:PORT", listen);
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = '\0';
+    port = strtol(colon + 1, &end, 10);
+    if (!end || *end || port < 0 || port > 65535)
+        return kf_err_set(err, KF_CONFIG, "KFORGE_API_LISTEN=\"%s\": the port must be 0..65535", listen);
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (strcmp(host, "") == 0 || strcmp(host, "*") == 0)
+        sa->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0)
+        sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return kf_err_set(err, KF_CONFIG, "KFORGE_API_LISTEN=\"%s\": use an IPv4 address such as 127.0.0.1:8080",
+                          listen);
+    return KF_OK;
+}
+
+api_server *api_server_start(const api_server_config *cfg, kf_err *err)
+{
+    struct sockaddr_in sa;
+    api_server *s;
+
+    if (api_n_routes > API_MAX_ROUTES) {
+        kf_err_set(err, KF_INTERNAL, "route table larger than API_MAX_ROUTES");
+        return NULL;
+    }
+    if (api_parse_listen(cfg->listen, &sa, err) != KF_OK)
+        return NULL;
+    s = kf_calloc(1, sizeof(*s));
+    s->cfg = *cfg;
+    s->listen = kf_strdup(cfg->listen);
+    s->pg_dsn = kf_strdup(cfg->pg_dsn);
+    s->redis_url = kf_strdup(cfg->redis_url);
+    s->cfg.listen = s->listen;
+    s->cfg.pg_dsn = s->pg_dsn;
+    s->cfg.redis_url = s->redis_url;
+    s->pg = api_pg_pool_new(cfg->pg_dsn, cfg->pg_pool);
+    s->q = api_qpool_new(cfg->redis_url, cfg->threads);
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                            api_access, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+                            MHD_OPTION_NOTIFY_COMPLETED, api_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_EXTERNAL_LOGGER, api_mhd_log, NULL,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        kf_err_set(err, KF_IO, "cannot listen on %s (in use, or not an address of this machine); set KFORGE_API_LISTEN",
+                   cfg->listen);
+        api_server_stop(s);
+        return NULL;
+    }
+    return s;
+}
+
+void api_server_stop(api_server *s)
+{
+    if (!s)
+        return;
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    api_qpool_free(s->q);
+    api_pg_pool_free(s->pg);
+    free(s->listen);
+    free(s->pg_dsn);
+    free(s->redis_url);
+    free(s);
+}

@@ -1,0 +1,505 @@
+/* api_jobs — the /v1/jobs routes: create, get, list, cancel, events.
+ *
+ * Job documents are built by PostgreSQL (json_build_object) from the row,
+ * so the API never holds a second copy of the job model to keep in step. */
+#include "api.h"
+#include "kf_alloc.h"
+#include "kf_job.h"
+#include "kf_log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uuid/uuid.h>
+
+/* The public JSON form of a jobs row aliased j. */
+#define API_JOB_JSON                                                                                      \
+    "json_build_object('id', j.id, 'kind', j.kind, 'state', j.state, 'target', j.target, 'backend', "     \
+    "j.backend, 'priority', j.priority, 'spec', j.spec, 'budget', j.budget, 'goal', j.goal, 'labels', "    \
+    "j.labels, 'attempt', j.attempt, 'max_attempts', j.max_attempts, 'cancel_requested', "                 \
+    "j.cancel_requested, 'worker_id', j.worker_id, 'last_error', j.last_error, 'best_iteration', "         \
+    "j.best_iteration, 'result', j.result, 'idempotency_key', j.idempotency_key, 'created_at', "           \
+    "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at)"
+
+/* Owner filter parameter: NULL for admins (they see every job). */
+static const char *api_owner_param(api_req *r, char buf[24])
+{
+    if (r->who.role == API_ROLE_ADMIN)
+        return NULL;
+    snprintf(buf, 24, "%lld", (long long)r->who.token_id);
+    return buf;
+}
+
+static bool api_job_id_ok(api_req *r)
+{
+    if (kf_uuid_valid(r->param))
+        return true;
+    api_reply_problem(r, 404, "not-found", "Not found", "no job with id \"%.64s\" (job ids are UUIDs)", r->param);
+    return false;
+}
+
+/* Put a committed job on the Redis queue and mark its outbox row sent.
+ * Failure is logged and left to the scheduler's relay. */
+static void api_job_fast_path(api_req *r, const kf_job_request *jr, const char *id, const char *outbox_id,
+                              const char *spec, const char *budget, const char *goal)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = NULL;
+    char *payload = NULL;
+    kf_queue_job qj;
+    bool created = false;
+    const char *params[1];
+    PGresult *res;
+
+    payload = kf_job_payload_build(id, kf_job_kind_name(jr->kind), jr->target, jr->backend, spec, budget, goal, &e);
+    if (!payload)
+        goto fail;
+    q = api_qpool_get(api_req_qpool(r), &e);
+    if (!q)
+        goto fail;
+    memset(&qj, 0, sizeof(qj));
+    qj.id = id;
+    qj.kind = kf_job_kind_name(jr->kind);
+    qj.target = jr->target;
+    qj.backend = jr->backend;
+    qj.priority = jr->priority;
+    qj.attempt = 0;
+    qj.max_attempts = jr->max_attempts;
+    qj.payload = payload;
+    if (kf_queue_enqueue(q, &qj, &created, &e) != KF_OK)
+        goto fail;
+    api_qpool_put(api_req_qpool(r), q);
+    q = NULL;
+    free(payload);
+    /* The reply is decided (202): no api_req_sql, which would answer. */
+    if (!r->pg)
+        return;
+    params[0] = outbox_id;
+    res = PQexecParams(r->pg,
+                       "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = $1::bigint AND sent_at IS NULL "
+                       "RETURNING job_id) "
+                       "INSERT INTO job_events (job_id, type, from_state, to_state) "
+                       "SELECT job_id, 'enqueued', 'queued', 'queued' FROM o",
+                       1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+        kf_log_warn("outbox row not marked sent (the relay will resend; enqueue is idempotent) job=%s msg=\"%s\"",
+                    id, PQresultErrorMessage(res));
+    PQclear(res);
+    return;
+fail:
+    kf_log_warn("job accepted but not queued yet; the scheduler's outbox relay will queue it job=%s msg=\"%s\"", id,
+                e.msg);
+    api_qpool_put(api_req_qpool(r), q);
+    free(payload);
+}
+
+void api_h_job_create(api_req *r)
+{
+    kf_fields fe;
+    kf_job_request jr;
+    char id[37], prio[8], maxa[8], owner[24], *spec = NULL, *budget = NULL, *goal = NULL, *labels = NULL;
+    const char *params[12];
+    uuid_t u;
+    PGresult *res;
+
+    kf_fields_init(&fe);
+    if (!kf_job_request_parse(r->json, api_req_config(r)->default_max_attempts, &jr, &fe)) {
+        api_reply_fields(r, 422, "validation", &fe);
+        return;
+    }
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, id);
+    spec = kf_json_print(jr.spec);
+    budget = kf_json_print(jr.budget);
+    goal = kf_json_print(jr.goal);
+    labels = kf_json_print(jr.labels);
+    snprintf(prio, sizeof(prio), "%d", jr.priority);
+    snprintf(maxa, sizeof(maxa), "%d", jr.max_attempts);
+    snprintf(owner, sizeof(owner), "%lld", (long long)r->who.token_id);
+    params[0] = id;
+    params[1] = kf_job_kind_name(jr.kind);
+    params[2] = jr.target;
+    params[3] = jr.backend;
+    params[4] = prio;
+    params[5] = spec;
+    params[6] = budget;
+    params[7] = goal;
+    params[8] = labels;
+    params[9] = maxa;
+    params[10] = owner;
+    params[11] = r->idem_active ? r->idem_key : NULL;
+    /* One statement, so one transaction: the job, its outbox row, its first
+     * event and (with Idempotency-Key) the stored response. */
+    res = api_req_sql(r,
+                      "WITH j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, "
+                      "  max_attempts, owner_token_id, idempotency_key) "
+                      "  VALUES ($1::uuid, $2, $3, $4, $5::int, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::int, "
+                      "  $11::bigint, $12) RETURNING *), "
+                      "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id), "
+                      "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
+                      "x AS (SELECT " API_JOB_JSON "::text AS body FROM j), "
+                      "i AS (UPDATE idempotency_keys SET state = 'done', status = 202, "
+                      "  response = (SELECT body FROM x), location = '/v1/jobs/' || $1 "
+                      "  WHERE $12::text IS NOT NULL AND owner_token_id = $11::bigint AND key = $12) "
+                      "SELECT (SELECT id FROM o), (SELECT body FROM x)",
+                      12, params);
+    if (!res)
+        goto out;
+    r->idem_stored = r->idem_active;
+    api_reply_json_text(r, 202, PQgetvalue(res, 0, 1));
+    snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", id);
+    kf_log_info("job created job=%s kind=%s target=%s owner=%s req=%s", id, params[1], jr.target, owner,
+                r->request_id);
+    api_job_fast_path(r, &jr, id, PQgetvalue(res, 0, 0), spec, budget, goal);
+    PQclear(res);
+out:
+    free(spec);
+    free(budget);
+    free(goal);
+    free(labels);
+    kf_job_request_release(&jr);
+}
+
+void api_h_job_get(api_req *r)
+{
+    char ob[24];
+    const char *params[2];
+    PGresult *res;
+
+    if (!api_req_query_known(r, (const char *const[]){ NULL }) || !api_job_id_ok(r))
+        return;
+    params[0] = r->param;
+    params[1] = api_owner_param(r, ob);
+    res = api_req_sql(r,
+                      "SELECT " API_JOB_JSON " FROM jobs j WHERE j.id = $1::uuid "
+                      "AND ($2::bigint IS NULL OR j.owner_token_id = $2::bigint)",
+                      2, params);
+    if (!res)
+        return;
+    if (PQntuples(res) == 0)
+        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+    else
+        api_reply_json_text(r, 200, PQgetvalue(res, 0, 0));
+    PQclear(res);
+}
+
+/* ---- list with keyset pagination ----------------------------------------------- */
+
+static const char api_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static void api_b64url_encode(const char *in, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap; i += 3) {
+        unsigned v = (unsigned char)in[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned char)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= (unsigned char)in[i + 2];
+        out[o++] = api_b64[(v >> 18) & 63];
+        out[o++] = api_b64[(v >> 12) & 63];
+        if (i + 1 < n)
+            out[o++] = api_b64[(v >> 6) & 63];
+        if (i + 2 < n)
+            out[o++] = api_b64[v & 63];
+    }
+    out[o] = '\0';
+}
+
+static bool api_b64url_decode(const char *in, char *out, size_t cap)
+{
+    size_t n = strlen(in), o = 0;
+    unsigned v = 0;
+    int bits = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *p = strchr(api_b64, in[i]);
+        if (!p || !in[i])
+            return false;
+        v = (v << 6) | (unsigned)(p - api_b64);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o + 1 >= cap)
+                return false;
+            out[o++] = (char)((v >> bits) & 0xff);
+        }
+    }
+    out[o] = '\0';
+    return true;
+}
+
+/* Cursor = base64url("<created_at in µs since the epoch>,<uuid>"). */
+static bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
+{
+    char raw[96];
+    char *comma;
+    size_t n;
+
+    if (strlen(cur) > 120 || !api_b64url_decode(cur, raw, sizeof(raw)))
+        return false;
+    comma = strchr(raw, ',');
+    if (!comma)
+        return false;
+    n = (size_t)(comma - raw);
+    if (n == 0 || n >= mcap || n > 19)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (raw[i] < '0' || raw[i] > '9')
+            return false;
+    memcpy(micros, raw, n);
+    micros[n] = '\0';
+    if (!kf_uuid_valid(comma + 1))
+        return false;
+    memcpy(id, comma + 1, 37);
+    return true;
+}
+
+void api_h_job_list(api_req *r)
+{
+    static const char *const allowed[] = { "state", "kind", "target", "limit", "cursor", NULL };
+    static const char *const kinds[] = { "generate", "optimize", "profile", "validate", "diag", NULL };
+    const char *state = api_req_query(r, "state"), *kind = api_req_query(r, "kind");
+    const char *target = api_req_query(r, "target"), *lim_s = api_req_query(r, "limit");
+    const char *cursor = api_req_query(r, "cursor");
+    char micros[24], cur_id[37], ob[24], lim_buf[24];
+    const char *params[8];
+    int np = 0;
+    long limit = 50;
+    kf_fields fe;
+    kf_buf sql = KF_BUF_INIT, out = KF_BUF_INIT;
+    PGresult *res = NULL;
+    int rows;
+
+    if (!api_req_query_known(r, allowed))
+        return;
+    kf_fields_init(&fe);
+    if (state && !kf_job_state_valid(state))
+        kf_fields_add(&fe, "state", "enum", "must be one of: queued, running, retrying, succeeded, failed, cancelled, dead");
+    if (kind && kf_job_kind_parse(kind) == KF_KIND_NONE)
+        kf_fields_add(&fe, "kind", "enum", "must be one of: generate, optimize, profile, validate, diag");
+    (void)kinds;
+    if (target) {
+        bool ok = false;
+        for (int i = 0; kf_job_targets[i]; i++)
+            ok = ok || strcmp(kf_job_targets[i], target) == 0;
+        if (!ok)
+            kf_fields_add(&fe, "target", "enum", "must be one of: trn1, inf2, trn2, trn3");
+    }
+    if (lim_s) {
+        char *end = NULL;
+        limit = strtol(lim_s, &end, 10);
+        if (!*lim_s || !end || *end || limit < 1 || limit > 200)
+            kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 200");
+    }
+    if (cursor && !api_cursor_parse(cursor, micros, sizeof(micros), cur_id))
+        kf_fields_add(&fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
+    if (fe.n) {
+        api_reply_fields(r, 400, "bad-query", &fe);
+        return;
+    }
+
+    kf_buf_adds(&sql, "SELECT " API_JOB_JSON "::text, (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id "
+                      "FROM jobs j WHERE true");
+    if (state) {
+        params[np++] = state;
+        kf_buf_addf(&sql, " AND j.state = $%d", np);
+    }
+    if (kind) {
+        params[np++] = kind;
+        kf_buf_addf(&sql, " AND j.kind = $%d", np);
+    }
+    if (target) {
+        params[np++] = target;
+        kf_buf_addf(&sql, " AND j.target = $%d", np);
+    }
+    if (api_owner_param(r, ob)) {
+        params[np++] = ob;
+        kf_buf_addf(&sql, " AND j.owner_token_id = $%d::bigint", np);
+    }
+    if (cursor) {
+        params[np++] = micros;
+        params[np++] = cur_id;
+        kf_buf_addf(&sql,
+                    " AND (j.created_at, j.id) < ('epoch'::timestamptz + $%d::bigint * interval '1 microsecond', "
+                    "$%d::uuid)",
+                    np - 1, np);
+    }
+    snprintf(lim_buf, sizeof(lim_buf), "%ld", limit + 1);
+    params[np++] = lim_buf;
+    kf_buf_addf(&sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int", np);
+    res = api_req_sql(r, sql.data, np, params);
+    if (!res)
+        goto out;
+    rows = PQntuples(res);
+    kf_buf_adds(&out, "{\"jobs\":[");
+    for (int i = 0; i < rows && i < limit; i++) {
+        if (i)
+            kf_buf_addc(&out, ',');
+        kf_buf_adds(&out, PQgetvalue(res, i, 0));
+    }
+    kf_buf_adds(&out, "],\"next_cursor\":");
+    if (rows > limit) {
+        char raw[80], enc[128];
+        int last = (int)limit - 1;
+        snprintf(raw, sizeof(raw), "%s,%s", PQgetvalue(res, last, 1), PQgetvalue(res, last, 2));
+        api_b64url_encode(raw, strlen(raw), enc, sizeof(enc));
+        kf_buf_addf(&out, "\"%s\"}", enc);
+    } else {
+        kf_buf_adds(&out, "null}");
+    }
+    api_reply_json_text(r, 200, out.data);
+out:
+    PQclear(res);
+    kf_buf_release(&sql);
+    kf_buf_release(&out);
+}
+
+/* ---- cancel -------------------------------------------------------------------- */
+
+void api_h_job_cancel(api_req *r)
+{
+    static const char *const allowed[] = { "reason", NULL };
+    char ob[24], by[24];
+    const char *reason = NULL, *params[5];
+    const char *state;
+    char outbox_id[24] = "";
+    kf_fields fe;
+    PGresult *res = NULL;
+    bool was_running;
+
+    if (!api_job_id_ok(r))
+        return;
+    kf_fields_init(&fe);
+    if (r->json) {
+        kf_fields_refuse_unknown(&fe, r->json, "", allowed);
+        kf_fields_str(&fe, r->json, "", "reason", false, 0, 512, &reason);
+        if (fe.n) {
+            api_reply_fields(r, 422, "validation", &fe);
+            return;
+        }
+    }
+    params[0] = r->param;
+    params[1] = api_owner_param(r, ob);
+    if (!api_req_begin(r))
+        return;
+    res = api_req_sql(r,
+                      "SELECT state, cancel_requested FROM jobs WHERE id = $1::uuid "
+                      "AND ($2::bigint IS NULL OR owner_token_id = $2::bigint) FOR UPDATE",
+                      2, params);
+    if (!res)
+        return;
+    if (PQntuples(res) == 0) {
+        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        goto out;
+    }
+    state = PQgetvalue(res, 0, 0);
+    if (kf_job_state_terminal(state)) {
+        api_reply_problem(r, 409, "job-finished", "Conflict", "job %s is already %s and cannot be cancelled", r->param,
+                          state);
+        goto out;
+    }
+    was_running = strcmp(state, "running") == 0;
+    snprintf(by, sizeof(by), "%lld", (long long)r->who.token_id);
+    params[1] = kf_strdup(state);
+    PQclear(res);
+    params[2] = reason;
+    params[3] = by;
+    if (!was_running) {
+        res = api_req_sql(r,
+                          "WITH u AS (UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now() "
+                          "  WHERE id = $1::uuid RETURNING *), "
+                          "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                          "  SELECT id, attempt, 'cancelled', $2, 'cancelled', "
+                          "  jsonb_build_object('reason', $3::text, 'by_token', $4::bigint) FROM u), "
+                          "s AS (UPDATE outbox SET sent_at = now() WHERE job_id = $1::uuid AND action = 'enqueue' "
+                          "  AND sent_at IS NULL), "
+                          "o AS (INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'cancel') RETURNING id) "
+                          "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
+                          4, params);
+    } else {
+        res = api_req_sql(r,
+                          "WITH u AS (UPDATE jobs SET cancel_requested = true, updated_at = now() "
+                          "  WHERE id = $1::uuid RETURNING *), "
+                          "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                          "  SELECT id, attempt, 'cancel_requested', $2, $2, "
+                          "  jsonb_build_object('reason', $3::text, 'by_token', $4::bigint) FROM u), "
+                          "o AS (INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'cancel') RETURNING id) "
+                          "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
+                          4, params);
+    }
+    free((char *)(uintptr_t)params[1]);
+    if (!res || !api_req_commit(r))
+        goto out;
+    snprintf(outbox_id, sizeof(outbox_id), "%s", PQgetvalue(res, 0, 0));
+    api_reply_json_text(r, was_running ? 202 : 200, PQgetvalue(res, 0, 1));
+
+    /* Tell Redis after the commit; if it is down the relay sends the
+     * cancel later, and a stale lease is fenced off at the worker's start. */
+    {
+        kf_err e = KF_ERR_INIT;
+        kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
+        kf_queue_cancel_result cr;
+        if (q && kf_queue_cancel(q, r->param, &cr, &e) == KF_OK) {
+            const char *p1[1] = { outbox_id };
+            PGresult *u = PQexecParams(r->pg, "UPDATE outbox SET sent_at = now() WHERE id = $1::bigint", 1, NULL, p1,
+                                       NULL, NULL, 0);
+            PQclear(u);
+        } else {
+            kf_log_warn("cancel recorded but not yet sent to the queue job=%s msg=\"%s\"", r->param, e.msg);
+        }
+        api_qpool_put(api_req_qpool(r), q);
+    }
+out:
+    PQclear(res);
+    api_req_rollback(r);
+}
+
+/* ---- events -------------------------------------------------------------------- */
+
+void api_h_job_events(api_req *r)
+{
+    static const char *const allowed[] = { "after", "limit", NULL };
+    const char *after = api_req_query(r, "after"), *lim = api_req_query(r, "limit");
+    const char *params[4];
+    char ob[24];
+    kf_fields fe;
+    PGresult *res;
+
+    if (!api_req_query_known(r, allowed) || !api_job_id_ok(r))
+        return;
+    kf_fields_init(&fe);
+    if (after) {
+        char *end = NULL;
+        long long v = strtoll(after, &end, 10);
+        if (!*after || *end || v < 0)
+            kf_fields_add(&fe, "after", "range", "must be an event id (an integer >= 0)");
+    }
+    if (lim) {
+        char *end = NULL;
+        long v = strtol(lim, &end, 10);
+        if (!*lim || *end || v < 1 || v > 1000)
+            kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 1000");
+    }
+    if (fe.n) {
+        api_reply_fields(r, 400, "bad-query", &fe);
+        return;
+    }
+    params[0] = r->param;
+    params[1] = api_owner_param(r, ob);
+    params[2] = after ? after : "0";
+    params[3] = lim ? lim : "1000";
+    res = api_req_sql(r,
+                      "SELECT json_build_object('job_id', j.id, 'events', coalesce((SELECT json_agg(ev ORDER BY ev.id) "
+                      "FROM (SELECT id, type, attempt, from_state, to_state, detail, created_at FROM job_events "
+                      "WHERE job_id = j.id AND id > $3::bigint ORDER BY id LIMIT $4::int) ev), '[]'::json))::text "
+                      "FROM jobs j WHERE j.id = $1::uuid AND ($2::bigint IS NULL OR j.owner_token_id = $2::bigint)",
+                      4, params);
+    if (!res)
+        return;
+    if (PQntuples(res) == 0)
+        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+    else
+        api_reply_json_text(r, 200, PQgetvalue(res, 0, 0));
+    PQclear(res);
+}

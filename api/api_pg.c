@@ -1,0 +1,170 @@
+/* api_pg — a fixed-size pool of PostgreSQL connections for kforge-api.
+ *
+ * Connections are opened on first use and re-opened when libpq reports them
+ * broken, so the API recovers by itself after PostgreSQL restarts. */
+#include "api.h"
+#include "kf_alloc.h"
+#include "kf_log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct api_pg_slot {
+    PGconn *c;
+    bool    busy;
+} api_pg_slot;
+
+struct api_pg_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    char           *dsn;
+    int             size;
+    api_pg_slot    *slots;
+};
+
+PGconn *api_pg_connect(const char *dsn, kf_err *err)
+{
+    static const char *const keys[] = { "dbname", "connect_timeout", "options", "application_name", NULL };
+    const char *vals[] = { dsn, "3", "-c TimeZone=UTC", "kforge-api", NULL };
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+
+    if (PQstatus(c) != CONNECTION_OK) {
+        char msg[300];
+        const char *m = PQerrorMessage(c);
+        size_t n = strcspn(m, "\n");
+        snprintf(msg, sizeof(msg), "%.*s", (int)(n < 280 ? n : 280), m);
+        kf_err_set(err, KF_UNAVAILABLE, "PostgreSQL is unreachable (%s); check KFORGE_PG_DSN and that the server runs",
+                   msg);
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+api_pg_pool *api_pg_pool_new(const char *dsn, int size)
+{
+    api_pg_pool *p = kf_calloc(1, sizeof(*p));
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    p->dsn = kf_strdup(dsn);
+    p->size = size < 1 ? 1 : size;
+    p->slots = kf_calloc((size_t)p->size, sizeof(*p->slots));
+    return p;
+}
+
+void api_pg_pool_free(api_pg_pool *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->size; i++)
+        PQfinish(p->slots[i].c);
+    free(p->slots);
+    free(p->dsn);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err)
+{
+    struct timespec dl;
+    api_pg_slot *s = NULL;
+
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += wait_ms / 1000;
+    dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        /* Prefer a slot with an open connection. */
+        for (int i = 0; i < p->size && !s; i++)
+            if (!p->slots[i].busy && p->slots[i].c)
+                s = &p->slots[i];
+        for (int i = 0; i < p->size && !s; i++)
+            if (!p->slots[i].busy)
+                s = &p->slots[i];
+        if (s)
+            break;
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT) {
+            pthread_mutex_unlock(&p->mu);
+            kf_err_set(err, KF_UNAVAILABLE, "all %d PostgreSQL connections are busy; retry shortly", p->size);
+            return NULL;
+        }
+    }
+    s->busy = true;
+    pthread_mutex_unlock(&p->mu);
+
+    if (s->c && PQstatus(s->c) != CONNECTION_OK) {
+        PQfinish(s->c);
+        s->c = NULL;
+    }
+    if (!s->c) {
+        s->c = api_pg_connect(p->dsn, err);
+        if (!s->c) {
+            pthread_mutex_lock(&p->mu);
+            s->busy = false;
+            pthread_cond_signal(&p->cv);
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+    }
+    return s->c;
+}
+
+void api_pg_release(api_pg_pool *p, PGconn *c)
+{
+    if (!c)
+        return;
+    switch (PQtransactionStatus(c)) {
+    case PQTRANS_IDLE:
+        break;
+    case PQTRANS_INTRANS:
+    case PQTRANS_INERROR: {
+        PGresult *r = PQexec(c, "ROLLBACK");
+        PQclear(r);
+        break;
+    }
+    case PQTRANS_ACTIVE:
+    case PQTRANS_UNKNOWN:
+        /* Leave it to acquire(): a broken connection is re-opened there. */
+        break;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->size; i++) {
+        if (p->slots[i].c == c) {
+            p->slots[i].busy = false;
+            if (PQtransactionStatus(c) == PQTRANS_ACTIVE) {
+                PQfinish(c);
+                p->slots[i].c = NULL;
+            }
+            break;
+        }
+    }
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+bool api_pg_error_transient(PGconn *c, const PGresult *res)
+{
+    const char *st;
+
+    if (!c || PQstatus(c) != CONNECTION_OK || !res)
+        return true;
+    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (!st)
+        return true;
+    return strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 || strcmp(st, "57P02") == 0 ||
+           strcmp(st, "57P03") == 0 || strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 ||
+           strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0;
+}
