@@ -1,0 +1,247 @@
+/* The worker's pieces without services: the fork runner (success, failure,
+ * crash, cancel, a job that ignores cancel, progress frames), the diag
+ * backend, and the spool against a small local HTTP endpoint. */
+#include <criterion/criterion.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "tests/lib/kf_test.h"
+#include "workers/kf_backend.h"
+#include "workers/kf_report.h"
+#include "workers/kf_runner.h"
+
+static kf_job_payload diag_job(int64_t sleep_ms, bool fail, bool crash)
+{
+    kf_job_payload p;
+    memset(&p, 0, sizeof(p));
+    p.kind = KF_KIND_DIAG;
+    p.diag.sleep_ms = sleep_ms;
+    p.diag.fail = fail;
+    p.diag.crash = crash;
+    p.diag.exit_code = 7;
+    return p;
+}
+
+static long long stop_after_ms;
+static long long started_ms;
+static bool stop_after(void *ctx)
+{
+    (void)ctx;
+    return stop_after_ms > 0 && kf_test_now_ms() - started_ms >= stop_after_ms;
+}
+
+static int progress_seen;
+static void count_progress(void *ctx, const char *json)
+{
+    (void)ctx;
+    cr_assert(strstr(json, "\"seq_hint\"") != NULL, "progress frame arrived whole: %s", json);
+    progress_seen++;
+}
+
+static kf_run_result run(const kf_backend *b, kf_job_payload *p, long long stop_ms, int grace)
+{
+    kf_run_result r;
+    kf_err e = KF_ERR_INIT;
+    kf_runner_hooks h = { NULL, count_progress, stop_after };
+    stop_after_ms = stop_ms;
+    started_ms = kf_test_now_ms();
+    cr_assert_eq(kf_runner_run(b, p, &h, grace, &r, &e), KF_OK, "%s", e.msg);
+    return r;
+}
+
+Test(runner, diag_succeeds_with_a_result)
+{
+    const kf_backend *b = kf_backend_find("diag", "diag");
+    cr_assert_not_null(b);
+    cr_assert_null(kf_backend_find("diag", "optimize"));
+    cr_assert_null(kf_backend_find("nope", "diag"));
+    kf_job_payload p = diag_job(30, false, false);
+    long long t0 = kf_test_now_ms();
+    kf_run_result r = run(b, &p, 0, 100);
+    cr_assert_eq(r.outcome, KF_RUN_OK, "%s", r.error);
+    cr_assert(kf_test_now_ms() - t0 >= 30, "diag slept");
+    cr_assert(strstr(r.result_json, "\"slept_ms\":30") != NULL, "%s", r.result_json);
+    cr_assert(strstr(r.result_json, "\"pid\":") != NULL);
+    cr_assert(strstr(r.result_json, "\"ok\":true") != NULL);
+    cr_assert_not(r.stopped);
+    kf_run_result_release(&r);
+}
+
+Test(runner, diag_failure_is_not_retryable)
+{
+    kf_job_payload p = diag_job(0, true, false);
+    kf_run_result r = run(kf_backend_find("diag", "diag"), &p, 0, 100);
+    cr_assert_eq(r.outcome, KF_RUN_FAILED);
+    cr_assert_not(r.retryable);
+    cr_assert(strstr(r.error, "exit_code 7") != NULL, "%s", r.error);
+    kf_run_result_release(&r);
+}
+
+Test(runner, a_crash_is_a_failed_attempt_not_a_dead_worker)
+{
+    kf_job_payload p = diag_job(0, false, true);
+    kf_run_result r = run(kf_backend_find("diag", "diag"), &p, 0, 100);
+    cr_assert_eq(r.outcome, KF_RUN_CRASHED);
+    cr_assert(r.retryable);
+    cr_assert(WIFSIGNALED(r.wait_status) && WTERMSIG(r.wait_status) == SIGABRT);
+    cr_assert(strstr(r.error, "signal 6") != NULL, "%s", r.error);
+    kf_run_result_release(&r);
+}
+
+Test(runner, cancel_stops_a_long_diag_quickly)
+{
+    kf_job_payload p = diag_job(60000, false, false);
+    long long t0 = kf_test_now_ms();
+    kf_run_result r = run(kf_backend_find("diag", "diag"), &p, 50, 5000);
+    cr_assert(r.stopped);
+    cr_assert_eq(r.outcome, KF_RUN_FAILED, "the backend saw cancel and returned: %s", r.error);
+    cr_assert(kf_test_now_ms() - t0 < 1000, "stopped at the next check, not after the sleep");
+    kf_run_result_release(&r);
+}
+
+/* A backend that never looks at cancel and sends progress frames. */
+static const char *const stubborn_kinds[] = { "diag", NULL };
+static kf_code stubborn_run(const kf_backend *self, const kf_job_payload *job, const kf_backend_hooks *hooks,
+                            char **result_json, bool *retryable, kf_err *err)
+{
+    (void)self;
+    (void)err;
+    (void)retryable;
+    for (int i = 0; i < 3; i++)
+        hooks->progress(hooks->ctx, "{\"seq_hint\":1,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}");
+    if (job->diag.sleep_ms > 0)
+        for (;;)
+            pause();
+    *result_json = kf_strdup("{\"done\":1}");
+    return KF_OK;
+}
+static const kf_backend stubborn = { "stubborn", stubborn_kinds, stubborn_run };
+
+Test(runner, progress_frames_reach_the_parent)
+{
+    kf_job_payload p = diag_job(0, false, false);
+    progress_seen = 0;
+    kf_run_result r = run(&stubborn, &p, 0, 100);
+    cr_assert_eq(r.outcome, KF_RUN_OK);
+    cr_assert_str_eq(r.result_json, "{\"done\":1}");
+    cr_assert_eq(progress_seen, 3);
+    kf_run_result_release(&r);
+}
+
+Test(runner, a_job_ignoring_cancel_is_killed_after_the_grace)
+{
+    kf_job_payload p = diag_job(1, false, false);
+    long long t0 = kf_test_now_ms();
+    progress_seen = 0;
+    /* SIGTERM interrupts pause() but the default action for the stubborn
+     * child is the runner's handler, so the child keeps pausing. */
+    kf_run_result r = run(&stubborn, &p, 30, 200);
+    cr_assert(r.stopped);
+    cr_assert_eq(r.outcome, KF_RUN_CRASHED);
+    cr_assert(WIFSIGNALED(r.wait_status) && WTERMSIG(r.wait_status) == SIGKILL, "killed after the grace");
+    cr_assert(kf_test_now_ms() - t0 < 2000);
+    kf_run_result_release(&r);
+}
+
+/* ---- spool against a local HTTP endpoint ---------------------------------- */
+
+static int http_status = 503;
+static char seen_paths[32][96];
+static int n_seen;
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *data, size_t *size, void **state)
+{
+    (void)cls;
+    (void)method;
+    (void)version;
+    (void)data;
+    if (*state == NULL) {
+        *state = (void *)1;
+        return MHD_YES;
+    }
+    if (*size) {
+        *size = 0;
+        return MHD_YES;
+    }
+    pthread_mutex_lock(&seen_mu);
+    if (n_seen < 32)
+        snprintf(seen_paths[n_seen++], sizeof(seen_paths[0]), "%s", url);
+    int st = http_status;
+    pthread_mutex_unlock(&seen_mu);
+    struct MHD_Response *r = MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)st, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+Test(spool, keeps_reports_until_the_api_takes_them_in_order)
+{
+    int port = kf_test_free_port();
+    char *url = kf_asprintf("http://127.0.0.1:%d", port);
+    char *dir = kf_test_tmpdir("spool");
+    char *sub = kf_asprintf("%s/a/b", dir);
+    kf_err e = KF_ERR_INIT;
+    kf_spool *s = kf_spool_open(sub, &e);
+    kf_report *r = kf_report_new(url, "tok", 2000);
+    char n1[128], n2[128];
+    int pending = -1;
+
+    cr_assert_not_null(s, "%s", e.msg);
+    cr_assert_eq(kf_spool_put(s, "/v1/internal/jobs/x/start", "{\"a\":1}", n1, sizeof(n1), &e), KF_OK);
+    cr_assert_eq(kf_spool_put(s, "/v1/internal/jobs/x/result", "{\"a\":2}", n2, sizeof(n2), &e), KF_OK);
+    cr_assert_eq(kf_spool_count(s), 2);
+    cr_assert(strcmp(n1, n2) < 0, "names sort in write order");
+
+    /* API down: nothing leaves the spool */
+    cr_assert_eq(kf_spool_flush(s, r, &pending, &e), KF_OK);
+    cr_assert_eq(pending, 2);
+
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL,
+                                            handler, NULL, MHD_OPTION_END);
+    cr_assert_not_null(d);
+    http_status = 503;   /* up but failing: still kept */
+    cr_assert_eq(kf_spool_flush(s, r, &pending, &e), KF_OK);
+    cr_assert_eq(pending, 2);
+    cr_assert(kf_spool_has(s, n1) && kf_spool_has(s, n2));
+
+    http_status = 409;   /* stale: a final answer, the report's life ends */
+    n_seen = 0;
+    cr_assert_eq(kf_spool_flush(s, r, &pending, &e), KF_OK);
+    cr_assert_eq(pending, 0);
+    cr_assert_eq(n_seen, 2);
+    cr_assert_str_eq(seen_paths[0], "/v1/internal/jobs/x/start");
+    cr_assert_str_eq(seen_paths[1], "/v1/internal/jobs/x/result");
+    cr_assert_not(kf_spool_has(s, n1));
+    cr_assert_eq(kf_spool_count(s), 0);
+
+    http_status = 200;
+    cr_assert_eq(kf_report_post(r, "/v1/internal/jobs/y/result", "{}", NULL, 0), 200);
+    cr_assert(kf_report_final(200) && kf_report_final(409) && kf_report_final(404));
+    cr_assert(!kf_report_final(0) && !kf_report_final(503) && !kf_report_final(401) && !kf_report_final(429));
+
+    MHD_stop_daemon(d);
+    kf_report_free(r);
+    kf_spool_free(s);
+    free(sub);
+    free(dir);
+    free(url);
+}
+
+Test(spool, refuses_an_unusable_folder)
+{
+    kf_err e = KF_ERR_INIT;
+    cr_assert_null(kf_spool_open("", &e));
+    cr_assert_eq(e.code, KF_CONFIG);
+    if (geteuid() != 0) {
+        cr_assert_null(kf_spool_open("/proc/kforge-no-such/spool", &e));
+    }
+}

@@ -1,0 +1,59 @@
+/*
+ * kf_report — the worker's HTTP client for the API's internal endpoints
+ * (docs/protocol.md, "Worker → API"), and the spool that keeps reports the
+ * API could not accept yet.
+ *
+ * kf_report_post() sends one JSON body with the worker token and returns the
+ * HTTP status (0 when the request never completed: refused, timed out).
+ * kf_report_final() tells whether a status ends a report's life: 2xx
+ * (accepted), 409 (stale: a newer attempt or a final state exists), and the
+ * other 4xx that no resend could fix (logged) do; 0, 5xx, 408, 429, 401
+ * and 403 (a token the operator can still fix) do not.
+ *
+ * The spool is a folder of files, one report each ("<ns>-<pid>-<seq>.rpt":
+ * the API path on the first line, the JSON body after it), written to a
+ * temporary name, fsynced, renamed and the folder fsynced, so a report is
+ * either wholly there or absent after a crash.  Flushing sends them in name
+ * (= time) order under an exclusive lock on the folder, so workers sharing
+ * a spool folder never send a report twice at once; a report is removed
+ * only once the API gave a final status.  Nothing is ever dropped.
+ *
+ * Ownership: kf_report / kf_spool handles are released with *_free()
+ * (NULL-safe).  A kf_report is used by one thread at a time.
+ */
+#ifndef KF_REPORT_H
+#define KF_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kf_error.h"
+
+typedef struct kf_report kf_report;
+
+kf_report *kf_report_new(const char *api_url, const char *token, int timeout_ms);
+void kf_report_free(kf_report *r);
+/* path starts with '/'.  errbuf (may be NULL) gets curl's message or the
+ * start of an error body. */
+long kf_report_post(kf_report *r, const char *path, const char *body, char *errbuf, size_t errlen);
+bool kf_report_final(long status);
+
+typedef struct kf_spool kf_spool;
+
+/* Create the folder (and parents) if needed. */
+kf_spool *kf_spool_open(const char *dir, kf_err *err);
+void kf_spool_free(kf_spool *s);
+
+/* Store one report; name_out (may be NULL) gets its file name. */
+kf_code kf_spool_put(kf_spool *s, const char *path, const char *body, char *name_out, size_t name_len,
+                     kf_err *err);
+
+/* Send spooled reports in order until one is not accepted; *pending gets
+ * how many are left.  KF_IO only when the folder cannot be read. */
+kf_code kf_spool_flush(kf_spool *s, kf_report *r, int *pending, kf_err *err);
+
+/* Whether the report `name` is still waiting; how many are waiting. */
+bool kf_spool_has(const kf_spool *s, const char *name);
+int kf_spool_count(const kf_spool *s);
+
+#endif
