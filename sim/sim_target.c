@@ -116,13 +116,46 @@ static kf_code sim_target_unknown_keys(const cJSON *sec, const char *secname, co
     const cJSON *it;
 
     cJSON_ArrayForEach(it, sec) {
-        int known = 0;
+        int known = strcmp(secname, "dma") == 0 && strcmp(it->string, "chunk_efficiency") == 0;
         for (int i = 0; i < SIM_TARGET_NFIELDS && !known; i++)
             known = strcmp(sim_target_fields[i].section, secname) == 0 &&
                     strcmp(sim_target_fields[i].key, it->string) == 0;
         if (!known)
             return kf_err_set(err, KF_CONFIG, "target file '%s': unknown key '%s.%s'", path,
                               secname, it->string);
+    }
+    return KF_OK;
+}
+
+/* dma.chunk_efficiency: a sourced table of [bytes, efficiency] points. */
+static kf_code sim_target_parse_eff(const cJSON *root, const char *path, sim_target *t,
+                                    kf_err *err)
+{
+    const cJSON *ent = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "dma"), "chunk_efficiency");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(ent, "value");
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(ent, "source");
+    const cJSON *pt;
+
+    if (!cJSON_IsArray(val) || cJSON_GetArraySize(val) < 1 ||
+        cJSON_GetArraySize(val) > SIM_TARGET_MAX_EFF || !cJSON_IsString(src) ||
+        strlen(src->valuestring) < 2)
+        return kf_err_set(err, KF_CONFIG,
+                          "target file '%s': 'dma.chunk_efficiency' needs a \"value\" of 1..%d "
+                          "[bytes, efficiency] pairs and a \"source\"", path, SIM_TARGET_MAX_EFF);
+    t->dma_eff_n = 0;
+    cJSON_ArrayForEach(pt, val) {
+        const cJSON *b = cJSON_GetArrayItem(pt, 0), *e = cJSON_GetArrayItem(pt, 1);
+        unsigned i = t->dma_eff_n;
+        if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(b) ||
+            !cJSON_IsNumber(e) || !(b->valuedouble > 0) || !(e->valuedouble > 0) ||
+            e->valuedouble > 1 || (i > 0 && b->valuedouble <= t->dma_eff_bytes[i - 1]))
+            return kf_err_set(err, KF_CONFIG,
+                              "target file '%s': 'dma.chunk_efficiency' point %u must be "
+                              "[bytes > previous, 0 < efficiency <= 1]", path, i);
+        t->dma_eff_bytes[i] = b->valuedouble;
+        t->dma_eff_val[i] = e->valuedouble;
+        t->dma_eff_n++;
     }
     return KF_OK;
 }
@@ -177,6 +210,9 @@ static kf_code sim_target_parse(const char *path, const char *text, sim_target *
         }
         *(double *)((char *)t + f->offset) = val->valuedouble;
     }
+    rc = sim_target_parse_eff(root, path, t, err);
+    if (rc)
+        goto out;
     if (t->dma_saturating_chunk < t->dma_efficient_chunk) {
         rc = kf_err_set(err, KF_CONFIG,
                         "target file '%s': dma.saturating_chunk_bytes must be >= "
@@ -243,4 +279,23 @@ double sim_target_te_peak_flops(const sim_target *t)
 double sim_target_dma_bpns(const sim_target *t)
 {
     return t->dma_aggregate_bpns < t->hbm_bpns ? t->dma_aggregate_bpns : t->hbm_bpns;
+}
+
+double sim_target_dma_efficiency(const sim_target *t, double c)
+{
+    unsigned n = t->dma_eff_n;
+
+    if (n == 0)
+        return 1.0;
+    if (c <= t->dma_eff_bytes[0]) {
+        /* below the table, every descriptor costs like the smallest chunk */
+        double x = c > 1 ? c : 1;
+        return t->dma_eff_val[0] * x / t->dma_eff_bytes[0];
+    }
+    for (unsigned i = 1; i < n; i++)
+        if (c <= t->dma_eff_bytes[i]) {
+            double x = (c - t->dma_eff_bytes[i - 1]) / (t->dma_eff_bytes[i] - t->dma_eff_bytes[i - 1]);
+            return t->dma_eff_val[i - 1] + x * (t->dma_eff_val[i] - t->dma_eff_val[i - 1]);
+        }
+    return t->dma_eff_val[n - 1];
 }

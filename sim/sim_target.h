@@ -71,12 +71,13 @@
     XX(dma,      fixed_cost_ns,           dma_fixed_ns,           0,      100000)  \
     XX(dma,      efficient_chunk_bytes,   dma_efficient_chunk,    1,      1048576) \
     XX(dma,      saturating_chunk_bytes,  dma_saturating_chunk,   1,      1048576) \
-    XX(dma,      chunk_overhead_bytes,    dma_chunk_overhead,     0,      1048576) \
     XX(dma,      transpose_hbm_efficiency, dma_transpose_hbm_eff, 0.01,   1)       \
     XX(dma,      transpose_sbuf_efficiency, dma_transpose_sbuf_eff, 0.01, 1)       \
     XX(hbm,      bytes_per_ns,            hbm_bpns,               0.1,    100000)  \
     XX(core,     clock_ghz,               nc_clock_ghz,           0.1,    10)      \
     XX(core,     vector_gpsimd_share_sbuf, conflict_ve_pool_sbuf, 0,      1)
+
+enum { SIM_TARGET_MAX_EFF = 16 };
 
 typedef struct sim_target {
     char name[16];          /* file name without .json: "trn2" */
@@ -85,7 +86,16 @@ typedef struct sim_target {
 #define XX(sec, key, field, lo, hi) double field;
     SIM_TARGET_FIELDS(XX)
 #undef XX
+    /* dma.chunk_efficiency: [[chunk bytes, efficiency], ...], ascending;
+     * linear in between, flat beyond the ends. */
+    unsigned dma_eff_n;
+    double   dma_eff_bytes[SIM_TARGET_MAX_EFF];
+    double   dma_eff_val[SIM_TARGET_MAX_EFF];
 } sim_target;
+
+/* DMA efficiency (0..1] of a transfer whose contiguous chunks per
+ * descriptor are `chunk_bytes` long. */
+double sim_target_dma_efficiency(const sim_target *t, double chunk_bytes);
 
 /* Load target `name` ([a-z0-9_-], 1..15 characters) from `dir` (NULL: the
  * search order above). */

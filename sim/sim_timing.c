@@ -46,12 +46,14 @@ typedef struct dep_ent {
     uint64_t pm[2];       /* partitions 0..127 */
     uint64_t t;           /* write: data usable; read: read finished */
     uint32_t idx;         /* instruction */
+    uint16_t track;       /* where it ran: an in-order track needs no WAR/WAW wait on itself */
     uint8_t  write;
 } dep_ent;
 
 typedef struct alloc_st {
     dep_ent *e;
     uint32_t n, cap;
+    uint64_t maxlen;      /* longest byte range ever stored */
     uint32_t last_write;  /* pre-pass: last instruction writing it (UINT32_MAX: none) */
     uint32_t last_read;   /* pre-pass: last instruction reading it */
     uint64_t floor_ps;    /* buffer reuse: previous user of the memory finished */
@@ -94,22 +96,36 @@ static inline int ent_covered_by(const dep_ent *e, uint64_t lo, uint64_t hi, con
     return lo <= e->lo && e->hi <= hi && (e->pm[0] & ~pm[0]) == 0 && (e->pm[1] & ~pm[1]) == 0;
 }
 
-static void ent_push(alloc_st *a, const dep_ent *ne)
+/* Entries are kept sorted by `lo`; `maxlen` (the longest entry ever
+ * stored) bounds how far left of a query an overlapping entry can start,
+ * so a query scans only the entries near its range. */
+static uint32_t ent_lower(const alloc_st *a, uint64_t lo)
 {
-    if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 4;
-        a->e = kf_realloc(a->e, a->cap * sizeof(*a->e));
+    uint32_t l = 0, h = a->n;
+    while (l < h) {
+        uint32_t mid = l + (h - l) / 2;
+        if (a->e[mid].lo < lo)
+            l = mid + 1;
+        else
+            h = mid;
     }
-    a->e[a->n++] = *ne;
+    return l;
 }
 
-/* Latest time among entries overlapping the range (writes only, or all). */
-static void ent_query(const alloc_st *a, uint64_t lo, uint64_t hi, const uint64_t pm[2],
-                      int writes_only, uint64_t *t, uint32_t *idx, int *was_write)
+static inline uint32_t ent_first(const alloc_st *a, uint64_t lo)
 {
-    for (uint32_t i = 0; i < a->n; i++) {
+    return ent_lower(a, lo > a->maxlen ? lo - a->maxlen + 1 : 0);
+}
+
+/* Latest time among entries overlapping the range (writes only, or all),
+ * skipping entries made on `skip_track`. */
+static void ent_query(const alloc_st *a, uint64_t lo, uint64_t hi, const uint64_t pm[2],
+                      int writes_only, uint32_t skip_track, uint64_t *t, uint32_t *idx,
+                      int *was_write)
+{
+    for (uint32_t i = ent_first(a, lo); i < a->n && a->e[i].lo < hi; i++) {
         const dep_ent *e = &a->e[i];
-        if ((writes_only && !e->write) || !ent_overlaps(e, lo, hi, pm))
+        if ((writes_only && !e->write) || e->track == skip_track || !ent_overlaps(e, lo, hi, pm))
             continue;
         if (e->t > *t) {
             *t = e->t;
@@ -120,21 +136,33 @@ static void ent_query(const alloc_st *a, uint64_t lo, uint64_t hi, const uint64_
 }
 
 static void ent_record(alloc_st *a, uint64_t lo, uint64_t hi, const uint64_t pm[2], uint64_t t,
-                       uint32_t idx, int write)
+                       uint32_t idx, uint32_t track, int write)
 {
-    dep_ent ne = { lo, hi, { pm[0], pm[1] }, t, idx, (uint8_t)write };
+    dep_ent ne = { lo, hi, { pm[0], pm[1] }, t, idx, (uint16_t)track, (uint8_t)write };
+    uint32_t i = ent_lower(a, lo), o = i;
 
-    for (uint32_t i = 0; i < a->n;) {
-        dep_ent *e = &a->e[i];
-        /* A write supersedes what it covers (it started after them); a read
-         * supersedes older covered reads. */
-        if (ent_covered_by(e, lo, hi, pm) && (write || (!e->write && e->t <= t))) {
-            a->e[i] = a->e[--a->n];
+    /* A write supersedes what it covers (it started after them); a read
+     * supersedes older covered reads.  Covered entries start in [lo, hi). */
+    for (; i < a->n && a->e[i].lo < hi; i++) {
+        const dep_ent *e = &a->e[i];
+        if (ent_covered_by(e, lo, hi, pm) && (write || (!e->write && e->t <= t)))
             continue;
-        }
-        i++;
+        a->e[o++] = a->e[i];
     }
-    ent_push(a, &ne);
+    if (o < i) {
+        memmove(&a->e[o], &a->e[i], (a->n - i) * sizeof(dep_ent));
+        a->n -= i - o;
+    }
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 4;
+        a->e = kf_realloc(a->e, a->cap * sizeof(*a->e));
+    }
+    i = ent_lower(a, lo);
+    memmove(&a->e[i + 1], &a->e[i], (a->n - i) * sizeof(dep_ent));
+    a->e[i] = ne;
+    a->n++;
+    if (hi - lo > a->maxlen)
+        a->maxlen = hi - lo;
 }
 
 /* ---- buffer reuse (physical SBUF/PSUM cells) ----------------------------- */
@@ -267,7 +295,8 @@ typedef struct model {
     cellmap   cells[3];          /* indexed by sim_mem; HBM unused */
     int       track_reuse;       /* allocator placed tiles without overlap */
     pipe     *pipes;
-    uint32_t  n_pipes, dma_rr, queue_rr, n_queues;
+    uint32_t  n_pipes, dma_rr, n_queues;
+    uint32_t  queue_rr[3], qset_lo[3], qset_n[3];  /* load / store / other queue sets */
     uint64_t *track_free;
     uint8_t  *queue_used;
     uint64_t  port_free;         /* NC-v2 VectorE/GpSimd SBUF port */
@@ -447,16 +476,6 @@ static uint64_t tensor_ps(model *m, const sim_insn *in, uint64_t start, uint64_t
     return d;
 }
 
-static double dma_eff(const sim_target *t, double chunk)
-{
-    double sat = t->dma_saturating_chunk, ovh = t->dma_chunk_overhead;
-    if (chunk >= sat)
-        return 1.0;
-    if (chunk < 1)
-        chunk = 1;
-    return (chunk / (chunk + ovh)) / (sat / (sat + ovh));
-}
-
 static double region_chunk(const sim_region *r)
 {
     if (r->descriptors)
@@ -509,7 +528,7 @@ static uint64_t dma_end(model *m, const sim_insn *in, uint64_t start, uint64_t *
     }
     if (chunk > 1e17)
         chunk = bytes;
-    eff = dma_eff(t, chunk);
+    eff = sim_target_dma_efficiency(t, chunk);
     if (in->opcode == SIM_OP_DMA_TRANSPOSE)
         eff *= (s && s->mem == SIM_MEM_HBM) ? t->dma_transpose_hbm_eff : t->dma_transpose_sbuf_eff;
     if (hbm && t->hbm_bpns / m->n_pipes < bpns)
@@ -693,8 +712,18 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     uint64_t pm[2];
 
     if (eng == SIM_ENG_DMA) {
-        uint32_t q = (in->flags & SIM_F_QUEUE) ? in->queue % m->n_queues
-                                               : m->queue_rr++ % m->n_queues;
+        uint32_t q;
+        if (in->flags & SIM_F_QUEUE) {
+            q = in->queue % m->n_queues;
+        } else {
+            /* Like the compiler's input/output/data queue sets (S23 def.json):
+             * loads, stores and on-chip copies rotate over disjoint queues,
+             * so a store waiting for its data never holds up a prefetch. */
+            int to_hbm = in->ndst && in->dst[0].mem == SIM_MEM_HBM;
+            int from_hbm = in->nsrc && in->src[0].mem == SIM_MEM_HBM;
+            unsigned set = from_hbm && !to_hbm ? 0 : (to_hbm ? 1 : 2);
+            q = m->qset_lo[set] + m->queue_rr[set]++ % m->qset_n[set];
+        }
         track = SIM_TRACK_DMA0 + q;
         m->queue_used[q] = 1;
     } else {
@@ -708,7 +737,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         uint32_t idx = UINT32_MAX;
         int w = 0;
         pmask(r, pm);
-        ent_query(a, r->byte_lo, r->byte_hi, pm, 1, &t, &idx, &w);
+        ent_query(a, r->byte_lo, r->byte_hi, pm, 1, UINT32_MAX, &t, &idx, &w);
         note_wait(t, idx, SIM_WAIT_RAW, &ready, &widx, &wkind);
     }
     /* WAR/WAW and buffer reuse: writes wait for what they overwrite. */
@@ -719,15 +748,15 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         uint32_t idx = UINT32_MAX;
         int w = 0;
         pmask(r, pm);
-        ent_query(a, r->byte_lo, r->byte_hi, pm, 0, &t, &idx, &w);
+        ent_query(a, r->byte_lo, r->byte_hi, pm, 0, track, &t, &idx, &w);
         if (w && r->mem == SIM_MEM_HBM) {
             /* HBM writes are not ordered against HBM writes: look at reads only. */
             t = 0;
             idx = UINT32_MAX;
             w = 0;
-            for (uint32_t e = 0; e < a->n; e++)
-                if (!a->e[e].write && ent_overlaps(&a->e[e], r->byte_lo, r->byte_hi, pm) &&
-                    a->e[e].t > t) {
+            for (uint32_t e = ent_first(a, r->byte_lo); e < a->n && a->e[e].lo < r->byte_hi; e++)
+                if (!a->e[e].write && a->e[e].track != track &&
+                    ent_overlaps(&a->e[e], r->byte_lo, r->byte_hi, pm) && a->e[e].t > t) {
                     t = a->e[e].t;
                     idx = a->e[e].idx;
                 }
@@ -777,7 +806,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         alloc_st *a = &m->as[r->alloc];
         if (a->last_write != UINT32_MAX && a->last_write > i) {
             pmask(r, pm);
-            ent_record(a, r->byte_lo, r->byte_hi, pm, end, (uint32_t)i, 0);
+            ent_record(a, r->byte_lo, r->byte_hi, pm, end, (uint32_t)i, track, 0);
         }
         if (end >= a->last_use_ps) {
             a->last_use_ps = end;
@@ -792,7 +821,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         m->alloc_writes[r->alloc]++;
         if (later_read || later_write) {
             pmask(r, pm);
-            ent_record(a, r->byte_lo, r->byte_hi, pm, avail, (uint32_t)i, 1);
+            ent_record(a, r->byte_lo, r->byte_hi, pm, avail, (uint32_t)i, track, 1);
         }
         if (end >= a->last_use_ps) {
             a->last_use_ps = end;
@@ -888,6 +917,15 @@ kf_code sim_timing_run(const sim_record *rec, const sim_target *tgt, sim_timing 
     m.as = kf_calloc(rec->n_allocs ? rec->n_allocs : 1, sizeof(alloc_st));
     m.alloc_writes = kf_calloc(rec->n_allocs ? rec->n_allocs : 1, sizeof(uint32_t));
     m.pipes = kf_calloc(m.n_pipes, sizeof(pipe));
+    if (m.n_queues >= 4) {
+        m.qset_n[0] = m.n_queues / 2;
+        m.qset_n[1] = m.n_queues / 4;
+        m.qset_lo[1] = m.qset_n[0];
+        m.qset_lo[2] = m.qset_n[0] + m.qset_n[1];
+        m.qset_n[2] = m.n_queues - m.qset_lo[2];
+    } else {
+        m.qset_n[0] = m.qset_n[1] = m.qset_n[2] = m.n_queues;
+    }
     m.queue_used = kf_calloc(m.n_queues, 1);
     cellmap_init(&m.cells[SIM_MEM_SBUF], tgt->sbuf_bytes_per_part, tgt->sbuf_partitions);
     cellmap_init(&m.cells[SIM_MEM_PSUM], tgt->psum_bytes_per_part, tgt->psum_partitions);
