@@ -1,0 +1,214 @@
+/* Unit tests for common/kf_json and common/kf_job: bounded parsing and the
+ * validation of job requests and queue payloads (no services). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_job.h"
+#include "kf_json.h"
+
+static cJSON *parse_ok(const char *s)
+{
+    cJSON *v = NULL;
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(kf_json_parse(s, strlen(s), KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s: %s", s, e.msg);
+    return v;
+}
+
+Test(kf_json, utf8_is_checked_strictly)
+{
+    size_t at = 0;
+    cr_assert(kf_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15, &at));
+    cr_assert(!kf_utf8_valid("\xc0\xaf", 2, &at), "overlong slash");
+    cr_assert(!kf_utf8_valid("ab\xed\xa0\x80", 5, &at), "surrogate");
+    cr_assert_eq(at, 2);
+    cr_assert(!kf_utf8_valid("\xf4\x90\x80\x80", 4, &at), "above U+10FFFF");
+    cr_assert(!kf_utf8_valid("\xe2\x82", 2, &at), "truncated");
+    cr_assert(!kf_utf8_valid("\xff", 1, &at));
+}
+
+Test(kf_json, parse_refuses_bad_utf8_depth_trailing_and_duplicates)
+{
+    cJSON *v = NULL;
+    kf_err e = KF_ERR_INIT;
+    char deep[200];
+
+    cr_assert_eq(kf_json_parse("{\"a\":\"\xff\"}", 9, 32, &v, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "UTF-8"), "%s", e.msg);
+    memset(deep, '[', 40);
+    memset(deep + 40, ']', 40);
+    cr_assert_eq(kf_json_parse(deep, 80, 32, &v, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "deeper"), "%s", e.msg);
+    cr_assert_eq(kf_json_parse(deep + 8, 64, 32, &v, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_json_depth(v), 32);
+    cJSON_Delete(v);
+    cr_assert_eq(kf_json_parse("{} x", 4, 32, &v, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "after"), "%s", e.msg);
+    cr_assert_eq(kf_json_parse("{\"a\":1,\"b\":{\"c\":1,\"c\":2}}", 25, 32, &v, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "\"c\" appears twice"), "%s", e.msg);
+    cr_assert_eq(kf_json_parse("{\"a\": \"[[[[\"}  \n", 16, 2, &v, &e), KF_OK, "brackets in strings: %s", e.msg);
+    cJSON_Delete(v);
+    cr_assert_eq(kf_json_parse("", 0, 32, &v, &e), KF_INVALID);
+    cr_assert_null(v);
+}
+
+/* One invalid request and the (field, rule) it must be refused with. */
+typedef struct bad_case {
+    const char *body;
+    const char *field;
+    const char *rule;
+} bad_case;
+
+#define DIAG "\"kind\":\"diag\",\"target\":\"trn2\""
+#define SRC "\"source\":\"import nki\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[128,512],\"dtype\":\"float32\"}}"
+
+static const bad_case bad_cases[] = {
+    { "{\"target\":\"trn2\"}", "kind", "required" },
+    { "{\"kind\":\"nope\",\"target\":\"trn2\"}", "kind", "enum" },
+    { "{\"kind\":7,\"target\":\"trn2\"}", "kind", "type" },
+    { "{\"kind\":\"diag\"}", "target", "required" },
+    { "{\"kind\":\"diag\",\"target\":\"trn9\"}", "target", "enum" },
+    { "{" DIAG ",\"backend\":\"gpu\"}", "backend", "enum" },
+    { "{" DIAG ",\"backend\":\"sim\"}", "backend", "enum" },
+    { "{" DIAG ",\"priority\":10}", "priority", "range" },
+    { "{" DIAG ",\"priority\":-1}", "priority", "range" },
+    { "{" DIAG ",\"priority\":1.5}", "priority", "type" },
+    { "{" DIAG ",\"priority\":\"5\"}", "priority", "type" },
+    { "{" DIAG ",\"max_attempts\":0}", "max_attempts", "range" },
+    { "{" DIAG ",\"max_attempts\":21}", "max_attempts", "range" },
+    { "{" DIAG ",\"budget\":[]}", "budget", "type" },
+    { "{" DIAG ",\"budget\":{\"iterations\":0}}", "budget.iterations", "range" },
+    { "{" DIAG ",\"budget\":{\"seconds\":86401}}", "budget.seconds", "range" },
+    { "{" DIAG ",\"budget\":{\"minutes\":1}}", "budget.minutes", "unknown" },
+    { "{" DIAG ",\"goal\":{\"latency_ns\":0}}", "goal.latency_ns", "range" },
+    { "{" DIAG ",\"goal\":{\"fraction_of_bound\":1.5}}", "goal.fraction_of_bound", "range" },
+    { "{" DIAG ",\"goal\":{\"latency_ns\":5,\"fraction_of_bound\":0.5}}", "goal", "exclusive" },
+    { "{" DIAG ",\"goal\":{\"speed\":1}}", "goal.speed", "unknown" },
+    { "{" DIAG ",\"labels\":{\"team\":1}}", "labels.team", "type" },
+    { "{" DIAG ",\"labels\":{\"1bad\":\"x\"}}", "labels.1bad", "pattern" },
+    { "{" DIAG ",\"labels\":\"x\"}", "labels", "type" },
+    { "{" DIAG ",\"extra\":true}", "extra", "unknown" },
+    { "{" DIAG ",\"spec\":{\"sleep_ms\":600001}}", "spec.sleep_ms", "range" },
+    { "{" DIAG ",\"spec\":{\"sleep_ms\":-5}}", "spec.sleep_ms", "range" },
+    { "{" DIAG ",\"spec\":{\"fail\":\"yes\"}}", "spec.fail", "type" },
+    { "{" DIAG ",\"spec\":{\"crash\":1}}", "spec.crash", "type" },
+    { "{" DIAG ",\"spec\":{\"exit_code\":256}}", "spec.exit_code", "range" },
+    { "{" DIAG ",\"spec\":{\"op\":\"x\"}}", "spec.op", "unknown" },
+    { "{" DIAG ",\"spec\":3}", "spec", "type" },
+    { "{" DIAG ",\"sleep_ms\":1,\"spec\":{}}", "sleep_ms", "unknown" },
+    { "{" DIAG ",\"sleep_ms\":\"1\"}", "sleep_ms", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"dtype\":\"float32\",\"shapes\":[[4]]}", "op", "required" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rms norm\",\"dtype\":\"float32\",\"shapes\":[[4]]}", "op", "pattern" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"fp64\",\"shapes\":[[4]]}", "dtype", "enum" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[]}", "shapes", "count" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[0]]}", "shapes[0][0]", "range" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[1,2,3,4,5,6,7,8,9]]}", "shapes[0]", "count" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"source\":\"x\"}", "source", "unknown" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "source", "required" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"2k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "entry", "pattern" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "source", "length" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\"}", "inputs", "required" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{}}", "inputs", "count" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1]}}}", "inputs.x.dtype", "required" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\",\"layout\":1}}}", "inputs.x.layout", "unknown" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":\"1\",\"dtype\":\"float32\"}}}", "inputs.x.shape", "type" },
+    { "{\"kind\":\"profile\",\"target\":\"trn2\",\"reference\":\"r\"," SRC "}", "reference", "unknown" },
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\"," SRC "}", "reference", "required" },
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"tunables\":{\"T\":[]}," SRC "}", "tunables.T", "count" },
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"tunables\":{\"T\":[{}]}," SRC "}", "tunables.T", "type" },
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"tunables\":[1]," SRC "}", "tunables", "type" },
+    { "{\"kind\":\"validate\",\"target\":\"trn2\",\"tunables\":{}," SRC "}", "tunables", "unknown" },
+    { "{\"kind\":\"auto\",\"target\":\"trn2\"}", "kind", "auto" },
+    { "[]", "", "type" },
+};
+
+Test(kf_job, every_bad_field_is_named_with_its_rule)
+{
+    for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+        const bad_case *c = &bad_cases[i];
+        cJSON *v = parse_ok(c->body);
+        kf_job_request jr;
+        kf_fields fe;
+        bool found = false;
+
+        kf_fields_init(&fe);
+        cr_assert(!kf_job_request_parse(v, 3, &jr, &fe), "case %zu accepted: %s", i, c->body);
+        for (int k = 0; k < fe.n; k++)
+            found = found || (strcmp(fe.e[k].field, c->field) == 0 && strcmp(fe.e[k].rule, c->rule) == 0);
+        cr_assert(found, "case %zu %s: want %s/%s, got %s/%s (%d errors)", i, c->body, c->field, c->rule,
+                  fe.n ? fe.e[0].field : "-", fe.n ? fe.e[0].rule : "-", fe.n);
+        cr_assert_null(jr.spec);
+        cJSON_Delete(v);
+    }
+}
+
+Test(kf_job, good_requests_get_defaults_and_a_spec)
+{
+    static const char *const good[] = {
+        "{" DIAG "}",
+        "{" DIAG ",\"spec\":{\"sleep_ms\":100,\"fail\":true}}",
+        "{" DIAG ",\"sleep_ms\":5,\"crash\":false,\"priority\":9,\"max_attempts\":20,\"labels\":{\"team\":\"infra\"}}",
+        "{\"kind\":\"generate\",\"target\":\"inf2\",\"op\":\"rmsnorm\",\"dtype\":\"bfloat16\",\"shapes\":[[4096,8192],[8192]]}",
+        "{\"kind\":\"optimize\",\"target\":\"trn2\",\"backend\":\"sim\",\"reference\":\"r\",\"tunables\":{\"TILE\":[256,512]},"
+        "\"budget\":{\"iterations\":40,\"seconds\":900},\"goal\":{\"fraction_of_bound\":0.9}," SRC "}",
+        "{\"kind\":\"validate\",\"target\":\"trn1\"," SRC "}",
+        "{\"kind\":\"auto\",\"target\":\"trn3\",\"reference\":\"r\"," SRC "}",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        cJSON *v = parse_ok(good[i]);
+        kf_job_request jr;
+        kf_fields fe;
+        kf_fields_init(&fe);
+        cr_assert(kf_job_request_parse(v, 3, &jr, &fe), "case %zu refused: %s: %s/%s", i, good[i],
+                  fe.n ? fe.e[0].field : "", fe.n ? fe.e[0].rule : "");
+        cr_assert(cJSON_IsObject(jr.spec));
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(jr.budget, "iterations")));
+        if (i == 0) {
+            cr_assert_str_eq(jr.backend, "diag");
+            cr_assert_eq(jr.priority, 5);
+            cr_assert_eq(jr.max_attempts, 3);
+            cr_assert_eq(cJSON_GetObjectItem(jr.spec, "sleep_ms")->valueint, 0);
+        }
+        if (i == 2) {
+            cr_assert_eq(cJSON_GetObjectItem(jr.spec, "sleep_ms")->valueint, 5);
+            cr_assert_eq(jr.max_attempts, 20);
+            cr_assert_str_eq(cJSON_GetObjectItem(jr.labels, "team")->valuestring, "infra");
+        }
+        if (i == 6)
+            cr_assert_eq(jr.kind, KF_KIND_OPTIMIZE);
+        kf_job_request_release(&jr);
+        kf_job_request_release(&jr); /* idempotent */
+        cJSON_Delete(v);
+    }
+}
+
+Test(kf_job, payload_round_trips_and_is_checked_again)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_job_payload p;
+    char *s = kf_job_payload_build("5bd35d24-a80d-4ced-9c48-7d25c358dfdb", "diag", "trn2", "diag",
+                                   "{\"sleep_ms\":250,\"fail\":true,\"crash\":false,\"exit_code\":3}",
+                                   "{\"iterations\":20,\"seconds\":900}", "{}", &e);
+    cr_assert_not_null(s, "%s", e.msg);
+    cr_assert_eq(kf_job_payload_parse(s, &p, &e), KF_OK, "%s", e.msg);
+    cr_assert_str_eq(p.id, "5bd35d24-a80d-4ced-9c48-7d25c358dfdb");
+    cr_assert_eq(p.kind, KF_KIND_DIAG);
+    cr_assert_eq(p.diag.sleep_ms, 250);
+    cr_assert(p.diag.fail);
+    cr_assert_eq(p.diag.exit_code, 3);
+    kf_job_payload_release(&p);
+    free(s);
+
+    cr_assert_null(kf_job_payload_build("x", "diag", "trn2", "diag", "[", "{}", "{}", &e));
+    s = kf_job_payload_build("5bd35d24-a80d-4ced-9c48-7d25c358dfdb", "diag", "trn2", "diag", "{\"sleep_ms\":-1}",
+                             "{}", "{}", &e);
+    cr_assert_eq(kf_job_payload_parse(s, &p, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "spec.sleep_ms"), "%s", e.msg);
+    free(s);
+    cr_assert_eq(kf_job_payload_parse("{\"id\":\"nope\"}", &p, &e), KF_INVALID);
+    cr_assert(kf_uuid_valid("5BD35D24-a80d-4ced-9c48-7d25c358dfdb"));
+    cr_assert(!kf_uuid_valid("5bd35d24-a80d-4ced-9c48-7d25c358dfd"));
+    cr_assert(!kf_uuid_valid("5bd35d24xa80d-4ced-9c48-7d25c358dfdb"));
+    cr_assert(kf_job_state_terminal("dead"));
+    cr_assert(!kf_job_state_terminal("retrying"));
+}
