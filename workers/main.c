@@ -498,10 +498,10 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
     if (lost) {
         kf_log_warn("job abandoned: lease lost job=%s attempt=%d", l->id, l->attempt);
     } else if (res.stopped && cancelled) {
-        kf_queue_fate fate = 0;
+        /* Reported as a final failure: the API records it as `cancelled`
+         * (cancel_requested is set), and the queue drops the job. */
         kf_log_info("job stopped on cancel request job=%s attempt=%d", l->id, l->attempt);
-        if (kf_queue_fail(w->q, l->id, l->token, "cancelled", false, 1, 1, &fate, NULL, &err) != KF_OK)
-            kf_log_warn("could not drop the cancelled job job=%s err=\"%s\"", l->id, err.msg);
+        w_finish(w, l, false, NULL, "cancelled at the user's request", false);
     } else if (res.stopped && w_term) {
         kf_log_info("drain time over: handing the job back job=%s attempt=%d", l->id, l->attempt);
         if (kf_queue_release(w->q, l->id, l->token, &err) != KF_OK)

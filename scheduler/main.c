@@ -1,0 +1,621 @@
+/*
+ * kforge-scheduler — the queue's caretaker (DESIGN.md §2, docs/protocol.md).
+ *
+ * One leader at a time: every KFORGE_SCHED_TICK_MS each instance tries to
+ * take or extend the Redis lock kf:leader (SET NX PX with a random token,
+ * extended by compare-and-pexpire); a standby takes over within one
+ * KFORGE_LEADER_TTL_MS of the leader's death.  The leader, each tick:
+ *
+ *   relay      unsent outbox rows → Redis (enqueue / cancel), then sent_at;
+ *   reap       expired leases → retrying or dead (a failed attempt) and
+ *              the same in PostgreSQL with an event (workers hold no DB
+ *              credentials, so the scheduler records what the queue did);
+ *   promote    due retries → waiting, PostgreSQL back to queued;
+ *   reconcile  (on taking the lead, when Redis lost its data — the kf:epoch
+ *              marker is gone — and every 10 s) every job PostgreSQL says is
+ *              queued/running/retrying but Redis lacks is enqueued again with
+ *              its attempt count; Redis dead letters PostgreSQL missed are
+ *              recorded;
+ *   retain     (every 10 s) dead letters older than KFORGE_IDEMPOTENCY_TTL_S
+ *              leave Redis, expired idempotency keys leave PostgreSQL, and
+ *              registry entries of workers whose heartbeat expired go.
+ *
+ * Every PostgreSQL row it acts on is locked (FOR UPDATE SKIP LOCKED) while
+ * it talks to Redis, so it never races the API's result handler on the same
+ * job.  Failure behaviour: Redis or PostgreSQL down → the step is skipped
+ * and tried again next tick; nothing is fatal after start-up.  SIGTERM/
+ * SIGINT: resign the lock and exit 0.
+ */
+#include "kf_alloc.h"
+#include "kf_config.h"
+#include "kf_error.h"
+#include "kf_job.h"
+#include "kf_log.h"
+#include "kf_queue.h"
+
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_BATCH          200
+#define S_RECONCILE_MS   10000
+#define S_RETAIN_MS      10000
+
+typedef struct sched {
+    kf_queue   *q;
+    PGconn     *pg;
+    const char *dsn;
+    char        token[33];
+    bool        leader;
+    int64_t     tick_ms, ttl_ms, retry_base_ms, retry_cap_ms, idem_ttl_s;
+    long long   next_reconcile, next_retain;
+    bool        pg_warned, redis_warned;
+} sched;
+
+static volatile sig_atomic_t s_term;
+
+static void s_on_term(int sig)
+{
+    (void)sig;
+    s_term = 1;
+}
+
+static long long s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void s_sleep_ms(long long ms)
+{
+    long long end = s_now_ms() + ms;
+    while (!s_term && s_now_ms() < end) {
+        long long left = end - s_now_ms();
+        struct timespec ts = { 0, (long)(left < 50 ? left : 50) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- PostgreSQL ---------------------------------------------------------- */
+
+/* The first line of a libpq message, for one-line logs. */
+static const char *s_line(const char *msg, char *buf, size_t n)
+{
+    size_t len = strcspn(msg ? msg : "", "\n");
+    snprintf(buf, n, "%.*s", (int)(len < n ? len : n - 1), msg ? msg : "");
+    return buf;
+}
+
+static void s_pg_drop(sched *s)
+{
+    if (s->pg) {
+        PQfinish(s->pg);
+        s->pg = NULL;
+    }
+}
+
+static bool s_pg_ok(sched *s)
+{
+    if (s->pg && PQstatus(s->pg) == CONNECTION_OK)
+        return true;
+    s_pg_drop(s);
+    {
+        const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
+        const char *vals[] = { s->dsn, "3", "kforge-scheduler", NULL };
+        s->pg = PQconnectdbParams(keys, vals, 1);
+    }
+    if (PQstatus(s->pg) != CONNECTION_OK) {
+        char line[256];
+        if (!s->pg_warned)
+            kf_log_warn("PostgreSQL unreachable; database steps wait (retrying each tick) err=\"%s\"",
+                        s_line(PQerrorMessage(s->pg), line, sizeof(line)));
+        s->pg_warned = true;
+        s_pg_drop(s);
+        return false;
+    }
+    if (s->pg_warned)
+        kf_log_info("PostgreSQL is back");
+    s->pg_warned = false;
+    return true;
+}
+
+/* Run SQL; NULL (connection dropped if broken) on failure. */
+static PGresult *s_sql(sched *s, const char *sql, int n, const char *const *params)
+{
+    PGresult *r = PQexecParams(s->pg, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return r;
+    {
+        char line[256];
+        kf_log_warn("SQL failed err=\"%s\"", s_line(PQresultErrorMessage(r), line, sizeof(line)));
+    }
+    PQclear(r);
+    if (PQstatus(s->pg) != CONNECTION_OK)
+        s_pg_drop(s);
+    return NULL;
+}
+
+static bool s_exec(sched *s, const char *sql, int n, const char *const *params)
+{
+    PGresult *r = s_sql(s, sql, n, params);
+    PQclear(r);
+    return r != NULL;
+}
+
+static void s_rollback(sched *s)
+{
+    if (s->pg && PQtransactionStatus(s->pg) != PQTRANS_IDLE) {
+        PGresult *r = PQexec(s->pg, "ROLLBACK");
+        PQclear(r);
+    }
+}
+
+/* ---- queue helpers --------------------------------------------------------- */
+
+static bool s_redis_failed(sched *s, const kf_err *err)
+{
+    if (!s->redis_warned)
+        kf_log_warn("Redis step failed (retrying each tick) err=\"%s\"", err->msg);
+    s->redis_warned = true;
+    return false;
+}
+
+/* Enqueue the job of a PostgreSQL row (columns from `col`: id kind target
+ * backend priority attempt max_attempts spec budget goal).  A dead letter
+ * left in Redis from an earlier life of the job (an admin re-queue) is
+ * dropped first.  *created tells whether Redis lacked it. */
+static kf_code s_enqueue_row(sched *s, PGresult *r, int row, int col, bool *created, kf_err *err)
+{
+    const char *id = PQgetvalue(r, row, col);
+    kf_queue_info info;
+    bool exists = false;
+    kf_queue_job j;
+    char *payload;
+    kf_code rc;
+
+    *created = false;
+    if ((rc = kf_queue_inspect(s->q, id, &info, &exists, err)) != KF_OK)
+        return rc;
+    if (exists && strcmp(info.state, "dead") == 0)
+        rc = kf_queue_forget(s->q, id, err);
+    kf_queue_info_release(&info);
+    if (rc != KF_OK)
+        return rc;
+    payload = kf_job_payload_build(id, PQgetvalue(r, row, col + 1), PQgetvalue(r, row, col + 2),
+                                   PQgetvalue(r, row, col + 3), PQgetvalue(r, row, col + 7),
+                                   PQgetvalue(r, row, col + 8), PQgetvalue(r, row, col + 9), err);
+    if (!payload)
+        return err->code ? err->code : KF_INVALID;
+    memset(&j, 0, sizeof(j));
+    j.id = id;
+    j.kind = PQgetvalue(r, row, col + 1);
+    j.target = PQgetvalue(r, row, col + 2);
+    j.backend = PQgetvalue(r, row, col + 3);
+    j.priority = atoi(PQgetvalue(r, row, col + 4));
+    j.attempt = atoi(PQgetvalue(r, row, col + 5));
+    j.max_attempts = atoi(PQgetvalue(r, row, col + 6));
+    if (j.max_attempts < 1)
+        j.max_attempts = 1;
+    rc = kf_queue_enqueue(s->q, &j, created, err);
+    free(payload);
+    return rc;
+}
+
+#define S_JOB_COLS "j.id, j.kind, j.target, j.backend, j.priority, j.attempt, j.max_attempts, " \
+                   "j.spec::text, j.budget::text, j.goal::text"
+
+/* ---- relay ------------------------------------------------------------------ */
+
+static void s_relay(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    PGresult *r;
+    int n, sent = 0;
+
+    if (!s_exec(s, "BEGIN", 0, NULL))
+        return;
+    r = s_sql(s,
+              "SELECT o.id, o.action, j.state, j.cancel_requested, " S_JOB_COLS " "
+              "FROM outbox o JOIN jobs j ON j.id = o.job_id WHERE o.sent_at IS NULL "
+              "ORDER BY o.id LIMIT 200 FOR UPDATE OF o, j SKIP LOCKED",
+              0, NULL);
+    if (!r) {
+        s_rollback(s);
+        return;
+    }
+    n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+        const char *oid = PQgetvalue(r, i, 0), *action = PQgetvalue(r, i, 1), *state = PQgetvalue(r, i, 2);
+        const char *id = PQgetvalue(r, i, 4);
+        const char *p[2] = { oid, id };
+        kf_code rc = KF_OK;
+        bool created = false;
+
+        if (strcmp(action, "cancel") == 0) {
+            kf_queue_cancel_result cr;
+            rc = kf_queue_cancel(s->q, id, &cr, &err);
+        } else if (strcmp(state, "queued") == 0) {
+            rc = s_enqueue_row(s, r, i, 4, &created, &err);
+            if (rc == KF_INVALID || rc == KF_CONFIG) {
+                kf_log_error("job cannot be queued (bad stored spec); skipping job=%s err=\"%s\"", id, err.msg);
+                rc = KF_OK;
+            }
+        }
+        if (rc != KF_OK) {
+            s_redis_failed(s, &err);
+            break;   /* Redis away: leave the rest unsent; commit what was sent */
+        }
+        if (!s_exec(s,
+                    "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = $1::bigint RETURNING job_id, action) "
+                    "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                    "SELECT o.job_id, j.attempt, 'enqueued', j.state, j.state, '{\"via\":\"relay\"}'::jsonb "
+                    "FROM o JOIN jobs j ON j.id = o.job_id WHERE o.action = 'enqueue' AND j.state = 'queued'",
+                    1, p))
+            break;
+        sent++;
+        if (created)
+            kf_log_info("relayed job=%s action=%s", id, action);
+    }
+    PQclear(r);
+    if (!s->pg || !s_exec(s, "COMMIT", 0, NULL))
+        s_rollback(s);
+    else if (sent)
+        s->redis_warned = false;
+}
+
+/* ---- reap / promote ----------------------------------------------------------- */
+
+/* A job Redis holds but PostgreSQL says has ended: drop it from Redis. */
+static void s_forget(sched *s, const char *id)
+{
+    kf_err err = KF_ERR_INIT;
+    if (kf_queue_forget(s->q, id, &err) != KF_OK)
+        s_redis_failed(s, &err);
+    else
+        kf_log_info("job already final in PostgreSQL; dropped from Redis job=%s", id);
+}
+
+static void s_record_reaped(sched *s, const kf_queue_moved *m)
+{
+    char att[16];
+    const char *p[3] = { m->id, att, NULL };
+    PGresult *r;
+    const char *sql;
+
+    snprintf(att, sizeof(att), "%d", m->attempt);
+    if (m->fate == KF_FATE_RETRYING) {
+        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running') FOR UPDATE), "
+              "u AS (UPDATE jobs j SET state = 'retrying', attempt = greatest(j.attempt, $2::int), "
+              "  last_error = 'lease expired: the worker died, hung or lost Redis', updated_at = now() "
+              "  FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
+              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+              "SELECT id, $2::int, 'retrying', state, 'retrying', "
+              "  '{\"error\":\"lease expired\",\"by\":\"reaper\"}'::jsonb FROM u RETURNING 1";
+    } else if (m->fate == KF_FATE_DEAD) {
+        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running','retrying') "
+              "  FOR UPDATE), "
+              "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $2::int), "
+              "  last_error = 'lease expired on the last attempt: the worker died, hung or lost Redis', "
+              "  finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
+              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+              "SELECT id, $2::int, 'dead', state, 'dead', '{\"error\":\"lease expired\",\"by\":\"reaper\"}'::jsonb "
+              "FROM u RETURNING 1";
+    } else {
+        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running','retrying') "
+              "  AND cancel_requested FOR UPDATE), "
+              "u AS (UPDATE jobs j SET state = 'cancelled', finished_at = now(), updated_at = now() "
+              "  FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
+              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+              "SELECT id, $2::int, 'cancelled', state, 'cancelled', '{\"by\":\"reaper\"}'::jsonb FROM u RETURNING 1";
+    }
+    r = s_sql(s, sql, 2, p);
+    if (!r)
+        return;
+    kf_log_info("lease expired job=%s attempt=%d fate=%s", m->id, m->attempt,
+                m->fate == KF_FATE_RETRYING ? "retrying" : m->fate == KF_FATE_DEAD ? "dead" : "cancelled");
+    if (PQntuples(r) == 0 && m->fate != KF_FATE_CANCELLED) {
+        /* PostgreSQL has nothing to move: if the job has ended there (its
+         * result arrived but the ack did not), Redis must let it go. */
+        PGresult *t = s_sql(s, "SELECT state FROM jobs WHERE id = $1::uuid", 1, p);
+        if (t && PQntuples(t) == 1 && kf_job_state_terminal(PQgetvalue(t, 0, 0)) &&
+            !(m->fate == KF_FATE_DEAD && strcmp(PQgetvalue(t, 0, 0), "dead") == 0))
+            s_forget(s, m->id);
+        PQclear(t);
+    }
+    PQclear(r);
+}
+
+static void s_reap(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    kf_queue_moved *m = NULL;
+    int n = 0;
+
+    if (kf_queue_reap(s->q, S_BATCH, s->retry_base_ms, s->retry_cap_ms, &m, &n, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        return;
+    }
+    for (int i = 0; i < n && s->pg; i++)
+        s_record_reaped(s, &m[i]);
+    kf_queue_moved_free(m, n);
+}
+
+static void s_promote(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    kf_queue_moved *m = NULL;
+    int n = 0;
+
+    if (kf_queue_promote(s->q, S_BATCH, &m, &n, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        return;
+    }
+    for (int i = 0; i < n && s->pg; i++) {
+        const char *p[1] = { m[i].id };
+        PGresult *r = s_sql(s,
+                            "WITH u AS (UPDATE jobs SET state = 'queued', updated_at = now() "
+                            "  WHERE id = $1::uuid AND state = 'retrying' RETURNING id, attempt) "
+                            "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                            "SELECT id, attempt, 'requeued', 'retrying', 'queued', '{\"by\":\"promoter\"}'::jsonb "
+                            "FROM u RETURNING 1",
+                            1, p);
+        if (r && PQntuples(r) == 0) {
+            PGresult *t = s_sql(s, "SELECT state FROM jobs WHERE id = $1::uuid", 1, p);
+            if (t && PQntuples(t) == 1 && kf_job_state_terminal(PQgetvalue(t, 0, 0)))
+                s_forget(s, m[i].id);
+            PQclear(t);
+        }
+        PQclear(r);
+    }
+    kf_queue_moved_free(m, n);
+}
+
+/* ---- reconcile ------------------------------------------------------------------ */
+
+static void s_reconcile(sched *s, const char *why)
+{
+    char last[40] = "00000000-0000-0000-0000-000000000000";
+    int requeued = 0, recorded = 0, scanned = 0;
+    kf_err err = KF_ERR_INIT;
+
+    for (;;) {
+        const char *p[1] = { last };
+        PGresult *r;
+        int n;
+        bool stop = false;
+
+        if (!s_exec(s, "BEGIN", 0, NULL))
+            return;
+        r = s_sql(s,
+                  "SELECT j.state, j.cancel_requested, " S_JOB_COLS " FROM jobs j "
+                  "WHERE j.state IN ('queued','running','retrying') AND j.id > $1::uuid "
+                  "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id AND o.sent_at IS NULL) "
+                  "ORDER BY j.id LIMIT 200 FOR UPDATE SKIP LOCKED",
+                  1, p);
+        if (!r) {
+            s_rollback(s);
+            return;
+        }
+        n = PQntuples(r);
+        for (int i = 0; i < n && !stop; i++) {
+            const char *state = PQgetvalue(r, i, 0), *id = PQgetvalue(r, i, 2);
+            bool cancel = strcmp(PQgetvalue(r, i, 1), "t") == 0, exists = false, created = false;
+            const char *pp[3] = { id, state, NULL };
+            kf_queue_info info;
+
+            snprintf(last, sizeof(last), "%s", id);
+            scanned++;
+            if (kf_queue_inspect(s->q, id, &info, &exists, &err) != KF_OK) {
+                s_redis_failed(s, &err);
+                stop = true;
+                break;
+            }
+            if (exists && strcmp(info.state, "dead") == 0) {
+                pp[2] = info.last_error ? info.last_error : "attempts exhausted";
+                s_exec(s,
+                       "WITH u AS (UPDATE jobs SET state = 'dead', last_error = $3, finished_at = now(), "
+                       "  updated_at = now() WHERE id = $1::uuid RETURNING id, attempt) "
+                       "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                       "SELECT id, attempt, 'dead', $2, 'dead', jsonb_build_object('error', $3::text, 'by', "
+                       "'reconcile') FROM u",
+                       3, pp);
+                recorded++;
+            } else if (!exists && cancel) {
+                s_exec(s,
+                       "WITH u AS (UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now() "
+                       "  WHERE id = $1::uuid RETURNING id, attempt) "
+                       "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                       "SELECT id, attempt, 'cancelled', $2, 'cancelled', '{\"by\":\"reconcile\"}'::jsonb FROM u",
+                       2, pp);
+                recorded++;
+            } else if (!exists) {
+                kf_code rc = s_enqueue_row(s, r, i, 2, &created, &err);
+                if (rc == KF_REDIS) {
+                    s_redis_failed(s, &err);
+                    stop = true;
+                } else if (rc != KF_OK) {
+                    kf_log_error("job cannot be re-queued (bad stored spec) job=%s err=\"%s\"", id, err.msg);
+                } else if (created) {
+                    s_exec(s,
+                           "WITH u AS (UPDATE jobs SET state = 'queued', updated_at = now() WHERE id = $1::uuid "
+                           "  RETURNING id, attempt) "
+                           "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                           "SELECT id, attempt, 'requeued', $2, 'queued', "
+                           "  '{\"by\":\"reconcile\",\"reason\":\"missing in Redis\"}'::jsonb FROM u",
+                           2, pp);
+                    requeued++;
+                }
+            }
+            kf_queue_info_release(&info);
+        }
+        PQclear(r);
+        if (!s->pg || !s_exec(s, "COMMIT", 0, NULL)) {
+            s_rollback(s);
+            return;
+        }
+        if (stop || n < 200)
+            break;
+    }
+    if (requeued || recorded)
+        kf_log_warn("reconciled Redis with PostgreSQL why=%s scanned=%d requeued=%d recorded=%d", why, scanned,
+                    requeued, recorded);
+    else
+        kf_log_debug("reconcile found nothing to fix why=%s scanned=%d", why, scanned);
+}
+
+/* ---- retention --------------------------------------------------------------------- */
+
+static void s_retain(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    char ttl[24];
+    const char *p[1] = { ttl };
+    int trimmed = 0, gone = 0;
+
+    if (kf_queue_trim_dead(s->q, s->idem_ttl_s * 1000, 1000, &trimmed, &err) != KF_OK ||
+        kf_queue_workers_cleanup(s->q, &gone, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        return;
+    }
+    if (trimmed || gone)
+        kf_log_info("retention dead_trimmed=%d workers_gone=%d", trimmed, gone);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)s->idem_ttl_s);
+    s_exec(s, "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1::int)", 1, p);
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static void s_tick(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    bool leader = false, present = true;
+    long long now = s_now_ms();
+
+    if (kf_queue_leader(s->q, s->token, s->ttl_ms, &leader, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        if (s->leader)
+            kf_log_warn("cannot reach Redis to keep the leader lock; acting as standby");
+        s->leader = false;
+        return;
+    }
+    if (s->redis_warned)
+        kf_log_info("Redis is back");
+    s->redis_warned = false;
+    if (leader != s->leader)
+        kf_log_info(leader ? "became leader" : "lost the leader lock; standing by");
+    if (leader && !s->leader)
+        s->next_reconcile = 0;
+    s->leader = leader;
+    if (!leader)
+        return;
+
+    if (kf_queue_epoch(s->q, &present, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        return;
+    }
+    if (!s_pg_ok(s))
+        return;   /* every step below records in PostgreSQL: wait for it */
+    s_relay(s);
+    if (s->pg)
+        s_reap(s);
+    if (s->pg)
+        s_promote(s);
+    if (s->pg && (!present || now >= s->next_reconcile)) {
+        s_reconcile(s, !present ? "redis-data-lost" : s->next_reconcile == 0 ? "leader-start" : "periodic");
+        s->next_reconcile = now + S_RECONCILE_MS;
+    }
+    if (s->pg && now >= s->next_retain) {
+        s_retain(s);
+        s->next_retain = now + S_RETAIN_MS;
+    }
+}
+
+static void s_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kforge-scheduler [--help]\n"
+            "\n"
+            "Keeps the Redis queue and PostgreSQL in step.  Run one or more; the one holding\n"
+            "the Redis lock kf:leader acts and the others stand by, taking over within\n"
+            "KFORGE_LEADER_TTL_MS.  Every KFORGE_SCHED_TICK_MS the leader relays unsent\n"
+            "outbox rows to Redis, reaps expired leases (a failed attempt: retrying or\n"
+            "dead), promotes due retries, and records each move in PostgreSQL.  It\n"
+            "re-queues jobs Redis lost (on taking the lead, when the kf:epoch marker is gone,\n"
+            "and every 10 s), trims dead letters older than KFORGE_IDEMPOTENCY_TTL_S and\n"
+            "expired idempotency keys, and drops registry entries of vanished workers.\n"
+            "SIGTERM/SIGINT: give the lock up and exit 0.\n");
+    kf_config_print_help(out, KF_USE_SCHED);
+}
+
+int main(int argc, char **argv)
+{
+    sched s;
+    kf_err err = KF_ERR_INIT;
+    struct sigaction sa;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            s_usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "kforge-scheduler: unknown argument '%s'\n\n", argv[i]);
+        s_usage(stderr);
+        return 2;
+    }
+    if (kf_config_load(&err) != KF_OK) {
+        fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        return 2;
+    }
+    if (kf_log_init("scheduler", kf_config_str(KF_CFG_LOG_LEVEL)) != 0) {
+        fprintf(stderr, "kforge-scheduler: KFORGE_LOG_LEVEL must be debug, info, warn or error\n");
+        return 2;
+    }
+    memset(&s, 0, sizeof(s));
+    s.dsn = kf_config_str(KF_CFG_PG_DSN);
+    s.tick_ms = kf_config_int(KF_CFG_SCHED_TICK_MS);
+    s.ttl_ms = kf_config_int(KF_CFG_LEADER_TTL_MS);
+    s.retry_base_ms = kf_config_int(KF_CFG_RETRY_BASE_MS);
+    s.retry_cap_ms = kf_config_int(KF_CFG_RETRY_CAP_MS);
+    s.idem_ttl_s = kf_config_int(KF_CFG_IDEMPOTENCY_TTL_S);
+    if (s.tick_ms * 2 > s.ttl_ms) {
+        fprintf(stderr, "kforge-scheduler: KFORGE_SCHED_TICK_MS (%lld) must be at most half of "
+                        "KFORGE_LEADER_TTL_MS (%lld), or the leader loses its lock between ticks\n",
+                (long long)s.tick_ms, (long long)s.ttl_ms);
+        return 2;
+    }
+    s.q = kf_queue_connect(kf_config_str(KF_CFG_REDIS_URL), &err);
+    if (!s.q) {
+        fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        return 2;
+    }
+    kf_queue_new_token(s.token);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = s_on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+
+    kf_log_info("scheduler started tick_ms=%lld leader_ttl_ms=%lld", (long long)s.tick_ms, (long long)s.ttl_ms);
+    while (!s_term) {
+        long long t0 = s_now_ms();
+        s_tick(&s);
+        long long spent = s_now_ms() - t0;
+        if (spent < s.tick_ms)
+            s_sleep_ms(s.tick_ms - spent);
+    }
+    if (s.leader && kf_queue_leader_resign(s.q, s.token, &err) == KF_OK)
+        kf_log_info("resigned the leader lock");
+    s_pg_drop(&s);
+    kf_queue_free(s.q);
+    kf_log_info("scheduler stopped");
+    return 0;
+}
