@@ -1,0 +1,778 @@
+/* Integration tests of kforge-api against real PostgreSQL and Redis:
+ * migrations, auth, validation, idempotency, pagination, cancel, the
+ * worker endpoints' fencing, and the operational routes. */
+#include <dirent.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+
+#include "api/api.h"
+#include "test_api_fixture.h"
+
+#define REDIS_DB 3
+
+static api_fx fx;
+
+static void setup(void)
+{
+    fx_start(&fx, REDIS_DB, "KFORGE_MAX_BODY_BYTES=4096");
+}
+
+static void teardown(void)
+{
+    fx_stop(&fx);
+}
+
+TestSuite(api, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(api, migrations_are_recorded_once_and_reapply_is_a_no_op)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *argv[] = { bin, "migrate", NULL };
+    DIR *d = opendir("migrations");
+    struct dirent *de;
+    long files = 0;
+
+    cr_assert_not_null(d);
+    while ((de = readdir(d)))
+        files += strstr(de->d_name, ".sql") != NULL;
+    closedir(d);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM schema_migrations", NULL), files);
+    cr_assert_eq(fx_run(&fx, argv, NULL), 0);
+    cr_assert_eq(fx_run(&fx, argv, NULL), 0);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM schema_migrations", NULL), files);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT min(version) FROM schema_migrations", NULL), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM information_schema.tables WHERE table_name IN "
+                                 "('jobs','job_events','outbox','iterations','api_tokens','idempotency_keys')",
+                            NULL),
+                 6);
+    /* Tokens are stored hashed, never in clear. */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM api_tokens WHERE position(convert_to($1, 'UTF8') in token_hash) > 0",
+                            fx.user),
+                 0);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM api_tokens WHERE token_hash = sha256(convert_to($1, 'UTF8'))",
+                            fx.user),
+                 1);
+    free(bin);
+}
+
+Test(api, missing_or_bad_tokens_get_401_and_wrong_roles_403)
+{
+    kf_http_resp r;
+    char *h;
+    cJSON *j;
+
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", NULL, NULL, &r), 401);
+    h = kf_http_header(&r, "WWW-Authenticate");
+    cr_assert(h && strncmp(h, "Bearer", 6) == 0, "WWW-Authenticate: %s", h ? h : "(none)");
+    free(h);
+    h = kf_http_header(&r, "Content-Type");
+    cr_assert_str_eq(h, "application/problem+json");
+    free(h);
+    j = fx_json(&r);
+    cr_assert_eq(cJSON_GetObjectItem(j, "status")->valueint, 401);
+    cr_assert_str_eq(fx_str(j, "type"), "urn:kforge:problem:unauthorized");
+    cr_assert_str_eq(fx_str(j, "instance"), "/v1/jobs");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", "kf_not_a_real_token", NULL, &r), 401);
+    h = kf_http_header(&r, "WWW-Authenticate");
+    cr_assert(h && strstr(h, "invalid_token"), "%s", h ? h : "(none)");
+    free(h);
+    kf_http_resp_release(&r);
+    {
+        const char *hdr[] = { "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l", NULL };
+        char *url = kf_asprintf("%s/v1/jobs", fx.base);
+        cr_assert_eq(kf_http_request("GET", url, NULL, hdr, NULL, 0, &r), 401);
+        kf_http_resp_release(&r);
+        free(url);
+    }
+    /* A revoked token stops working. */
+    PQclear(PQexec(fx.pg, "UPDATE api_tokens SET revoked_at = now() WHERE name = 'bob'"));
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.user2, NULL, &r), 401);
+    kf_http_resp_release(&r);
+
+    /* Workers only use /v1/internal; users and admins never do. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.worker, NULL, &r), 403);
+    j = fx_json(&r);
+    cr_assert_str_eq(fx_str(j, "type"), "urn:kforge:problem:forbidden");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.worker, "{\"kind\":\"diag\",\"target\":\"trn2\"}", &r), 403);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.user, "{}", &r), 403);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.admin, "{}", &r), 403);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    /* Unknown paths and methods. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v2/nothing", fx.user, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "DELETE", "/v1/jobs", fx.user, NULL, &r), 405);
+    h = kf_http_header(&r, "Allow");
+    cr_assert(h && strstr(h, "POST") && strstr(h, "GET"), "Allow: %s", h ? h : "(none)");
+    free(h);
+    kf_http_resp_release(&r);
+}
+
+/* An HTTP-level bad request: status, and the field/rule it must name
+ * (field NULL: only the status and problem type are checked). */
+typedef struct http_case {
+    const char *content_type;
+    const char *body;
+    size_t      len;       /* 0: strlen */
+    long        status;
+    const char *type;
+    const char *field;
+    const char *rule;
+} http_case;
+
+static const http_case http_cases[] = {
+    { "application/json", "{\"kind\":\"diag\"}", 0, 422, "validation", "target", "required" },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":99}", 0, 422, "validation", "priority", "range" },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"spec\":{\"sleep_ms\":700000}}", 0, 422, "validation", "spec.sleep_ms", "range" },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"surprise\":1}", 0, 422, "validation", "surprise", "unknown" },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"max_attempts\":50}", 0, 422, "validation", "max_attempts", "range" },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"labels\":{\"a\":[]}}", 0, 422, "validation", "labels.a", "type" },
+    { "application/json", "{\"kind\":\"optimize\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\"}", 0, 422, "validation", "reference", "required" },
+    { "application/json", "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float64\",\"shapes\":[[1]]}", 0, 422, "validation", "dtype", "enum" },
+    { "application/json", "{\"kind\":", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "[1,2]", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"kind\":\"diag\"}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"tr\xffn2\"}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\"}\x00", 35, 400, "malformed-body", NULL, NULL },
+    { "text/plain", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
+    { "application/json; charset=latin1", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
+    { NULL, "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
+};
+
+Test(api, every_bad_request_is_a_4xx_problem_naming_the_field)
+{
+    char *url = kf_asprintf("%s/v1/jobs", fx.base);
+    char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
+
+    for (size_t i = 0; i < sizeof(http_cases) / sizeof(http_cases[0]); i++) {
+        const http_case *c = &http_cases[i];
+        char ct[96];
+        const char *hdr[3] = { auth, NULL, NULL };
+        kf_http_resp r;
+        cJSON *j, *errs, *e;
+        bool found = c->field == NULL;
+        char type[96];
+
+        snprintf(ct, sizeof(ct), "Content-Type: %s", c->content_type ? c->content_type : "");
+        if (c->content_type)
+            hdr[1] = ct;
+        else
+            hdr[1] = "Content-Type:";
+        cr_assert_eq(kf_http_request("POST", url, NULL, hdr, c->body, c->len ? c->len : strlen(c->body), &r),
+                     c->status, "case %zu: %ld %s", i, r.status, r.body);
+        j = fx_json(&r);
+        snprintf(type, sizeof(type), "urn:kforge:problem:%s", c->type);
+        cr_assert_str_eq(fx_str(j, "type"), type, "case %zu", i);
+        cr_assert_eq(cJSON_GetObjectItem(j, "status")->valueint, (int)c->status);
+        cr_assert_not_null(fx_str(j, "title"));
+        cr_assert_not_null(fx_str(j, "detail"));
+        errs = cJSON_GetObjectItem(j, "errors");
+        cJSON_ArrayForEach(e, errs)
+        {
+            found = found || (strcmp(fx_str(e, "field"), c->field) == 0 && strcmp(fx_str(e, "rule"), c->rule) == 0);
+        }
+        cr_assert(found, "case %zu: %s/%s not in %s", i, c->field, c->rule, r.body);
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+    }
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "a bad request left a job behind");
+    free(url);
+    free(auth);
+}
+
+Test(api, oversized_bodies_get_413)
+{
+    size_t n = 8000;
+    char *big = kf_malloc(n + 1);
+    char *url = kf_asprintf("%s/v1/jobs", fx.base);
+    char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
+    const char *hdr[] = { auth, "Content-Type: application/json", NULL };
+    const char *chunked[] = { auth, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
+    kf_http_resp r;
+    cJSON *j;
+
+    memset(big, ' ', n);
+    memcpy(big, "{\"kind\":\"diag\",\"target\":\"trn2\"}", 31);
+    big[n] = '\0';
+    cr_assert_eq(kf_http_request("POST", url, NULL, hdr, big, n, &r), 413, "%s", r.body);
+    j = fx_json(&r);
+    cr_assert_str_eq(fx_str(j, "type"), "urn:kforge:problem:body-too-large");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+    /* Without Content-Length the limit is enforced while reading. */
+    cr_assert_eq(kf_http_request("POST", url, NULL, chunked, big, n, &r), 413, "%s", r.body);
+    kf_http_resp_release(&r);
+    /* Under the limit, whitespace and all, it is fine. */
+    cr_assert_eq(kf_http_request("POST", url, NULL, hdr, big, 4000, &r), 202, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(big);
+    free(url);
+    free(auth);
+}
+
+Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
+{
+    kf_http_resp r;
+    char *loc, *path, *id;
+    cJSON *j, *evs;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user,
+                        "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":7,\"labels\":{\"team\":\"infra\"},"
+                        "\"spec\":{\"sleep_ms\":100}}",
+                        &r),
+                 202, "%s", r.body);
+    j = fx_json(&r);
+    id = kf_strdup(fx_str(j, "id"));
+    loc = kf_http_header(&r, "Location");
+    path = kf_asprintf("/v1/jobs/%s", id);
+    cr_assert_str_eq(loc, path);
+    cr_assert_str_eq(fx_str(j, "state"), "queued");
+    cr_assert_str_eq(fx_str(j, "backend"), "diag");
+    cr_assert_eq(cJSON_GetObjectItem(j, "priority")->valueint, 7);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "sleep_ms")->valueint, 100);
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
+    j = fx_json(&r);
+    cr_assert_str_eq(fx_str(j, "id"), id);
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(j, "labels"), "team"), "infra");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND sent_at IS NOT NULL", id), 1);
+    cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", id), 1, "job not in Redis");
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 1);
+
+    free(path);
+    path = kf_asprintf("/v1/jobs/%s/events", id);
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
+    j = fx_json(&r);
+    evs = cJSON_GetObjectItem(j, "events");
+    cr_assert_eq(cJSON_GetArraySize(evs), 2, "%s", r.body);
+    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(evs, 0), "type"), "created");
+    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(evs, 1), "type"), "enqueued");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+
+    /* Other users see nothing; admins see everything. */
+    free(path);
+    path = kf_asprintf("/v1/jobs/%s", id);
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user2, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    free(path);
+    path = kf_asprintf("/v1/jobs/%s/events", id);
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user2, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    free(path);
+    path = kf_asprintf("/v1/jobs/%s/cancel", id);
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.user2, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    free(path);
+    path = kf_asprintf("/v1/jobs/%s", id);
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.admin, NULL, &r), 200);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.user2, NULL, &r), 200);
+    cr_assert(strstr(r.body, id) == NULL);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs/not-a-uuid", fx.user, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs/00000000-0000-0000-0000-000000000000", fx.user, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    free(path);
+    free(loc);
+    free(id);
+}
+
+/* ---- idempotency ---------------------------------------------------------- */
+
+static long idem_post(const char *key, const char *body, kf_http_resp *r)
+{
+    char *url = kf_asprintf("%s/v1/jobs", fx.base);
+    char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
+    char *ik = kf_asprintf("Idempotency-Key: \"%s\"", key);
+    const char *hdr[] = { auth, "Content-Type: application/json", ik, NULL };
+    long st = kf_http_request("POST", url, NULL, hdr, body, strlen(body), r);
+    free(url);
+    free(auth);
+    free(ik);
+    return st;
+}
+
+Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
+{
+    const char *body = "{\"kind\":\"diag\",\"target\":\"trn2\"}";
+    kf_http_resp a, b;
+    char *la, *lb, *rep;
+
+    cr_assert_eq(idem_post("k-1", body, &a), 202, "%s", a.body);
+    cr_assert_eq(idem_post("k-1", body, &b), 202, "%s", b.body);
+    cr_assert_str_eq(a.body, b.body);
+    la = kf_http_header(&a, "Location");
+    lb = kf_http_header(&b, "Location");
+    cr_assert_str_eq(la, lb);
+    rep = kf_http_header(&b, "Idempotent-Replayed");
+    cr_assert_not_null(rep);
+    free(la);
+    free(lb);
+    free(rep);
+    kf_http_resp_release(&a);
+    kf_http_resp_release(&b);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE idempotency_key = 'k-1'", NULL), 1);
+
+    /* Same key, different body. */
+    cr_assert_eq(idem_post("k-1", "{\"kind\":\"diag\",\"target\":\"trn1\"}", &a), 422, "%s", a.body);
+    cr_assert(strstr(a.body, "idempotency-key-mismatch"), "%s", a.body);
+    kf_http_resp_release(&a);
+
+    /* The key is per token: another user may use it. */
+    {
+        char *url = kf_asprintf("%s/v1/jobs", fx.base);
+        char *auth = kf_asprintf("Authorization: Bearer %s", fx.user2);
+        const char *hdr[] = { auth, "Content-Type: application/json", "Idempotency-Key: \"k-1\"", NULL };
+        cr_assert_eq(kf_http_request("POST", url, NULL, hdr, body, strlen(body), &a), 202);
+        cr_assert(strstr(a.body, "\"replayed\"") == NULL);
+        kf_http_resp_release(&a);
+        free(url);
+        free(auth);
+    }
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 2);
+
+    /* A request still in flight with that key: 409.  Make one by hand with
+     * the fingerprint the API computes (SHA-256 of method, path, body). */
+    {
+        unsigned char fp[32];
+        unsigned int n = 32;
+        char hex[70], *sql;
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        EVP_DigestUpdate(md, "POST\n/v1/jobs\n", 14);
+        EVP_DigestUpdate(md, body, strlen(body));
+        EVP_DigestFinal_ex(md, fp, &n);
+        EVP_MD_CTX_free(md);
+        for (int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", fp[i]);
+        sql = kf_asprintf("INSERT INTO idempotency_keys (owner_token_id, key, fingerprint) SELECT id, 'k-busy', "
+                          "'\\x%s'::bytea FROM api_tokens WHERE name = 'alice'",
+                          hex);
+        PQclear(PQexec(fx.pg, sql));
+        free(sql);
+    }
+    cr_assert_eq(idem_post("k-busy", body, &a), 409, "%s", a.body);
+    cr_assert(strstr(a.body, "idempotency-key-in-use"), "%s", a.body);
+    la = kf_http_header(&a, "Retry-After");
+    cr_assert_not_null(la);
+    free(la);
+    kf_http_resp_release(&a);
+    /* An abandoned in-flight key (its request died) is taken over after a minute. */
+    PQclear(PQexec(fx.pg, "UPDATE idempotency_keys SET created_at = now() - interval '2 minutes' WHERE key = 'k-busy'"));
+    cr_assert_eq(idem_post("k-busy", body, &a), 202, "%s", a.body);
+    kf_http_resp_release(&a);
+    /* Expired keys (KFORGE_IDEMPOTENCY_TTL_S) start afresh. */
+    PQclear(PQexec(fx.pg, "UPDATE idempotency_keys SET created_at = now() - interval '2 days' WHERE key = 'k-1'"));
+    cr_assert_eq(idem_post("k-1", "{\"kind\":\"diag\",\"target\":\"trn1\"}", &a), 202, "%s", a.body);
+    kf_http_resp_release(&a);
+    /* Malformed keys. */
+    {
+        char *url = kf_asprintf("%s/v1/jobs", fx.base);
+        char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
+        const char *hdr[] = { auth, "Content-Type: application/json", "Idempotency-Key: \"unterminated", NULL };
+        cr_assert_eq(kf_http_request("POST", url, NULL, hdr, body, strlen(body), &a), 400);
+        cr_assert(strstr(a.body, "idempotency-key-invalid"), "%s", a.body);
+        kf_http_resp_release(&a);
+        free(url);
+        free(auth);
+    }
+    /* Replayed validation errors are stored too. */
+    cr_assert_eq(idem_post("k-bad", "{\"kind\":\"diag\"}", &a), 422);
+    cr_assert_eq(idem_post("k-bad", "{\"kind\":\"diag\"}", &b), 422);
+    cr_assert_str_eq(a.body, b.body);
+    kf_http_resp_release(&a);
+    kf_http_resp_release(&b);
+}
+
+typedef struct race_arg {
+    long status;
+    char body[2048];
+} race_arg;
+
+static void *race_post(void *p)
+{
+    race_arg *a = p;
+    kf_http_resp r;
+    a->status = idem_post("race", "{\"kind\":\"diag\",\"target\":\"trn3\"}", &r);
+    snprintf(a->body, sizeof(a->body), "%s", r.body ? r.body : "");
+    kf_http_resp_release(&r);
+    return NULL;
+}
+
+Test(api, concurrent_requests_with_one_key_make_one_job)
+{
+    enum { N = 12 };
+    pthread_t t[N];
+    race_arg a[N];
+    int created = 0, conflicts = 0;
+    char *first = NULL;
+
+    memset(a, 0, sizeof(a));
+    for (int i = 0; i < N; i++)
+        pthread_create(&t[i], NULL, race_post, &a[i]);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) {
+        if (a[i].status == 202) {
+            cJSON *j = cJSON_Parse(a[i].body);
+            const char *id = fx_str(j, "id");
+            if (!first)
+                first = kf_strdup(id);
+            cr_assert_str_eq(id, first, "two different jobs for one key");
+            cJSON_Delete(j);
+            created++;
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].body);
+            conflicts++;
+        }
+    }
+    cr_assert_geq(created, 1);
+    cr_assert_eq(created + conflicts, N);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 1);
+    free(first);
+}
+
+/* ---- pagination ----------------------------------------------------------- */
+
+Test(api, pages_cover_every_job_once_newest_first)
+{
+    enum { N = 23 };
+    char *ids[N];
+    char *seen[N + 5];
+    int nseen = 0;
+    char *cursor = NULL;
+    int pages = 0;
+    kf_http_resp r;
+
+    for (int i = 0; i < N; i++)
+        ids[i] = fx_submit(&fx, fx.user, i % 2 ? "{\"kind\":\"diag\",\"target\":\"trn1\"}" : NULL);
+    /* Another user's jobs never show up in alice's pages. */
+    free(fx_submit(&fx, fx.user2, NULL));
+    do {
+        char *path = cursor ? kf_asprintf("/v1/jobs?limit=5&cursor=%s", cursor) : kf_strdup("/v1/jobs?limit=5");
+        cJSON *j, *jobs, *job, *nc;
+
+        cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200, "%s", r.body);
+        j = fx_json(&r);
+        jobs = cJSON_GetObjectItem(j, "jobs");
+        cr_assert_leq(cJSON_GetArraySize(jobs), 5);
+        cJSON_ArrayForEach(job, jobs)
+        {
+            const char *id = fx_str(job, "id");
+            for (int k = 0; k < nseen; k++)
+                cr_assert_str_neq(seen[k], id, "job %s twice", id);
+            cr_assert_lt(nseen, N, "more jobs than alice has");
+            seen[nseen++] = kf_strdup(id);
+        }
+        free(cursor);
+        nc = cJSON_GetObjectItem(j, "next_cursor");
+        cursor = cJSON_IsString(nc) ? kf_strdup(nc->valuestring) : NULL;
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        free(path);
+        pages++;
+    } while (cursor && pages < 20);
+    cr_assert_eq(nseen, N);
+    cr_assert_eq(pages, 5);
+    /* Newest first: the last created is first. */
+    cr_assert_str_eq(seen[0], ids[N - 1]);
+    cr_assert_str_eq(seen[N - 1], ids[0]);
+
+    /* Filters. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs?target=trn1&state=queued&kind=diag&limit=200", fx.user, NULL, &r), 200);
+    {
+        cJSON *j = fx_json(&r);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "jobs")), N / 2);
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "next_cursor")));
+        cJSON_Delete(j);
+    }
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs?limit=200", fx.admin, NULL, &r), 200);
+    {
+        cJSON *j = fx_json(&r);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "jobs")), N + 1);
+        cJSON_Delete(j);
+    }
+    kf_http_resp_release(&r);
+
+    /* Bad parameters name themselves. */
+    {
+        static const char *const bad[][2] = {
+            { "/v1/jobs?limit=0", "limit" },        { "/v1/jobs?limit=201", "limit" },
+            { "/v1/jobs?limit=abc", "limit" },      { "/v1/jobs?state=done", "state" },
+            { "/v1/jobs?kind=auto", "kind" },       { "/v1/jobs?target=gpu", "target" },
+            { "/v1/jobs?cursor=zzzz", "cursor" },   { "/v1/jobs?cursor=MTIzLG5vdC1hLXV1aWQ", "cursor" },
+            { "/v1/jobs?sort=asc", "sort" },
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            cr_assert_eq(fx_req(&fx, "GET", bad[i][0], fx.user, NULL, &r), 400, "%s: %s", bad[i][0], r.body);
+            cr_assert(strstr(r.body, bad[i][1]), "%s: %s", bad[i][0], r.body);
+            kf_http_resp_release(&r);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        free(ids[i]);
+        free(seen[i]);
+    }
+}
+
+/* ---- cancel and the worker endpoints ----------------------------------------- */
+
+static long report(const char *what, const char *id, const char *body, kf_http_resp *r)
+{
+    char *path = kf_asprintf("/v1/internal/jobs/%s/%s", id, what);
+    long st = fx_req(&fx, "POST", path, fx.worker, body, r);
+    free(path);
+    return st;
+}
+
+static long report_s(const char *what, const char *id, const char *body)
+{
+    kf_http_resp r;
+    long st = report(what, id, body, &r);
+    kf_http_resp_release(&r);
+    return st;
+}
+
+static char *job_state(const char *id)
+{
+    return fx_sql(&fx, "SELECT state FROM jobs WHERE id = $1", id);
+}
+
+static long cancel(const char *id, kf_http_resp *r)
+{
+    char *path = kf_asprintf("/v1/jobs/%s/cancel", id);
+    long st = fx_req(&fx, "POST", path, fx.user, NULL, r);
+    free(path);
+    return st;
+}
+
+Test(api, cancel_in_each_state)
+{
+    kf_http_resp r;
+    char *st;
+    char *q = fx_submit(&fx, fx.user, NULL);
+    char *run = fx_submit(&fx, fx.user, NULL);
+    char *retry = fx_submit(&fx, fx.user, NULL);
+    char *done = fx_submit(&fx, fx.user, NULL);
+
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 4);
+    /* queued → cancelled at once, and gone from Redis. */
+    cr_assert_eq(cancel(q, &r), 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"cancelled\""), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", q), 0);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 3);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND action = 'cancel' AND sent_at IS NOT NULL", q), 1);
+    cr_assert_eq(cancel(q, &r), 409, "%s", r.body);
+    kf_http_resp_release(&r);
+    /* A late start for a cancelled job is refused. */
+    cr_assert_eq(report_s("start", q, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 409);
+
+    /* running → cancel_requested, then the worker's failure makes it cancelled. */
+    cr_assert_eq(report_s("start", run, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
+    cr_assert_eq(cancel(run, &r), 202, "%s", r.body);
+    cr_assert(strstr(r.body, "\"cancel_requested\" : true"), "%s", r.body);
+    kf_http_resp_release(&r);
+    st = job_state(run);
+    cr_assert_str_eq(st, "running");
+    free(st);
+    cr_assert_eq(cancel(run, &r), 202, "a second cancel is accepted too: %s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report(
+                     "result", run, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"failed\",\"error\":\"cancelled\",\"retry\":true}", &r),
+                 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    st = job_state(run);
+    cr_assert_str_eq(st, "cancelled");
+    free(st);
+
+    /* retrying → cancelled at once. */
+    cr_assert_eq(report_s("start", retry, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
+    cr_assert_eq(report_s("result", retry, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"failed\",\"error\":\"x\",\"retry\":true}"), 200);
+    st = job_state(retry);
+    cr_assert_str_eq(st, "retrying");
+    free(st);
+    {
+        char *path = kf_asprintf("/v1/jobs/%s/cancel", retry);
+        cr_assert_eq(fx_req(&fx, "POST", path, fx.user, "{\"reason\":\"no longer needed\"}", &r), 200, "%s", r.body);
+        kf_http_resp_release(&r);
+        cr_assert_eq(fx_req(&fx, "POST", path, fx.user, "{\"why\":1}", &r), 422, "%s", r.body);
+        kf_http_resp_release(&r);
+        free(path);
+    }
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'cancelled' "
+                                 "AND detail->>'reason' = 'no longer needed'", retry), 1);
+
+    /* finished → 409. */
+    cr_assert_eq(report_s("start", done, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
+    cr_assert_eq(report_s("result", done, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"succeeded\",\"result\":{\"ok\":true}}"), 200);
+    cr_assert_eq(cancel(done, &r), 409, "%s", r.body);
+    cr_assert(strstr(r.body, "job-finished"), "%s", r.body);
+    kf_http_resp_release(&r);
+    free(q);
+    free(run);
+    free(retry);
+    free(done);
+}
+
+Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
+{
+    kf_http_resp r;
+    char *id = fx_submit(&fx, fx.user, NULL);
+    char *st;
+    const char *it1 = "{\"attempt\":1,\"lease_token\":\"a\",\"seq\":0,\"latency_ns\":5000,\"correct\":true,"
+                      "\"params\":{\"TILE\":256},\"findings\":[],\"action\":\"tune\",\"reason\":\"first\"}";
+
+    cr_assert_eq(report("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}", &r), 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"changed\":true"), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}", &r), 200);
+    cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report_s("iterations", id, it1), 200);
+    cr_assert_eq(report_s("iterations", id, it1), 200);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM iterations WHERE job_id = $1", id), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT best_iteration FROM jobs WHERE id = $1", id), 0);
+
+    /* The lease was lost; attempt 2 starts elsewhere. */
+    cr_assert_eq(report_s("start", id, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w2\"}"), 200);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT attempt FROM jobs WHERE id = $1", id), 2);
+    /* Everything from attempt 1 is now refused and changes nothing. */
+    cr_assert_eq(report("iterations", id, "{\"attempt\":1,\"lease_token\":\"a\",\"seq\":1}", &r), 409);
+    cr_assert(strstr(r.body, "urn:kforge:problem:stale-attempt"), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report_s("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 409);
+    cr_assert_eq(report_s("result", id, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"succeeded\"}"), 409);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM iterations WHERE job_id = $1", id), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1", id), 0);
+    st = fx_sql(&fx, "SELECT worker_id FROM jobs WHERE id = $1", id);
+    cr_assert_str_eq(st, "w2");
+    free(st);
+
+    /* A faster correct iteration of attempt 2 becomes the best. */
+    cr_assert_eq(report_s("iterations", id, "{\"attempt\":2,\"lease_token\":\"b\",\"seq\":3,\"latency_ns\":4000,\"correct\":true}"), 200);
+    cr_assert_eq(report_s("iterations", id, "{\"attempt\":2,\"lease_token\":\"b\",\"seq\":4,\"latency_ns\":100,\"correct\":false}"), 200);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT best_iteration FROM jobs WHERE id = $1", id), 3);
+
+    /* The result lands once; a repeat is a 200 no-op; anything else is 409. */
+    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000}}", &r),
+                 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000}}", &r), 200);
+    cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(report_s("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"failed\",\"retry\":false}"), 409);
+    cr_assert_eq(report_s("result", id, "{\"attempt\":3,\"lease_token\":\"c\",\"state\":\"succeeded\"}"), 409);
+    cr_assert_eq(report_s("start", id, "{\"attempt\":3,\"lease_token\":\"c\",\"worker\":\"w3\"}"), 409);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1", id), 1);
+    st = job_state(id);
+    cr_assert_str_eq(st, "succeeded");
+    free(st);
+    st = fx_sql(&fx, "SELECT result->>'latency_ns' FROM jobs WHERE id = $1", id);
+    cr_assert_str_eq(st, "4000");
+    free(st);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'succeeded'", id), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'started'", id), 2);
+
+    /* A failure without retry is final too. */
+    {
+        char *f = fx_submit(&fx, fx.user, NULL);
+        cr_assert_eq(report_s("start", f, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 200);
+        cr_assert_eq(report_s("result", f, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"failed\",\"error\":\"boom\",\"retry\":false}"), 200);
+        st = fx_sql(&fx, "SELECT state || ':' || last_error FROM jobs WHERE id = $1", f);
+        cr_assert_str_eq(st, "failed:boom");
+        free(st);
+        cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1 AND state = 'failed'", f), 1);
+        free(f);
+    }
+    /* Bad reports. */
+    cr_assert_eq(report_s("start", id, "{\"lease_token\":\"a\",\"worker\":\"w1\"}"), 422);
+    cr_assert_eq(report_s("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"maybe\"}"), 422);
+    cr_assert_eq(report_s("start", "00000000-0000-0000-0000-000000000000", "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w\"}"), 404);
+    cr_assert_eq(report_s("start", "nope", "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w\"}"), 404);
+    free(id);
+}
+
+Test(api, heartbeats_upsert_workers)
+{
+    kf_http_resp r;
+    char *v;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn1\",\"trn2\"],\"backends\":[\"diag\",\"sim\"],\"host\":\"host-a\"}", &r),
+                 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn3\"],\"backends\":[\"sim\"],\"host\":\"host-a\"}", &r),
+                 200);
+    kf_http_resp_release(&r);
+    v = fx_sql(&fx, "SELECT array_to_string(targets, ',') FROM workers WHERE id = 'host-a.w1'", NULL);
+    cr_assert_str_eq(v, "trn3");
+    free(v);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker, "{\"targets\":[1]}", &r), 422);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/bad%20id/heartbeat", fx.worker, "{}", &r), 404);
+    kf_http_resp_release(&r);
+}
+
+/* ---- operational routes ----------------------------------------------------- */
+
+Test(api, health_readiness_metrics_and_openapi)
+{
+    kf_http_resp r;
+    cJSON *doc, *paths;
+    char *ct;
+
+    free(fx_submit(&fx, fx.user, NULL));
+    cr_assert_eq(fx_req(&fx, "GET", "/healthz", NULL, NULL, &r), 200);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/readyz", NULL, NULL, &r), 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"postgresql\":\"ok\"") && strstr(r.body, "\"redis\":\"ok\""), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/metrics", NULL, NULL, &r), 200);
+    ct = kf_http_header(&r, "Content-Type");
+    cr_assert(ct && strncmp(ct, "text/plain", 10) == 0);
+    free(ct);
+    cr_assert(strstr(r.body, "kforge_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"202\"} 1"), "%s", r.body);
+    cr_assert(strstr(r.body, "kforge_jobs{state=\"queued\"} 1"), "%s", r.body);
+    cr_assert(strstr(r.body, "kforge_queue_jobs{set=\"waiting\"} 1"), "%s", r.body);
+    kf_http_resp_release(&r);
+
+    /* The OpenAPI document describes every route of the table. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/openapi.json", NULL, NULL, &r), 200);
+    doc = fx_json(&r);
+    cr_assert_str_eq(fx_str(doc, "openapi"), "3.1.0");
+    paths = cJSON_GetObjectItem(doc, "paths");
+    for (int i = 0; i < api_n_routes; i++) {
+        char m[8];
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(paths, api_routes[i].pattern);
+        size_t k;
+        for (k = 0; api_routes[i].method[k] && k < sizeof(m) - 1; k++)
+            m[k] = (char)(api_routes[i].method[k] - 'A' + 'a');
+        m[k] = '\0';
+        cr_assert_not_null(p, "openapi.json lacks %s", api_routes[i].pattern);
+        cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(p, m), "openapi.json lacks %s %s", m,
+                           api_routes[i].pattern);
+    }
+    cJSON_Delete(doc);
+    kf_http_resp_release(&r);
+}

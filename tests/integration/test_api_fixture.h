@@ -1,0 +1,258 @@
+/*
+ * test_api_fixture — one kforge-api process per test, on a free port with a
+ * fresh database (migrated by `kforge-api migrate`) and its own Redis DB.
+ * Included by tests/integration/test_api*.c only (static functions).
+ */
+#ifndef TEST_API_FIXTURE_H
+#define TEST_API_FIXTURE_H
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <hiredis.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "kf_alloc.h"
+#include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_http.h"
+
+typedef struct api_fx {
+    char   *dsn;
+    char   *redis_url;
+    int     redis_db;
+    int     port;
+    char    base[64];
+    pid_t   pid;
+    char   *dir;
+    char   *log;
+    char   *admin, *user, *user2, *worker;
+    PGconn *pg;
+} api_fx;
+
+static char *fx_env(const char *k, const char *v)
+{
+    return kf_asprintf("%s=%s", k, v);
+}
+
+/* Run a kforge-api subcommand to completion; returns its exit status and
+ * the last line it printed on stdout (caller frees) in *last. */
+static int fx_run(api_fx *f, char *const argv[], char **last)
+{
+    char *out = kf_asprintf("%s/cmd.out", f->dir);
+    char *env[4];
+    int st = 0;
+    pid_t pid;
+    FILE *fp;
+    char line[512];
+
+    env[0] = fx_env("KFORGE_PG_DSN", f->dsn);
+    env[1] = fx_env("KFORGE_REDIS_URL", f->redis_url);
+    env[2] = NULL;
+    unlink(out);
+    pid = kf_test_spawn(argv, env, out);
+    waitpid(pid, &st, 0);
+    if (last) {
+        *last = NULL;
+        fp = fopen(out, "r");
+        while (fp && fgets(line, sizeof(line), fp)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (strncmp(line, "kf_", 3) == 0) {
+                free(*last);
+                *last = kf_strdup(line);
+            }
+        }
+        if (fp)
+            fclose(fp);
+    }
+    free(env[0]);
+    free(env[1]);
+    free(out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static char *fx_token(api_fx *f, const char *role, const char *name)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *r = kf_strdup(role), *n = kf_strdup(name);
+    char *argv[] = { bin, "token", "create", "--role", r, "--name", n, NULL };
+    char *tok = NULL;
+    int rc = fx_run(f, argv, &tok);
+
+    cr_assert_eq(rc, 0, "token create exited %d", rc);
+    cr_assert_not_null(tok, "token create printed no token");
+    free(bin);
+    free(r);
+    free(n);
+    return tok;
+}
+
+static void fx_flush_redis(api_fx *f)
+{
+    redisContext *c = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    redisReply *r;
+
+    cr_assert(c && !c->err, "redis connect");
+    r = redisCommand(c, "SELECT %d", f->redis_db);
+    freeReplyObject(r);
+    r = redisCommand(c, "FLUSHDB");
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* Redis command on the fixture's DB; returns the integer reply (or -1). */
+static long long fx_redis_int(api_fx *f, const char *fmt, const char *arg)
+{
+    redisContext *c = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    redisReply *r;
+    long long v = -1;
+
+    if (!c || c->err) {
+        redisFree(c);
+        return -1;
+    }
+    r = redisCommand(c, "SELECT %d", f->redis_db);
+    freeReplyObject(r);
+    r = redisCommand(c, fmt, arg);
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+static void fx_start_api(api_fx *f, const char *extra_env)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *argv[] = { bin, "serve", NULL };
+    char listen[64], url[96];
+    char *env[8];
+    int n = 0;
+
+    f->port = kf_test_free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->port);
+    snprintf(f->base, sizeof(f->base), "http://127.0.0.1:%d", f->port);
+    env[n++] = fx_env("KFORGE_PG_DSN", f->dsn);
+    env[n++] = fx_env("KFORGE_REDIS_URL", f->redis_url);
+    env[n++] = fx_env("KFORGE_API_LISTEN", listen);
+    env[n++] = fx_env("KFORGE_API_THREADS", "4");
+    env[n++] = fx_env("KFORGE_PG_POOL", "4");
+    env[n++] = extra_env ? kf_strdup(extra_env) : fx_env("KFORGE_LOG_LEVEL", "info");
+    env[n] = NULL;
+    f->pid = kf_test_spawn(argv, env, f->log);
+    for (int i = 0; i < n; i++)
+        free(env[i]);
+    snprintf(url, sizeof(url), "%s/healthz", f->base);
+    cr_assert(kf_http_wait_status(url, 200, 10000), "kforge-api did not start; see %s", f->log);
+    free(bin);
+}
+
+static void fx_start(api_fx *f, int redis_db, const char *extra_env)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *argv[] = { bin, "migrate", NULL };
+    int rc;
+
+    memset(f, 0, sizeof(*f));
+    f->dir = kf_test_tmpdir("api");
+    f->log = kf_asprintf("%s/api.log", f->dir);
+    f->dsn = kf_test_fresh_db();
+    f->redis_db = redis_db;
+    f->redis_url = kf_test_redis_url(redis_db);
+    fx_flush_redis(f);
+    rc = fx_run(f, argv, NULL);
+    cr_assert_eq(rc, 0, "kforge-api migrate exited %d; see %s/cmd.out", rc, f->dir);
+    f->admin = fx_token(f, "admin", "admin");
+    f->user = fx_token(f, "user", "alice");
+    f->user2 = fx_token(f, "user", "bob");
+    f->worker = fx_token(f, "worker", "w1");
+    f->pg = PQconnectdb(f->dsn);
+    cr_assert_eq(PQstatus(f->pg), CONNECTION_OK);
+    fx_start_api(f, extra_env);
+    free(bin);
+}
+
+static void fx_stop(api_fx *f)
+{
+    if (f->pid > 0) {
+        int st = kf_test_stop(f->pid, SIGTERM, 10000);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "kforge-api did not stop cleanly (status %d); see %s", st,
+                  f->log);
+    }
+    PQfinish(f->pg);
+    free(f->dsn);
+    free(f->redis_url);
+    free(f->dir);
+    free(f->log);
+    free(f->admin);
+    free(f->user);
+    free(f->user2);
+    free(f->worker);
+    memset(f, 0, sizeof(*f));
+}
+
+/* JSON request to base+path; body may be NULL. */
+static long fx_req(api_fx *f, const char *method, const char *path, const char *token, const char *body,
+                   kf_http_resp *out)
+{
+    char *url = kf_asprintf("%s%s", f->base, path);
+    long st = kf_http_json(method, url, token, body, out);
+    free(url);
+    return st;
+}
+
+static cJSON *fx_json(const kf_http_resp *r)
+{
+    cJSON *v = cJSON_Parse(r->body);
+    cr_assert_not_null(v, "response is not JSON: %s", r->body);
+    return v;
+}
+
+static const char *fx_str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* One value from SQL (caller frees), NULL for SQL NULL or no row. */
+static char *fx_sql(api_fx *f, const char *sql, const char *arg)
+{
+    const char *params[1] = { arg };
+    PGresult *r = PQexecParams(f->pg, sql, arg ? 1 : 0, NULL, params, NULL, NULL, 0);
+    char *v = NULL;
+
+    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQresultErrorMessage(r));
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = kf_strdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+static long fx_sql_int(api_fx *f, const char *sql, const char *arg)
+{
+    char *v = fx_sql(f, sql, arg);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}
+
+/* POST a diag job as `token`; returns its id (caller frees). */
+static char *fx_submit(api_fx *f, const char *token, const char *body)
+{
+    kf_http_resp r;
+    cJSON *j;
+    char *id;
+
+    cr_assert_eq(fx_req(f, "POST", "/v1/jobs", token, body ? body : "{\"kind\":\"diag\",\"target\":\"trn2\"}", &r), 202,
+                 "%s", r.body);
+    j = fx_json(&r);
+    id = kf_strdup(fx_str(j, "id"));
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+    return id;
+}
+
+#endif
