@@ -933,3 +933,32 @@ kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, in
     freeReplyObject(r);
     return rc;
 }
+
+kf_code kf_queue_deaths(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err)
+{
+    char lim[12];
+    const char *argv[3] = { "LPOP", "kf:deaths", lim };
+    redisReply *r;
+    kf_code rc;
+
+    *out = NULL;
+    *n = 0;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    snprintf(lim, sizeof(lim), "%d", limit < 1 ? 1 : limit);
+    r = redisCommandArgv(q->c, 3, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "LPOP");
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = kf_err_set(err, KF_REDIS, "Redis LPOP kf:deaths refused: %s", r->str);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+        *out = kf_calloc(r->elements, sizeof(**out));
+        for (size_t i = 0; i < r->elements; i++) {
+            (*out)[i].id = kq_str(r, i);
+            (*out)[i].fate = KF_FATE_DEAD;
+        }
+        *n = (int)r->elements;
+    }
+    freeReplyObject(r);
+    return rc;
+}

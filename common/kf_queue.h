@@ -131,6 +131,11 @@ void kf_queue_moved_free(kf_queue_moved *m, int n);
 kf_code kf_queue_reap(kf_queue *q, int limit, int64_t base_ms, int64_t cap_ms, kf_queue_moved **out, int *n,
                       kf_err *err);
 
+/* Jobs dead-lettered since the last call (by kf_queue_fail or the reaper),
+ * oldest first, at most `limit`, for the scheduler to record in PostgreSQL
+ * (fate KF_FATE_DEAD; attempt and at_ms 0).  Each id is handed out once. */
+kf_code kf_queue_deaths(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err);
+
 /* Delayed retries that are due go back to their waiting set (state queued). */
 kf_code kf_queue_promote(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err);
 

@@ -45,6 +45,7 @@
     "  redis.call('HSET', jk, 'state', 'dead', 'lease_token', '', 'worker', '',\n"     \
     "             'last_error', err, 'died_ms', n2s(now))\n"                           \
     "  redis.call('ZADD', 'kf:dead', n2s(now), id)\n"                                  \
+    "  if redis.call('RPUSH', 'kf:deaths', id) > 100000 then redis.call('LPOP', 'kf:deaths') end\n" \
     "  return {'DEAD', now, attempt}\n"                                                \
     "end\n"
 

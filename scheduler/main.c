@@ -347,6 +347,51 @@ static void s_reap(sched *s)
     kf_queue_moved_free(m, n);
 }
 
+/* Jobs a worker dead-lettered (a retryable failure on the last attempt)
+ * or the reaper did: state dead in PostgreSQL with Redis's last error. */
+static void s_deaths(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    kf_queue_moved *m = NULL;
+    int n = 0;
+
+    if (kf_queue_deaths(s->q, S_BATCH, &m, &n, &err) != KF_OK) {
+        s_redis_failed(s, &err);
+        return;
+    }
+    for (int i = 0; i < n && s->pg; i++) {
+        kf_queue_info info;
+        bool exists = false;
+        char att[16] = "0";
+        const char *p[3] = { m[i].id, NULL, att };
+        PGresult *r;
+
+        if (kf_queue_inspect(s->q, m[i].id, &info, &exists, &err) != KF_OK) {
+            s_redis_failed(s, &err);
+            break;
+        }
+        if (exists && strcmp(info.state, "dead") == 0) {
+            snprintf(att, sizeof(att), "%d", info.attempt);
+            p[1] = info.last_error ? info.last_error : "attempts exhausted";
+            r = s_sql(s,
+                      "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid "
+                      "  AND state IN ('queued','running','retrying') FOR UPDATE), "
+                      "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $3::int), "
+                      "  last_error = $2, finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id "
+                      "  RETURNING j.id, old.state) "
+                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                      "SELECT id, $3::int, 'dead', state, 'dead', jsonb_build_object('error', $2::text) FROM u "
+                      "RETURNING 1",
+                      3, p);
+            if (r && PQntuples(r) == 1)
+                kf_log_info("job dead: attempts exhausted job=%s attempt=%s", m[i].id, att);
+            PQclear(r);
+        }
+        kf_queue_info_release(&info);
+    }
+    kf_queue_moved_free(m, n);
+}
+
 static void s_promote(sched *s)
 {
     kf_err err = KF_ERR_INIT;
@@ -525,6 +570,8 @@ static void s_tick(sched *s)
     s_relay(s);
     if (s->pg)
         s_reap(s);
+    if (s->pg)
+        s_deaths(s);
     if (s->pg)
         s_promote(s);
     if (s->pg && (!present || now >= s->next_reconcile)) {

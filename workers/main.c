@@ -375,49 +375,61 @@ static char *w_json_string(const char *s)
     return out;
 }
 
-/* Report the final state of an attempt, then settle the job in Redis. */
+/* Report the outcome of an attempt, then settle the job in Redis:
+ *   succeeded / failed for good / cancelled → result to the API, then ack;
+ *   retryable failure with attempts left   → failed + retry:true, then
+ *                                            kf_queue_fail (delayed retry);
+ *   retryable failure on the last attempt  → no report: kf_queue_fail
+ *                                            dead-letters it and the
+ *                                            scheduler records `dead` (as
+ *                                            for a lease that expired). */
 static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *result_json, const char *error,
                      bool retryable)
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/result", l->id);
     bool retry = !ok && retryable && l->attempt < l->max_attempts;
+    bool exhausted = !ok && retryable && !retry;
     kf_buf body = KF_BUF_INIT;
     kf_err err = KF_ERR_INIT;
+    kf_queue_fate fate = 0;
+    int64_t due = 0;
     kf_code rc;
-    long st;
+    long st = 0;
 
-    kf_buf_addf(&body, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"%s\",\"result\":%s", l->attempt,
-                l->token, ok ? "succeeded" : "failed", ok && result_json ? result_json : "{}");
-    if (!ok) {
-        char *e = w_json_string(error);
-        kf_buf_addf(&body, ",\"error\":%s", e);
-        free(e);
+    if (!exhausted) {
+        kf_buf_addf(&body, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"%s\",\"result\":%s", l->attempt,
+                    l->token, ok ? "succeeded" : "failed", ok && result_json ? result_json : "{}");
+        if (!ok) {
+            char *e = w_json_string(error);
+            kf_buf_addf(&body, ",\"error\":%s", e);
+            free(e);
+        }
+        kf_buf_addf(&body, ",\"retry\":%s,\"worker\":\"%s\"}", retry ? "true" : "false", w->id);
+        st = w_deliver_final(w, path, body.data);
+        if (st < 0)
+            goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
     }
-    kf_buf_addf(&body, ",\"retry\":%s,\"worker\":\"%s\"}", retry ? "true" : "false", w->id);
-    st = w_deliver_final(w, path, body.data);
-    if (st < 0)
-        goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
-    if (ok) {
-        rc = kf_queue_ack(w->q, l->id, l->token, &err);
-    } else {
-        kf_queue_fate fate = 0;
-        int64_t due = 0;
-        rc = kf_queue_fail(w->q, l->id, l->token, error, retryable, w->retry_base_ms, w->retry_cap_ms, &fate,
-                           &due, &err);
+    if (exhausted || (retry && st >= 200 && st < 300)) {
+        rc = kf_queue_fail(w->q, l->id, l->token, error, true, w->retry_base_ms, w->retry_cap_ms, &fate, &due,
+                           &err);
         if (rc == KF_OK)
-            kf_log_info("job attempt failed job=%s attempt=%d fate=%s error=\"%s\"", l->id, l->attempt,
-                        fate == KF_FATE_RETRYING ? "retrying" : fate == KF_FATE_DEAD ? "dead" : "cancelled",
-                        error);
+            kf_log_info("job attempt failed job=%s attempt=%d/%d fate=%s error=\"%s\"", l->id, l->attempt,
+                        l->max_attempts,
+                        fate == KF_FATE_RETRYING ? "retrying" : fate == KF_FATE_DEAD ? "dead" : "cancelled", error);
+    } else {
+        /* The API holds the final state (or refused the report because the
+         * job ended elsewhere): the job leaves the queue. */
+        rc = kf_queue_ack(w->q, l->id, l->token, &err);
+        if (rc == KF_OK)
+            kf_log_info("job finished job=%s attempt=%d state=%s status=%ld", l->id, l->attempt,
+                        ok ? "succeeded" : "failed", st);
     }
-    if (rc == KF_REDIS) {
+    if (rc == KF_REDIS)
         /* Redis away: the lease will expire and the reaper settles the job
          * (PostgreSQL already has the outcome; a re-run's report is refused). */
         kf_log_warn("could not settle the job in Redis job=%s err=\"%s\"", l->id, err.msg);
-    } else if (rc == KF_STALE) {
+    else if (rc == KF_STALE)
         kf_log_warn("job settled elsewhere meanwhile job=%s (%s)", l->id, err.msg);
-    } else if (ok) {
-        kf_log_info("job succeeded job=%s attempt=%d status=%ld", l->id, l->attempt, st);
-    }
 out:
     kf_buf_release(&body);
     free(path);

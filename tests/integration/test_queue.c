@@ -200,6 +200,12 @@ Test(queue, fail_backs_off_then_dead_letters)
     cr_assert_eq(fate, KF_FATE_DEAD, "2 of 2 attempts used");
     cr_assert(zscore_exists("kf:dead", "p"));
     kf_queue_lease_release(&l);
+    cr_assert_eq(kf_queue_deaths(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(n, 1, "the scheduler learns of the death once");
+    cr_assert_str_eq(m[0].id, "p");
+    kf_queue_moved_free(m, n);
+    cr_assert_eq(kf_queue_deaths(q, 10, &m, &n, &e), KF_OK);
+    cr_assert_eq(n, 0);
 
     kf_queue_info info;
     bool exists;
