@@ -494,6 +494,19 @@ static uint64_t region_descriptors(const sim_region *r)
     return r->part_count ? r->part_count : 1;
 }
 
+double sim_timing_dma_chunk(const sim_insn *in)
+{
+    double c = 0;
+    if (in->nsrc)
+        c = region_chunk(&in->src[0]);
+    if (in->ndst) {
+        double d = region_chunk(&in->dst[0]);
+        if (!in->nsrc || d < c)
+            c = d;
+    }
+    return c;
+}
+
 /* DMA: returns end time; *ideal gets fixed + data at full efficiency. */
 static uint64_t dma_end(model *m, const sim_insn *in, uint64_t start, uint64_t *ideal)
 {

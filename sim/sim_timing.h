@@ -99,6 +99,10 @@ void sim_timing_release(sim_timing *t);
 uint64_t sim_timing_isolated_ps(const sim_target *tgt, const sim_insn *in, sim_engine engine,
                                 int as_bf16);
 
+/* Bytes per descriptor (contiguous chunk) of a DMA, the smaller of its two
+ * sides: what the size efficiency is read at. */
+double sim_timing_dma_chunk(const sim_insn *in);
+
 /* "tensor", ..., "sync", "dma_q0", "dma_q1", ...; buf is used for queues. */
 const char *sim_timing_track_name(uint32_t track, char *buf, size_t len);
 
