@@ -46,7 +46,8 @@ typedef enum sim_mem {
     XX(UINT16,       "uint16",       2)        \
     XX(INT8,         "int8",         1)        \
     XX(UINT8,        "uint8",        1)        \
-    XX(BOOL,         "bool_",        1)
+    XX(BOOL,         "bool_",        1)        \
+    XX(FLOAT8_E4M3FN, "float8_e4m3fn", 1)
 
 typedef enum sim_dtype {
 #define XX(id, name, size) SIM_DT_##id,

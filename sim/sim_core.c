@@ -1,0 +1,504 @@
+/* sim_core — storage, views, conversions and the per-target memory model
+ * (see sim_core.h). */
+#include "sim_core.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+
+/* ===== targets ===== */
+
+static const simc_target simc_targets[] = {
+    /* name    gen  SBUF/partition  PSUM/partition */
+    { "trn1", 2, 192 * 1024, 16 * 1024 },
+    { "inf2", 2, 192 * 1024, 16 * 1024 },
+    { "trn2", 3, 224 * 1024, 16 * 1024 },
+    { "trn3", 4, 256 * 1024, 16 * 1024 },
+};
+
+const simc_target *simc_target_get(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof(simc_targets) / sizeof(simc_targets[0]); i++)
+        if (strcmp(simc_targets[i].name, name) == 0)
+            return &simc_targets[i];
+    return NULL;
+}
+
+/* ===== small floats ===== */
+
+/* A binary format with `eb` exponent bits, `mb` mantissa bits, IEEE-style
+ * infinities (ieee) or the "fn" convention (no inf, only all-ones is NaN). */
+typedef struct sf_fmt {
+    int eb, mb, bias;
+    bool ieee;
+} sf_fmt;
+
+static const sf_fmt SF_FP16 = { 5, 10, 15, true };
+static const sf_fmt SF_E4M3 = { 4, 3, 7, true };
+static const sf_fmt SF_E5M2 = { 5, 2, 15, true };
+static const sf_fmt SF_E4M3FN = { 4, 3, 7, false };
+
+static uint32_t sf_encode(const sf_fmt *f, float xf)
+{
+    double x = xf;
+    uint32_t sign = signbit(xf) ? 1u << (f->eb + f->mb) : 0;
+    uint32_t emax_bits = (1u << f->eb) - 1;
+    uint32_t nan_bits = f->ieee ? (emax_bits << f->mb) | (1u << (f->mb - 1))
+                                : (emax_bits << f->mb) | ((1u << f->mb) - 1);
+    uint32_t inf_bits = f->ieee ? emax_bits << f->mb : nan_bits;
+    double a = fabs(x);
+    int e;
+    double q;
+    uint32_t biased;
+
+    if (isnan(xf))
+        return sign | nan_bits;
+    if (isinf(xf))
+        return sign | inf_bits;
+    if (a == 0)
+        return sign;
+    (void)frexp(a, &e);
+    e -= 1;                               /* a = m * 2^e, m in [1,2) */
+    if (e < 1 - f->bias) {                /* subnormal */
+        q = nearbyint(ldexp(a, f->bias - 1 + f->mb));
+        return sign | (uint32_t)q;        /* q == 2^mb encodes the smallest normal */
+    }
+    q = nearbyint(ldexp(a, f->mb - e)) - ldexp(1.0, f->mb);
+    if (q >= ldexp(1.0, f->mb)) {
+        q = 0;
+        e++;
+    }
+    biased = (uint32_t)(e + f->bias);
+    if (f->ieee ? biased >= emax_bits
+                : (biased > emax_bits || (biased == emax_bits && (uint32_t)q == (1u << f->mb) - 1)))
+        return sign | inf_bits;
+    return sign | (biased << f->mb) | (uint32_t)q;
+}
+
+static float sf_decode(const sf_fmt *f, uint32_t bits)
+{
+    uint32_t sign = (bits >> (f->eb + f->mb)) & 1;
+    uint32_t ex = (bits >> f->mb) & ((1u << f->eb) - 1);
+    uint32_t man = bits & ((1u << f->mb) - 1);
+    uint32_t emax_bits = (1u << f->eb) - 1;
+    double v;
+
+    if (f->ieee && ex == emax_bits)
+        v = man ? NAN : INFINITY;
+    else if (!f->ieee && ex == emax_bits && man == (1u << f->mb) - 1)
+        v = NAN;
+    else if (ex == 0)
+        v = ldexp((double)man, 1 - f->bias - f->mb);
+    else
+        v = ldexp(1.0 + ldexp((double)man, -f->mb), (int)ex - f->bias);
+    return (float)(sign ? -v : v);
+}
+
+static float *fp16_table;
+static float e4m3_table[256], e5m2_table[256], e4m3fn_table[256];
+
+static void tables_init(void)
+{
+    if (fp16_table)
+        return;
+    fp16_table = kf_malloc(65536 * sizeof(float));
+    for (uint32_t i = 0; i < 65536; i++)
+        fp16_table[i] = sf_decode(&SF_FP16, i);
+    for (uint32_t i = 0; i < 256; i++) {
+        e4m3_table[i] = sf_decode(&SF_E4M3, i);
+        e5m2_table[i] = sf_decode(&SF_E5M2, i);
+        e4m3fn_table[i] = sf_decode(&SF_E4M3FN, i);
+    }
+}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float f32_to_tf32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) < 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1);
+        u &= ~0x1fffu;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+bool simc_dtype_is_float(sim_dtype dt)
+{
+    switch (dt) {
+    case SIM_DT_FLOAT32: case SIM_DT_BFLOAT16: case SIM_DT_FLOAT16: case SIM_DT_TFLOAT32:
+    case SIM_DT_FLOAT8_E4M3: case SIM_DT_FLOAT8_E5M2: case SIM_DT_FLOAT8_E4M3FN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool simc_dtype_is_signed(sim_dtype dt)
+{
+    return dt == SIM_DT_INT32 || dt == SIM_DT_INT16 || dt == SIM_DT_INT8;
+}
+
+float simc_to_f32(sim_dtype dt, const void *p)
+{
+    switch (dt) {
+    case SIM_DT_FLOAT32:
+    case SIM_DT_TFLOAT32: { float f; memcpy(&f, p, 4); return f; }
+    case SIM_DT_BFLOAT16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_f32(h); }
+    case SIM_DT_FLOAT16: { uint16_t h; memcpy(&h, p, 2); tables_init(); return fp16_table[h]; }
+    case SIM_DT_FLOAT8_E4M3: tables_init(); return e4m3_table[*(const uint8_t *)p];
+    case SIM_DT_FLOAT8_E5M2: tables_init(); return e5m2_table[*(const uint8_t *)p];
+    case SIM_DT_FLOAT8_E4M3FN: tables_init(); return e4m3fn_table[*(const uint8_t *)p];
+    case SIM_DT_INT32: { int32_t v; memcpy(&v, p, 4); return (float)v; }
+    case SIM_DT_UINT32: { uint32_t v; memcpy(&v, p, 4); return (float)v; }
+    case SIM_DT_INT16: { int16_t v; memcpy(&v, p, 2); return (float)v; }
+    case SIM_DT_UINT16: { uint16_t v; memcpy(&v, p, 2); return (float)v; }
+    case SIM_DT_INT8: return (float)*(const int8_t *)p;
+    case SIM_DT_UINT8: return (float)*(const uint8_t *)p;
+    case SIM_DT_BOOL: return *(const uint8_t *)p ? 1.0f : 0.0f;
+    default: return NAN;
+    }
+}
+
+static double sat(float x, double lo, double hi)
+{
+    double d;
+    if (isnan(x))
+        return 0;
+    d = nearbyint((double)x);
+    return d < lo ? lo : d > hi ? hi : d;
+}
+
+void simc_from_f32(sim_dtype dt, float x, void *p)
+{
+    switch (dt) {
+    case SIM_DT_FLOAT32: memcpy(p, &x, 4); break;
+    case SIM_DT_TFLOAT32: { float t = f32_to_tf32(x); memcpy(p, &t, 4); break; }
+    case SIM_DT_BFLOAT16: { uint16_t h = f32_to_bf16(x); memcpy(p, &h, 2); break; }
+    case SIM_DT_FLOAT16: { uint16_t h = (uint16_t)sf_encode(&SF_FP16, x); memcpy(p, &h, 2); break; }
+    case SIM_DT_FLOAT8_E4M3: *(uint8_t *)p = (uint8_t)sf_encode(&SF_E4M3, x); break;
+    case SIM_DT_FLOAT8_E5M2: *(uint8_t *)p = (uint8_t)sf_encode(&SF_E5M2, x); break;
+    case SIM_DT_FLOAT8_E4M3FN: *(uint8_t *)p = (uint8_t)sf_encode(&SF_E4M3FN, x); break;
+    case SIM_DT_INT32: { int32_t v = (int32_t)sat(x, -2147483648.0, 2147483647.0); memcpy(p, &v, 4); break; }
+    case SIM_DT_UINT32: { uint32_t v = (uint32_t)sat(x, 0, 4294967295.0); memcpy(p, &v, 4); break; }
+    case SIM_DT_INT16: { int16_t v = (int16_t)sat(x, -32768, 32767); memcpy(p, &v, 2); break; }
+    case SIM_DT_UINT16: { uint16_t v = (uint16_t)sat(x, 0, 65535); memcpy(p, &v, 2); break; }
+    case SIM_DT_INT8: *(int8_t *)p = (int8_t)sat(x, -128, 127); break;
+    case SIM_DT_UINT8: *(uint8_t *)p = (uint8_t)sat(x, 0, 255); break;
+    case SIM_DT_BOOL: *(uint8_t *)p = (x != 0 && !isnan(x)) ? 1 : 0; break;
+    default: break;
+    }
+}
+
+/* ===== storage ===== */
+
+void simc_fill_uninit(void *data, sim_dtype dt, int64_t n)
+{
+    unsigned es = sim_dtype_size(dt);
+    uint8_t pat[4];
+
+    if (simc_dtype_is_float(dt))
+        simc_from_f32(dt, NAN, pat);
+    else
+        simc_from_f32(dt, dt == SIM_DT_BOOL ? 1.0f : 4.0f, pat);
+    if (es == 1) {
+        memset(data, pat[0], (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        memcpy((uint8_t *)data + i * es, pat, es);
+}
+
+simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t part_elems,
+                           bool with_data)
+{
+    simc_store *s = kf_calloc(1, sizeof(*s));
+
+    s->refcnt = 1;
+    s->mem = mem;
+    s->dtype = dt;
+    s->partitions = partitions;
+    s->part_elems = part_elems;
+    s->nelem = (int64_t)partitions * part_elems;
+    s->shared_slot = -1;
+    if (with_data && s->nelem > 0) {
+        s->data = kf_malloc((size_t)s->nelem * sim_dtype_size(dt));
+        simc_fill_uninit(s->data, dt, s->nelem);
+        if (mem == SIM_MEM_PSUM)
+            s->open = kf_calloc((size_t)s->nelem, 1);
+    }
+    return s;
+}
+
+void simc_store_ref(simc_store *s)
+{
+    s->refcnt++;
+}
+
+bool simc_store_unref(simc_store *s)
+{
+    if (!s || --s->refcnt > 0)
+        return false;
+    if (!s->borrowed)
+        free(s->data);
+    free(s->open);
+    free(s);
+    return true;
+}
+
+void simc_store_writable(simc_store *s)
+{
+    void *copy;
+    size_t n;
+
+    if (!s->borrowed)
+        return;
+    n = (size_t)s->nelem * sim_dtype_size(s->dtype);
+    copy = kf_malloc(n ? n : 1);
+    memcpy(copy, s->data, n);
+    s->data = copy;
+    s->borrowed = false;
+}
+
+/* ===== views ===== */
+
+int64_t simc_view_elems(const simc_view *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++)
+        n *= v->shape[d];
+    return n;
+}
+
+bool simc_view_contiguous(const simc_view *v)
+{
+    int64_t expect = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] == 1)
+            continue;
+        if (v->strides[d] != expect)
+            return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+
+void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi)
+{
+    int64_t l = v->offset, h = v->offset;
+    for (int d = 0; d < v->ndim; d++) {
+        int64_t span = (v->shape[d] - 1) * v->strides[d];
+        if (v->shape[d] == 0)
+            continue;
+        if (span < 0)
+            l += span;
+        else
+            h += span;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+void simc_view_region(const simc_view *v, sim_region *r)
+{
+    simc_store *s = v->st;
+    unsigned es = sim_dtype_size(v->dtype);
+    int64_t lo, hi, run = 1, parts = 1, free_elems = 1, free_span = 0, inner = 0;
+    bool contig = true;
+
+    memset(r, 0, sizeof(*r));
+    r->alloc = s->alloc_id;
+    r->mem = (uint8_t)s->mem;
+    r->dtype = (uint8_t)v->dtype;
+    simc_view_extent(v, &lo, &hi);
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        int64_t st = v->strides[d], n = v->shape[d];
+        if (n == 1 || st == 0)
+            continue;
+        if (s->mem != SIM_MEM_HBM && llabs(st) >= s->part_elems && st % s->part_elems == 0) {
+            parts *= n;
+            continue;
+        }
+        if (inner == 0)
+            inner = st;
+        free_elems *= n;
+        free_span += (n - 1) * llabs(st);
+        if (contig && st == run)
+            run *= n;
+        else
+            contig = false;
+    }
+    if (s->mem == SIM_MEM_HBM) {
+        r->part_lo = 0;
+        r->part_count = 1;
+        r->byte_lo = (uint64_t)lo * es;
+        r->byte_hi = (uint64_t)(hi + 1) * es;
+        r->elems_per_part = (uint32_t)(free_elems * parts);
+    } else {
+        int64_t pe = s->part_elems ? s->part_elems : 1;
+        int64_t flo = lo % pe;
+        r->part_lo = (uint16_t)(lo / pe);
+        r->part_count = (uint16_t)(parts > 0xffff ? 0xffff : parts);
+        r->byte_lo = (uint64_t)flo * es;
+        r->byte_hi = (uint64_t)(flo + free_span + 1) * es;
+        r->elems_per_part = (uint32_t)free_elems;
+    }
+    r->bytes = (uint64_t)(free_elems * parts) * es;
+    r->contig_bytes = (uint32_t)(run * es);
+    r->inner_stride = (int32_t)((inner ? inner : 1) * (int64_t)es);
+    r->descriptors = (uint32_t)((free_elems * parts) / run);
+}
+
+/* ===== gather / scatter ===== */
+
+/* Iterate the view row by row: the last dim is the inner loop.  `base`
+ * receives each row's first flat index. */
+#define SIMC_ROWS_BEGIN(v, base, rows_i)                                        \
+    {                                                                           \
+        int nd_ = (v)->ndim;                                                    \
+        int64_t idx_[SIMC_MAX_DIMS] = { 0 };                                    \
+        int64_t rows_ = 1;                                                      \
+        for (int d_ = 0; d_ < nd_ - 1; d_++)                                    \
+            rows_ *= (v)->shape[d_];                                            \
+        if (nd_ == 0 || (v)->shape[nd_ - 1] == 0)                               \
+            rows_ = nd_ == 0 ? 1 : 0;                                           \
+        int64_t base = (v)->offset;                                             \
+        for (int64_t rows_i = 0; rows_i < rows_; rows_i++) {
+
+#define SIMC_ROWS_END(v, base)                                                  \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                             \
+                base += (v)->strides[d_];                                       \
+                if (++idx_[d_] < (v)->shape[d_])                                \
+                    break;                                                      \
+                base -= (v)->strides[d_] * (v)->shape[d_];                      \
+                idx_[d_] = 0;                                                   \
+            }                                                                   \
+        }                                                                       \
+    }
+
+void simc_gather(const simc_view *v, float *out)
+{
+    const simc_store *s = v->st;
+    int64_t n = v->ndim ? v->shape[v->ndim - 1] : 1;
+    int64_t is = v->ndim ? v->strides[v->ndim - 1] : 0;
+    unsigned es = sim_dtype_size(v->dtype);
+    float *o = out;
+
+    SIMC_ROWS_BEGIN(v, base, r)
+        (void)r;
+        if (v->dtype == SIM_DT_FLOAT32) {
+            const float *p = (const float *)s->data + base;
+            if (is == 1)
+                memcpy(o, p, (size_t)n * sizeof(float));
+            else
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = p[i * is];
+        } else if (v->dtype == SIM_DT_BFLOAT16) {
+            const uint16_t *p = (const uint16_t *)s->data + base;
+            for (int64_t i = 0; i < n; i++)
+                o[i] = bf16_to_f32(p[i * is]);
+        } else {
+            const uint8_t *p = (const uint8_t *)s->data + base * (int64_t)es;
+            for (int64_t i = 0; i < n; i++)
+                o[i] = simc_to_f32(v->dtype, p + i * is * (int64_t)es);
+        }
+        if (s->open) {
+            for (int64_t i = 0; i < n; i++)
+                s->open[base + i * is] = 0;
+        }
+        o += n;
+    SIMC_ROWS_END(v, base)
+}
+
+void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
+{
+    simc_store *s = v->st;
+    int64_t n = v->ndim ? v->shape[v->ndim - 1] : 1;
+    int64_t is = v->ndim ? v->strides[v->ndim - 1] : 0;
+    unsigned es = sim_dtype_size(v->dtype);
+    const float *x = in;
+    const uint8_t *m = mask;
+
+    simc_store_writable(s);
+    SIMC_ROWS_BEGIN(v, base, r)
+        (void)r;
+        if (v->dtype == SIM_DT_FLOAT32 && !m) {
+            float *p = (float *)s->data + base;
+            if (is == 1)
+                memcpy(p, x, (size_t)n * sizeof(float));
+            else
+                for (int64_t i = 0; i < n; i++)
+                    p[i * is] = x[i];
+        } else if (v->dtype == SIM_DT_BFLOAT16 && !m) {
+            uint16_t *p = (uint16_t *)s->data + base;
+            for (int64_t i = 0; i < n; i++)
+                p[i * is] = f32_to_bf16(x[i]);
+        } else {
+            uint8_t *p = (uint8_t *)s->data + base * (int64_t)es;
+            for (int64_t i = 0; i < n; i++)
+                if (!m || m[i])
+                    simc_from_f32(v->dtype, x[i], p + i * is * (int64_t)es);
+        }
+        if (s->open) {
+            for (int64_t i = 0; i < n; i++)
+                if (!m || m[i])
+                    s->open[base + i * is] = 0;
+        }
+        x += n;
+        if (m)
+            m += n;
+    SIMC_ROWS_END(v, base)
+}
+
+void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, bool *any_accum)
+{
+    simc_store *s = v->st;
+    int64_t n = v->ndim ? v->shape[v->ndim - 1] : 1;
+    int64_t is = v->ndim ? v->strides[v->ndim - 1] : 0;
+    unsigned es = sim_dtype_size(v->dtype);
+    const float *x = in;
+    bool acc_any = false;
+
+    simc_store_writable(s);
+    SIMC_ROWS_BEGIN(v, base, r)
+        (void)r;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t f = base + i * is;
+            bool acc = accumulate > 0 || (accumulate == 0 && s->open && s->open[f]);
+            if (v->dtype == SIM_DT_FLOAT32) {
+                float *p = (float *)s->data + f;
+                *p = acc ? *p + x[i] : x[i];
+            } else {
+                uint8_t *p = (uint8_t *)s->data + f * (int64_t)es;
+                float old = acc ? simc_to_f32(v->dtype, p) : 0.0f;
+                simc_from_f32(v->dtype, old + x[i], p);
+            }
+            acc_any |= acc;
+            if (s->open)
+                s->open[f] = 1;
+        }
+        x += n;
+    SIMC_ROWS_END(v, base)
+    if (any_accum)
+        *any_accum = acc_any;
+}

@@ -1,0 +1,107 @@
+/*
+ * sim_core — the simulator's core: storage, strided views, element
+ * conversion and the per-target memory model.  No Python here: the `nki`
+ * face (nki_*.c) builds on these.
+ *
+ * A simc_store is one allocation (an HBM tensor or an on-chip tile).  On-chip
+ * storage is laid out partition-major: `partitions` rows of `part_elems`
+ * elements, so a view's flat element index f lives in partition
+ * f / part_elems.  HBM storage is a flat row-major array (partitions = 1).
+ * Stores are reference counted by the views that use them; the last
+ * simc_store_unref() releases the data and tells the memory model the tile
+ * died.
+ *
+ * A simc_view addresses elements of a store: elem(i) = data[offset +
+ * sum_d i_d * strides[d]] (strides in elements; 0 = broadcast).
+ *
+ * Conversions round to nearest even when storing bf16/fp16/fp8 and
+ * saturate integers; reads convert every dtype to fp32.
+ *
+ * Ownership and failure: allocation aborts on OOM (kf_alloc); the functions
+ * here do not fail — callers validate shapes and bounds first.
+ */
+#ifndef SIM_CORE_H
+#define SIM_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim_record.h"
+
+enum { SIMC_MAX_DIMS = 8, SIMC_PMAX = 128, SIMC_PSUM_BANK_BYTES = 2048, SIMC_PSUM_BANKS = 8 };
+
+/* What the functional simulator needs to know about a target. */
+typedef struct simc_target {
+    const char *name;         /* "trn2" */
+    int         nc_gen;       /* NeuronCore generation: 2 (v2), 3, 4 */
+    uint32_t    sbuf_bytes;   /* SBUF bytes per partition */
+    uint32_t    psum_bytes;   /* PSUM bytes per partition */
+} simc_target;
+
+/* NULL when `name` is not trn1|inf2|trn2|trn3. */
+const simc_target *simc_target_get(const char *name);
+
+typedef struct simc_store {
+    int        refcnt;
+    sim_mem    mem;
+    sim_dtype  dtype;
+    uint32_t   alloc_id;      /* sim_record allocation id */
+    int64_t    nelem;         /* total elements */
+    int64_t    part_elems;    /* on-chip: elements per partition; HBM: nelem */
+    int        partitions;    /* on-chip: partitions; HBM: 1 */
+    uint64_t   acct_bytes;    /* bytes per partition charged to SBUF/PSUM */
+    uint64_t   acct_off;      /* byte offset chosen by the on-chip allocator */
+    void      *data;          /* NULL for on-chip tiles when numerics are off */
+    bool       borrowed;      /* data belongs to the caller: copy before writing */
+    uint8_t   *open;          /* PSUM: per-element "matmul accumulation open" bit */
+    int        shared_slot;   /* shared_hbm: index in the run's shared list, -1 otherwise */
+} simc_store;
+
+typedef struct simc_view {
+    simc_store *st;           /* borrowed by the view's owner, which holds a ref */
+    sim_dtype   dtype;
+    int         ndim;
+    int64_t     shape[SIMC_MAX_DIMS];
+    int64_t     strides[SIMC_MAX_DIMS];
+    int64_t     offset;
+} simc_view;
+
+/* Storage: a new store with refcnt 1.  `fill` writes the uninitialized
+ * pattern (NaN for floats, 4 for ints) when data is allocated. */
+simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t part_elems,
+                           bool with_data);
+void simc_store_ref(simc_store *s);
+/* Drops one reference; returns true when the store was freed (the caller
+ * releases its memory accounting before calling with refcnt 1). */
+bool simc_store_unref(simc_store *s);
+/* Make a borrowed store's data private (copy) before a write. */
+void simc_store_writable(simc_store *s);
+void simc_fill_uninit(void *data, sim_dtype dt, int64_t n);
+
+/* Views. */
+int64_t simc_view_elems(const simc_view *v);
+bool simc_view_contiguous(const simc_view *v);
+/* Lowest and highest flat element index touched (over all elements). */
+void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi);
+/* Fill a record region describing the bytes v touches. */
+void simc_view_region(const simc_view *v, sim_region *r);
+
+/* Element conversion. */
+float simc_to_f32(sim_dtype dt, const void *p);
+void simc_from_f32(sim_dtype dt, float x, void *p);
+bool simc_dtype_is_float(sim_dtype dt);
+bool simc_dtype_is_signed(sim_dtype dt);
+
+/* Copy a view's elements, converted to fp32, into out[] in row-major order
+ * of the view's shape.  Reading PSUM closes its matmul accumulation. */
+void simc_gather(const simc_view *v, float *out);
+/* Write in[] (row-major over v's shape) into v, rounding to v's dtype;
+ * mask (same layout, may be NULL) selects the elements written.  Writing
+ * PSUM closes its matmul accumulation. */
+void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask);
+/* PSUM matmul write: each element overwrites when its accumulation is not
+ * open (or accumulate < 0), adds when open (or accumulate > 0), and opens. */
+void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, bool *any_accum);
+
+#endif
