@@ -61,6 +61,7 @@ static const struct {
     { "fp32", SIM_DT_FLOAT32 }, { "f32", SIM_DT_FLOAT32 }, { "bf16", SIM_DT_BFLOAT16 },
     { "fp16", SIM_DT_FLOAT16 }, { "f16", SIM_DT_FLOAT16 }, { "half", SIM_DT_FLOAT16 },
     { "fp8_e4m3", SIM_DT_FLOAT8_E4M3 }, { "fp8_e5m2", SIM_DT_FLOAT8_E5M2 },
+    { "fp8_e4m3fn", SIM_DT_FLOAT8_E4M3FN },
     { "bool", SIM_DT_BOOL }, { "tf32", SIM_DT_TFLOAT32 },
 };
 

@@ -10,7 +10,9 @@
  *       a seeded, deterministic random array.
  *
  * DTYPE: float32|fp32|f32, bfloat16|bf16, float16|fp16|f16, float8_e4m3|fp8_e4m3,
- * float8_e5m2|fp8_e5m2, int8|16|32, uint8|16|32, bool.
+ * float8_e5m2|fp8_e5m2, float8_e4m3fn|fp8_e4m3fn, int8|16|32, uint8|16|32, bool.
+ * (float8_e4m3 is IEEE-style with infinities, max 240; float8_e4m3fn has no
+ * infinities, max 448.)
  *
  * The generator (documented so anyone can reproduce an input): xoshiro256**
  * seeded by four successive outputs of splitmix64(seed) (default seed 0).

@@ -81,6 +81,28 @@ static uint32_t mini_encode(float f, int eb, int mb)
            ((uint32_t)(r / ldexp(1.0, e - 1 - mb)) - (1u << mb));
 }
 
+/* float8_e4m3fn (OCP): no infinities, S.1111.111 is NaN, max 448; values
+ * that round past 448 become NaN, as ml_dtypes converts them. */
+static double e4m3fn_decode(uint32_t bits)
+{
+    if ((bits & 0x7fu) == 0x7fu)
+        return NAN;
+    double v = (bits & 0x78u) ? ldexp((double)((bits & 7u) + 8u), (int)((bits >> 3) & 15u) - 7 - 3)
+                              : ldexp((double)(bits & 7u), 1 - 7 - 3);
+    return (bits & 0x80u) ? -v : v;
+}
+
+static uint32_t e4m3fn_encode(float f)
+{
+    uint32_t sign = signbit(f) ? 0x80u : 0u;
+    double a = fabs((double)f);
+    if (isnan(f) || a > 464.0)                     /* 464 = 448 + half an ulp (ties go to 448) */
+        return sign | 0x7fu;
+    if (a >= 248.0)                                /* exponent 8, which IEEE-style e4m3 reserves */
+        return sign | (15u << 3) | ((unsigned)rint(a / 32.0) - 8u);
+    return mini_encode(f, 4, 3);                   /* same bit patterns below 2^8 */
+}
+
 uint16_t sim_npy_f32_to_f16(float f)
 {
     return (uint16_t)mini_encode(f, 5, 10);
@@ -95,7 +117,7 @@ int sim_npy_dtype_is_float(sim_dtype dt)
 {
     switch (dt) {
     case SIM_DT_FLOAT32: case SIM_DT_BFLOAT16: case SIM_DT_FLOAT16: case SIM_DT_TFLOAT32:
-    case SIM_DT_FLOAT8_E4M3: case SIM_DT_FLOAT8_E5M2:
+    case SIM_DT_FLOAT8_E4M3: case SIM_DT_FLOAT8_E5M2: case SIM_DT_FLOAT8_E4M3FN:
         return 1;
     default:
         return 0;
@@ -111,6 +133,7 @@ double sim_npy_load_elem(sim_dtype dt, const void *data, uint64_t i)
     case SIM_DT_FLOAT16: { uint16_t h; memcpy(&h, p, 2); return mini_decode(h, 5, 10); }
     case SIM_DT_FLOAT8_E4M3: return mini_decode(*p, 4, 3);
     case SIM_DT_FLOAT8_E5M2: return mini_decode(*p, 5, 2);
+    case SIM_DT_FLOAT8_E4M3FN: return e4m3fn_decode(*p);
     case SIM_DT_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
     case SIM_DT_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
     case SIM_DT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
@@ -140,6 +163,7 @@ void sim_npy_store_elem(sim_dtype dt, void *data, uint64_t i, double v)
     case SIM_DT_FLOAT16: { uint16_t h = (uint16_t)mini_encode(f, 5, 10); memcpy(p, &h, 2); break; }
     case SIM_DT_FLOAT8_E4M3: *p = (unsigned char)mini_encode(f, 4, 3); break;
     case SIM_DT_FLOAT8_E5M2: *p = (unsigned char)mini_encode(f, 5, 2); break;
+    case SIM_DT_FLOAT8_E4M3FN: *p = (unsigned char)e4m3fn_encode(f); break;
     case SIM_DT_INT32: { int32_t x = (int32_t)clampd(v, INT32_MIN, INT32_MAX); memcpy(p, &x, 4); break; }
     case SIM_DT_UINT32: { uint32_t x = (uint32_t)clampd(v, 0, UINT32_MAX); memcpy(p, &x, 4); break; }
     case SIM_DT_INT16: { int16_t x = (int16_t)clampd(v, INT16_MIN, INT16_MAX); memcpy(p, &x, 2); break; }
@@ -479,7 +503,7 @@ kf_code sim_npy_parse(const void *buf, size_t len, int want, uint64_t max_bytes,
     const unsigned char *src = b + pre + hlen;
     kf_code rc = KF_OK;
     if (kind == NPY_V1) {
-        if (to != SIM_DT_FLOAT8_E4M3 && to != SIM_DT_FLOAT8_E5M2)
+        if (to != SIM_DT_FLOAT8_E4M3 && to != SIM_DT_FLOAT8_E5M2 && to != SIM_DT_FLOAT8_E4M3FN)
             rc = kf_err_set(err, KF_INVALID, "%s: 1-byte raw values can only be read as fp8", what);
         else
             memcpy(out->data, src, count);
@@ -567,7 +591,7 @@ kf_code sim_npy_encode(kf_buf *out, sim_dtype dt, int ndim, const uint64_t *shap
         descr = (flags & SIM_NPY_KEEP_DTYPE) ? "<V2" : "<f4";
         file_dt = (flags & SIM_NPY_KEEP_DTYPE) ? dt : SIM_DT_FLOAT32;
         break;
-    case SIM_DT_FLOAT8_E4M3: case SIM_DT_FLOAT8_E5M2:
+    case SIM_DT_FLOAT8_E4M3: case SIM_DT_FLOAT8_E5M2: case SIM_DT_FLOAT8_E4M3FN:
         descr = (flags & SIM_NPY_KEEP_DTYPE) ? "|V1" : "<f4";
         file_dt = (flags & SIM_NPY_KEEP_DTYPE) ? dt : SIM_DT_FLOAT32;
         break;

@@ -210,6 +210,12 @@ Test(sim_npy, codecs_round_to_nearest_even)
     cr_assert_eq(p, 0x77);
     sim_npy_store_elem(SIM_DT_FLOAT8_E4M3, &p, 0, 1000.0);
     cr_assert_eq(p, 0x78);                                                /* inf */
+    sim_npy_store_elem(SIM_DT_FLOAT8_E4M3FN, &p, 0, 448.0);
+    cr_assert_eq(p, 0x7e);
+    sim_npy_store_elem(SIM_DT_FLOAT8_E4M3FN, &p, 0, 300.0);
+    cr_assert_eq(sim_npy_load_elem(SIM_DT_FLOAT8_E4M3FN, &p, 0), 288.0);
+    sim_npy_store_elem(SIM_DT_FLOAT8_E4M3FN, &p, 0, 1000.0);
+    cr_assert(isnan(sim_npy_load_elem(SIM_DT_FLOAT8_E4M3FN, &p, 0)));
     sim_npy_store_elem(SIM_DT_FLOAT8_E5M2, &p, 0, -1.5);
     cr_assert_eq(sim_npy_load_elem(SIM_DT_FLOAT8_E5M2, &p, 0), -1.5);
     int8_t s8;
