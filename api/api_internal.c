@@ -154,7 +154,7 @@ void api_h_internal_iteration(api_req *r)
     kf_fields_int(&fe, r->json, "", "seq", true, 0, 1000000, &seq);
     kf_fields_str(&fe, r->json, "", "source", false, 0, KF_JOB_MAX_SOURCE_BYTES, &source);
     kf_fields_str(&fe, r->json, "", "source_diff", false, 0, KF_JOB_MAX_SOURCE_BYTES, &diff);
-    kf_fields_str(&fe, r->json, "", "action", false, 0, 64, &action);
+    kf_fields_str(&fe, r->json, "", "action", false, 0, 256, &action);
     kf_fields_str(&fe, r->json, "", "reason", false, 0, 4096, &reason);
     has_lat = kf_fields_num(&fe, r->json, "", "latency_ns", false, 0, 1e18, &lat);
     has_correct = kf_fields_bool(&fe, r->json, "", "correct", false, &correct);
