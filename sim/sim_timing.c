@@ -298,7 +298,8 @@ typedef struct model {
     uint32_t  n_pipes, dma_rr, n_queues;
     uint32_t  queue_rr[3], qset_lo[3], qset_n[3];  /* load / store / other queue sets */
     uint64_t *track_free;
-    uint8_t  *queue_used;
+    uint8_t  *queue_used;        /* queues any DMA of the record uses */
+    uint16_t *qof;               /* DMA queue of each instruction */
     uint64_t  port_free;         /* NC-v2 VectorE/GpSimd SBUF port */
     uint32_t  port_idx;
     /* TensorE state */
@@ -619,6 +620,27 @@ static void prepass(model *m, const uint32_t *by_death)
         for (unsigned k = 0; k < in->ndst; k++)
             m->as[in->dst[k].alloc].last_write = (uint32_t)i;
     }
+    /* Queue assignment depends only on the record: do it here so that the
+     * DMA timelines know which queues will ever issue. */
+    for (size_t i = 0; i < rec->n_insns; i++) {
+        const sim_insn *in = &rec->insns[i];
+        uint32_t q;
+        if (in->engine != SIM_ENG_DMA)
+            continue;
+        if (in->flags & SIM_F_QUEUE) {
+            q = in->queue % m->n_queues;
+        } else {
+            /* Like the compiler's input/output/data queue sets (S23 def.json):
+             * loads, stores and on-chip copies rotate over disjoint queues,
+             * so a store waiting for its data never holds up a prefetch. */
+            int to_hbm = in->ndst && in->dst[0].mem == SIM_MEM_HBM;
+            int from_hbm = in->nsrc && in->src[0].mem == SIM_MEM_HBM;
+            unsigned set = from_hbm && !to_hbm ? 0 : (to_hbm ? 1 : 2);
+            q = m->qset_lo[set] + m->queue_rr[set]++ % m->qset_n[set];
+        }
+        m->qof[i] = (uint16_t)q;
+        m->queue_used[q] = 1;
+    }
     m->track_reuse = 1;
     for (size_t i = 0; i <= rec->n_insns && m->track_reuse; i++) {
         while (nd < rec->n_allocs && rec->allocs[by_death[nd]].died <= i) {
@@ -699,6 +721,7 @@ static void model_release(model *m)
     free(m->pipes);
     free(m->track_free);
     free(m->queue_used);
+    free(m->qof);
     free(m->alloc_writes);
 }
 
@@ -725,20 +748,8 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     uint64_t pm[2];
 
     if (eng == SIM_ENG_DMA) {
-        uint32_t q;
-        if (in->flags & SIM_F_QUEUE) {
-            q = in->queue % m->n_queues;
-        } else {
-            /* Like the compiler's input/output/data queue sets (S23 def.json):
-             * loads, stores and on-chip copies rotate over disjoint queues,
-             * so a store waiting for its data never holds up a prefetch. */
-            int to_hbm = in->ndst && in->dst[0].mem == SIM_MEM_HBM;
-            int from_hbm = in->nsrc && in->src[0].mem == SIM_MEM_HBM;
-            unsigned set = from_hbm && !to_hbm ? 0 : (to_hbm ? 1 : 2);
-            q = m->qset_lo[set] + m->queue_rr[set]++ % m->qset_n[set];
-        }
+        uint32_t q = m->qof[i];
         track = SIM_TRACK_DMA0 + q;
-        m->queue_used[q] = 1;
     } else {
         track = eng;
     }
@@ -859,6 +870,8 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         for (uint32_t q = 0; q < m->n_queues; q++)
             if (m->queue_used[q] && m->track_free[SIM_TRACK_DMA0 + q] < wm)
                 wm = m->track_free[SIM_TRACK_DMA0 + q];
+        /* data of any later transfer starts at least a fixed cost after its
+         * queue is free, so nothing can be placed before this */
         if (wm != UINT64_MAX && wm > *dma_watermark) {
             *dma_watermark = wm;
             for (uint32_t p = 0; p < m->n_pipes; p++)
@@ -948,6 +961,7 @@ kf_code sim_timing_run(const sim_record *rec, const sim_target *tgt, sim_timing 
     out->track_busy_ps = kf_calloc(out->n_tracks, sizeof(uint64_t));
     out->track_count = kf_calloc(out->n_tracks, sizeof(uint64_t));
     m.track_free = kf_calloc(out->n_tracks, sizeof(uint64_t));
+    m.qof = kf_calloc(rec->n_insns ? rec->n_insns : 1, sizeof(uint16_t));
     by_death = kf_malloc((rec->n_allocs ? rec->n_allocs : 1) * sizeof(uint32_t));
     for (size_t a = 0; a < rec->n_allocs; a++)
         by_death[a] = (uint32_t)a;
