@@ -72,6 +72,10 @@ enum {
        "Leader lock TTL; a standby scheduler takes over within this time after the leader dies.")                         \
     XX(SIM_TARGETS,      STR, "",                                       0, 0,            KF_USE_SIM | KF_USE_WORKER,      \
        "Folder of the simulator's target files (<target>.json); empty: sim/targets here or next to the binary.")         \
+    XX(SIM_TIMEOUT_S,    INT, "600",                                    1, 86400,        KF_USE_SIM | KF_USE_WORKER,      \
+       "Wall-clock limit of one sandboxed kernel evaluation (kforge-sim --timeout; CPU limit likewise).")               \
+    XX(SIM_MEMORY_MIB,   INT, "8192",                                   64, 1048576,     KF_USE_SIM | KF_USE_WORKER,      \
+       "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \
     XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \
