@@ -116,7 +116,7 @@ static void kf_job_check_shape(const cJSON *shape, const char *path, kf_fields *
     cJSON_ArrayForEach(d, shape)
     {
         char p[96];
-        snprintf(p, sizeof(p), "%s[%d]", path, i++);
+        kf_field_pathf(p, sizeof(p), "%s[%d]", path, i++);
         if (!cJSON_IsNumber(d) || d->valuedouble != (double)(int64_t)d->valuedouble) {
             kf_fields_add(fe, p, "type", "a dimension must be an integer");
         } else if (d->valuedouble < 1 || d->valuedouble > (double)KF_JOB_MAX_DIM) {
@@ -146,7 +146,7 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
         const char *dtype = NULL;
         const cJSON *shape = NULL;
 
-        snprintf(ip, sizeof(ip), "%s.%.60s", path, in->string);
+        kf_field_pathf(ip, sizeof(ip), "%s.%.60s", path, in->string);
         if (!kf_ident_valid(in->string, 64, NULL)) {
             kf_fields_add(fe, ip, "pattern", "an input name must be a Python identifier of at most 64 bytes");
             continue;
@@ -158,7 +158,7 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
         kf_fields_refuse_unknown(fe, in, ip, allowed);
         if (kf_fields_obj(fe, in, ip, "shape", true, true, &shape)) {
             char sp[96];
-            snprintf(sp, sizeof(sp), "%s.shape", ip);
+            kf_field_pathf(sp, sizeof(sp), "%s.shape", ip);
             kf_job_check_shape(shape, sp, fe);
         }
         kf_fields_enum(fe, in, ip, "dtype", true, kf_job_dtypes, &dtype);
@@ -185,7 +185,7 @@ static void kf_job_check_tunables(const cJSON *spec, const char *parent, kf_fiel
         const cJSON *v;
         int nv = cJSON_GetArraySize(t);
 
-        snprintf(tp, sizeof(tp), "%s.%.60s", path, t->string);
+        kf_field_pathf(tp, sizeof(tp), "%s.%.60s", path, t->string);
         if (!kf_ident_valid(t->string, 64, NULL)) {
             kf_fields_add(fe, tp, "pattern", "a tunable name must be a Python identifier of at most 64 bytes");
             continue;
@@ -257,7 +257,7 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
             cJSON_ArrayForEach(sh, arr)
             {
                 char sp[96];
-                snprintf(sp, sizeof(sp), "%s[%d]", p, i++);
+                kf_field_pathf(sp, sizeof(sp), "%s[%d]", p, i++);
                 kf_job_check_shape(sh, sp, fe);
             }
         }
@@ -371,7 +371,7 @@ static void kf_job_check_labels(const cJSON *body, kf_fields *fe, cJSON **out)
     cJSON_ArrayForEach(c, l)
     {
         char p[96];
-        snprintf(p, sizeof(p), "labels.%.60s", c->string);
+        kf_field_pathf(p, sizeof(p), "labels.%.60s", c->string);
         if (!kf_ident_valid(c->string, 63, ".-/")) {
             kf_fields_add(fe, p, "pattern", "a label name is 1-63 bytes of [A-Za-z0-9_.-/] starting with a letter or _");
         } else if (!cJSON_IsString(c)) {

@@ -214,6 +214,15 @@ void kf_fields_summary(const kf_fields *f, char *out, size_t cap)
         snprintf(out + used, cap - used, "; and %d more", f->dropped);
 }
 
+void kf_field_pathf(char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+}
+
 void kf_field_path(char *out, size_t cap, const char *parent, const char *name)
 {
     if (parent && *parent)

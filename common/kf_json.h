@@ -65,6 +65,9 @@ void kf_fields_add(kf_fields *f, const char *field, const char *rule, const char
 /* A one-line summary of the errors ("budget.iterations: range (...); ..."). */
 void kf_fields_summary(const kf_fields *f, char *out, size_t cap);
 
+/* printf into a field path, truncating quietly (paths are for people). */
+void kf_field_pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Join a parent path and a member name ("" parent → name). */
 void kf_field_path(char *out, size_t cap, const char *parent, const char *name);
 

@@ -143,7 +143,7 @@ static const http_case http_cases[] = {
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"kind\":\"diag\"}", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "{\"kind\":\"diag\",\"target\":\"tr\xffn2\"}", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", 0, 400, "malformed-body", NULL, NULL },
-    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\"}\x00", 35, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\"}\x00", 32, 400, "malformed-body", NULL, NULL },
     { "text/plain", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { "application/json; charset=latin1", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { NULL, "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
