@@ -334,10 +334,18 @@ static void find_dma_wait(fctx *c)
         uint32_t dma_locs[SIM_FINDING_MAX_LOCS];
         unsigned nd = 0;
         uint64_t n = 0;
+        int first = 1;
         acc_reset(&c->a);
         for (size_t i = 0; i < r->n_insns; i++) {
             const sim_timed *tm = &p->tm.t[i];
-            if (tm->track != e || tm->wait != SIM_WAIT_RAW || tm->wait_on == UINT32_MAX ||
+            if (tm->track != e)
+                continue;
+            /* The engine's first wait is the prologue every kernel has. */
+            if (first) {
+                first = 0;
+                continue;
+            }
+            if (tm->wait != SIM_WAIT_RAW || tm->wait_on == UINT32_MAX ||
                 r->insns[tm->wait_on].engine != SIM_ENG_DMA)
                 continue;
             double s = sim_ps_to_ns(tm->start_ps - tm->free_ps);

@@ -1,0 +1,369 @@
+/* Unit tests for the profiler (sim/sim_profile.h): summary fields, bounds,
+ * and each finding produced by a record built to trigger it and absent from
+ * a record that does not. */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/sim_timing_synth.h"
+#include "sim/sim_profile.h"
+
+static sim_target load(const char *name)
+{
+    sim_target t;
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(sim_target_load(name, NULL, &t, &e), KF_OK, "%s", e.msg);
+    return t;
+}
+
+static sim_profile *profile(const sim_record *r, const char *tgt)
+{
+    sim_target t = load(tgt);
+    sim_profile *p = NULL;
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(sim_profile_build(r, &t, &p, &e), KF_OK, "%s", e.msg);
+    return p;
+}
+
+static const sim_finding *finding(const sim_profile *p, sim_finding_kind k)
+{
+    for (size_t i = 0; i < p->n_findings; i++)
+        if (p->findings[i].kind == k)
+            return &p->findings[i];
+    return NULL;
+}
+
+/* The finding names line `line` among its locations. */
+static int finding_has_line(const sim_profile *p, const sim_finding *f, uint32_t line)
+{
+    for (unsigned i = 0; i < f->n_locs; i++)
+        if (p->rec->locs[f->locs[i]].line == line)
+            return 1;
+    return 0;
+}
+
+/* loads of `iters` [128, cols] tiles from x (rows distinct unless reload > 1:
+ * then the same rows `reload` times), each consumed by a VectorE copy. */
+static void load_loop(sim_record *r, unsigned iters, unsigned cols, unsigned reload)
+{
+    uint32_t ll = sim_record_loc(r, "k.py", 20, "k"), lc = sim_record_loc(r, "k.py", 21, "k");
+    uint64_t rows = 128ull * iters / reload;
+    uint32_t x = syn_hbm(r, "x", SIM_DT_BFLOAT16, rows, cols, 1, 0);
+    uint32_t buf[3], o = syn_tile(r, SIM_MEM_SBUF, "o", SIM_DT_BFLOAT16, 128, cols, 0);
+    for (unsigned b = 0; b < 3; b++)
+        buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", SIM_DT_BFLOAT16, 128, cols, (b + 1) * 2ull * cols);
+    for (unsigned i = 0; i < iters; i++) {
+        uint64_t r0 = (128ull * i) % rows;
+        syn_dma(r, syn_tile_all(r, buf[i % 3]), syn_hbm_region(r, x, cols, r0, 128, 0, cols), ll);
+        syn_op(r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(r, o), syn_tile_all(r, buf[i % 3]), NULL, lc);
+    }
+}
+
+Test(sim_profile_findings, small_dma_transfers)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    load_loop(&a, 64, 64, 1);       /* 128 B per partition */
+    load_loop(&b, 64, 2048, 1);     /* 4 KiB per partition */
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2");
+    const sim_finding *f = finding(pa, SIM_FIND_DMA_SMALL);
+    cr_assert_not_null(f);
+    cr_assert(finding_has_line(pa, f, 20));
+    cr_assert(strstr(f->message, "128 B per partition") != NULL, "%s", f->message);
+    cr_assert(strstr(f->message, "k.py:20") != NULL, "%s", f->message);
+    cr_assert_null(finding(pb, SIM_FIND_DMA_SMALL));
+    cr_assert_null(finding(pb, SIM_FIND_HBM_RELOAD));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
+Test(sim_profile_findings, redundant_hbm_loads_name_the_tensor)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    load_loop(&a, 64, 2048, 8);     /* each row loaded 8 times */
+    load_loop(&b, 64, 2048, 1);
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2");
+    const sim_finding *f = finding(pa, SIM_FIND_HBM_RELOAD);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "`x`") != NULL && strstr(f->message, "8.0x") != NULL, "%s",
+              f->message);
+    cr_assert(finding_has_line(pa, f, 20));
+    cr_assert_null(finding(pb, SIM_FIND_HBM_RELOAD));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
+/* loads into `bufs` buffers feeding a matmul chain each (bufs = 0: load
+ * once, then compute only) */
+static void mm_loop(sim_record *r, unsigned bufs, unsigned iters, unsigned k, sim_dtype dt,
+                    unsigned chain)
+{
+    uint32_t ll = sim_record_loc(r, "k.py", 30, "k"), lm = sim_record_loc(r, "k.py", 31, "k");
+    uint32_t x = syn_hbm(r, "x", dt, 128ull * iters, 512, 1, 0);
+    uint32_t w = syn_tile(r, SIM_MEM_SBUF, "w", dt, k, 128, 0);
+    uint32_t buf[2], ps[2];
+    unsigned nb = bufs ? bufs : 1;
+    for (unsigned b = 0; b < nb; b++)
+        buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", dt, k, 512, 4096 + b * 4096);
+    for (unsigned b = 0; b < 2; b++)
+        ps[b] = syn_tile(r, SIM_MEM_PSUM, "ps", SIM_DT_FLOAT32, 128, 512, b * 2048);
+    for (unsigned i = 0; i < iters; i++) {
+        uint32_t t = buf[i % nb];
+        if (bufs || i == 0)
+            syn_dma(r, syn_tile_all(r, t), syn_hbm_region(r, x, 512, 128ull * i, k, 0, 512), ll);
+        for (unsigned c = 0; c < chain; c++)
+            syn_matmul(r, syn_tile_all(r, ps[c % 2]), syn_tile_all(r, w), syn_tile_all(r, t), 0, lm);
+    }
+}
+
+Test(sim_profile_findings, engine_waiting_on_dma)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn1");
+    sim_record_init(&b, "trn1");
+    mm_loop(&a, 1, 64, 128, SIM_DT_BFLOAT16, 4);    /* single buffer: TensorE waits each time */
+    mm_loop(&b, 0, 64, 128, SIM_DT_BFLOAT16, 4);    /* data resident */
+    sim_profile *pa = profile(&a, "trn1"), *pb = profile(&b, "trn1");
+    const sim_finding *f = finding(pa, SIM_FIND_DMA_WAIT);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "tensor engine") != NULL, "%s", f->message);
+    cr_assert(finding_has_line(pa, f, 31));
+    cr_assert(strstr(f->message, "k.py:30") != NULL, "%s", f->message);   /* the loads */
+    cr_assert_null(finding(pb, SIM_FIND_DMA_WAIT));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
+Test(sim_profile_findings, tensor_engine_underfilled_and_fp32)
+{
+    sim_record a, b, c;
+    sim_record_init(&a, "trn1");
+    sim_record_init(&b, "trn1");
+    sim_record_init(&c, "trn1");
+    mm_loop(&a, 0, 256, 32, SIM_DT_BFLOAT16, 4);    /* K = 32 of 128 */
+    mm_loop(&b, 0, 256, 128, SIM_DT_BFLOAT16, 4);
+    mm_loop(&c, 0, 256, 128, SIM_DT_FLOAT32, 4);
+    sim_profile *pa = profile(&a, "trn1"), *pb = profile(&b, "trn1"), *pc = profile(&c, "trn1");
+    const sim_finding *f = finding(pa, SIM_FIND_PE_UNDERFILL);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "K=32") != NULL, "%s", f->message);
+    cr_assert(finding_has_line(pa, f, 31));
+    cr_assert_null(finding(pb, SIM_FIND_PE_UNDERFILL));
+    cr_assert_null(finding(pb, SIM_FIND_FP32_MATMUL));
+    f = finding(pc, SIM_FIND_FP32_MATMUL);
+    cr_assert_not_null(f);
+    cr_assert(f->cost_ns > 0.5 * pc->total_ns, "fp32 costs 3/4 of a TensorE-bound run");
+    cr_assert_null(finding(pc, SIM_FIND_PE_UNDERFILL));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_profile_free(pc);
+    sim_record_release(&a);
+    sim_record_release(&b);
+    sim_record_release(&c);
+}
+
+/* matmul chains into `nps` rotating PSUM tiles, each drained by a VectorE
+ * copy: one tile serialises TensorE behind the copy. */
+static void psum_loop(sim_record *r, unsigned nps)
+{
+    uint32_t lm = sim_record_loc(r, "k.py", 40, "k"), lc = sim_record_loc(r, "k.py", 41, "k");
+    uint32_t w = syn_tile(r, SIM_MEM_SBUF, "w", SIM_DT_BFLOAT16, 128, 128, 0);
+    uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_BFLOAT16, 128, 512, 4096);
+    uint32_t o = syn_tile(r, SIM_MEM_SBUF, "o", SIM_DT_FLOAT32, 128, 512, 8192);
+    uint32_t ps[2];
+    for (unsigned b = 0; b < nps; b++)
+        ps[b] = syn_tile(r, SIM_MEM_PSUM, "acc", SIM_DT_FLOAT32, 128, 512, b * 2048);
+    for (unsigned i = 0; i < 64; i++) {
+        uint32_t p = ps[i % nps];
+        for (unsigned k = 0; k < 8; k++)
+            syn_matmul(r, syn_tile_all(r, p), syn_tile_all(r, w), syn_tile_all(r, x), k > 0, lm);
+        syn_op(r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(r, o), syn_tile_all(r, p), NULL, lc);
+    }
+}
+
+Test(sim_profile_findings, psum_pressure_serialises_the_pipeline)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn1");
+    sim_record_init(&b, "trn1");
+    psum_loop(&a, 1);
+    psum_loop(&b, 2);
+    sim_profile *pa = profile(&a, "trn1"), *pb = profile(&b, "trn1");
+    const sim_finding *f = finding(pa, SIM_FIND_BUFFER_PRESSURE);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "PSUM") != NULL && strstr(f->message, "`acc`") != NULL, "%s",
+              f->message);
+    cr_assert(finding_has_line(pa, f, 40));
+    cr_assert_null(finding(pb, SIM_FIND_BUFFER_PRESSURE));
+    cr_assert(pb->total_ns < pa->total_ns);
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
+static void recip_loop(sim_record *r, int on_scalar)
+{
+    uint32_t l = sim_record_loc(r, "k.py", 50, "k");
+    uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_FLOAT32, 128, 512, 0);
+    uint32_t y = syn_tile(r, SIM_MEM_SBUF, "y", SIM_DT_FLOAT32, 128, 512, 4096);
+    for (unsigned i = 0; i < 32; i++)
+        syn_op(r, on_scalar ? SIM_OP_ACTIVATION : SIM_OP_RECIPROCAL, -1, syn_tile_all(r, y),
+               syn_tile_all(r, x), NULL, l);
+}
+
+Test(sim_profile_findings, work_on_a_slow_engine)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn1");
+    sim_record_init(&b, "trn1");
+    recip_loop(&a, 0);
+    recip_loop(&b, 1);
+    sim_profile *pa = profile(&a, "trn1"), *pb = profile(&b, "trn1");
+    const sim_finding *f = finding(pa, SIM_FIND_SLOW_ENGINE);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "reciprocal") != NULL, "%s", f->message);
+    cr_assert(finding_has_line(pa, f, 50));
+    cr_assert(f->cost_ns > 0.5 * pa->total_ns);
+    cr_assert_null(finding(pb, SIM_FIND_SLOW_ENGINE));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
+Test(sim_profile_findings, findings_are_ranked_by_cost)
+{
+    sim_record r;
+    sim_record_init(&r, "trn2");
+    syn_mm p = { SYN_MM_TILED, 1024, 1024, 1024, 128, 512, 1, 1, 1, SIM_DT_BFLOAT16 };
+    syn_matmul_kernel(&r, &p, "mm.py");
+    sim_profile *pr = profile(&r, "trn2");
+    cr_assert(pr->n_findings >= 3);
+    for (size_t i = 1; i < pr->n_findings; i++)
+        cr_assert(pr->findings[i - 1].cost_ns >= pr->findings[i].cost_ns);
+    sim_profile_free(pr);
+    sim_record_release(&r);
+}
+
+/* ---- summary, bounds, JSON, table, screen ------------------------------------- */
+
+Test(sim_profile_summary, fields_and_bounds_of_a_blocked_matmul)
+{
+    sim_record r;
+    sim_record_init(&r, "trn2");
+    syn_mm p = { SYN_MM_RESIDENT, 2048, 2048, 2048, 128, 512, 16, 2, 3, SIM_DT_BFLOAT16 };
+    syn_matmul_kernel(&r, &p, "mm.py");
+    sim_profile *pr = profile(&r, "trn2");
+    char *js = sim_profile_summary_json(pr);
+    cJSON *s = cJSON_Parse(js);
+    cr_assert_not_null(s);
+    static const char *keys[] = {
+        "total_time", "total_active_time", "mfu_estimated_percent", "hfu_estimated_percent",
+        "mbu_estimated_percent", "tensor_engine_active_time_percent",
+        "vector_engine_instruction_count", "matmul_instruction_count", "dma_transfer_count",
+        "dma_transfer_total_bytes", "dma_transfer_average_bytes", "hbm_read_bytes",
+        "hbm_write_bytes", "sbuf_read_bytes", "psum_write_bytes", "model_flops", "hardware_flops",
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(s, keys[i])), "missing %s", keys[i]);
+    double T = cJSON_GetObjectItem(s, "total_time")->valuedouble;
+    cr_assert(fabs(T - pr->total_ns * 1e-9) < 1e-12);
+    double flops = 2.0 * 2048 * 2048 * 2048;
+    /* model_flops: every instruction's useful FLOPs (matmuls + the PSUM copies) */
+    cr_assert(cJSON_GetObjectItem(s, "model_flops")->valuedouble >= flops);
+    cr_assert_eq(cJSON_GetObjectItem(s, "hardware_flops")->valuedouble, flops);
+    cr_assert_eq(cJSON_GetObjectItem(s, "matmul_instruction_count")->valuedouble, 16 * 16 * 4);
+    cr_assert_eq(cJSON_GetObjectItem(s, "tensor_engine_instruction_count")->valuedouble, 16 * 16 * 4);
+    double mfu = cJSON_GetObjectItem(s, "mfu_estimated_percent")->valuedouble;
+    cr_assert(fabs(mfu - 100.0 * flops / (78.6432e12 * T)) < 0.01);
+    cr_assert(mfu > 70, "blocked matmul mfu %f", mfu);
+    double n = cJSON_GetObjectItem(s, "dma_transfer_count")->valuedouble;
+    double tb = cJSON_GetObjectItem(s, "dma_transfer_total_bytes")->valuedouble;
+    cr_assert(fabs(cJSON_GetObjectItem(s, "dma_transfer_average_bytes")->valuedouble - tb / n) < 1e-6);
+    /* result written once: 2048^2 bf16 */
+    cr_assert_eq(cJSON_GetObjectItem(s, "hbm_write_bytes")->valuedouble, 2048.0 * 2048 * 2);
+    /* bounds: compute at peak, io = inputs + output once */
+
+    cr_assert(fabs(pr->bounds.compute_ns - flops / 78.6432e12 * 1e9) < 1.0);
+    cr_assert(fabs(pr->bounds.io_ns - 3.0 * 2048 * 2048 * 2 / 362.0) < 1.0);
+    cr_assert_str_eq(pr->bounds.pipeline_engine, "tensor");
+    cr_assert(pr->bounds.achieved_fraction > 0.7 && pr->bounds.achieved_fraction <= 1.0);
+    cJSON_Delete(s);
+    free(js);
+
+    char *full = sim_profile_json(pr);
+    cJSON *j = cJSON_Parse(full);
+    cr_assert_not_null(j);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItem(j, "bounds")));
+    cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "findings")));
+    cJSON *lines = cJSON_GetObjectItem(j, "lines");
+    cr_assert(cJSON_GetArraySize(lines) == 5);   /* loads x2, matmul, copy, store */
+    cJSON *l0 = cJSON_GetArrayItem(lines, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(l0, "nki_source_location")->valuestring, "mm.py:12");
+    cJSON_Delete(j);
+    free(full);
+
+    FILE *f = tmpfile();
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(sim_profile_write_instructions(pr, f, &e), KF_OK);
+    long len = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)len + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    buf[len] = '\0';
+    fclose(f);
+    cJSON *it = cJSON_Parse(buf);
+    cr_assert_not_null(it);
+    cJSON *arr = cJSON_GetObjectItem(it, "instructions");
+    cr_assert_eq((size_t)cJSON_GetArraySize(arr), r.n_insns);
+    cJSON *i0 = cJSON_GetArrayItem(arr, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(i0, "engine")->valuestring, "dma");
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(i0, "nki_source_location")));
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(i0, "duration_ns")));
+    cJSON_Delete(it);
+    free(buf);
+
+    char *screen = NULL;
+    size_t slen = 0;
+    FILE *m = open_memstream(&screen, &slen);
+    sim_profile_print(m, pr);
+    fclose(m);
+    cr_assert(strstr(screen, "bounds: compute") != NULL);
+    cr_assert(strstr(screen, "tightest") != NULL);
+    int nl = 0;
+    for (char *c = screen; *c; c++)
+        nl += *c == '\n';
+    cr_assert(nl <= 40, "one screen: %d lines", nl);
+    free(screen);
+    sim_profile_free(pr);
+    sim_record_release(&r);
+}
+
+Test(sim_profile_summary, same_record_same_profile)
+{
+    sim_record r;
+    sim_record_init(&r, "trn2");
+    syn_mm p = { SYN_MM_BLOCKED, 1024, 1024, 1024, 128, 512, 2, 2, 2, SIM_DT_BFLOAT16 };
+    syn_matmul_kernel(&r, &p, "mm.py");
+    sim_profile *a = profile(&r, "trn2"), *b = profile(&r, "trn2");
+    char *ja = sim_profile_json(a), *jb = sim_profile_json(b);
+    cr_assert_str_eq(ja, jb);
+    free(ja);
+    free(jb);
+    sim_profile_free(a);
+    sim_profile_free(b);
+    sim_record_release(&r);
+}
