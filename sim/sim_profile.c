@@ -583,8 +583,8 @@ static int cmp_finding(const void *a, const void *b)
 static int cmp_line(const void *a, const void *b)
 {
     const sim_line *x = a, *y = b;
-    if (x->time_ns + x->stall_ns != y->time_ns + y->stall_ns)
-        return x->time_ns + x->stall_ns > y->time_ns + y->stall_ns ? -1 : 1;
+    if (x->time_ns != y->time_ns)
+        return x->time_ns > y->time_ns ? -1 : 1;
     return x->loc < y->loc ? -1 : (x->loc > y->loc);
 }
 
@@ -1027,7 +1027,7 @@ void sim_profile_print(FILE *f, const sim_profile *p)
                 human_ns(fd->cost_ns, t1, sizeof(t1)), T > 0 ? 100.0 * fd->cost_ns / T : 0.0,
                 sim_finding_title(fd->kind), fd->message);
     }
-    fprintf(f, "top lines (time + stall):\n");
+    fprintf(f, "top lines (busy time; stall = waits before starting):\n");
     for (size_t i = 0; i < p->n_lines && i < 5; i++) {
         const sim_line *l = &p->lines[i];
         fprintf(f, "  %-28s %8llu insns  busy %s  stall %s\n",
