@@ -201,6 +201,7 @@ static kf_code s_enqueue_row(sched *s, PGresult *r, int row, int col, bool *crea
     j.priority = atoi(PQgetvalue(r, row, col + 4));
     j.attempt = atoi(PQgetvalue(r, row, col + 5));
     j.max_attempts = atoi(PQgetvalue(r, row, col + 6));
+    j.payload = payload;
     if (j.max_attempts < 1)
         j.max_attempts = 1;
     rc = kf_queue_enqueue(s->q, &j, created, err);

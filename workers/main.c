@@ -421,8 +421,8 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
          * job ended elsewhere): the job leaves the queue. */
         rc = kf_queue_ack(w->q, l->id, l->token, &err);
         if (rc == KF_OK)
-            kf_log_info("job finished job=%s attempt=%d state=%s status=%ld", l->id, l->attempt,
-                        ok ? "succeeded" : "failed", st);
+            kf_log_info("job finished job=%s attempt=%d state=%s status=%ld error=\"%s\"", l->id, l->attempt,
+                        ok ? "succeeded" : "failed", st, ok ? "" : error);
     }
     if (rc == KF_REDIS)
         /* Redis away: the lease will expire and the reaper settles the job

@@ -1,0 +1,145 @@
+/* End to end: kforge-api + kforge-scheduler + kforge-worker as processes
+ * against real PostgreSQL and Redis.  Jobs are submitted over HTTP and
+ * their history is read back from PostgreSQL. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_http.h"
+#include "tests/lib/kf_test_stack.h"
+
+#define E2E_DB 1
+
+static kf_stack S;
+
+static void teardown(void)
+{
+    kf_stack_stop(&S);
+}
+
+TestSuite(e2e, .fini = teardown, .timeout = 90);
+
+static long events(const char *id, const char *type)
+{
+    char *sql = kf_asprintf("SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND type = '%s'", type);
+    long n = kf_stack_sql_long(&S, sql, id);
+    free(sql);
+    return n;
+}
+
+Test(e2e, diag_jobs_succeed_with_their_events_in_postgres)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 2, .n_schedulers = 1 };
+    char *ids[6];
+    kf_stack_start(&S, &o);
+
+    for (int i = 0; i < 6; i++) {
+        char *body = kf_stack_diag_body(50, false, false, 3);
+        ids[i] = kf_stack_submit(&S, body);
+        free(body);
+    }
+    for (int i = 0; i < 6; i++)
+        cr_assert(kf_stack_wait_state(&S, ids[i], "succeeded", 15000), "job %s is %s; see %s", ids[i],
+                  kf_stack_state(&S, ids[i]), S.dir);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(events(ids[i], "started"), 1);
+        cr_assert_eq(events(ids[i], "succeeded"), 1);
+        cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", ids[i]), 1);
+        char *res = kf_stack_sql_value(&S, "SELECT result::text FROM job_results WHERE job_id = $1::uuid", ids[i]);
+        cr_assert(res && strstr(res, "\"ok\": true"), "result row: %s", res ? res : "(none)");
+        free(res);
+        char *worker = kf_stack_sql_value(&S, "SELECT worker_id FROM jobs WHERE id = $1::uuid", ids[i]);
+        cr_assert(worker && strncmp(worker, "test-w", 6) == 0, "worker recorded: %s", worker ? worker : "(none)");
+        free(worker);
+    }
+    kf_stack_assert_settled(&S, ids, 6);
+    /* both workers registered with the API and in Redis */
+    cr_assert(kf_stack_wait_sql(&S, "SELECT count(*) FROM workers", NULL, 2, 5000));
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:workers"), 2);
+    for (int i = 0; i < 6; i++)
+        free(ids[i]);
+}
+
+Test(e2e, failing_and_crashing_diag_jobs)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1 };
+    kf_stack_start(&S, &o);
+    char *b1 = kf_stack_diag_body(0, true, false, 3);
+    char *b2 = kf_stack_diag_body(0, false, true, 3);
+    char *failed = kf_stack_submit(&S, b1);
+    char *poison = kf_stack_submit(&S, b2);
+
+    /* a job error is final at once: no retry */
+    cr_assert(kf_stack_wait_state(&S, failed, "failed", 15000), "job is %s", kf_stack_state(&S, failed));
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", failed), 1);
+    char *err = kf_stack_sql_value(&S, "SELECT error FROM job_results WHERE job_id = $1::uuid", failed);
+    cr_assert(err && strstr(err, "failed on request"), "error kept: %s", err ? err : "(none)");
+    free(err);
+
+    /* a crash is retried with backoff, then dead after max_attempts; the worker survives */
+    cr_assert(kf_stack_wait_state(&S, poison, "dead", 20000), "job is %s; see %s", kf_stack_state(&S, poison),
+              S.dir);
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", poison), 3);
+    cr_assert_eq(events(poison, "started"), 3);
+    cr_assert_eq(events(poison, "retrying"), 2);
+    cr_assert_eq(events(poison, "requeued"), 2);
+    cr_assert_eq(events(poison, "dead"), 1);
+    char *last = kf_stack_sql_value(&S, "SELECT last_error FROM jobs WHERE id = $1::uuid", poison);
+    cr_assert(last && strstr(last, "signal 6"), "dead jobs keep their last error: %s", last ? last : "(none)");
+    free(last);
+    cr_assert_eq(kill(S.workers[0], 0), 0, "the worker outlived the poison job");
+    char *ids[2] = { failed, poison };
+    kf_stack_assert_settled(&S, ids, 2);
+    free(failed);
+    free(poison);
+    free(b1);
+    free(b2);
+}
+
+Test(e2e, outbox_relay_queues_jobs_accepted_while_redis_was_down)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(0, false, false, 3);
+
+    kf_stack_redis_stop();
+    char *id = NULL;
+    long st = kf_stack_submit_status(&S, body, &id);
+    long unsent = -1;
+    if (st == 202)
+        unsent = kf_stack_sql_long(&S, "SELECT count(*) FROM outbox WHERE job_id = $1::uuid AND sent_at IS NULL", id);
+    kf_stack_redis_start();   /* always restart what we stopped before asserting */
+    cr_assert_eq(st, 202, "a POST still commits while Redis is down");
+    cr_assert_eq(unsent, 1, "the job waits in the outbox");
+    cr_assert(kf_stack_wait_state(&S, id, "succeeded", 20000), "job is %s after Redis came back; see %s",
+              kf_stack_state(&S, id), S.dir);
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT count(*) FROM outbox WHERE job_id = $1::uuid AND sent_at IS NULL", id),
+                 0);
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+    free(body);
+}
+
+Test(e2e, cancel_of_a_queued_job_means_it_never_starts)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 0, .n_schedulers = 1 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(0, false, false, 3);
+    char *id = kf_stack_submit(&S, body);
+    char url[160];
+    kf_http_resp r;
+
+    snprintf(url, sizeof(url), "%s/v1/jobs/%s/cancel", S.api_url, id);
+    cr_assert_eq(kf_http_json("POST", url, S.user, NULL, &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    kf_stack_worker(&S, 0, NULL);
+    kf_test_sleep_ms(800);
+    cr_assert_str_eq(kf_stack_state(&S, id), "cancelled");
+    cr_assert_eq(events(id, "started"), 0, "a cancelled queued job never starts");
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+    free(body);
+}
