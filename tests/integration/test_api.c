@@ -776,3 +776,109 @@ Test(api, health_readiness_metrics_and_openapi)
     cJSON_Delete(doc);
     kf_http_resp_release(&r);
 }
+
+/* ---- the command line ------------------------------------------------------ */
+
+static int run_capture(char *const argv[], char *const env[], char **out)
+{
+    char *dir = kf_test_tmpdir("cli");
+    char *log = kf_asprintf("%s/out", dir);
+    FILE *f;
+    kf_buf b = KF_BUF_INIT;
+    char chunk[4096];
+    size_t n;
+    int st = 0;
+    pid_t pid = kf_test_spawn(argv, env, log);
+
+    waitpid(pid, &st, 0);
+    f = fopen(log, "r");
+    while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        kf_buf_add(&b, chunk, n);
+    if (f)
+        fclose(f);
+    *out = kf_buf_detach(&b);
+    free(log);
+    free(dir);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+Test(api_cli, help_config_and_bad_usage)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *out = NULL;
+    char *help[] = { bin, "--help", NULL };
+    char *md[] = { bin, "config", "--markdown", NULL };
+    char *bad[] = { bin, "frobnicate", NULL };
+    char *tok_help[] = { bin, "token", "create", "--help", NULL };
+    char *tok_bad[] = { bin, "token", "create", "--role", "root", "--name", "x", NULL };
+    char *serve_help[] = { bin, "serve", "--help", NULL };
+    char *env_bad[] = { "KFORGE_NO_SUCH_SETTING=1", NULL };
+
+    cr_assert_eq(run_capture(help, NULL, &out), 0);
+    cr_assert(strstr(out, "token create") && strstr(out, "migrate") && strstr(out, "KFORGE_PG_DSN"), "%s", out);
+    free(out);
+    cr_assert_eq(run_capture(md, NULL, &out), 0);
+    cr_assert(strstr(out, "| `KFORGE_MIGRATIONS_DIR` |") && strstr(out, "| variable | default |"), "%s", out);
+    free(out);
+    cr_assert_eq(run_capture(bad, NULL, &out), 2);
+    free(out);
+    cr_assert_eq(run_capture(tok_help, NULL, &out), 0);
+    cr_assert(strstr(out, "worker"), "%s", out);
+    free(out);
+    cr_assert_eq(run_capture(tok_bad, NULL, &out), 2);
+    free(out);
+    cr_assert_eq(run_capture(serve_help, NULL, &out), 0);
+    cr_assert(strstr(out, "--migrate") && strstr(out, "KFORGE_API_THREADS"), "%s", out);
+    free(out);
+    cr_assert_eq(run_capture(help, env_bad, &out), 0, "--help needs no valid config");
+    free(out);
+    cr_assert_eq(run_capture(serve_help, env_bad, &out), 2);
+    cr_assert(strstr(out, "KFORGE_NO_SUCH_SETTING"), "%s", out);
+    free(out);
+    free(bin);
+}
+
+Test(api_cli, serve_migrate_and_bootstrap_token_on_a_fresh_database, .timeout = 60)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *dsn = kf_test_fresh_db();
+    char *dir = kf_test_tmpdir("boot");
+    char *log = kf_asprintf("%s/api.log", dir);
+    char *redis = kf_test_redis_url(REDIS_DB);
+    int port = kf_test_free_port();
+    const char *boot = "kf_bootstrap_secret_for_tests_0123456789";
+    char *env[] = { kf_asprintf("KFORGE_PG_DSN=%s", dsn), kf_asprintf("KFORGE_REDIS_URL=%s", redis),
+                    kf_asprintf("KFORGE_API_LISTEN=127.0.0.1:%d", port), kf_asprintf("KFORGE_BOOTSTRAP_TOKEN=%s", boot),
+                    NULL };
+    char *argv[] = { bin, "serve", "--migrate", NULL };
+    char *url = kf_asprintf("http://127.0.0.1:%d/healthz", port);
+    char *jobs = kf_asprintf("http://127.0.0.1:%d/v1/jobs", port);
+    kf_http_resp r;
+    pid_t pid = kf_test_spawn(argv, env, log);
+    int st;
+
+    cr_assert(kf_http_wait_status(url, 200, 15000), "serve --migrate did not start; see %s", log);
+    cr_assert_eq(kf_http_json("GET", jobs, boot, NULL, &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(kf_http_json("GET", jobs, "kf_wrong", NULL, &r), 401);
+    kf_http_resp_release(&r);
+    st = kf_test_stop(pid, SIGINT, 10000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGINT: status %d", st);
+
+    /* A second start finds the token and the schema in place. */
+    pid = kf_test_spawn(argv, env, log);
+    cr_assert(kf_http_wait_status(url, 200, 15000));
+    cr_assert_eq(kf_http_json("GET", jobs, boot, NULL, &r), 200);
+    kf_http_resp_release(&r);
+    st = kf_test_stop(pid, SIGTERM, 10000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int i = 0; env[i]; i++)
+        free(env[i]);
+    free(bin);
+    free(dsn);
+    free(dir);
+    free(log);
+    free(redis);
+    free(url);
+    free(jobs);
+}
