@@ -4,8 +4,11 @@
 #include "kf_alloc.h"
 #include "kf_log.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +123,56 @@ kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err)
     return rc;
 }
 
+/* A small cache of recently seen tokens saves a database round trip per
+ * request.  Entries live API_TOKEN_CACHE_MS, so a revoked token stops
+ * working within that time; unknown tokens are never cached. */
+#define API_TOKEN_CACHE_SLOTS 256
+#define API_TOKEN_CACHE_MS    5000
+
+typedef struct api_token_slot {
+    unsigned char hash[32];
+    int64_t       id;
+    int           role;
+    long long     expires_ms;   /* 0: empty */
+} api_token_slot;
+
+static api_token_slot api_token_cache[API_TOKEN_CACHE_SLOTS];
+static pthread_mutex_t api_token_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static long long api_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool api_token_cache_get(const unsigned char h[32], api_principal *who)
+{
+    api_token_slot *s = &api_token_cache[h[0]];
+    bool hit;
+
+    pthread_mutex_lock(&api_token_mu);
+    hit = s->expires_ms > api_mono_ms() && CRYPTO_memcmp(s->hash, h, 32) == 0;
+    if (hit) {
+        who->token_id = s->id;
+        who->role = s->role;
+    }
+    pthread_mutex_unlock(&api_token_mu);
+    return hit;
+}
+
+static void api_token_cache_put(const unsigned char h[32], const api_principal *who)
+{
+    api_token_slot *s = &api_token_cache[h[0]];
+
+    pthread_mutex_lock(&api_token_mu);
+    memcpy(s->hash, h, 32);
+    s->id = who->token_id;
+    s->role = who->role;
+    s->expires_ms = api_mono_ms() + API_TOKEN_CACHE_MS;
+    pthread_mutex_unlock(&api_token_mu);
+}
+
 static void api_unauthorized(api_req *r, bool invalid, const char *detail)
 {
     r->www_auth = invalid ? "Bearer realm=\"kforge\", error=\"invalid_token\"" : "Bearer realm=\"kforge\"";
@@ -130,6 +183,7 @@ bool api_authenticate(api_req *r)
 {
     const char *h = api_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *tok;
+    unsigned char raw[32];
     char hash[67];
     const char *params[1];
     PGresult *res;
@@ -157,22 +211,26 @@ bool api_authenticate(api_req *r)
             return false;
         }
     }
-    api_hash_param(tok, hash);
-    params[0] = hash;
-    res = api_req_sql(r, "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL", 1,
-                      params);
-    if (!res)
-        return false;
-    if (PQntuples(res) != 1) {
+    api_token_hash(tok, raw);
+    if (!api_token_cache_get(raw, &r->who)) {
+        api_hash_param(tok, hash);
+        params[0] = hash;
+        res = api_req_sql(r, "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL",
+                          1, params);
+        if (!res)
+            return false;
+        if (PQntuples(res) != 1) {
+            PQclear(res);
+            api_unauthorized(r, true, "the token is unknown or revoked");
+            return false;
+        }
+        r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
         PQclear(res);
-        api_unauthorized(r, true, "the token is unknown or revoked");
-        return false;
+        api_token_cache_put(raw, &r->who);
+        /* Release the connection while the body uploads. */
+        api_req_pg_put(r);
     }
-    r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
-    PQclear(res);
-    /* Release the connection while the body uploads. */
-    api_req_pg_put(r);
     if (!(r->who.role & r->route->roles)) {
         api_reply_problem(r, 403, "forbidden", "Not allowed for this token's role",
                           "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);

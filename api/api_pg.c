@@ -23,7 +23,19 @@ struct api_pg_pool {
     char           *dsn;
     int             size;
     api_pg_slot    *slots;
+    long long       down_until_ms;  /* after a failed connect, fail fast until then */
 };
+
+/* After a failed connect, requests are answered 503 at once for this long
+ * instead of each waiting for its own connect attempt to fail. */
+#define API_PG_FAIL_FAST_MS 250
+
+static long long api_pg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 PGconn *api_pg_connect(const char *dsn, kf_err *err)
 {
@@ -110,14 +122,26 @@ PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err)
         s->c = NULL;
     }
     if (!s->c) {
-        s->c = api_pg_connect(p->dsn, err);
+        long long now = api_pg_now_ms();
+        bool fast;
+
+        pthread_mutex_lock(&p->mu);
+        fast = now < p->down_until_ms;
+        pthread_mutex_unlock(&p->mu);
+        if (fast)
+            kf_err_set(err, KF_UNAVAILABLE, "PostgreSQL was unreachable moments ago; retry shortly");
+        else
+            s->c = api_pg_connect(p->dsn, err);
+        pthread_mutex_lock(&p->mu);
         if (!s->c) {
-            pthread_mutex_lock(&p->mu);
+            if (!fast)
+                p->down_until_ms = api_pg_now_ms() + API_PG_FAIL_FAST_MS;
             s->busy = false;
             pthread_cond_signal(&p->cv);
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
+        } else {
+            p->down_until_ms = 0;
         }
+        pthread_mutex_unlock(&p->mu);
     }
     return s->c;
 }
