@@ -1,0 +1,10 @@
+# bench/ — benchmark programs, built by `make bench` (not by `make all`) and
+# run by bench/run.sh.  One binary per bench/*.c, linked against the
+# simulator and common libraries (named by path: this file is read before
+# sim/ and common/ define their variables).
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+BENCH_LIBS := $(BUILD)/lib/libkfsim.a $(BUILD)/lib/libkfcommon.a
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
+bench: $(BENCH_BINS)
