@@ -77,6 +77,14 @@ print(f"   {calls} calls, {sim['instructions']['total']} instructions in {ks:.3f
 PYEOF
 }
 
+# Timing model: simulated instructions per second in timing-only mode on
+# synthetic records shaped like the 4096^3 bf16 matmul and flash-attention
+# forward (bench/sim_timing_synth.h), and the profile's cost next to it.
+bench_sim_timing() {
+  echo "== sim_timing: timing model speed (target >= 1,000,000 instructions/s) and profile cost"
+  "$BUILD/bench/sim_timing_bench" trn2
+}
+
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
   mapfile -t parts < <(declare -F | awk '{print $3}' | sed -n 's/^bench_//p')
