@@ -298,4 +298,85 @@ static void syn_matmul_kernel(sim_record *r, const syn_mm *p, const char *file)
     free(bbuf);
 }
 
+/* ---- flash-attention forward ----------------------------------------------
+ * One head, q/k/v [seq, d] bf16 (d = 128), the blocking of the reference
+ * kernel (neuron-hardware.md §5): 128 query rows per tile, 512 keys per KV
+ * tile, online softmax.  Per (q tile, kv tile): S = Q K^T (matmul into
+ * PSUM), row max (VectorE), exp(S - max) with a row sum (ScalarE
+ * activation_reduce), rescale of the running output (VectorE), P^T by four
+ * PE transposes, O += P V (four matmuls), then per q tile the final divide
+ * and the store.  K^T and V tiles are loaded once per q tile (the kernel's
+ * seq_tile loop), Q once. */
+static void syn_attention_kernel(sim_record *r, uint64_t seq, const char *file)
+{
+    const unsigned D = 128, BQ = 128, BK = 512;
+    uint32_t L[9];
+    for (int i = 0; i < 9; i++)
+        L[i] = sim_record_loc(r, file, 20 + (uint32_t)i, "flash_fwd");
+    uint32_t q = syn_hbm(r, "q", SIM_DT_BFLOAT16, D, seq, 1, 0);    /* q^T [d, seq] */
+    uint32_t k = syn_hbm(r, "k", SIM_DT_BFLOAT16, D, seq, 1, 0);    /* k^T [d, seq] */
+    uint32_t v = syn_hbm(r, "v", SIM_DT_BFLOAT16, seq, D, 1, 0);
+    uint32_t o = syn_hbm(r, "out", SIM_DT_BFLOAT16, seq, D, 0, 1);
+    uint32_t qt[2], kt[2], vt[2][4], s_ps[2], p_sb[2], pt_ps[2], pt_sb[2], o_ps[2], acc, mx, sm, ob;
+    uint64_t off = 0;
+    for (int b = 0; b < 2; b++) {
+        qt[b] = syn_tile(r, SIM_MEM_SBUF, "q_tile", SIM_DT_BFLOAT16, D, BQ, off); off += BQ * 2;
+        kt[b] = syn_tile(r, SIM_MEM_SBUF, "k_tile", SIM_DT_BFLOAT16, D, BK, off); off += BK * 2;
+        for (int j = 0; j < 4; j++) {
+            vt[b][j] = syn_tile(r, SIM_MEM_SBUF, "v_tile", SIM_DT_BFLOAT16, 128, D, off);
+            off += D * 2;
+        }
+        p_sb[b] = syn_tile(r, SIM_MEM_SBUF, "p", SIM_DT_BFLOAT16, BQ, BK, off); off += BK * 2;
+        pt_sb[b] = syn_tile(r, SIM_MEM_SBUF, "p_t", SIM_DT_BFLOAT16, 128, 4 * BQ, off); off += 4 * BQ * 2;
+        s_ps[b] = syn_tile(r, SIM_MEM_PSUM, "s", SIM_DT_FLOAT32, BQ, BK, (uint64_t)b * 2048);
+        pt_ps[b] = syn_tile(r, SIM_MEM_PSUM, "p_t_ps", SIM_DT_FLOAT32, 128, 4 * BQ, 4096 + (uint64_t)b * 2048);
+        o_ps[b] = syn_tile(r, SIM_MEM_PSUM, "o_ps", SIM_DT_FLOAT32, BQ, D, 8192 + (uint64_t)b * 2048);
+    }
+    acc = syn_tile(r, SIM_MEM_SBUF, "o_acc", SIM_DT_FLOAT32, BQ, D, off); off += D * 4;
+    mx = syn_tile(r, SIM_MEM_SBUF, "m", SIM_DT_FLOAT32, BQ, 1, off); off += 64;
+    sm = syn_tile(r, SIM_MEM_SBUF, "l", SIM_DT_FLOAT32, BQ, 1, off); off += 64;
+    ob = syn_tile(r, SIM_MEM_SBUF, "o_out", SIM_DT_BFLOAT16, BQ, D, off);
+    uint64_t it = 0;
+    for (uint64_t qi = 0; qi < seq / BQ; qi++) {
+        uint32_t qb = qt[qi % 2];
+        syn_dma(r, syn_tile_all(r, qb), syn_hbm_region(r, q, seq, 0, D, qi * BQ, BQ), L[0]);
+        for (uint64_t ki = 0; ki < seq / BK; ki++, it++) {
+            int b = (int)(it % 2);
+            syn_dma(r, syn_tile_all(r, kt[b]), syn_hbm_region(r, k, seq, 0, D, ki * BK, BK), L[1]);
+            for (int j = 0; j < 4; j++)
+                syn_dma(r, syn_tile_all(r, vt[b][j]), syn_hbm_region(r, v, D, ki * BK + j * 128ull, 128, 0, D), L[1]);
+            syn_matmul(r, syn_tile_all(r, s_ps[b]), syn_tile_all(r, qb), syn_tile_all(r, kt[b]), 0, L[2]);
+            syn_op(r, SIM_OP_TENSOR_REDUCE, -1, syn_tile_all(r, mx), syn_tile_all(r, s_ps[b]), NULL, L[3]);
+            sim_region m = syn_tile_all(r, mx);
+            sim_insn *ex = syn_op(r, SIM_OP_ACTIVATION_REDUCE, -1, syn_tile_all(r, p_sb[b]),
+                                  syn_tile_all(r, s_ps[b]), &m, L[4]);
+            ex->dst[1] = syn_tile_all(r, sm);
+            ex->ndst = 2;
+            sim_region a = syn_tile_all(r, acc);
+            syn_op(r, SIM_OP_TENSOR_SCALAR, -1, a, a, NULL, L[5]);
+            for (int j = 0; j < 4; j++) {
+                sim_insn *t = syn_insn(r, SIM_OP_PE_TRANSPOSE, L[6]);
+                t->nsrc = 1;
+                t->ndst = 1;
+                t->src[0] = syn_tile_region(r, p_sb[b], 0, BQ, j * 128ull, 128, 1);
+                t->dst[0] = syn_tile_region(r, pt_ps[b], 0, 128, j * 128ull, BQ, 1);
+                t->mm_k = BQ;
+                t->mm_m = 128;
+                t->mm_n = 128;
+                t->partitions = BQ;
+                t->elems_per_part = 128;
+            }
+            syn_op(r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(r, pt_sb[b]), syn_tile_all(r, pt_ps[b]), NULL, L[6]);
+            for (int j = 0; j < 4; j++)
+                syn_matmul(r, syn_tile_all(r, o_ps[b]), syn_tile_region(r, pt_sb[b], 0, 128, j * 128ull, BQ, 1),
+                           syn_tile_all(r, vt[b][j]), j > 0, L[7]);
+            sim_region ops = syn_tile_all(r, o_ps[b]);
+            syn_op(r, SIM_OP_TENSOR_TENSOR, -1, a, a, &ops, L[7]);
+        }
+        sim_region l = syn_tile_all(r, sm);
+        syn_op(r, SIM_OP_TENSOR_TENSOR, -1, syn_tile_all(r, ob), syn_tile_all(r, acc), &l, L[8]);
+        syn_dma(r, syn_hbm_region(r, o, D, qi * BQ, BQ, 0, D), syn_tile_all(r, ob), L[8]);
+    }
+}
+
 #endif
