@@ -27,6 +27,7 @@
 #include "sim_eval.h"
 #include "sim_input.h"
 #include "sim_npy.h"
+#include "sim_profile_cli.h"
 
 enum { EXIT_PASS = 0, EXIT_MISMATCH = 1, EXIT_KERNEL = 2, EXIT_USAGE = 3 };
 
@@ -76,6 +77,8 @@ static const char help_usage[] = "usage: kforge-sim help [COMMAND]\n";
 
 static const sim_cmd cmds[] = {
     { "run", "run one kernel, write its outputs, optionally check them", run_usage, cmd_run },
+    { "profile", "time one kernel on a target: summary, bounds, findings, trace", sim_profile_cli_usage,
+      sim_profile_cli_main },
     { "help", "show help for a command", help_usage, cmd_help },
 };
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))
