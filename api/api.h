@@ -49,6 +49,19 @@ PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err);
  * one that is broken is closed and reopened on a later acquire. */
 void api_pg_release(api_pg_pool *p, PGconn *c);
 
+/* The set of statements (bit per api_stmt id) prepared on a connection
+ * the caller holds; cleared whenever the connection is re-opened. */
+uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c);
+
+/* A named statement prepared once per connection (hot paths: less parsing
+ * and planning).  id is 0..63 and unique per statement. */
+typedef struct api_stmt {
+    int         id;
+    const char *name;
+    const char *sql;
+    int         nparams;
+} api_stmt;
+
 /* A single connection for the command-line subcommands (TimeZone UTC). */
 PGconn *api_pg_connect(const char *dsn, kf_err *err);
 
@@ -193,6 +206,8 @@ PGconn *api_req_pg(api_req *r);
  * connection is re-opened and the statement retried once when no
  * transaction is open. */
 PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params);
+/* The same with a prepared statement. */
+PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);

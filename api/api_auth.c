@@ -179,6 +179,10 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
     api_reply_problem(r, 401, "unauthorized", "Missing or invalid token", "%s", detail);
 }
 
+static const api_stmt api_st_token = {
+    0, "kf_token", "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL", 1,
+};
+
 bool api_authenticate(api_req *r)
 {
     const char *h = api_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -215,8 +219,7 @@ bool api_authenticate(api_req *r)
     if (!api_token_cache_get(raw, &r->who)) {
         api_hash_param(tok, hash);
         params[0] = hash;
-        res = api_req_sql(r, "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL",
-                          1, params);
+        res = api_req_stmt(r, &api_st_token, params);
         if (!res)
             return false;
         if (PQntuples(res) != 1) {

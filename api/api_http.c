@@ -244,23 +244,44 @@ void api_req_pg_put(api_req *r)
     }
 }
 
-PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params)
+/* Run sql (or the prepared statement st) once; see api_req_sql. */
+static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, int n, const char *const *params)
 {
     PGconn *c = api_req_pg(r);
 
     if (!c)
         return NULL;
     for (int attempt = 0;; attempt++) {
-        PGresult *res = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
-        ExecStatusType st = PQresultStatus(res);
+        PGresult *res = NULL;
+        ExecStatusType status;
         const char *msg;
 
-        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        if (st) {
+            uint64_t *mask = api_pg_prepared(r->srv->pg, c);
+            if (mask && !(*mask & (1ULL << st->id))) {
+                res = PQprepare(c, st->name, st->sql, st->nparams, NULL);
+                if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+                    *mask |= 1ULL << st->id;
+                    PQclear(res);
+                    res = NULL;
+                }
+            }
+            if (!res)
+                res = mask ? PQexecPrepared(c, st->name, st->nparams, params, NULL, NULL, 0)
+                           : PQexecParams(c, st->sql, st->nparams, NULL, params, NULL, NULL, 0);
+        } else {
+            res = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+        }
+        status = PQresultStatus(res);
+        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)
             return res;
         if (attempt == 0 && !r->in_tx && PQstatus(c) == CONNECTION_BAD) {
             /* The server went away since this connection was last used. */
+            uint64_t *mask = api_pg_prepared(r->srv->pg, c);
             PQclear(res);
             PQreset(c);
+            if (mask)
+                *mask = 0;
             if (PQstatus(c) == CONNECTION_OK)
                 continue;
             res = NULL;
@@ -279,6 +300,16 @@ PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *par
         PQclear(res);
         return NULL;
     }
+}
+
+PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params)
+{
+    return api_req_exec(r, NULL, sql, n, params);
+}
+
+PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params)
+{
+    return api_req_exec(r, st, NULL, st->nparams, params);
 }
 
 bool api_req_begin(api_req *r)

@@ -93,6 +93,24 @@ fail:
     free(payload);
 }
 
+/* The job, its outbox row, its first event and (with Idempotency-Key) the
+ * stored response: one statement, so one transaction. */
+static const api_stmt api_st_job_create = {
+    1, "kf_job_create",
+    "WITH j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, "
+    "  max_attempts, owner_token_id, idempotency_key) "
+    "  VALUES ($1::uuid, $2, $3, $4, $5::int, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::int, "
+    "  $11::bigint, $12) RETURNING *), "
+    "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id), "
+    "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
+    "x AS (SELECT " API_JOB_JSON "::text AS body FROM j), "
+    "i AS (UPDATE idempotency_keys SET state = 'done', status = 202, "
+    "  response = (SELECT body FROM x), location = '/v1/jobs/' || $1 "
+    "  WHERE $12::text IS NOT NULL AND owner_token_id = $11::bigint AND key = $12) "
+    "SELECT (SELECT id FROM o), (SELECT body FROM x)",
+    12,
+};
+
 void api_h_job_create(api_req *r)
 {
     kf_fields fe;
@@ -128,21 +146,7 @@ void api_h_job_create(api_req *r)
     params[9] = maxa;
     params[10] = owner;
     params[11] = r->idem_active ? r->idem_key : NULL;
-    /* One statement, so one transaction: the job, its outbox row, its first
-     * event and (with Idempotency-Key) the stored response. */
-    res = api_req_sql(r,
-                      "WITH j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, "
-                      "  max_attempts, owner_token_id, idempotency_key) "
-                      "  VALUES ($1::uuid, $2, $3, $4, $5::int, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::int, "
-                      "  $11::bigint, $12) RETURNING *), "
-                      "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id), "
-                      "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
-                      "x AS (SELECT " API_JOB_JSON "::text AS body FROM j), "
-                      "i AS (UPDATE idempotency_keys SET state = 'done', status = 202, "
-                      "  response = (SELECT body FROM x), location = '/v1/jobs/' || $1 "
-                      "  WHERE $12::text IS NOT NULL AND owner_token_id = $11::bigint AND key = $12) "
-                      "SELECT (SELECT id FROM o), (SELECT body FROM x)",
-                      12, params);
+    res = api_req_stmt(r, &api_st_job_create, params);
     if (!res)
         goto out;
     r->idem_stored = r->idem_active;
@@ -160,6 +164,13 @@ out:
     kf_job_request_release(&jr);
 }
 
+static const api_stmt api_st_job_get = {
+    2, "kf_job_get",
+    "SELECT " API_JOB_JSON " FROM jobs j WHERE j.id = $1::uuid "
+    "AND ($2::bigint IS NULL OR j.owner_token_id = $2::bigint)",
+    2,
+};
+
 void api_h_job_get(api_req *r)
 {
     char ob[24];
@@ -170,10 +181,7 @@ void api_h_job_get(api_req *r)
         return;
     params[0] = r->param;
     params[1] = api_owner_param(r, ob);
-    res = api_req_sql(r,
-                      "SELECT " API_JOB_JSON " FROM jobs j WHERE j.id = $1::uuid "
-                      "AND ($2::bigint IS NULL OR j.owner_token_id = $2::bigint)",
-                      2, params);
+    res = api_req_stmt(r, &api_st_job_get, params);
     if (!res)
         return;
     if (PQntuples(res) == 0)

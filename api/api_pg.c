@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 typedef struct api_pg_slot {
-    PGconn *c;
-    bool    busy;
+    PGconn  *c;
+    bool     busy;
+    uint64_t prepared;   /* bit i: statement i is prepared on c */
 } api_pg_slot;
 
 struct api_pg_pool {
@@ -121,6 +123,8 @@ PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err)
         PQfinish(s->c);
         s->c = NULL;
     }
+    if (!s->c)
+        s->prepared = 0;
     if (!s->c) {
         long long now = api_pg_now_ms();
         bool fast;
@@ -171,6 +175,7 @@ void api_pg_release(api_pg_pool *p, PGconn *c)
             if (PQtransactionStatus(c) == PQTRANS_ACTIVE) {
                 PQfinish(c);
                 p->slots[i].c = NULL;
+                p->slots[i].prepared = 0;
             }
             break;
         }
@@ -191,4 +196,13 @@ bool api_pg_error_transient(PGconn *c, const PGresult *res)
     return strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 || strcmp(st, "57P02") == 0 ||
            strcmp(st, "57P03") == 0 || strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 ||
            strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0;
+}
+
+uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c)
+{
+    /* The slot is busy (owned by the caller), so no lock is needed. */
+    for (int i = 0; i < p->size; i++)
+        if (p->slots[i].c == c)
+            return &p->slots[i].prepared;
+    return NULL;
 }
