@@ -17,7 +17,7 @@
 #include "sim/sim_record.h"
 
 /* An HBM tensor of rows x cols elements, row-major. */
-static uint32_t syn_hbm(sim_record *r, const char *name, sim_dtype dt, uint64_t rows,
+static inline uint32_t syn_hbm(sim_record *r, const char *name, sim_dtype dt, uint64_t rows,
                         uint64_t cols, int is_input, int is_output)
 {
     uint32_t id = sim_record_alloc(r, SIM_MEM_HBM, dt, 1, rows * cols * sim_dtype_size(dt), name);
@@ -27,7 +27,7 @@ static uint32_t syn_hbm(sim_record *r, const char *name, sim_dtype dt, uint64_t 
 }
 
 /* An on-chip tile [parts, free] at byte offset `off` in each partition. */
-static uint32_t syn_tile(sim_record *r, sim_mem mem, const char *name, sim_dtype dt,
+static inline uint32_t syn_tile(sim_record *r, sim_mem mem, const char *name, sim_dtype dt,
                          uint32_t parts, uint64_t free_elems, uint64_t off)
 {
     uint32_t id = sim_record_alloc(r, mem, dt, parts, free_elems * sim_dtype_size(dt), name);
@@ -37,7 +37,7 @@ static uint32_t syn_tile(sim_record *r, sim_mem mem, const char *name, sim_dtype
 
 /* Region of rows [r0, r0+nr) x cols [c0, c0+nc) of an HBM tensor with
  * `ld` columns. */
-static sim_region syn_hbm_region(const sim_record *r, uint32_t id, uint64_t ld, uint64_t r0,
+static inline sim_region syn_hbm_region(const sim_record *r, uint32_t id, uint64_t ld, uint64_t r0,
                                  uint64_t nr, uint64_t c0, uint64_t nc)
 {
     sim_region g;
@@ -60,7 +60,7 @@ static sim_region syn_hbm_region(const sim_record *r, uint32_t id, uint64_t ld, 
 
 /* Region of partitions [p0, p0+np) x free elements [f0, f0+nf) of a tile,
  * with innermost stride `stride` elements (1 = contiguous). */
-static sim_region syn_tile_region(const sim_record *r, uint32_t id, uint32_t p0, uint32_t np,
+static inline sim_region syn_tile_region(const sim_record *r, uint32_t id, uint32_t p0, uint32_t np,
                                   uint64_t f0, uint64_t nf, unsigned stride)
 {
     sim_region g;
@@ -83,14 +83,14 @@ static sim_region syn_tile_region(const sim_record *r, uint32_t id, uint32_t p0,
     return g;
 }
 
-static sim_region syn_tile_all(const sim_record *r, uint32_t id)
+static inline sim_region syn_tile_all(const sim_record *r, uint32_t id)
 {
     const sim_alloc *a = &r->allocs[id];
     return syn_tile_region(r, id, 0, a->partitions,
                            0, a->bytes_per_part / sim_dtype_size((sim_dtype)a->dtype), 1);
 }
 
-static sim_insn *syn_insn(sim_record *r, sim_opcode op, uint32_t loc)
+static inline sim_insn *syn_insn(sim_record *r, sim_opcode op, uint32_t loc)
 {
     sim_insn *in = sim_record_append(r);
     in->opcode = (uint16_t)op;
@@ -99,7 +99,7 @@ static sim_insn *syn_insn(sim_record *r, sim_opcode op, uint32_t loc)
     return in;
 }
 
-static sim_insn *syn_dma(sim_record *r, sim_region dst, sim_region src, uint32_t loc)
+static inline sim_insn *syn_dma(sim_record *r, sim_region dst, sim_region src, uint32_t loc)
 {
     sim_insn *in = syn_insn(r, SIM_OP_DMA_COPY, loc);
     in->nsrc = 1;
@@ -112,7 +112,7 @@ static sim_insn *syn_dma(sim_record *r, sim_region dst, sim_region src, uint32_t
 }
 
 /* dst[M,N] (+)= stat[K,M].T @ mov[K,N] */
-static sim_insn *syn_matmul(sim_record *r, sim_region dst, sim_region stat, sim_region mov,
+static inline sim_insn *syn_matmul(sim_record *r, sim_region dst, sim_region stat, sim_region mov,
                             int accumulate, uint32_t loc)
 {
     sim_insn *in = syn_insn(r, SIM_OP_MATMUL, loc);
@@ -135,7 +135,7 @@ static sim_insn *syn_matmul(sim_record *r, sim_region dst, sim_region stat, sim_
 }
 
 /* A one- or two-input elementwise op on its default engine (or `eng`). */
-static sim_insn *syn_op(sim_record *r, sim_opcode op, int eng, sim_region dst, sim_region a,
+static inline sim_insn *syn_op(sim_record *r, sim_opcode op, int eng, sim_region dst, sim_region a,
                         const sim_region *b, uint32_t loc)
 {
     sim_insn *in = syn_insn(r, op, loc);
@@ -181,7 +181,7 @@ typedef struct syn_mm {
     sim_dtype dt;
 } syn_mm;
 
-static void syn_matmul_kernel(sim_record *r, const syn_mm *p, const char *file)
+static inline void syn_matmul_kernel(sim_record *r, const syn_mm *p, const char *file)
 {
     const uint32_t TK = 128;
     uint32_t L[5];
@@ -307,7 +307,7 @@ static void syn_matmul_kernel(sim_record *r, const syn_mm *p, const char *file)
  * PE transposes, O += P V (four matmuls), then per q tile the final divide
  * and the store.  K^T and V tiles are loaded once per q tile (the kernel's
  * seq_tile loop), Q once. */
-static void syn_attention_kernel(sim_record *r, uint64_t seq, const char *file)
+static inline void syn_attention_kernel(sim_record *r, uint64_t seq, const char *file)
 {
     const unsigned D = 128, BQ = 128, BK = 512;
     uint32_t L[9];
