@@ -215,6 +215,8 @@ void api_req_rollback(api_req *r);
 
 /* The same without answering: NULL with e set when unreachable. */
 PGconn *api_req_pg_quiet(api_req *r, kf_err *e);
+/* Re-open the request's connection (PQreset; prepared statements forgotten). */
+void api_req_pg_reset(api_req *r);
 /* Give the request's connection back to the pool now (it is returned at
  * the end of the request anyway). */
 void api_req_pg_put(api_req *r);

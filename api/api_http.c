@@ -244,6 +244,18 @@ void api_req_pg_put(api_req *r)
     }
 }
 
+void api_req_pg_reset(api_req *r)
+{
+    uint64_t *mask;
+
+    if (!r->pg)
+        return;
+    mask = api_pg_prepared(r->srv->pg, r->pg);
+    PQreset(r->pg);
+    if (mask)
+        *mask = 0;
+}
+
 /* Run sql (or the prepared statement st) once; see api_req_sql. */
 static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, int n, const char *const *params)
 {
@@ -277,11 +289,8 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
             return res;
         if (attempt == 0 && !r->in_tx && PQstatus(c) == CONNECTION_BAD) {
             /* The server went away since this connection was last used. */
-            uint64_t *mask = api_pg_prepared(r->srv->pg, c);
             PQclear(res);
-            PQreset(c);
-            if (mask)
-                *mask = 0;
+            api_req_pg_reset(r);
             if (PQstatus(c) == CONNECTION_OK)
                 continue;
             res = NULL;

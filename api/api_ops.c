@@ -24,6 +24,13 @@ static bool api_pg_ok(api_req *r, kf_err *e)
         return false;
     res = PQexec(c, "SELECT 1");
     ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (!ok && PQstatus(c) == CONNECTION_BAD) {
+        /* A pooled connection from before a server restart: try a fresh one. */
+        PQclear(res);
+        api_req_pg_reset(r);
+        res = PQexec(c, "SELECT 1");
+        ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+    }
     if (!ok)
         kf_err_set(e, KF_UNAVAILABLE, "%s", PQerrorMessage(c));
     PQclear(res);
