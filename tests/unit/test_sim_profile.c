@@ -244,6 +244,36 @@ Test(sim_profile_findings, work_on_a_slow_engine)
     sim_record_release(&b);
 }
 
+Test(sim_profile_findings, transposes_on_vector_engine)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    for (int k = 0; k < 2; k++) {
+        sim_record *r = k ? &b : &a;
+        uint32_t l = sim_record_loc(r, "k.py", 60, "k");
+        uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_BFLOAT16, 128, 128, 0);
+        uint32_t y = syn_tile(r, k ? SIM_MEM_PSUM : SIM_MEM_SBUF, "y", SIM_DT_BFLOAT16, 128, 128, 4096);
+        for (unsigned i = 0; i < 64; i++) {
+            sim_insn *in = syn_op(r, k ? SIM_OP_PE_TRANSPOSE : SIM_OP_VE_TRANSPOSE, -1,
+                                  syn_tile_all(r, y), syn_tile_all(r, x), NULL, l);
+            in->mm_k = 128;
+            in->mm_m = 128;
+            in->mm_n = 128;
+        }
+    }
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2");
+    const sim_finding *f = finding(pa, SIM_FIND_SLOW_ENGINE);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "nc_transpose") != NULL, "%s", f->message);
+    cr_assert_null(finding(pb, SIM_FIND_SLOW_ENGINE));
+    cr_assert(pb->total_ns < pa->total_ns);
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
 Test(sim_profile_findings, findings_are_ranked_by_cost)
 {
     sim_record r;

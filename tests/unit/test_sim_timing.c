@@ -276,6 +276,50 @@ Test(sim_timing_cost, dma_engines_are_shared_between_queues)
     sim_record_release(&f.r);
 }
 
+Test(sim_timing_cost, vector_and_gpsimd_share_sbuf_on_nc_v2_only)
+{
+    sim_target t1 = load("trn1"), t2 = load("trn2");
+    fixture f;
+    sim_timing a, b;
+    fx_init(&f, "trn1", SIM_DT_FLOAT32);
+    syn_op(&f.r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(&f.r, f.v2), syn_tile_all(&f.r, f.v1), NULL, f.loc);
+    syn_op(&f.r, SIM_OP_IOTA, -1, syn_tile_all(&f.r, f.v3), syn_tile_all(&f.r, f.b), NULL, f.loc);
+    timing(&f.r, &t1, &a);
+    timing(&f.r, &t2, &b);
+    cr_assert_eq(a.t[1].start_ps, a.t[0].end_ps);      /* trn1: GpSimd waits for the port */
+    cr_assert_eq(a.t[1].wait, SIM_WAIT_PORT);
+    cr_assert_eq(b.t[1].start_ps, 0);                   /* trn2: both at once */
+    sim_timing_release(&a);
+    sim_timing_release(&b);
+    sim_record_release(&f.r);
+}
+
+Test(sim_timing_cost, dma_casts_move_fp32_and_transposes_are_slower)
+{
+    sim_target t = load("trn2");
+    fixture f;
+    sim_timing tm;
+    fx_init(&f, "trn2", SIM_DT_BFLOAT16);
+    uint32_t big = syn_tile(&f.r, SIM_MEM_SBUF, "big", SIM_DT_BFLOAT16, 128, 2048, 32768);
+    uint32_t b2 = syn_tile(&f.r, SIM_MEM_SBUF, "b2", SIM_DT_BFLOAT16, 128, 2048, 65536);
+    uint32_t b3 = syn_tile(&f.r, SIM_MEM_SBUF, "b3", SIM_DT_BFLOAT16, 128, 2048, 98304);
+    syn_dma(&f.r, syn_tile_all(&f.r, big), syn_hbm_region(&f.r, f.hbm, 4096, 0, 128, 0, 2048), f.loc);
+    sim_insn *c = syn_dma(&f.r, syn_tile_all(&f.r, b2), syn_hbm_region(&f.r, f.hbm, 4096, 128, 128, 0, 2048), f.loc);
+    c->flags |= SIM_F_CAST;
+    c->src[0].dtype = SIM_DT_FLOAT32;   /* fp32 in HBM -> bf16 tile: 4 bytes per element move */
+    c->src[0].bytes *= 2;
+    sim_insn *tr = syn_dma(&f.r, syn_tile_all(&f.r, b3), syn_hbm_region(&f.r, f.hbm, 4096, 256, 128, 0, 2048), f.loc);
+    tr->opcode = SIM_OP_DMA_TRANSPOSE;
+    timing(&f.r, &t, &tm);
+    double bw = 362.0 / 16;                              /* HBM-capped per engine */
+    double data = 128.0 * 4096 / 16 / bw;
+    NEAR(dur_ns(&tm, 0), 1300 + data, 0.01);
+    cr_assert(dur_ns(&tm, 1) >= 1300 + 2 * data - 0.01);  /* twice the bytes (and shares engines) */
+    cr_assert(dur_ns(&tm, 2) >= 1300 + data / 0.9 - 0.01);
+    sim_timing_release(&tm);
+    sim_record_release(&f.r);
+}
+
 /* ---- dependencies ------------------------------------------------------------ */
 
 Test(sim_timing_deps, raw_war_waw_and_dependent_latency)
