@@ -6,6 +6,7 @@
 
 #include "kf_alloc.h"
 #include "kf_buf.h"
+#include "sim_profile_fmt.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -943,46 +944,47 @@ char *sim_profile_json(const sim_profile *p)
     return txt;
 }
 
-/* JSON string body without quotes: escape what JSON requires. */
-static void json_str(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-}
-
 kf_code sim_profile_write_instructions(const sim_profile *p, FILE *f, kf_err *err)
 {
     const sim_record *r = p->rec;
-    char lb[512];
+    char **lt = pf_loc_table(p);
 
     fputs("{\"instructions\":[\n", f);
     for (size_t i = 0; i < r->n_insns; i++) {
         const sim_insn *in = &r->insns[i];
         const sim_timed *tm = &p->tm.t[i];
+        pf_line l;
         uint64_t bytes = 0;
         for (unsigned k = 0; k < in->nsrc; k++)
             bytes += in->src[k].bytes;
         for (unsigned k = 0; k < in->ndst; k++)
             bytes += in->dst[k].bytes;
-        fprintf(f, "%s{\"index\":%zu,\"engine\":\"%s\",\"opcode\":\"%s\",\"start_ns\":%.3f,"
-                   "\"duration_ns\":%.3f,\"wait_ns\":%.3f,\"wait\":\"%s\",\"bytes\":%llu,"
-                   "\"flops\":%llu,\"nki_source_location\":\"",
-                i ? ",\n" : "", i, sim_engine_name((sim_engine)in->engine),
-                sim_opcode_name((sim_opcode)in->opcode), sim_ps_to_ns(tm->start_ps),
-                sim_ps_to_ns(tm->end_ps - tm->start_ps), sim_ps_to_ns(tm->start_ps - tm->free_ps),
-                sim_wait_name((sim_wait)tm->wait), (unsigned long long)bytes,
-                (unsigned long long)in->flops);
-        json_str(f, sim_profile_loc(p, in->loc, lb, sizeof(lb)));
-        fputs("\"}", f);
+        l.n = 0;
+        pf_s(&l, i ? ",\n{\"index\":" : "{\"index\":");
+        pf_u64(&l, i);
+        pf_s(&l, ",\"engine\":");
+        pf_jstr(&l, sim_engine_name((sim_engine)in->engine));
+        pf_s(&l, ",\"opcode\":");
+        pf_jstr(&l, sim_opcode_name((sim_opcode)in->opcode));
+        pf_s(&l, ",\"start_ns\":");
+        pf_fixed(&l, tm->start_ps, 3);
+        pf_s(&l, ",\"duration_ns\":");
+        pf_fixed(&l, tm->end_ps - tm->start_ps, 3);
+        pf_s(&l, ",\"wait_ns\":");
+        pf_fixed(&l, tm->start_ps - tm->free_ps, 3);
+        pf_s(&l, ",\"wait\":");
+        pf_jstr(&l, sim_wait_name((sim_wait)tm->wait));
+        pf_s(&l, ",\"bytes\":");
+        pf_u64(&l, bytes);
+        pf_s(&l, ",\"flops\":");
+        pf_u64(&l, in->flops);
+        pf_s(&l, ",\"nki_source_location\":");
+        pf_jstr(&l, pf_loc(lt, p, in->loc));
+        pf_s(&l, "}");
+        pf_flush(&l, f);
     }
     fputs("\n]}\n", f);
+    pf_loc_table_free(lt, p);
     if (fflush(f) != 0 || ferror(f))
         return kf_err_set(err, KF_IO, "writing the instruction table failed: %s",
                           strerror(errno));

@@ -3,36 +3,25 @@
  */
 #include "sim_trace.h"
 
+#include "sim_profile_fmt.h"
+
 #include <errno.h>
-#include <inttypes.h>
 #include <string.h>
 
 static void trace_str(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-/* Microseconds with picosecond precision, exact for integer ps. */
-static void trace_us(FILE *f, uint64_t ps)
-{
-    fprintf(f, "%" PRIu64 ".%06" PRIu64, ps / 1000000u, ps % 1000000u);
+    pf_line l;
+    l.n = 0;
+    pf_jstr(&l, s);
+    pf_flush(&l, f);
 }
 
 kf_code sim_trace_write(const sim_profile *p, FILE *f, kf_err *err)
 {
     const sim_record *r = p->rec;
     const sim_timing *tm = &p->tm;
-    char nb[32], lb[512];
+    char nb[32];
+    char **lt = pf_loc_table(p);
 
     fputs("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"kforge-sim\",\"target\":", f);
     trace_str(f, p->tgt.name);
@@ -52,25 +41,38 @@ kf_code sim_trace_write(const sim_profile *p, FILE *f, kf_err *err)
     for (size_t i = 0; i < r->n_insns; i++) {
         const sim_insn *in = &r->insns[i];
         const sim_timed *x = &tm->t[i];
+        pf_line l;
         uint64_t bytes = 0;
         for (unsigned k = 0; k < in->nsrc; k++)
             bytes += in->src[k].bytes;
-        fprintf(f, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"name\":", x->track + 1u);
-        trace_str(f, sim_opcode_name((sim_opcode)in->opcode));
-        fputs(",\"cat\":", f);
-        trace_str(f, sim_engine_name((sim_engine)in->engine));
-        fputs(",\"ts\":", f);
-        trace_us(f, x->start_ps);
-        fputs(",\"dur\":", f);
-        trace_us(f, x->end_ps - x->start_ps);
-        fprintf(f, ",\"args\":{\"index\":%zu,\"nki_source_location\":", i);
-        trace_str(f, sim_profile_loc(p, in->loc, lb, sizeof(lb)));
-        fprintf(f, ",\"bytes\":%" PRIu64 ",\"flops\":%" PRIu64 ",\"wait\":\"%s\",\"wait_us\":",
-                bytes, in->flops, sim_wait_name((sim_wait)x->wait));
-        trace_us(f, x->start_ps - x->free_ps);
-        fputs("}}", f);
+        l.n = 0;
+        pf_s(&l, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":");
+        pf_u64(&l, x->track + 1u);
+        pf_s(&l, ",\"name\":");
+        pf_jstr(&l, sim_opcode_name((sim_opcode)in->opcode));
+        pf_s(&l, ",\"cat\":");
+        pf_jstr(&l, sim_engine_name((sim_engine)in->engine));
+        pf_s(&l, ",\"ts\":");
+        pf_fixed(&l, x->start_ps, 6);
+        pf_s(&l, ",\"dur\":");
+        pf_fixed(&l, x->end_ps - x->start_ps, 6);
+        pf_s(&l, ",\"args\":{\"index\":");
+        pf_u64(&l, i);
+        pf_s(&l, ",\"nki_source_location\":");
+        pf_jstr(&l, pf_loc(lt, p, in->loc));
+        pf_s(&l, ",\"bytes\":");
+        pf_u64(&l, bytes);
+        pf_s(&l, ",\"flops\":");
+        pf_u64(&l, in->flops);
+        pf_s(&l, ",\"wait\":");
+        pf_jstr(&l, sim_wait_name((sim_wait)x->wait));
+        pf_s(&l, ",\"wait_us\":");
+        pf_fixed(&l, x->start_ps - x->free_ps, 6);
+        pf_s(&l, "}}");
+        pf_flush(&l, f);
     }
     fputs("\n]}\n", f);
+    pf_loc_table_free(lt, p);
     if (fflush(f) != 0 || ferror(f))
         return kf_err_set(err, KF_IO, "writing the trace failed: %s", strerror(errno));
     return KF_OK;
