@@ -3,11 +3,14 @@
 SIM_PY_CFLAGS := $(shell pkg-config --cflags python3-embed 2>/dev/null | sed 's/-I/-isystem /g') \
                  -isystem $(shell /usr/bin/python3 -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
 SIM_PY_LIBS   := $(shell pkg-config --libs python3-embed 2>/dev/null)
+# Tile matmuls use OpenBLAS sgemm (Debian's libopenblas0-pthread).
+SIM_BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null | sed 's/-I/-isystem /g')
+SIM_BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
 SIM_SRCS := $(filter-out sim/main.c,$(wildcard sim/*.c))
 SIM_LIB  := $(BUILD)/lib/libkfsim.a
 $(SIM_LIB): $(SIM_SRCS:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
-$(BUILD)/obj/sim/%.o: CFLAGS += -Isim $(SIM_PY_CFLAGS)
+$(BUILD)/obj/sim/%.o: CFLAGS += -Isim $(SIM_PY_CFLAGS) $(SIM_BLAS_CFLAGS)
 LIBS += $(SIM_LIB)
-EXTRA_LDLIBS += $(SIM_PY_LIBS)
+EXTRA_LDLIBS += $(SIM_PY_LIBS) $(SIM_BLAS_LIBS)

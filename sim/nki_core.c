@@ -223,6 +223,7 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim)
     t->pdim = pdim;
     t->oob = false;
     t->mm_result = false;
+    t->mm_insn = -1;
     t->oob_msg[0] = 0;
     return t;
 }
@@ -684,7 +685,6 @@ static PyObject *tensor_strides(nki_tensor *t, void *u)
     return tup;
 }
 
-extern PyObject *nki_buffer_singleton(int mem, int shared);
 static PyObject *tensor_buffer(nki_tensor *t, void *u)
 {
     PyObject *b = nki_buffer_singleton(t->v.st->mem, t->v.st->shared_slot >= 0);
@@ -957,8 +957,6 @@ static PyObject *tensor_repr(PyObject *self)
     return PyUnicode_FromString(buf);
 }
 
-extern int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value);
-extern PyMethodDef nki_tensor_extra_methods[];
 
 static PyMethodDef tensor_methods[] = {
     { "reshape", (PyCFunction)(void (*)(void))tensor_reshape, METH_FASTCALL, "reshape a contiguous view" },

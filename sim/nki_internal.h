@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "sim_core.h"
+#include "sim_numerics.h"
 #include "sim_error.h"
 #include "sim_record.h"
 
@@ -49,8 +50,8 @@ typedef struct nki_ctx {
     simc_store       **shared;        /* shared_hbm allocations, shared across programs */
     size_t             n_shared, cap_shared, shared_cursor;
     float              act_acc[SIMC_PMAX]; /* ScalarE reduce registers */
-    float             *scratch[6];
-    size_t             scratch_cap[6];
+    float             *scratch[8];
+    size_t             scratch_cap[8];
     void              *loc_code;      /* cache of the last (code object, line) -> loc */
     int                loc_line;
     uint32_t           loc_id;
@@ -91,6 +92,7 @@ typedef struct nki_tensor {
     bool      oob;        /* some element lies outside the tensor (index expressions
                              under a mask); checked per element when used */
     bool      mm_result;  /* a legacy matmul result tile (PSUM += accumulates) */
+    int64_t   mm_insn;    /* mm_result: index of the MATMUL instruction that wrote it */
     char      oob_msg[96];
 } nki_tensor;
 
@@ -147,79 +149,10 @@ PyObject *nki_dtype_get(sim_dtype dt);    /* borrowed singleton */
  * SIM_E_DTYPE raised when unknown. */
 int nki_dtype_from(PyObject *obj, const char *api);
 
-/* ALU and activation functions.  kind: 2 binary, 1 unary, 3 reduction. */
-#define NKI_OP_MAP(XX)                                    \
-    XX(ADD, "add", 2)                                     \
-    XX(SUBTRACT, "subtract", 2)                           \
-    XX(MULTIPLY, "multiply", 2)                           \
-    XX(DIVIDE, "divide", 2)                               \
-    XX(MAXIMUM, "maximum", 2)                             \
-    XX(MINIMUM, "minimum", 2)                             \
-    XX(POWER, "power", 2)                                 \
-    XX(EQUAL, "equal", 2)                                 \
-    XX(NOT_EQUAL, "not_equal", 2)                         \
-    XX(LESS, "less", 2)                                   \
-    XX(LESS_EQUAL, "less_equal", 2)                       \
-    XX(GREATER, "greater", 2)                             \
-    XX(GREATER_EQUAL, "greater_equal", 2)                 \
-    XX(LOGICAL_AND, "logical_and", 2)                     \
-    XX(LOGICAL_OR, "logical_or", 2)                       \
-    XX(LOGICAL_XOR, "logical_xor", 2)                     \
-    XX(BITWISE_AND, "bitwise_and", 2)                     \
-    XX(BITWISE_OR, "bitwise_or", 2)                       \
-    XX(BITWISE_XOR, "bitwise_xor", 2)                     \
-    XX(LEFT_SHIFT, "left_shift", 2)                       \
-    XX(RIGHT_SHIFT, "right_shift", 2)                     \
-    XX(MOD, "mod", 2)                                     \
-    XX(COPY, "copy", 1)                                   \
-    XX(EXP, "exp", 1)                                     \
-    XX(LOG, "log", 1)                                     \
-    XX(SQRT, "sqrt", 1)                                   \
-    XX(RSQRT, "rsqrt", 1)                                 \
-    XX(SQUARE, "square", 1)                               \
-    XX(ABS, "abs", 1)                                     \
-    XX(NEGATIVE, "negative", 1)                           \
-    XX(RECIPROCAL, "reciprocal", 1)                       \
-    XX(TANH, "tanh", 1)                                   \
-    XX(SIGMOID, "sigmoid", 1)                             \
-    XX(RELU, "relu", 1)                                   \
-    XX(SILU, "silu", 1)                                   \
-    XX(GELU, "gelu", 1)                                   \
-    XX(GELU_APPRX_TANH, "gelu_apprx_tanh", 1)             \
-    XX(SIN, "sin", 1)                                     \
-    XX(COS, "cos", 1)                                     \
-    XX(SIGN, "sign", 1)                                   \
-    XX(ERF, "erf", 1)                                     \
-    XX(SOFTPLUS, "softplus", 1)                           \
-    XX(CEIL, "ceil", 1)                                   \
-    XX(FLOOR, "floor", 1)                                 \
-    XX(TRUNC, "trunc", 1)                                 \
-    XX(ARCTAN, "arctan", 1)                               \
-    XX(SUM, "sum", 3)                                     \
-    XX(MAX, "max", 3)                                     \
-    XX(MIN, "min", 3)                                     \
-    XX(MEAN, "mean", 3)                                   \
-    XX(PROD, "prod", 3)                                   \
-    XX(VAR, "var", 3)                                     \
-    XX(ALL, "all", 3)
-
-typedef enum nki_op {
-    NKI_OP_NONE = 0,
-#define XX(id, name, kind) NKI_OP_##id,
-    NKI_OP_MAP(XX)
-#undef XX
-    NKI_OP__COUNT
-} nki_op;
-
-/* Resolve an op value (nl.add, np.add, np.max, "add", ...); NKI_OP_NONE with
- * the error raised when unknown.  `none_ok`: None -> NKI_OP_NONE without error. */
-nki_op nki_op_from(PyObject *obj, const char *api, const char *what, bool none_ok);
-const char *nki_op_name(nki_op op);
-int nki_op_kind(nki_op op);
-/* The binary ALU meaning of an op (reductions: sum -> add, max -> maximum). */
-nki_op nki_op_binary(nki_op op);
-float nki_alu(nki_op op, float a, float b);
-float nki_act(nki_op op, float x);
+/* Resolve an op value (nl.add, np.add, np.max, "add", ...) by its name;
+ * SIMN_OP_NONE with the error raised when unknown.  `none_ok`: None ->
+ * SIMN_OP_NONE without error. */
+simn_op nki_op_from(PyObject *obj, const char *api, const char *what, bool none_ok);
 
 /* ===== engines and buffers ===== */
 
@@ -248,20 +181,79 @@ int nki_parse_shape(PyObject *obj, const char *api, int64_t *shape, int *pdim);
 PyObject *nki_tensor_subscript(PyObject *self, PyObject *key);
 PyObject *nki_broadcast_view(nki_tensor *t, PyObject *shape_obj, const char *api);
 
-/* ===== modules ===== */
+/* ===== modules (nki_module.c) ===== */
 
-/* Method tables of nki.language and nki.isa (nki_ops.c). */
+/* Create the nki / neuronxcc modules and put them in sys.modules; -1 on error. */
+int nki_modules_install(void);
+/* Per-target values (tile_size.total_available_sbuf_size). */
+int nki_modules_configure(const simc_target *tgt);
+/* Borrowed singleton for a buffer. */
+PyObject *nki_buffer_singleton(int mem, int shared);
+/* True when `module` is a legacy (neuronxcc) module (tile-returning nisa). */
+bool nki_module_is_legacy(PyObject *module);
+/* The Python function under a @nki.jit wrapper (borrowed), or obj itself. */
+PyObject *nki_kernel_func(PyObject *obj);
+/* Shared by the module getattr hooks: raise SIM_E_UNSUPPORTED_API. */
+PyObject *nki_unsupported(const char *module, const char *name);
+/* PEP 562 module __getattr__ of every nki module (unsupported API). */
+PyObject *nki_mod_getattr(PyObject *m, PyObject *name);
+
+/* ===== nki.language (nki_lang.c) and nki.isa (nki_isa.c) ===== */
+
 extern PyMethodDef nki_language_methods[];
 extern PyMethodDef nki_isa_methods[];
-/* Number protocol for tensors (nki_ops.c). */
 extern PyNumberMethods nki_tensor_as_number;
 PyObject *nki_tensor_richcompare(PyObject *a, PyObject *b, int op);
-/* Type readiness and module construction (nki_module.c); returns -1 on error. */
-int nki_modules_install(void);
-/* Per-run values (tile_size.total_available_sbuf_size). */
-int nki_modules_configure(const simc_target *tgt);
-/* Call a kernel function for one program (used by the launcher and sim_run). */
-PyObject *nki_kernel_func(PyObject *entry);
+int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value);
+/* Reduction axes of v (an int or a sequence; None = all free axes) into
+ * red[]; the partition axis cannot be reduced.  -1 with the error raised. */
+int nki_parse_axes(PyObject *axis, const simc_view *v, int pdim, bool *red, const char *api);
+/* Reduce v over red[] axes with op into out[] (row-major over the kept
+ * axes); returns the number of outputs.  Values only with numerics on. */
+int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float *out, int slot);
+/* dst (+)= stat.T @ mov on the Tensor engine with the checks and the record;
+ * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
+int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
+               bool stat_is_mk, bool is_transpose);
+/* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form). */
+nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk);
+/* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
+int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
+
+/* ===== execution helpers (nki_exec.c) ===== */
+
+/* An operand of an elementwise op: a tensor view or an FP32 scalar. */
+typedef struct nki_opnd {
+    nki_tensor *t;     /* borrowed, NULL for a scalar */
+    float       s;
+} nki_opnd;
+
+/* Parse a tensor or a Python number; -1 with the error raised. */
+int nki_opnd_from(PyObject *obj, const char *api, const char *what, nki_opnd *o);
+/* Partition count and free elements of a view (on-chip: dim `pdim`). */
+int64_t nki_view_parts(const nki_tensor *t);
+/* Broadcast view `in` (right-aligned) to nd/shape into *out; false if it
+ * does not broadcast. */
+bool nki_bcast(const simc_view *in, int nd, const int64_t *shape, simc_view *out);
+/* Read a view as FP32 row-major into scratch slot (numerics on only);
+ * reading PSUM closes its accumulation (also with numerics off). */
+float *nki_read(const simc_view *v, int slot);
+/* Read an operand broadcast to shape into a scratch slot. */
+float *nki_read_opnd(const nki_opnd *o, int nd, const int64_t *shape, int slot);
+/* Write FP32 row-major values into v (mask may be NULL); no-op without data. */
+void nki_write(const simc_view *v, const float *vals, const uint8_t *mask);
+/* Append an instruction with its operand regions; NULL views are skipped. */
+sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const simc_view *s0,
+                   const simc_view *s1, const simc_view *s2);
+/* Allocate a new tile (legacy results): SBUF/PSUM, partition dim first. */
+nki_tensor *nki_new_tile(sim_mem mem, sim_dtype dt, int nd, const int64_t *shape, const char *api);
+/* dtype= argument or `dflt` when absent/None; -1 with the error raised. */
+int nki_dtype_arg(PyObject *obj, sim_dtype dflt, const char *api);
+/* Promote two operand dtypes (float wins; mixed floats -> fp32). */
+sim_dtype nki_promote(const nki_opnd *a, const nki_opnd *b);
+/* Copy src (tensor or scalar, broadcast) into dst view with cast and mask;
+ * records `op` on `eng`.  -1 with the error raised. */
+int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *api);
 
 /* Release a store's on-chip accounting when the last view goes away. */
 void nki_store_release(simc_store *st);

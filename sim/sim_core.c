@@ -244,9 +244,10 @@ simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t pa
     if (with_data && s->nelem > 0) {
         s->data = kf_malloc((size_t)s->nelem * sim_dtype_size(dt));
         simc_fill_uninit(s->data, dt, s->nelem);
-        if (mem == SIM_MEM_PSUM)
-            s->open = kf_calloc((size_t)s->nelem, 1);
     }
+    if (mem == SIM_MEM_PSUM && s->nelem > 0)   /* kept with numerics off: the record
+                                                   marks accumulating matmuls either way */
+        s->open = kf_calloc((size_t)s->nelem, 1);
     return s;
 }
 
@@ -396,6 +397,44 @@ void simc_view_region(const simc_view *v, sim_region *r)
         }                                                                       \
     }
 
+bool simc_view_in_store(const simc_view *v)
+{
+    int64_t lo, hi;
+    if (simc_view_elems(v) == 0)
+        return true;
+    simc_view_extent(v, &lo, &hi);
+    return lo >= 0 && hi < v->st->nelem;
+}
+
+/* Element-by-element access for views that reach outside their storage
+ * (legacy index expressions under a mask): outside elements read as NaN and
+ * are never written. */
+static void gather_checked(const simc_view *v, float *out, bool with_data)
+{
+    const simc_store *s = v->st;
+    int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
+    unsigned es = sim_dtype_size(v->dtype);
+
+    for (int64_t i = 0; i < n; i++) {
+        int64_t f = v->offset;
+        for (int d = 0; d < v->ndim; d++)
+            f += idx[d] * v->strides[d];
+        if (f >= 0 && f < s->nelem) {
+            if (with_data)
+                out[i] = simc_to_f32(v->dtype, (const uint8_t *)s->data + f * (int64_t)es);
+            if (s->open)
+                s->open[f] = 0;
+        } else if (with_data) {
+            out[i] = NAN;
+        }
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < v->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
 void simc_gather(const simc_view *v, float *out)
 {
     const simc_store *s = v->st;
@@ -404,9 +443,15 @@ void simc_gather(const simc_view *v, float *out)
     unsigned es = sim_dtype_size(v->dtype);
     float *o = out;
 
+    if (!simc_view_in_store(v)) {
+        gather_checked(v, out, s->data != NULL);
+        return;
+    }
     SIMC_ROWS_BEGIN(v, base, r)
         (void)r;
-        if (v->dtype == SIM_DT_FLOAT32) {
+        if (!s->data) {
+            /* numerics off: only the PSUM accumulation state */
+        } else if (v->dtype == SIM_DT_FLOAT32) {
             const float *p = (const float *)s->data + base;
             if (is == 1)
                 memcpy(o, p, (size_t)n * sizeof(float));
@@ -439,7 +484,28 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     const float *x = in;
     const uint8_t *m = mask;
 
+    if (!s->data)
+        return;
     simc_store_writable(s);
+    if (!simc_view_in_store(v)) {
+        int64_t total = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
+        for (int64_t i = 0; i < total; i++) {
+            int64_t f = v->offset;
+            for (int d = 0; d < v->ndim; d++)
+                f += idx[d] * v->strides[d];
+            if (f >= 0 && f < s->nelem && (!mask || mask[i])) {
+                simc_from_f32(v->dtype, in[i], (uint8_t *)s->data + f * (int64_t)es);
+                if (s->open)
+                    s->open[f] = 0;
+            }
+            for (int d = v->ndim - 1; d >= 0; d--) {
+                if (++idx[d] < v->shape[d])
+                    break;
+                idx[d] = 0;
+            }
+        }
+        return;
+    }
     SIMC_ROWS_BEGIN(v, base, r)
         (void)r;
         if (v->dtype == SIM_DT_FLOAT32 && !m) {
@@ -479,13 +545,16 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, boo
     const float *x = in;
     bool acc_any = false;
 
-    simc_store_writable(s);
+    if (s->data)
+        simc_store_writable(s);
     SIMC_ROWS_BEGIN(v, base, r)
         (void)r;
         for (int64_t i = 0; i < n; i++) {
             int64_t f = base + i * is;
             bool acc = accumulate > 0 || (accumulate == 0 && s->open && s->open[f]);
-            if (v->dtype == SIM_DT_FLOAT32) {
+            if (!s->data) {
+                /* numerics off: accumulation state only */
+            } else if (v->dtype == SIM_DT_FLOAT32) {
                 float *p = (float *)s->data + f;
                 *p = acc ? *p + x[i] : x[i];
             } else {

@@ -84,6 +84,8 @@ int64_t simc_view_elems(const simc_view *v);
 bool simc_view_contiguous(const simc_view *v);
 /* Lowest and highest flat element index touched (over all elements). */
 void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi);
+/* True when every element of v lies inside its storage. */
+bool simc_view_in_store(const simc_view *v);
 /* Fill a record region describing the bytes v touches. */
 void simc_view_region(const simc_view *v, sim_region *r);
 
@@ -94,11 +96,14 @@ bool simc_dtype_is_float(sim_dtype dt);
 bool simc_dtype_is_signed(sim_dtype dt);
 
 /* Copy a view's elements, converted to fp32, into out[] in row-major order
- * of the view's shape.  Reading PSUM closes its matmul accumulation. */
+ * of the view's shape.  Reading PSUM closes its matmul accumulation (also
+ * for a store without data, numerics off).  Elements outside the storage
+ * read as NaN. */
 void simc_gather(const simc_view *v, float *out);
 /* Write in[] (row-major over v's shape) into v, rounding to v's dtype;
  * mask (same layout, may be NULL) selects the elements written.  Writing
- * PSUM closes its matmul accumulation. */
+ * PSUM closes its matmul accumulation.  No-op for a store without data;
+ * elements outside the storage are skipped. */
 void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask);
 /* PSUM matmul write: each element overwrites when its accumulation is not
  * open (or accumulate < 0), adds when open (or accumulate > 0), and opens. */

@@ -1,0 +1,1225 @@
+/* nki_isa — nki.isa (nisa.*): the instruction-level calls, in the current
+ * dst-first form and, on the legacy neuronxcc.nki.isa module (or when no
+ * dst= is given there), the legacy form that returns a new tile (see
+ * nki_internal.h).  Each call checks its operands (buffers, shapes, limits,
+ * dtypes), computes in FP32 with numerics on, and appends one instruction. */
+#include "nki_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FASTKW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+#define FAILI(...) (nki_fail(__VA_ARGS__), -1)
+
+static bool has_kw(PyObject *kwnames, const char *name)
+{
+    Py_ssize_t n = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *k = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));
+        if (k && strcmp(k, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The legacy (tile-returning) form is used on the legacy module unless the
+ * call passes dst=. */
+static bool legacy_form(PyObject *m, PyObject *kwnames)
+{
+    return nki_module_is_legacy(m) && !has_kw(kwnames, "dst");
+}
+
+static int want_onchip(const char *api, const char *what, nki_tensor *t)
+{
+    if (t->v.st->mem == SIM_MEM_HBM)
+        return FAILI(SIM_E_WRONG_BUFFER, api, "%s must be in SBUF or PSUM, it is in HBM", what);
+    return 0;
+}
+
+/* Same partitions and the same elements per partition (free dims may flatten). */
+static int same_layout(const char *api, nki_tensor *a, const char *wa, nki_tensor *b, const char *wb)
+{
+    int64_t pa = nki_view_parts(a), pb = nki_view_parts(b);
+    int64_t ea = simc_view_elems(&a->v), eb = simc_view_elems(&b->v);
+    if (pa != pb || ea != eb)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                     "%s has %lld partitions x %lld elements, %s has %lld x %lld", wa,
+                     (long long)pa, (long long)(pa ? ea / pa : 0), wb, (long long)pb,
+                     (long long)(pb ? eb / pb : 0));
+    return 0;
+}
+
+/* A per-partition operand (one element per partition, or a scalar tile)
+ * viewed over `like`'s shape. */
+static bool pcol_view(const nki_tensor *o, const nki_tensor *like, simc_view *out)
+{
+    int64_t P = nki_view_parts(o);
+    int lp = like->pdim < 0 ? 0 : like->pdim;
+    if (simc_view_elems(&o->v) != P)
+        return false;
+    if (P != 1 && P != nki_view_parts(like))
+        return false;
+    *out = like->v;
+    out->st = o->v.st;
+    out->dtype = o->v.dtype;
+    out->offset = o->v.offset;
+    for (int d = 0; d < out->ndim; d++)
+        out->strides[d] = 0;
+    if (P > 1)
+        out->strides[lp] = o->v.strides[o->pdim < 0 ? 0 : o->pdim];
+    return true;
+}
+
+/* Read a scalar-or-per-partition operand over `like` into slot. */
+static int read_pcol(const char *api, const char *what, const nki_opnd *o, const nki_tensor *like,
+                     int slot, float **vals, simc_view *used)
+{
+    simc_view pv;
+    if (!o->t) {
+        *vals = nki_read_opnd(o, like->v.ndim, like->v.shape, slot);
+        return 0;
+    }
+    if (!pcol_view(o->t, like, &pv))
+        return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                     "%s must be a scalar or one value per partition (%lld, 1), it has %lld elements",
+                     what, (long long)nki_view_parts(like), (long long)simc_view_elems(&o->t->v));
+    *vals = nki_read(&pv, slot);
+    if (used)
+        *used = o->t->v;
+    return 0;
+}
+
+static nki_tensor *legacy_tile(sim_mem mem, sim_dtype dt, const nki_tensor *like, const char *api)
+{
+    return nki_new_tile(mem, dt, like->v.ndim, like->v.shape, api);
+}
+
+static PyObject *finish(nki_tensor *out, bool legacy, int rc)
+{
+    if (rc < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (legacy)
+        return (PyObject *)out;
+    Py_XDECREF(out);
+    Py_RETURN_NONE;
+}
+
+static int mask_for(PyObject *mask_obj, nki_tensor *dst, const char *api, uint8_t **mask)
+{
+    return nki_mask_dense(mask_obj, dst->v.ndim, dst->v.shape, api, mask);
+}
+
+/* ===== data movement ===== */
+
+static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    static const char *const names[] = { "dst", "src", "mask", "*dst_rmw_op", "*oob_mode",
+                                         "*dge_mode", "*engine", "*priority", "*name", "*queue" };
+    PyObject *a[NKI_NARGS(names)];
+    const char *api = "nisa.dma_copy";
+    nki_tensor *dst, *src;
+    uint8_t *mask = NULL;
+    float *vals;
+    sim_insn *in;
+    (void)m;
+
+    if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
+        return NULL;
+    dst = nki_as_tensor(a[0], api, "dst");
+    src = dst ? nki_as_tensor(a[1], api, "src") : NULL;
+    if (!src)
+        return NULL;
+    if (!nki_module_is_legacy(m) && src->v.st->mem == SIM_MEM_PSUM)
+        return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA cannot read PSUM (copy it to SBUF first)");
+    if (dst->v.st->mem == SIM_MEM_PSUM)
+        return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA cannot write PSUM");
+    if (simc_view_elems(&dst->v) != simc_view_elems(&src->v))
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "dst has %lld elements, src %lld",
+                        (long long)simc_view_elems(&dst->v), (long long)simc_view_elems(&src->v));
+    if (mask_for(a[2], dst, api, &mask) < 0 || nki_check_bounds(dst, mask, api) < 0 ||
+        nki_check_bounds(src, NULL, api) < 0)
+        return NULL;
+    vals = nki_read(&src->v, 0);
+    nki_write(&dst->v, vals, mask);
+    in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
+    if (a[9] && PyLong_Check(a[9])) {
+        long q = PyLong_AsLong(a[9]);
+        if (q >= 0 && q < 16) {
+            in->queue = (uint16_t)q;
+            in->flags |= SIM_F_QUEUE;
+        }
+        PyErr_Clear();
+    }
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    Py_RETURN_NONE;
+}
+
+static int copy_core(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng,
+                     const uint8_t *mask)
+{
+    float *vals;
+    sim_insn *in;
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "src", src) < 0 ||
+        same_layout(api, dst, "dst", src, "src") < 0)
+        return -1;
+    vals = nki_read(&src->v, 0);
+    nki_write(&dst->v, vals, mask);
+    in = nki_emit(SIM_OP_TENSOR_COPY, eng, &dst->v, &src->v, NULL, NULL);
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    return 0;
+}
+
+static PyObject *isa_tensor_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "src", "engine", "dtype", "*name" };
+    static const char *const leg[] = { "src", "dtype", "engine", "mask", "*name" };
+    const char *api = "nisa.tensor_copy";
+    PyObject *a[5];
+    nki_tensor *dst, *src;
+    uint8_t *mask = NULL;
+
+    if (legacy_form(m, kwnames)) {
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(src = nki_as_tensor(a[0], api, "src")))
+            return NULL;
+        dt = nki_dtype_arg(a[1], src->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, src, api)))
+            return NULL;
+        if (mask_for(a[3], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, copy_core(api, dst, src, nki_engine_from(a[2], SIM_ENG_VECTOR), mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(src = nki_as_tensor(a[1], api, "src")))
+        return NULL;
+    if (copy_core(api, dst, src, nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int memset_core(const char *api, nki_tensor *dst, PyObject *value, sim_engine eng,
+                       const uint8_t *mask)
+{
+    nki_opnd o;
+    float *vals;
+    if (!value || (!PyFloat_Check(value) && !PyLong_Check(value)))
+        return FAILI(SIM_E_BAD_ARGUMENT, api, "value must be a number, got %s",
+                     value ? Py_TYPE(value)->tp_name : "nothing");
+    if (nki_opnd_from(value, api, "value", &o) < 0 || want_onchip(api, "dst", dst) < 0)
+        return -1;
+    vals = nki_read_opnd(&o, dst->v.ndim, dst->v.shape, 0);
+    nki_write(&dst->v, vals, mask);
+    nki_emit(SIM_OP_MEMSET, eng, &dst->v, NULL, NULL, NULL);
+    return 0;
+}
+
+static PyObject *isa_memset(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "value", "engine", "*name" };
+    static const char *const leg[] = { "shape", "value", "dtype", "engine", "mask", "*name" };
+    const char *api = "nisa.memset";
+    PyObject *a[6];
+    nki_tensor *dst;
+
+    if (legacy_form(m, kwnames)) {
+        int64_t shape[SIMC_MAX_DIMS];
+        int nd, dt;
+        uint8_t *mask = NULL;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            (nd = nki_parse_shape(a[0] ? a[0] : Py_None, api, shape, NULL)) < 0)
+            return NULL;
+        dt = nki_dtype_arg(a[2], SIM_DT_FLOAT32, api);
+        if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api)))
+            return NULL;
+        if (mask_for(a[4], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, memset_core(api, dst, a[1], nki_engine_from(a[3], SIM_ENG_VECTOR), mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")))
+        return NULL;
+    if (memset_core(api, dst, a[1], nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ===== elementwise ===== */
+
+static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor *d2, simn_op op,
+                   sim_engine eng, const uint8_t *mask)
+{
+    float *v1, *v2;
+    int64_t n = simc_view_elems(&dst->v);
+    sim_insn *in;
+    simc_view b2;
+    const simc_view *r2 = &d2->v;
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data1", d1) < 0 ||
+        want_onchip(api, "data2", d2) < 0 || same_layout(api, d1, "data1", dst, "dst") < 0)
+        return -1;
+    if (simc_view_elems(&d2->v) != n) {
+        if (!nki_bcast(&d2->v, d1->v.ndim, d1->v.shape, &b2))
+            return same_layout(api, d1, "data1", d2, "data2");
+        r2 = &b2;
+    } else if (same_layout(api, d1, "data1", d2, "data2") < 0) {
+        return -1;
+    }
+    if (d1->v.st->mem == SIM_MEM_PSUM && d2->v.st->mem == SIM_MEM_PSUM)
+        return FAILI(SIM_E_WRONG_BUFFER, api, "at most one input of tensor_tensor may be in PSUM");
+    if (nki_check_bounds(d1, NULL, api) < 0 || nki_check_bounds(d2, NULL, api) < 0)
+        return -1;
+    v1 = nki_read(&d1->v, 1);
+    v2 = nki_read(r2, 2);
+    if (nki_cur->numerics)
+        simn_alu_vec(op, v1, v2, 1, v1, n);
+    nki_write(&dst->v, v1, mask);
+    in = nki_emit(SIM_OP_TENSOR_TENSOR, eng, &dst->v, &d1->v, &d2->v, NULL);
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    return 0;
+}
+
+static PyObject *isa_tensor_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data1", "data2", "op", "engine", "*name" };
+    static const char *const leg[] = { "data1", "data2", "op", "dtype", "mask", "engine", "*name" };
+    const char *api = "nisa.tensor_tensor";
+    PyObject *a[7];
+    nki_tensor *dst, *d1, *d2;
+    simn_op op;
+
+    if (legacy_form(m, kwnames)) {
+        uint8_t *mask = NULL;
+        int dt;
+        nki_opnd o1, o2;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(d1 = nki_as_tensor(a[0], api, "data1")) || !(d2 = nki_as_tensor(a[1], api, "data2")))
+            return NULL;
+        op = nki_op_from(a[2], api, "op", false);
+        if (op == SIMN_OP_NONE)
+            return NULL;
+        o1.t = d1;
+        o2.t = d2;
+        dt = nki_dtype_arg(a[3], nki_promote(&o1, &o2), api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, d1, api)))
+            return NULL;
+        if (mask_for(a[4], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, tt_core(api, dst, d1, d2, op, nki_engine_from(a[5], SIM_ENG_VECTOR), mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(d1 = nki_as_tensor(a[1], api, "data1")) ||
+        !(d2 = nki_as_tensor(a[2], api, "data2")))
+        return NULL;
+    op = nki_op_from(a[3], api, "op", false);
+    if (op == SIMN_OP_NONE)
+        return NULL;
+    if (tt_core(api, dst, d1, d2, op, nki_engine_from(a[4], SIM_ENG_VECTOR), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+typedef struct ts_args {
+    simn_op op0, op1;
+    nki_opnd s0, s1;
+    bool rev0, rev1;
+} ts_args;
+
+static int ts_parse(const char *api, PyObject *op0, PyObject *o0, PyObject *r0, PyObject *op1,
+                    PyObject *o1, PyObject *r1, ts_args *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->op0 = nki_op_from(op0, api, "op0", false);
+    if (t->op0 == SIMN_OP_NONE)
+        return -1;
+    if (!o0)
+        return FAILI(SIM_E_BAD_ARGUMENT, api, "operand0 is required");
+    if (nki_opnd_from(o0, api, "operand0", &t->s0) < 0)
+        return -1;
+    t->rev0 = r0 && PyObject_IsTrue(r0) == 1;
+    t->op1 = nki_op_from(op1, api, "op1", true);
+    if (t->op1 == SIMN_OP_NONE && PyErr_Occurred())
+        return -1;
+    if (t->op1 != SIMN_OP_NONE) {
+        if (!o1)
+            return FAILI(SIM_E_BAD_ARGUMENT, api, "operand1 is required with op1");
+        if (nki_opnd_from(o1, api, "operand1", &t->s1) < 0)
+            return -1;
+    }
+    t->rev1 = r1 && PyObject_IsTrue(r1) == 1;
+    return 0;
+}
+
+static float apply_binop(simn_op op, float x, float s, bool rev)
+{
+    return rev ? simn_alu(op, s, x) : simn_alu(op, x, s);
+}
+
+/* y = (data op0 s0) op1 s1 into vals (slot 1); returns vals. */
+static float *ts_compute(const char *api, nki_tensor *data, const ts_args *t, simc_view *u0,
+                         simc_view *u1, int *rc)
+{
+    float *x, *s0 = NULL, *s1 = NULL;
+    int64_t n = simc_view_elems(&data->v);
+    *rc = 0;
+    x = nki_read(&data->v, 1);
+    if (read_pcol(api, "operand0", &t->s0, data, 2, &s0, u0) < 0 ||
+        (t->op1 != SIMN_OP_NONE && read_pcol(api, "operand1", &t->s1, data, 3, &s1, u1) < 0)) {
+        *rc = -1;
+        return NULL;
+    }
+    if (!nki_cur->numerics)
+        return x;
+    for (int64_t i = 0; i < n; i++) {
+        float y = apply_binop(t->op0, x[i], s0[i], t->rev0);
+        if (t->op1 != SIMN_OP_NONE)
+            y = apply_binop(t->op1, y, s1[i], t->rev1);
+        x[i] = y;
+    }
+    return x;
+}
+
+static int ts_core(const char *api, nki_tensor *dst, nki_tensor *data, const ts_args *t,
+                   sim_engine eng, const uint8_t *mask)
+{
+    simc_view u0 = { 0 }, u1 = { 0 };
+    float *y;
+    int rc;
+    sim_insn *in;
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        same_layout(api, data, "data", dst, "dst") < 0 || nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    y = ts_compute(api, data, t, &u0, &u1, &rc);
+    if (rc < 0)
+        return -1;
+    nki_write(&dst->v, y, mask);
+    in = nki_emit(SIM_OP_TENSOR_SCALAR, eng, &dst->v, &data->v, u0.st ? &u0 : NULL,
+                  u1.st ? &u1 : NULL);
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    return 0;
+}
+
+static PyObject *isa_tensor_scalar(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data", "op0", "operand0", "reverse0", "op1",
+                                       "operand1", "reverse1", "engine", "dtype", "*name" };
+    static const char *const leg[] = { "data", "op0", "operand0", "reverse0", "op1", "operand1",
+                                       "reverse1", "dtype", "mask", "engine", "*name" };
+    const char *api = "nisa.tensor_scalar";
+    PyObject *a[11];
+    nki_tensor *dst, *data;
+    ts_args t;
+
+    if (legacy_form(m, kwnames)) {
+        uint8_t *mask = NULL;
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[0], api, "data")) ||
+            ts_parse(api, a[1], a[2], a[3], a[4], a[5], a[6], &t) < 0)
+            return NULL;
+        dt = nki_dtype_arg(a[7], data->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, data, api)))
+            return NULL;
+        if (mask_for(a[8], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, ts_core(api, dst, data, &t, nki_engine_from(a[9], SIM_ENG_VECTOR), mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")) ||
+        ts_parse(api, a[2], a[3], a[4], a[5], a[6], a[7], &t) < 0)
+        return NULL;
+    if (ts_core(api, dst, data, &t, nki_engine_from(a[8], SIM_ENG_VECTOR), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int unary_core(const char *api, nki_tensor *dst, nki_tensor *data, simn_op op,
+                      sim_opcode opc, sim_engine eng, const uint8_t *mask)
+{
+    float *x;
+    sim_insn *in;
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        same_layout(api, data, "data", dst, "dst") < 0 || nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    x = nki_read(&data->v, 1);
+    if (nki_cur->numerics)
+        simn_act_vec(op, x, x, simc_view_elems(&data->v));
+    nki_write(&dst->v, x, mask);
+    in = nki_emit(opc, eng, &dst->v, &data->v, NULL, NULL);
+    in->act_func = (uint8_t)op;
+    return 0;
+}
+
+static PyObject *isa_reciprocal(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data", "engine", "*name" };
+    static const char *const leg[] = { "data", "dtype", "mask", "engine", "*name" };
+    const char *api = "nisa.reciprocal";
+    PyObject *a[5];
+    nki_tensor *dst, *data;
+
+    if (legacy_form(m, kwnames)) {
+        uint8_t *mask = NULL;
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[0], api, "data")))
+            return NULL;
+        dt = nki_dtype_arg(a[1], data->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, data, api)))
+            return NULL;
+        if (mask_for(a[2], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, unary_core(api, dst, data, SIMN_OP_RECIPROCAL, SIM_OP_RECIPROCAL,
+                                            nki_engine_from(a[3], SIM_ENG_VECTOR), mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
+        return NULL;
+    if (unary_core(api, dst, data, SIMN_OP_RECIPROCAL, SIM_OP_RECIPROCAL,
+                   nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ===== reductions ===== */
+
+static int reduce_core(const char *api, nki_tensor *dst, simn_op op, nki_tensor *data,
+                       PyObject *axis, bool negate, const uint8_t *mask)
+{
+    bool red[SIMC_MAX_DIMS];
+    int64_t outn, P;
+    float *vals;
+    sim_insn *in;
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    if (nki_parse_axes(axis, &data->v, data->pdim < 0 ? 0 : data->pdim, red, api) < 0)
+        return -1;
+    outn = 1;
+    for (int d = 0; d < data->v.ndim; d++)
+        if (!red[d])
+            outn *= data->v.shape[d];
+    P = nki_view_parts(data);
+    if (simc_view_elems(&dst->v) != outn || nki_view_parts(dst) != P)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                     "the reduction leaves %lld partitions x %lld elements, dst has %lld x %lld",
+                     (long long)P, (long long)(P ? outn / P : 0), (long long)nki_view_parts(dst),
+                     (long long)(nki_view_parts(dst) ? simc_view_elems(&dst->v) / nki_view_parts(dst) : 0));
+    vals = nki_scratch(3, outn);
+    nki_reduce_vals(op, &data->v, red, vals, 1);
+    if (negate && nki_cur->numerics)
+        for (int64_t i = 0; i < outn; i++)
+            vals[i] = -vals[i];
+    nki_write(&dst->v, vals, mask);
+    in = nki_emit(SIM_OP_TENSOR_REDUCE, SIM_ENG_VECTOR, &dst->v, &data->v, NULL, NULL);
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    return 0;
+}
+
+static PyObject *isa_tensor_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "op", "data", "axis", "negate", "keepdims",
+                                       "*name", "*engine" };
+    static const char *const leg[] = { "op", "data", "axis", "dtype", "negate", "keepdims",
+                                       "mask", "*name", "*engine" };
+    const char *api = "nisa.tensor_reduce";
+    PyObject *a[9];
+    nki_tensor *dst, *data;
+    simn_op op;
+
+    if (legacy_form(m, kwnames)) {
+        bool red[SIMC_MAX_DIMS], keep;
+        int64_t shape[SIMC_MAX_DIMS];
+        int nd = 0, dt;
+        uint8_t *mask = NULL;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[1], api, "data")))
+            return NULL;
+        op = nki_op_from(a[0], api, "op", false);
+        if (op == SIMN_OP_NONE ||
+            nki_parse_axes(a[2], &data->v, data->pdim < 0 ? 0 : data->pdim, red, api) < 0)
+            return NULL;
+        keep = a[5] && PyObject_IsTrue(a[5]) == 1;
+        for (int d = 0; d < data->v.ndim; d++) {
+            if (!red[d])
+                shape[nd++] = data->v.shape[d];
+            else if (keep)
+                shape[nd++] = 1;
+        }
+        dt = nki_dtype_arg(a[3], data->v.dtype, api);
+        if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api)))
+            return NULL;
+        if (mask_for(a[6], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, reduce_core(api, dst, op, data, a[2],
+                                             a[4] && PyObject_IsTrue(a[4]) == 1, mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[2], api, "data")))
+        return NULL;
+    op = nki_op_from(a[1], api, "op", false);
+    if (op == SIMN_OP_NONE)
+        return NULL;
+    if (reduce_core(api, dst, op, data, a[3], a[4] && PyObject_IsTrue(a[4]) == 1, NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ===== activation ===== */
+
+enum { RC_IDLE = 0, RC_RESET = 1, RC_REDUCE = 2, RC_RESET_REDUCE = 3, RC_LOAD_REDUCE = 4 };
+
+typedef struct act_args {
+    simn_op op, reduce_op;
+    nki_opnd bias, scale;
+    bool has_bias;
+    nki_tensor *reduce_res;
+    int reduce_cmd;
+} act_args;
+
+static int act_parse(const char *api, PyObject *op, PyObject *bias, PyObject *scale,
+                     PyObject *rop, PyObject *rres, PyObject *rcmd, bool force_reduce,
+                     act_args *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->op = nki_op_from(op, api, "op", false);
+    if (t->op == SIMN_OP_NONE)
+        return -1;
+    if (simn_op_kind(t->op) != 1 && t->op != SIMN_OP_NONE)
+        return FAILI(SIM_E_BAD_ARGUMENT, api, "op %s is not an activation function",
+                     simn_op_name(t->op));
+    t->has_bias = bias && bias != Py_None;
+    if (t->has_bias && nki_opnd_from(bias, api, "bias", &t->bias) < 0)
+        return -1;
+    if (scale && scale != Py_None) {
+        if (nki_opnd_from(scale, api, "scale", &t->scale) < 0)
+            return -1;
+    } else {
+        t->scale.s = 1.0f;
+    }
+    t->reduce_op = nki_op_from(rop, api, "reduce_op", true);
+    if (t->reduce_op == SIMN_OP_NONE && PyErr_Occurred())
+        return -1;
+    if (rres && rres != Py_None) {
+        t->reduce_res = nki_as_tensor(rres, api, "reduce_res");
+        if (!t->reduce_res)
+            return -1;
+    }
+    t->reduce_cmd = RC_IDLE;
+    if (rcmd && PyLong_Check(rcmd))
+        t->reduce_cmd = (int)PyLong_AsLong(rcmd);
+    else if (force_reduce || t->reduce_op != SIMN_OP_NONE || t->reduce_res)
+        t->reduce_cmd = RC_RESET_REDUCE;
+    if (force_reduce && !t->reduce_res)
+        return FAILI(SIM_E_BAD_ARGUMENT, api, "reduce_res is required");
+    if (t->reduce_op == SIMN_OP_NONE)
+        t->reduce_op = SIMN_OP_ADD;
+    return 0;
+}
+
+/* y = op(data * scale + bias) into dst; the reduce registers per partition
+ * combine the row reductions of y as reduce_cmd says; reduce_res reads them. */
+static int act_core(const char *api, nki_tensor *dst, nki_tensor *data, const act_args *t,
+                    sim_opcode opc, const uint8_t *mask)
+{
+    float *x, *sc = NULL, *bi = NULL;
+    simc_view ub = { 0 }, us = { 0 };
+    int64_t n = simc_view_elems(&data->v), P = nki_view_parts(data);
+    int64_t F = P ? n / P : 0;
+    sim_insn *in;
+    bool reducing = t->reduce_cmd == RC_REDUCE || t->reduce_cmd == RC_RESET_REDUCE ||
+                    t->reduce_cmd == RC_LOAD_REDUCE;
+    float *acc = nki_cur->act_acc;
+    simn_op bin = simn_op_binary(t->reduce_op);
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        same_layout(api, data, "data", dst, "dst") < 0 || nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    if (P > SIMC_PMAX)
+        return FAILI(SIM_E_PARTITION_LIMIT, api, "partition dimension %lld > %d", (long long)P, SIMC_PMAX);
+    x = nki_read(&data->v, 1);
+    if (read_pcol(api, "scale", &t->scale, data, 2, &sc, &us) < 0)
+        return -1;
+    if (t->has_bias && read_pcol(api, "bias", &t->bias, data, 3, &bi, &ub) < 0)
+        return -1;
+    if (t->reduce_res && (nki_view_parts(t->reduce_res) != P || simc_view_elems(&t->reduce_res->v) != P))
+        return FAILI(SIM_E_SHAPE_MISMATCH, api, "reduce_res must be (%lld, 1), it has %lld elements",
+                     (long long)P, (long long)simc_view_elems(&t->reduce_res->v));
+    if (nki_cur->numerics) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = simn_act(t->op, x[i] * sc[i] + (bi ? bi[i] : 0.0f));
+        if (t->reduce_cmd == RC_RESET || t->reduce_cmd == RC_RESET_REDUCE)
+            for (int64_t p = 0; p < P; p++)
+                acc[p] = simn_op_identity(bin);
+        if (reducing)
+            for (int64_t p = 0; p < P; p++) {
+                float r = acc[p];
+                for (int64_t f = 0; f < F; f++)
+                    r = simn_alu(bin, r, x[p * F + f]);
+                acc[p] = r;
+            }
+    }
+    nki_write(&dst->v, x, mask);
+    in = nki_emit(reducing ? SIM_OP_ACTIVATION_REDUCE : opc, SIM_ENG_SCALAR, &dst->v, &data->v,
+                  ub.st ? &ub : NULL, us.st ? &us : NULL);
+    in->act_func = (uint8_t)t->op;
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    if (t->reduce_res) {
+        if (nki_cur->numerics)
+            nki_write(&t->reduce_res->v, acc, NULL);
+        else
+            nki_write(&t->reduce_res->v, NULL, NULL);
+        if (in->ndst < SIM_INSN_MAX_DST)
+            simc_view_region(&t->reduce_res->v, &in->dst[in->ndst++]);
+    }
+    return 0;
+}
+
+static PyObject *activation_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames, const char *api, bool force_reduce)
+{
+    static const char *const cur[] = { "dst", "op", "data", "bias", "scale", "reduce_op",
+                                       "reduce_res", "reduce_cmd", "*name", "*engine" };
+    static const char *const leg[] = { "op", "data", "bias", "scale", "reduce_op", "reduce_res",
+                                       "reduce_cmd", "dtype", "mask", "*name", "*engine" };
+    PyObject *a[11];
+    nki_tensor *dst, *data;
+    act_args t;
+
+    if (legacy_form(m, kwnames)) {
+        uint8_t *mask = NULL;
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[1], api, "data")) ||
+            act_parse(api, a[0], a[2], a[3], a[4], a[5], a[6], force_reduce, &t) < 0)
+            return NULL;
+        dt = nki_dtype_arg(a[7], data->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, data, api)))
+            return NULL;
+        if (mask_for(a[8], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, act_core(api, dst, data, &t, SIM_OP_ACTIVATION, mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[2], api, "data")) ||
+        act_parse(api, a[1], a[3], a[4], a[5], a[6], a[7], force_reduce, &t) < 0)
+        return NULL;
+    if (act_core(api, dst, data, &t, SIM_OP_ACTIVATION, NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *isa_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    return activation_call(m, args, nargs, kwnames, "nisa.activation", false);
+}
+
+static PyObject *isa_activation_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames)
+{
+    return activation_call(m, args, nargs, kwnames, "nisa.activation_reduce", true);
+}
+
+/* tensor_scalar_reduce: y = data op0 operand0 into dst, and reduce_res =
+ * reduce_op over each partition's y. */
+static PyObject *isa_tensor_scalar_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data", "op0", "operand0", "reduce_op",
+                                       "reduce_res", "reverse0", "dtype", "mask", "*name",
+                                       "*engine" };
+    static const char *const leg[] = { "data", "op0", "operand0", "reduce_op", "reduce_res",
+                                       "reverse0", "dtype", "mask", "*name", "*engine" };
+    const char *api = "nisa.tensor_scalar_reduce";
+    PyObject *a[11], *data_o, *op0, *o0, *rop, *rres, *rev, *dto, *mo;
+    nki_tensor *dst = NULL, *data, *res;
+    ts_args t;
+    simn_op rbin;
+    simc_view u0 = { 0 };
+    float *y, *acc;
+    int64_t n, P, F;
+    int rc;
+    uint8_t *mask = NULL;
+    bool legacy = legacy_form(m, kwnames);
+    sim_insn *in;
+
+    if (legacy) {
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0)
+            return NULL;
+        data_o = a[0]; op0 = a[1]; o0 = a[2]; rop = a[3]; rres = a[4]; rev = a[5]; dto = a[6];
+        mo = a[7];
+    } else {
+        if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0)
+            return NULL;
+        data_o = a[1]; op0 = a[2]; o0 = a[3]; rop = a[4]; rres = a[5]; rev = a[6]; dto = a[7];
+        mo = a[8];
+    }
+    if (!(data = nki_as_tensor(data_o, api, "data")) ||
+        ts_parse(api, op0, o0, rev, NULL, NULL, NULL, &t) < 0 ||
+        !(res = nki_as_tensor(rres, api, "reduce_res")))
+        return NULL;
+    rbin = simn_op_binary(nki_op_from(rop, api, "reduce_op", false));
+    if (rbin == SIMN_OP_NONE)
+        return PyErr_Occurred() ? NULL : nki_fail(SIM_E_BAD_ARGUMENT, api, "reduce_op must be binary");
+    if (legacy) {
+        int dt = nki_dtype_arg(dto, data->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, data, api)))
+            return NULL;
+    } else {
+        if (!(dst = nki_as_tensor(a[0], api, "dst")))
+            return NULL;
+        Py_INCREF(dst);
+    }
+    if (mask_for(mo, dst, api, &mask) < 0 || want_onchip(api, "dst", dst) < 0 ||
+        want_onchip(api, "data", data) < 0 || same_layout(api, data, "data", dst, "dst") < 0)
+        return finish(dst, legacy, -1);
+    n = simc_view_elems(&data->v);
+    P = nki_view_parts(data);
+    F = P ? n / P : 0;
+    if (nki_view_parts(res) != P || simc_view_elems(&res->v) != P)
+        return finish(dst, legacy, FAILI(SIM_E_SHAPE_MISMATCH, api, "reduce_res must be (%lld, 1)", (long long)P));
+    y = ts_compute(api, data, &t, &u0, NULL, &rc);
+    if (rc < 0)
+        return finish(dst, legacy, -1);
+    acc = nki_scratch(4, P);
+    if (nki_cur->numerics)
+        for (int64_t p = 0; p < P; p++) {
+            float r = simn_op_identity(rbin);
+            for (int64_t f = 0; f < F; f++)
+                r = simn_alu(rbin, r, y[p * F + f]);
+            acc[p] = r;
+        }
+    nki_write(&dst->v, y, mask);
+    nki_write(&res->v, acc, NULL);
+    in = nki_emit(SIM_OP_TENSOR_SCALAR_REDUCE, SIM_ENG_VECTOR, &dst->v, &data->v,
+                  u0.st ? &u0 : NULL, NULL);
+    simc_view_region(&res->v, &in->dst[in->ndst++]);
+    return finish(dst, legacy, 0);
+}
+
+/* ===== batch norm statistics ===== */
+
+static int bn_stats_core(const char *api, nki_tensor *dst, nki_tensor *data, const uint8_t *mask)
+{
+    int64_t P = nki_view_parts(data), n = simc_view_elems(&data->v), F = P ? n / P : 0;
+    float *x, *out;
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    if (F > 512)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api, "bn_stats takes at most 512 elements per partition, got %lld",
+                     (long long)F);
+    if (nki_view_parts(dst) != P || simc_view_elems(&dst->v) != P * 6)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api, "dst must be (%lld, 6)", (long long)P);
+    x = nki_read(&data->v, 1);
+    out = nki_scratch(3, P * 6);
+    if (nki_cur->numerics)
+        for (int64_t p = 0; p < P; p++)
+            for (int half = 0; half < 2; half++) {
+                double sum = 0, m2 = 0, mean;
+                int64_t cnt = 0;
+                for (int64_t f = half; f < F; f += 2) {
+                    sum += x[p * F + f];
+                    cnt++;
+                }
+                mean = cnt ? sum / (double)cnt : 0;
+                for (int64_t f = half; f < F; f += 2)
+                    m2 += ((double)x[p * F + f] - mean) * ((double)x[p * F + f] - mean);
+                out[p * 6 + half * 3 + 0] = (float)cnt;
+                out[p * 6 + half * 3 + 1] = (float)mean;
+                out[p * 6 + half * 3 + 2] = (float)m2;
+            }
+    nki_write(&dst->v, out, mask);
+    nki_emit(SIM_OP_BN_STATS, SIM_ENG_VECTOR, &dst->v, &data->v, NULL, NULL);
+    return 0;
+}
+
+static int bn_aggr_core(const char *api, nki_tensor *dst, nki_tensor *data, const uint8_t *mask)
+{
+    int64_t P = nki_view_parts(data), n = simc_view_elems(&data->v), F = P ? n / P : 0;
+    float *x, *out;
+
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        nki_check_bounds(data, NULL, api) < 0)
+        return -1;
+    if (F % 3 != 0 || F == 0)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api, "data must hold bn_stats groups (a multiple of 3 per partition), got %lld",
+                     (long long)F);
+    if (nki_view_parts(dst) != P || simc_view_elems(&dst->v) != P * 2)
+        return FAILI(SIM_E_SHAPE_MISMATCH, api, "dst must be (%lld, 2)", (long long)P);
+    x = nki_read(&data->v, 1);
+    out = nki_scratch(3, P * 2);
+    if (nki_cur->numerics)
+        for (int64_t p = 0; p < P; p++) {
+            double cnt = 0, mean = 0, m2 = 0;
+            for (int64_t g = 0; g < F; g += 3) {
+                double c = x[p * F + g], mu = x[p * F + g + 1], v = x[p * F + g + 2];
+                double tot = cnt + c, delta = mu - mean;
+                if (c <= 0)
+                    continue;
+                mean += delta * c / tot;
+                m2 += v + delta * delta * cnt * c / tot;
+                cnt = tot;
+            }
+            out[p * 2] = (float)mean;
+            out[p * 2 + 1] = (float)(cnt > 0 ? m2 / cnt : 0);
+        }
+    nki_write(&dst->v, out, mask);
+    nki_emit(SIM_OP_BN_AGGR, SIM_ENG_VECTOR, &dst->v, &data->v, NULL, NULL);
+    return 0;
+}
+
+static PyObject *bn_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                         const char *api, bool aggr)
+{
+    static const char *const cur[] = { "dst", "data", "*name", "*engine" };
+    static const char *const leg[] = { "data", "dtype", "mask", "*name", "*engine" };
+    PyObject *a[5];
+    nki_tensor *dst, *data;
+
+    if (legacy_form(m, kwnames)) {
+        int64_t shape[2];
+        int dt;
+        uint8_t *mask = NULL;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[0], api, "data")))
+            return NULL;
+        dt = nki_dtype_arg(a[1], SIM_DT_FLOAT32, api);
+        shape[0] = nki_view_parts(data);
+        shape[1] = aggr ? 2 : 6;
+        if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, 2, shape, api)))
+            return NULL;
+        if (mask_for(a[2], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        return finish(dst, true, aggr ? bn_aggr_core(api, dst, data, mask)
+                                      : bn_stats_core(api, dst, data, mask));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
+        return NULL;
+    if ((aggr ? bn_aggr_core(api, dst, data, NULL) : bn_stats_core(api, dst, data, NULL)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *isa_bn_stats(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return bn_call(m, args, nargs, kwnames, "nisa.bn_stats", false);
+}
+
+static PyObject *isa_bn_aggr(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return bn_call(m, args, nargs, kwnames, "nisa.bn_aggr", true);
+}
+
+/* ===== Tensor engine ===== */
+
+static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "stationary", "moving", "is_stationary_onezero",
+                                       "is_moving_onezero", "is_transpose", "accumulate",
+                                       "tile_position", "tile_size", "perf_mode", "*name",
+                                       "*mask" };
+    static const char *const leg[] = { "stationary", "moving", "is_stationary_onezero",
+                                       "is_moving_onezero", "is_transpose", "mask",
+                                       "tile_position", "tile_size", "perf_mode", "*name" };
+    const char *api = "nisa.nc_matmul";
+    PyObject *a[12];
+    nki_tensor *dst, *st, *mv;
+    int acc = 0;
+
+    if (legacy_form(m, kwnames)) {
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(st = nki_as_tensor(a[0], api, "stationary")) ||
+            !(mv = nki_as_tensor(a[1], api, "moving")))
+            return NULL;
+        if (a[8] && a[8] != Py_None && PyLong_Check(a[8]) && PyLong_AsLong(a[8]) != 0)
+            return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
+        return (PyObject *)nki_matmul_tile(api, st, mv, false);
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(st = nki_as_tensor(a[1], api, "stationary")) ||
+        !(mv = nki_as_tensor(a[2], api, "moving")))
+        return NULL;
+    if (a[9] && a[9] != Py_None && PyLong_Check(a[9]) && PyLong_AsLong(a[9]) != 0)
+        return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
+    if (a[6] && a[6] != Py_None)
+        acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
+    if (nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data", "engine", "*name" };
+    static const char *const leg[] = { "data", "engine", "dtype", "mask", "*name" };
+    const char *api = "nisa.nc_transpose";
+    PyObject *a[5];
+    nki_tensor *dst, *data;
+
+    if (legacy_form(m, kwnames)) {
+        sim_engine eng;
+        int64_t shape[2], P, F;
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(data = nki_as_tensor(a[0], api, "data")))
+            return NULL;
+        P = nki_view_parts(data);
+        F = simc_view_elems(&data->v) / (P ? P : 1);
+        eng = nki_engine_from(a[1], (P <= 32 && F <= 32 && a[1] && a[1] != Py_None)
+                                        ? SIM_ENG_VECTOR : SIM_ENG_TENSOR);
+        dt = nki_dtype_arg(a[2], data->v.dtype, api);
+        shape[0] = F;
+        shape[1] = P;
+        if (dt < 0 || !(dst = nki_new_tile(eng == SIM_ENG_TENSOR ? SIM_MEM_PSUM : SIM_MEM_SBUF,
+                                           (sim_dtype)dt, 2, shape, api)))
+            return NULL;
+        return finish(dst, true, nki_transpose(api, dst, data, eng));
+    }
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
+        return NULL;
+    if (nki_transpose(api, dst, data,
+                      nki_engine_from(a[2], dst->v.st->mem == SIM_MEM_PSUM ? SIM_ENG_TENSOR
+                                                                           : SIM_ENG_VECTOR)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ===== select and iota ===== */
+
+static PyObject *isa_affine_select(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const leg[] = { "pred", "on_true_tile", "on_false_value", "dtype", "mask",
+                                       "*name", "*engine" };
+    static const char *const cur[] = { "dst", "pattern", "channel_multiplier", "on_true_tile",
+                                       "on_false_value", "cmp_op", "offset", "*name",
+                                       "*engine" };
+    const char *api = "nisa.affine_select";
+    PyObject *a[9];
+    nki_tensor *dst, *src;
+    uint8_t *pred = NULL, *mask = NULL;
+    float *x, fv;
+    int64_t n;
+    bool legacy = legacy_form(m, kwnames);
+    PyObject *fvo;
+
+    if (legacy) {
+        int dt;
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
+            !(src = nki_as_tensor(a[1], api, "on_true_tile")))
+            return NULL;
+        dt = nki_dtype_arg(a[3], src->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, src, api)))
+            return NULL;
+        fvo = a[2];
+        if (mask_for(a[4], dst, api, &mask) < 0)
+            return finish(dst, true, -1);
+        if (!a[0] || a[0] == Py_None)
+            return finish(dst, true, FAILI(SIM_E_BAD_ARGUMENT, api, "pred is required"));
+        /* mask and pred share the scratch slot: copy the mask out first. */
+        if (mask) {
+            uint8_t *mc = (uint8_t *)nki_scratch(6, (simc_view_elems(&dst->v) + 3) / 4);
+            memcpy(mc, mask, (size_t)simc_view_elems(&dst->v));
+            mask = mc;
+        }
+        if (nki_mask_dense(a[0], dst->v.ndim, dst->v.shape, api, &pred) < 0)
+            return finish(dst, true, -1);
+    } else {
+        int64_t idx[SIMC_MAX_DIMS] = { 0 }, steps[SIMC_MAX_DIMS] = { 0 }, cm = 0, off = 0;
+        PyObject *seq;
+        Py_ssize_t np;
+        simn_op cmp;
+        if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+            !(dst = nki_as_tensor(a[0], api, "dst")) ||
+            !(src = nki_as_tensor(a[3], api, "on_true_tile")))
+            return NULL;
+        Py_INCREF(dst);
+        fvo = a[4];
+        cmp = a[5] && a[5] != Py_None ? nki_op_from(a[5], api, "cmp_op", false) : SIMN_OP_EQUAL;
+        if (cmp == SIMN_OP_NONE)
+            return finish(dst, false, -1);
+        cm = a[2] ? PyLong_AsLongLong(a[2]) : 0;
+        off = a[6] && a[6] != Py_None ? PyLong_AsLongLong(a[6]) : 0;
+        seq = a[1] ? PySequence_Fast(a[1], "pattern") : NULL;
+        if (!seq || PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_XDECREF(seq);
+            return finish(dst, false, FAILI(SIM_E_BAD_ARGUMENT, api, "pattern must be a list of [step, count]"));
+        }
+        np = PySequence_Fast_GET_SIZE(seq);
+        for (Py_ssize_t i = 0; i < np && i + 1 < dst->v.ndim; i++) {
+            PyObject *pr = PySequence_Fast_GET_ITEM(seq, i);
+            PyObject *s0 = PySequence_Check(pr) ? PySequence_GetItem(pr, 0) : NULL;
+            steps[i + 1] = s0 ? PyLong_AsLongLong(s0) : 0;
+            Py_XDECREF(s0);
+        }
+        Py_DECREF(seq);
+        PyErr_Clear();
+        n = simc_view_elems(&dst->v);
+        pred = (uint8_t *)nki_scratch(5, (n + 3) / 4);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = off + idx[0] * cm;
+            for (int d = 1; d < dst->v.ndim; d++)
+                v += steps[d] * idx[d];
+            pred[i] = simn_alu(cmp, (float)v, 0.0f) != 0;
+            for (int d = dst->v.ndim - 1; d >= 0; d--) {
+                if (++idx[d] < dst->v.shape[d])
+                    break;
+                idx[d] = 0;
+            }
+        }
+    }
+    if (!fvo || (!PyFloat_Check(fvo) && !PyLong_Check(fvo)))
+        return finish(dst, legacy, FAILI(SIM_E_BAD_ARGUMENT, api, "on_false_value must be a number"));
+    fv = (float)PyFloat_AsDouble(fvo);
+    if (want_onchip(api, "dst", dst) < 0 || same_layout(api, src, "on_true_tile", dst, "dst") < 0 ||
+        nki_check_bounds(src, NULL, api) < 0)
+        return finish(dst, legacy, -1);
+    x = nki_read(&src->v, 1);
+    n = simc_view_elems(&dst->v);
+    if (nki_cur->numerics)
+        for (int64_t i = 0; i < n; i++)
+            if (!pred[i])
+                x[i] = fv;
+    nki_write(&dst->v, x, mask);
+    nki_emit(SIM_OP_AFFINE_SELECT, SIM_ENG_GPSIMD, &dst->v, &src->v, NULL, NULL);
+    return finish(dst, legacy, 0);
+}
+
+static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const leg[] = { "expr", "dtype", "mask", "*name", "*engine" };
+    static const char *const cur[] = { "dst", "pattern", "offset", "channel_multiplier", "*name",
+                                       "*engine" };
+    const char *api = "nisa.iota";
+    PyObject *a[6];
+    nki_tensor *dst;
+    float *vals;
+    int64_t n;
+    bool legacy = legacy_form(m, kwnames);
+
+    if (legacy) {
+        nki_index *e;
+        int dt;
+        int64_t idx[SIMC_MAX_DIMS] = { 0 };
+        if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0)
+            return NULL;
+        if (!a[0] || Py_TYPE(a[0]) != &nki_IndexType)
+            return nki_fail(SIM_E_BAD_ARGUMENT, api, "expr must be an index expression (nl.arange / nl.mgrid)");
+        e = (nki_index *)a[0];
+        dt = nki_dtype_arg(a[1], SIM_DT_INT32, api);
+        if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, e->ndim, e->shape, api)))
+            return NULL;
+        n = simc_view_elems(&dst->v);
+        vals = nki_scratch(1, n);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = e->c;
+            for (int k = 0; k < e->ndim; k++)
+                v += e->coef[k] * idx[k];
+            vals[i] = (float)v;
+            for (int k = e->ndim - 1; k >= 0; k--) {
+                if (++idx[k] < e->shape[k])
+                    break;
+                idx[k] = 0;
+            }
+        }
+    } else {
+        int64_t idx[SIMC_MAX_DIMS] = { 0 }, steps[SIMC_MAX_DIMS] = { 0 }, cm, off;
+        PyObject *seq;
+        if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+            !(dst = nki_as_tensor(a[0], api, "dst")))
+            return NULL;
+        Py_INCREF(dst);
+        off = a[2] && a[2] != Py_None ? PyLong_AsLongLong(a[2]) : 0;
+        cm = a[3] && a[3] != Py_None ? PyLong_AsLongLong(a[3]) : 0;
+        seq = a[1] ? PySequence_Fast(a[1], "pattern") : NULL;
+        if (!seq || PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_XDECREF(seq);
+            return finish(dst, false, FAILI(SIM_E_BAD_ARGUMENT, api, "pattern must be a list of [step, count]"));
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && i + 1 < dst->v.ndim; i++) {
+            PyObject *pr = PySequence_Fast_GET_ITEM(seq, i);
+            PyObject *s0 = PySequence_Check(pr) ? PySequence_GetItem(pr, 0) : NULL;
+            steps[i + 1] = s0 ? PyLong_AsLongLong(s0) : 0;
+            Py_XDECREF(s0);
+        }
+        Py_DECREF(seq);
+        PyErr_Clear();
+        n = simc_view_elems(&dst->v);
+        vals = nki_scratch(1, n);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = off + idx[0] * cm;
+            for (int d = 1; d < dst->v.ndim; d++)
+                v += steps[d] * idx[d];
+            vals[i] = (float)v;
+            for (int d = dst->v.ndim - 1; d >= 0; d--) {
+                if (++idx[d] < dst->v.shape[d])
+                    break;
+                idx[d] = 0;
+            }
+        }
+    }
+    if (want_onchip(api, "dst", dst) < 0)
+        return finish(dst, legacy, -1);
+    nki_write(&dst->v, vals, NULL);
+    nki_emit(SIM_OP_IOTA, SIM_ENG_GPSIMD, &dst->v, NULL, NULL, NULL);
+    return finish(dst, legacy, 0);
+}
+
+static PyObject *isa_get_nc_version(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
+{
+    (void)m;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    /* gen2 keeps kernels off paths kforge does not model (dma_transpose). */
+    return PyLong_FromLong(2);
+}
+
+PyMethodDef nki_isa_methods[] = {
+    { "dma_copy", FASTKW(isa_dma_copy), "DMA copy between HBM and SBUF" },
+    { "tensor_copy", FASTKW(isa_tensor_copy), "on-chip copy" },
+    { "memset", FASTKW(isa_memset), "fill with a value" },
+    { "tensor_tensor", FASTKW(isa_tensor_tensor), "elementwise op of two tiles" },
+    { "tensor_scalar", FASTKW(isa_tensor_scalar), "(data op0 s0) op1 s1" },
+    { "tensor_reduce", FASTKW(isa_tensor_reduce), "reduce free axes" },
+    { "activation", FASTKW(isa_activation), "op(data * scale + bias) on ScalarE" },
+    { "activation_reduce", FASTKW(isa_activation_reduce), "activation with a row reduce" },
+    { "tensor_scalar_reduce", FASTKW(isa_tensor_scalar_reduce), "tensor_scalar with a row reduce" },
+    { "reciprocal", FASTKW(isa_reciprocal), "1 / x" },
+    { "bn_stats", FASTKW(isa_bn_stats), "batch-norm statistics" },
+    { "bn_aggr", FASTKW(isa_bn_aggr), "aggregate batch-norm statistics" },
+    { "nc_matmul", FASTKW(isa_nc_matmul), "Tensor engine matmul into PSUM" },
+    { "nc_transpose", FASTKW(isa_nc_transpose), "transpose on PE or DVE" },
+    { "affine_select", FASTKW(isa_affine_select), "select by an affine predicate" },
+    { "iota", FASTKW(isa_iota), "affine index values" },
+    { "get_nc_version", FASTKW(isa_get_nc_version), "NeuronCore generation" },
+    { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },
+    { NULL, NULL, 0, NULL },
+};

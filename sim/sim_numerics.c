@@ -1,0 +1,169 @@
+/* sim_numerics — FP32 element arithmetic and tile matmul (see sim_numerics.h). */
+#include "sim_numerics.h"
+
+#include <cblas.h>
+#include <math.h>
+
+static const struct {
+    const char *name;
+    int kind;
+} simn_ops[] = {
+    { "none", 0 },
+#define XX(id, name, kind) { name, kind },
+    SIMN_OP_MAP(XX)
+#undef XX
+};
+
+const char *simn_op_name(simn_op op)
+{
+    return (unsigned)op < SIMN_OP__COUNT ? simn_ops[op].name : "?";
+}
+
+int simn_op_kind(simn_op op)
+{
+    return (unsigned)op < SIMN_OP__COUNT ? simn_ops[op].kind : 0;
+}
+
+simn_op simn_op_binary(simn_op op)
+{
+    switch (op) {
+    case SIMN_OP_SUM: case SIMN_OP_MEAN: case SIMN_OP_VAR: return SIMN_OP_ADD;
+    case SIMN_OP_MAX: return SIMN_OP_MAXIMUM;
+    case SIMN_OP_MIN: return SIMN_OP_MINIMUM;
+    case SIMN_OP_PROD: return SIMN_OP_MULTIPLY;
+    case SIMN_OP_ALL: return SIMN_OP_LOGICAL_AND;
+    default: return simn_op_kind(op) == 2 ? op : SIMN_OP_NONE;
+    }
+}
+
+float simn_op_identity(simn_op op)
+{
+    switch (simn_op_binary(op)) {
+    case SIMN_OP_MAXIMUM: return -INFINITY;
+    case SIMN_OP_MINIMUM: return INFINITY;
+    case SIMN_OP_MULTIPLY: case SIMN_OP_LOGICAL_AND: return 1.0f;
+    default: return 0.0f;
+    }
+}
+
+static int32_t as_int(float x)
+{
+    if (isnan(x))
+        return 0;
+    if (x >= 2147483647.0f)
+        return INT32_MAX;
+    if (x <= -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)x;
+}
+
+float simn_alu(simn_op op, float a, float b)
+{
+    switch (op) {
+    case SIMN_OP_ADD: return a + b;
+    case SIMN_OP_SUBTRACT: return a - b;
+    case SIMN_OP_MULTIPLY: return a * b;
+    case SIMN_OP_DIVIDE: return a / b;
+    case SIMN_OP_MAXIMUM: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
+    case SIMN_OP_MINIMUM: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
+    case SIMN_OP_POWER: return powf(a, b);
+    case SIMN_OP_EQUAL: return a == b;
+    case SIMN_OP_NOT_EQUAL: return a != b;
+    case SIMN_OP_LESS: return a < b;
+    case SIMN_OP_LESS_EQUAL: return a <= b;
+    case SIMN_OP_GREATER: return a > b;
+    case SIMN_OP_GREATER_EQUAL: return a >= b;
+    case SIMN_OP_LOGICAL_AND: return (a != 0) && (b != 0);
+    case SIMN_OP_LOGICAL_OR: return (a != 0) || (b != 0);
+    case SIMN_OP_LOGICAL_XOR: return (a != 0) != (b != 0);
+    case SIMN_OP_BITWISE_AND: return (float)(as_int(a) & as_int(b));
+    case SIMN_OP_BITWISE_OR: return (float)(as_int(a) | as_int(b));
+    case SIMN_OP_BITWISE_XOR: return (float)(as_int(a) ^ as_int(b));
+    case SIMN_OP_LEFT_SHIFT: return (float)(int32_t)((uint32_t)as_int(a) << (as_int(b) & 31));
+    case SIMN_OP_RIGHT_SHIFT: return (float)(as_int(a) >> (as_int(b) & 31));
+    case SIMN_OP_MOD: return fmodf(a, b);
+    default: {
+        simn_op bin = simn_op_binary(op);
+        return bin != SIMN_OP_NONE && bin != op ? simn_alu(bin, a, b) : NAN;
+    }
+    }
+}
+
+float simn_act(simn_op op, float x)
+{
+    switch (op) {
+    case SIMN_OP_COPY: case SIMN_OP_IDENTITY: return x;
+    case SIMN_OP_EXP: return expf(x);
+    case SIMN_OP_LOG: return logf(x);
+    case SIMN_OP_SQRT: return sqrtf(x);
+    case SIMN_OP_RSQRT: return 1.0f / sqrtf(x);
+    case SIMN_OP_SQUARE: return x * x;
+    case SIMN_OP_ABS: return fabsf(x);
+    case SIMN_OP_NEGATIVE: return -x;
+    case SIMN_OP_RECIPROCAL: return 1.0f / x;
+    case SIMN_OP_TANH: return tanhf(x);
+    case SIMN_OP_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case SIMN_OP_RELU: return x > 0 ? x : 0.0f;
+    case SIMN_OP_SILU: return x / (1.0f + expf(-x));
+    case SIMN_OP_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+    case SIMN_OP_GELU_APPRX_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case SIMN_OP_SIN: return sinf(x);
+    case SIMN_OP_COS: return cosf(x);
+    case SIMN_OP_SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
+    case SIMN_OP_ERF: return erff(x);
+    case SIMN_OP_SOFTPLUS: return log1pf(expf(x));
+    case SIMN_OP_CEIL: return ceilf(x);
+    case SIMN_OP_FLOOR: return floorf(x);
+    case SIMN_OP_TRUNC: return truncf(x);
+    case SIMN_OP_ARCTAN: return atanf(x);
+    default: return NAN;
+    }
+}
+
+void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
+                  int64_t n)
+{
+    switch (op) {
+    case SIMN_OP_ADD:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] + b[i * b_stride];
+        return;
+    case SIMN_OP_SUBTRACT:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] - b[i * b_stride];
+        return;
+    case SIMN_OP_MULTIPLY:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] * b[i * b_stride];
+        return;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = simn_alu(op, a[i], b[i * b_stride]);
+        return;
+    }
+}
+
+void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
+{
+    if (op == SIMN_OP_EXP) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = expf(x[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        out[i] = simn_act(op, x[i]);
+}
+
+void simn_matmul(int M, int N, int K, const float *A, int trans_a, const float *B, float *C)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) {
+        for (int64_t i = 0; i < (int64_t)M * N; i++)
+            C[i] = 0.0f;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, 1.0f,
+                A, trans_a ? K : M, B, N, 0.0f, C, N);
+}

@@ -1,0 +1,103 @@
+/*
+ * sim_numerics — the arithmetic the NeuronCore engines perform, in FP32.
+ *
+ * SIMN_OP_MAP declares every ALU, activation and reduction function the
+ * `nki` face accepts as an operator value (nl.add, nl.exp, np.max, ...);
+ * simn_alu/simn_act evaluate one element in FP32 (as Vector, Scalar and
+ * GpSimd do), and simn_matmul computes a tile product with OpenBLAS sgemm
+ * (the Tensor engine accumulates in FP32, so an FP32 GEMM over the operands
+ * converted to FP32 is exact to the engine's arithmetic up to summation order).
+ *
+ * Ownership and failure: pure functions over caller buffers; nothing fails.
+ */
+#ifndef SIM_NUMERICS_H
+#define SIM_NUMERICS_H
+
+#include <stdint.h>
+
+/* ALU and activation functions.  kind: 2 binary, 1 unary, 3 reduction. */
+#define SIMN_OP_MAP(XX)                                   \
+    XX(ADD, "add", 2)                                     \
+    XX(SUBTRACT, "subtract", 2)                           \
+    XX(MULTIPLY, "multiply", 2)                           \
+    XX(DIVIDE, "divide", 2)                               \
+    XX(MAXIMUM, "maximum", 2)                             \
+    XX(MINIMUM, "minimum", 2)                             \
+    XX(POWER, "power", 2)                                 \
+    XX(EQUAL, "equal", 2)                                 \
+    XX(NOT_EQUAL, "not_equal", 2)                         \
+    XX(LESS, "less", 2)                                   \
+    XX(LESS_EQUAL, "less_equal", 2)                       \
+    XX(GREATER, "greater", 2)                             \
+    XX(GREATER_EQUAL, "greater_equal", 2)                 \
+    XX(LOGICAL_AND, "logical_and", 2)                     \
+    XX(LOGICAL_OR, "logical_or", 2)                       \
+    XX(LOGICAL_XOR, "logical_xor", 2)                     \
+    XX(BITWISE_AND, "bitwise_and", 2)                     \
+    XX(BITWISE_OR, "bitwise_or", 2)                       \
+    XX(BITWISE_XOR, "bitwise_xor", 2)                     \
+    XX(LEFT_SHIFT, "left_shift", 2)                       \
+    XX(RIGHT_SHIFT, "right_shift", 2)                     \
+    XX(MOD, "mod", 2)                                     \
+    XX(COPY, "copy", 1)                                   \
+    XX(IDENTITY, "identity", 1)                           \
+    XX(EXP, "exp", 1)                                     \
+    XX(LOG, "log", 1)                                     \
+    XX(SQRT, "sqrt", 1)                                   \
+    XX(RSQRT, "rsqrt", 1)                                 \
+    XX(SQUARE, "square", 1)                               \
+    XX(ABS, "abs", 1)                                     \
+    XX(NEGATIVE, "negative", 1)                           \
+    XX(RECIPROCAL, "reciprocal", 1)                       \
+    XX(TANH, "tanh", 1)                                   \
+    XX(SIGMOID, "sigmoid", 1)                             \
+    XX(RELU, "relu", 1)                                   \
+    XX(SILU, "silu", 1)                                   \
+    XX(GELU, "gelu", 1)                                   \
+    XX(GELU_APPRX_TANH, "gelu_apprx_tanh", 1)             \
+    XX(SIN, "sin", 1)                                     \
+    XX(COS, "cos", 1)                                     \
+    XX(SIGN, "sign", 1)                                   \
+    XX(ERF, "erf", 1)                                     \
+    XX(SOFTPLUS, "softplus", 1)                           \
+    XX(CEIL, "ceil", 1)                                   \
+    XX(FLOOR, "floor", 1)                                 \
+    XX(TRUNC, "trunc", 1)                                 \
+    XX(ARCTAN, "arctan", 1)                               \
+    XX(SUM, "sum", 3)                                     \
+    XX(MAX, "max", 3)                                     \
+    XX(MIN, "min", 3)                                     \
+    XX(MEAN, "mean", 3)                                   \
+    XX(PROD, "prod", 3)                                   \
+    XX(VAR, "var", 3)                                     \
+    XX(ALL, "all", 3)
+
+typedef enum simn_op {
+    SIMN_OP_NONE = 0,
+#define XX(id, name, kind) SIMN_OP_##id,
+    SIMN_OP_MAP(XX)
+#undef XX
+    SIMN_OP__COUNT
+} simn_op;
+
+const char *simn_op_name(simn_op op);     /* "add" */
+int simn_op_kind(simn_op op);             /* 1 unary, 2 binary, 3 reduction, 0 none */
+/* The binary ALU meaning of an op used to combine values (sum/mean -> add,
+ * max -> maximum, prod -> multiply, ...); unary ops have none (NONE). */
+simn_op simn_op_binary(simn_op op);
+/* The identity element of a binary combining op (add 0, max -inf, ...). */
+float simn_op_identity(simn_op op);
+
+float simn_alu(simn_op op, float a, float b);
+float simn_act(simn_op op, float x);
+
+/* out[i] = a[i] op b[i] (b_stride 0 broadcasts one value). */
+void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
+                  int64_t n);
+void simn_act_vec(simn_op op, const float *x, float *out, int64_t n);
+
+/* C[M,N] = A[K,M]^T @ B[K,N], all row-major FP32 (the Tensor engine's
+ * stationary/moving convention).  trans_a: A is given as [M,K] instead. */
+void simn_matmul(int M, int N, int K, const float *A, int trans_a, const float *B, float *C);
+
+#endif

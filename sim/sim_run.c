@@ -1,0 +1,506 @@
+/* sim_run — run one NKI kernel in the embedded CPython (see sim_run.h).
+ *
+ * The interpreter starts once per process with an isolated configuration
+ * (no site, no user environment) plus Debian's dist-packages on sys.path so
+ * kernels and references can import NumPy; the `nki` modules are put in
+ * sys.modules by nki_modules_install().  Each run compiles the kernel with
+ * its real filename (frames then carry the kernel's file:line), executes the
+ * module body, binds the inputs as borrowed HBM tensors and calls the entry
+ * once per SPMD grid point. */
+#include "sim_run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "nki_internal.h"
+
+static bool py_ready;
+static bool py_failed;
+
+void sim_array_release(sim_array *a)
+{
+    if (!a)
+        return;
+    free(a->data);
+    memset(a, 0, sizeof(*a));
+}
+
+int64_t sim_array_elems(const sim_array *a)
+{
+    int64_t n = 1;
+    for (int d = 0; d < a->ndim; d++)
+        n *= a->shape[d];
+    return n;
+}
+
+static kf_code py_init(kf_err *err)
+{
+    PyConfig cfg;
+    PyStatus st;
+    PyObject *path, *p;
+
+    if (py_ready)
+        return KF_OK;
+    if (py_failed)
+        return kf_err_set(err, KF_INTERNAL, "the embedded Python interpreter failed to start earlier");
+    PyConfig_InitIsolatedConfig(&cfg);
+    cfg.site_import = 0;
+    cfg.install_signal_handlers = 0;
+    cfg.write_bytecode = 0;
+    cfg.user_site_directory = 0;
+    st = PyConfig_SetString(&cfg, &cfg.program_name, L"kforge-sim");
+    if (!PyStatus_Exception(st))
+        st = Py_InitializeFromConfig(&cfg);
+    PyConfig_Clear(&cfg);
+    if (PyStatus_Exception(st)) {
+        py_failed = true;
+        return kf_err_set(err, KF_INTERNAL, "starting the embedded Python failed: %s",
+                          st.err_msg ? st.err_msg : "unknown error");
+    }
+    /* Debian's NumPy lives in dist-packages (site is disabled). */
+    path = PySys_GetObject("path");
+    p = PyUnicode_FromString("/usr/lib/python3/dist-packages");
+    if (path && p)
+        PyList_Append(path, p);
+    Py_XDECREF(p);
+    if (nki_modules_install() < 0) {
+        PyErr_Print();
+        py_failed = true;
+        return kf_err_set(err, KF_INTERNAL, "installing the nki modules failed");
+    }
+    py_ready = true;
+    return KF_OK;
+}
+
+void sim_run_shutdown(void)
+{
+    if (py_ready) {
+        Py_FinalizeEx();
+        py_ready = false;
+    }
+}
+
+/* ===== errors ===== */
+
+static void set_err(sim_error *serr, sim_error_code code, const char *file, int line,
+                    const char *func, const char *values)
+{
+    if (serr->code != SIM_E_NONE)
+        return;
+    serr->code = code;
+    snprintf(serr->file, sizeof(serr->file), "%s", file ? file : "");
+    serr->line = line;
+    snprintf(serr->func, sizeof(serr->func), "%s", func ? func : "");
+    snprintf(serr->values, sizeof(serr->values), "%s", values ? values : "");
+}
+
+/* Turn the pending Python exception into a sim_error (unless an NKI rule
+ * error already filled it): the innermost frame of the kernel file gives
+ * the line, the exception type and message the values. */
+static void py_error(sim_error *serr, const char *filename, sim_error_code code)
+{
+    PyObject *type, *value, *tb;
+    char values[512] = "", file[256] = "", func[64] = "";
+    int line = 0;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (serr->code == SIM_E_NONE) {
+        PyObject *s = value ? PyObject_Str(value) : NULL;
+        const char *tn = type ? ((PyTypeObject *)type)->tp_name : "Exception";
+        const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+        snprintf(values, sizeof(values), "%s: %s", tn, msg ? msg : "");
+        Py_XDECREF(s);
+        PyErr_Clear();
+        for (PyTracebackObject *t = (PyTracebackObject *)tb; t; t = t->tb_next) {
+            PyCodeObject *co = PyFrame_GetCode(t->tb_frame);
+            const char *fn = PyUnicode_AsUTF8(co->co_filename);
+            if (fn && strcmp(fn, filename) == 0) {
+                snprintf(file, sizeof(file), "%s", fn);
+                line = PyFrame_GetLineNumber(t->tb_frame);
+                snprintf(func, sizeof(func), "%s", PyUnicode_AsUTF8(co->co_name) ? PyUnicode_AsUTF8(co->co_name) : "");
+            }
+            Py_DECREF(co);
+        }
+        PyErr_Clear();
+        if (code == SIM_E_SYNTAX && value &&
+            PyErr_GivenExceptionMatches(type, PyExc_SyntaxError)) {
+            PyObject *ln = PyObject_GetAttrString(value, "lineno");
+            if (ln && PyLong_Check(ln))
+                line = (int)PyLong_AsLong(ln);
+            Py_XDECREF(ln);
+            PyErr_Clear();
+            snprintf(file, sizeof(file), "%s", filename);
+        }
+        set_err(serr, code, file[0] ? file : filename, line, func, values);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+static kf_code fail_out(const sim_error *serr, kf_err *err)
+{
+    char buf[1024];
+    sim_error_format(serr, buf, sizeof(buf));
+    return kf_err_set(err, KF_INVALID, "%s", buf);
+}
+
+/* ===== inputs and outputs ===== */
+
+static PyObject *input_tensor(nki_ctx *c, const sim_array *a)
+{
+    simc_store *st;
+    simc_view v;
+    nki_tensor *t;
+    int64_t n = sim_array_elems(a), stride = 1;
+
+    if (a->ndim < 0 || a->ndim > SIMC_MAX_DIMS || (unsigned)a->dtype >= SIM_DT__COUNT)
+        return NULL;
+    st = simc_store_new(SIM_MEM_HBM, a->dtype, 1, n, false);
+    st->data = a->data;
+    st->borrowed = true;
+    st->alloc_id = sim_record_alloc(c->rec, SIM_MEM_HBM, a->dtype, 1,
+                                    (uint64_t)n * sim_dtype_size(a->dtype), a->name);
+    c->rec->allocs[st->alloc_id].is_input = 1;
+    memset(&v, 0, sizeof(v));
+    v.dtype = a->dtype;
+    v.ndim = a->ndim;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        v.shape[d] = a->shape[d];
+        v.strides[d] = stride;
+        stride *= a->shape[d];
+    }
+    t = nki_tensor_view(st, &v, -1);
+    simc_store_unref(st);
+    return (PyObject *)t;
+}
+
+static int output_array(nki_ctx *c, PyObject *o, size_t idx, sim_array *out)
+{
+    nki_tensor *t;
+    const simc_view *v;
+    unsigned es;
+    int64_t n, i = 0, ix[SIMC_MAX_DIMS] = { 0 };
+
+    if (!nki_tensor_check(o) || ((nki_tensor *)o)->v.st->mem != SIM_MEM_HBM) {
+        char vals[160];
+        snprintf(vals, sizeof(vals), "output %zu is %s", idx,
+                 nki_tensor_check(o) ? (((nki_tensor *)o)->v.st->mem == SIM_MEM_SBUF
+                                            ? "an SBUF tile" : "a PSUM tile")
+                                     : Py_TYPE(o)->tp_name);
+        set_err(c->serr, SIM_E_OUTPUT, "", 0, "", vals);
+        return -1;
+    }
+    t = (nki_tensor *)o;
+    v = &t->v;
+    es = sim_dtype_size(v->dtype);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", c->rec->strs[c->rec->allocs[v->st->alloc_id].name]);
+    if (!out->name[0])
+        snprintf(out->name, sizeof(out->name), "out%zu", idx);
+    out->dtype = v->dtype;
+    out->ndim = v->ndim;
+    n = simc_view_elems(v);
+    for (int d = 0; d < v->ndim; d++)
+        out->shape[d] = v->shape[d];
+    out->data = kf_malloc((size_t)(n ? n : 1) * es);
+    for (i = 0; i < n; i++) {
+        int64_t f = v->offset;
+        for (int d = 0; d < v->ndim; d++)
+            f += ix[d] * v->strides[d];
+        memcpy((uint8_t *)out->data + i * es, (const uint8_t *)v->st->data + f * es, es);
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++ix[d] < v->shape[d])
+                break;
+            ix[d] = 0;
+        }
+    }
+    c->rec->allocs[v->st->alloc_id].is_output = 1;
+    return 0;
+}
+
+/* Check the argument count against the entry's signature (SIM_E_ARGS). */
+static int check_args(nki_ctx *c, PyObject *func, size_t n_inputs, const char *entry)
+{
+    PyObject *code = PyObject_GetAttrString(func, "__code__");
+    PyObject *defs = PyObject_GetAttrString(func, "__defaults__");
+    long argc, ndef = 0, flags;
+    PyObject *o;
+    int rc = 0;
+
+    PyErr_Clear();
+    if (!code)
+        goto out;
+    o = PyObject_GetAttrString(code, "co_argcount");
+    argc = o ? PyLong_AsLong(o) : -1;
+    Py_XDECREF(o);
+    o = PyObject_GetAttrString(code, "co_flags");
+    flags = o ? PyLong_AsLong(o) : 0;
+    Py_XDECREF(o);
+    PyErr_Clear();
+    if (defs && PyTuple_Check(defs))
+        ndef = (long)PyTuple_GET_SIZE(defs);
+    if (argc >= 0 && ((long)n_inputs < argc - ndef || (!(flags & 0x04) && (long)n_inputs > argc))) {
+        char vals[200];
+        snprintf(vals, sizeof(vals), "%s takes %ld to %ld positional inputs, %zu given", entry,
+                 argc - ndef, argc, n_inputs);
+        set_err(c->serr, SIM_E_ARGS, "", 0, entry, vals);
+        rc = -1;
+    }
+out:
+    Py_XDECREF(code);
+    Py_XDECREF(defs);
+    return rc;
+}
+
+static PyObject *kwargs_from_json(const char *json)
+{
+    PyObject *mod, *r;
+    if (!json || !json[0])
+        return PyDict_New();
+    mod = PyImport_ImportModule("json");
+    if (!mod)
+        return NULL;
+    r = PyObject_CallMethod(mod, "loads", "s", json);
+    Py_DECREF(mod);
+    if (r && !PyDict_Check(r)) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "kernel keyword arguments must be a JSON object");
+        return NULL;
+    }
+    return r;
+}
+
+static void ctx_release(nki_ctx *c)
+{
+    for (size_t i = 0; i < c->n_shared; i++) {
+        simc_store *st = c->shared[i];
+        if (st->refcnt == 1)
+            nki_store_release(st);
+        simc_store_unref(st);
+    }
+    free(c->shared);
+    for (int i = 0; i < 8; i++)
+        free(c->scratch[i]);
+    free(c->sbuf.iv);
+    free(c->psum.iv);
+}
+
+kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *filename,
+                       const sim_array *inputs, size_t n_inputs, sim_array **outputs,
+                       size_t *n_outputs, sim_record *rec, sim_error *serr, kf_err *err)
+{
+    const simc_target *tgt;
+    nki_ctx ctx;
+    PyObject *code = NULL, *globals = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
+    PyObject *entry, *func, *items = NULL, *sys_path = NULL, *dir = NULL;
+    kf_code rc = KF_OK;
+    sim_error local_serr;
+    int g[3] = { 1, 1, 1 }, gnd = 0;
+    sim_array *outs = NULL;
+    size_t nouts = 0;
+
+    if (!serr)
+        serr = &local_serr;
+    sim_error_clear(serr);
+    if (outputs)
+        *outputs = NULL;
+    if (n_outputs)
+        *n_outputs = 0;
+    if (!o || !source || !filename || !o->entry || !rec || (n_inputs && !inputs))
+        return kf_err_set(err, KF_INVALID, "sim_run: missing kernel, entry or record");
+    tgt = simc_target_get(o->target ? o->target : "trn2");
+    if (!tgt)
+        return kf_err_set(err, KF_INVALID, "unknown target '%s' (use trn1, inf2, trn2 or trn3)",
+                          o->target);
+    rc = py_init(err);
+    if (rc != KF_OK)
+        return rc;
+    for (int i = 0; i < 3 && o->grid[i] > 0; i++) {
+        g[i] = o->grid[i];
+        gnd = i + 1;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.rec = rec;
+    ctx.serr = serr;
+    ctx.tgt = tgt;
+    ctx.numerics = o->numerics;
+    ctx.sbuf.capacity = tgt->sbuf_bytes;
+    ctx.psum.capacity = tgt->psum_bytes;
+    ctx.grid_ndim = gnd;
+    memcpy(ctx.grid, g, sizeof(g));
+    rec->spmd_programs = (uint32_t)(g[0] * g[1] * g[2]);
+    if (!rec->target[0])
+        snprintf(rec->target, sizeof(rec->target), "%s", tgt->name);
+    nki_cur = &ctx;
+    if (nki_modules_configure(tgt) < 0) {
+        PyErr_Clear();
+        rc = kf_err_set(err, KF_INTERNAL, "configuring the nki modules failed");
+        goto out;
+    }
+
+    /* The kernel's folder on sys.path for its own helper modules. */
+    {
+        const char *slash = strrchr(filename, '/');
+        sys_path = PySys_GetObject("path");
+        Py_XINCREF(sys_path);
+        dir = PyUnicode_FromStringAndSize(filename, slash ? slash - filename : 0);
+        if (sys_path && dir && slash)
+            PyList_Insert(sys_path, 0, dir);
+    }
+    code = Py_CompileString(source, filename, Py_file_input);
+    if (!code) {
+        py_error(serr, filename, SIM_E_SYNTAX);
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    globals = PyDict_New();
+    if (!globals || PyDict_SetItemString(globals, "__name__", PyUnicode_FromString("__kernel__")) < 0 ||
+        PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0) {
+        PyErr_Clear();
+        rc = kf_err_set(err, KF_INTERNAL, "setting up the kernel module failed");
+        goto out;
+    }
+    {
+        PyObject *fn = PyUnicode_FromString(filename);
+        if (fn) {
+            PyDict_SetItemString(globals, "__file__", fn);
+            Py_DECREF(fn);
+        }
+    }
+    res = PyEval_EvalCode(code, globals, globals);
+    if (!res) {
+        py_error(serr, filename, PyErr_ExceptionMatches(nki_SimError) ? SIM_E_PYTHON : SIM_E_PYTHON);
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    Py_CLEAR(res);
+    entry = PyDict_GetItemString(globals, o->entry);
+    func = nki_kernel_func(entry);
+    if (!func || !PyCallable_Check(func)) {
+        char vals[160];
+        snprintf(vals, sizeof(vals), "no function '%s' in %s", o->entry, filename);
+        set_err(serr, SIM_E_ENTRY, filename, 0, "", vals);
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    if (check_args(&ctx, func, n_inputs, o->entry) < 0) {
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    args = PyTuple_New((Py_ssize_t)n_inputs);
+    for (size_t i = 0; args && i < n_inputs; i++) {
+        PyObject *t = input_tensor(&ctx, &inputs[i]);
+        if (!t) {
+            rc = kf_err_set(err, KF_INVALID, "input %zu has a bad dtype or rank", i);
+            goto out;
+        }
+        PyTuple_SET_ITEM(args, (Py_ssize_t)i, t);
+    }
+    kwargs = kwargs_from_json(o->kwargs_json);
+    if (!args || !kwargs) {
+        py_error(serr, filename, SIM_E_ARGS);
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    for (long i = 0; i < (long)g[0] * g[1] * g[2]; i++) {
+        ctx.pid[0] = (int)(i / ((long)g[1] * g[2]));
+        ctx.pid[1] = (int)((i / g[2]) % g[1]);
+        ctx.pid[2] = (int)(i % g[2]);
+        ctx.spmd_index = (uint32_t)i;
+        ctx.shared_cursor = 0;
+        Py_XDECREF(res);
+        res = PyObject_Call(func, args, kwargs);
+        if (!res) {
+            py_error(serr, filename, SIM_E_PYTHON);
+            rc = fail_out(serr, err);
+            goto out;
+        }
+    }
+    if (!res || res == Py_None) {
+        set_err(serr, SIM_E_OUTPUT, filename, 0, o->entry, "the kernel returned nothing");
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    items = (PyTuple_Check(res) || PyList_Check(res)) ? PySequence_Tuple(res) : PyTuple_Pack(1, res);
+    if (!items) {
+        PyErr_Clear();
+        rc = kf_err_set(err, KF_INTERNAL, "reading the kernel's outputs failed");
+        goto out;
+    }
+    nouts = (size_t)PyTuple_GET_SIZE(items);
+    outs = kf_calloc(nouts ? nouts : 1, sizeof(*outs));
+    for (size_t i = 0; i < nouts; i++)
+        if (output_array(&ctx, PyTuple_GET_ITEM(items, (Py_ssize_t)i), i, &outs[i]) < 0) {
+            snprintf(serr->file, sizeof(serr->file), "%s", filename);
+            rc = fail_out(serr, err);
+            goto out;
+        }
+    if (outputs) {
+        *outputs = outs;
+        outs = NULL;
+    }
+    if (n_outputs)
+        *n_outputs = nouts;
+out:
+    if (outs)
+        for (size_t i = 0; i < nouts; i++)
+            sim_array_release(&outs[i]);
+    free(outs);
+    if (dir && sys_path && PyList_Check(sys_path) && PyList_GET_SIZE(sys_path) > 0 &&
+        PyList_GET_ITEM(sys_path, 0) == dir)
+        PySequence_DelItem(sys_path, 0);
+    Py_XDECREF(dir);
+    Py_XDECREF(sys_path);
+    Py_XDECREF(items);
+    Py_XDECREF(res);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    if (globals)
+        PyDict_Clear(globals);
+    Py_XDECREF(globals);
+    Py_XDECREF(code);
+    PyErr_Clear();
+    PyGC_Collect();
+    PyErr_Clear();
+    ctx_release(&ctx);
+    nki_cur = NULL;
+    return rc;
+}
+
+kf_code sim_run_kernel(const sim_run_opts *o, const sim_array *inputs, size_t n_inputs,
+                       sim_array **outputs, size_t *n_outputs, sim_record *rec, sim_error *serr,
+                       kf_err *err)
+{
+    FILE *f;
+    char *src;
+    long len;
+    kf_code rc;
+
+    if (!o || !o->source_path)
+        return kf_err_set(err, KF_INVALID, "sim_run: no kernel file given");
+    f = fopen(o->source_path, "rb");
+    if (!f)
+        return kf_err_set(err, KF_IO, "cannot open kernel file %s: check the path", o->source_path);
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || len > (16L << 20) ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return kf_err_set(err, KF_INVALID, "kernel file %s is unreadable or larger than 16 MiB",
+                          o->source_path);
+    }
+    src = kf_malloc((size_t)len + 1);
+    if (fread(src, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(src);
+        return kf_err_set(err, KF_IO, "reading kernel file %s failed", o->source_path);
+    }
+    fclose(f);
+    src[len] = 0;
+    rc = sim_run_source(o, src, o->source_path, inputs, n_inputs, outputs, n_outputs, rec, serr,
+                        err);
+    free(src);
+    return rc;
+}
