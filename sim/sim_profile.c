@@ -500,13 +500,16 @@ static void find_pressure(fctx *c)
                                ? r->strs[r->allocs[top_alloc].name] : "?";
         sim_finding *f = finding_add(c, SIM_FIND_BUFFER_PRESSURE, cost);
         fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
+        char most[80] = "";
+        if (*name)
+            snprintf(most, sizeof(most), " (most on `%.48s`)", name);
         msgf(f->message, sizeof(f->message),
-                 "%s pressure: %llu writes waited %s for earlier users of the same %s buffer "
-                 "(most on `%.48s`) to finish, serialising the pipeline; give it more buffers "
-                 "(double/triple buffering) or smaller tiles: %s",
-                 mem == SIM_MEM_PSUM ? "PSUM" : "SBUF", (unsigned long long)n,
-                 human_ns(stall_eng + stall_dma, tb, sizeof(tb)),
-                 mem == SIM_MEM_PSUM ? "PSUM" : "SBUF", *name ? name : "?", lines);
+             "%s pressure: %llu writes waited %s for earlier users of the same %s memory%s to "
+             "finish, serialising the pipeline; give it more buffers (double/triple "
+             "buffering) or smaller tiles: %s",
+             mem == SIM_MEM_PSUM ? "PSUM" : "SBUF", (unsigned long long)n,
+             human_ns(stall_eng + stall_dma, tb, sizeof(tb)),
+             mem == SIM_MEM_PSUM ? "PSUM" : "SBUF", most, lines);
         msgf(f->evidence, sizeof(f->evidence),
                  "{\"memory\":\"%s\",\"waits\":%llu,\"engine_stall_ns\":%.0f,\"dma_stall_ns\":%.0f,"
                  "\"buffer\":\"%.48s\"}",

@@ -167,50 +167,41 @@ static void ent_record(alloc_st *a, uint64_t lo, uint64_t hi, const uint64_t pm[
 
 /* ---- buffer reuse (physical SBUF/PSUM cells) ----------------------------- */
 
-enum { CELL_BYTES = 512, CELL_PGROUP = 32 };
+/* The memory an on-chip allocation occupies: bytes [lo, hi) of
+ * partitions [0, parts) (the allocator places tiles from partition 0). */
+typedef struct phys {
+    uint64_t lo, hi;
+    uint32_t parts;
+    uint32_t idx;         /* dead list: last instruction that used it; live list: alloc id */
+    uint64_t t;           /* dead list: when that use ended */
+} phys;
 
-typedef struct cellmap {
-    uint64_t *free_ps;
-    uint32_t *free_idx;
-    uint32_t *live;
-    uint32_t  nchunks, ngroups;
-} cellmap;
+typedef struct physlist {
+    phys  *e;
+    size_t n, cap;
+} physlist;
 
-static void cellmap_init(cellmap *c, double bytes_per_part, double partitions)
+static void phys_of(const sim_alloc *a, phys *p)
 {
-    c->nchunks = (uint32_t)((bytes_per_part + CELL_BYTES - 1) / CELL_BYTES);
-    c->ngroups = (uint32_t)((partitions + CELL_PGROUP - 1) / CELL_PGROUP);
-    size_t n = (size_t)c->nchunks * c->ngroups;
-    c->free_ps = kf_calloc(n, sizeof(uint64_t));
-    c->free_idx = kf_malloc(n * sizeof(uint32_t));
-    c->live = kf_calloc(n, sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++)
-        c->free_idx[i] = UINT32_MAX;
+    p->lo = a->sbuf_offset;
+    p->hi = a->sbuf_offset + a->bytes_per_part;
+    p->parts = a->partitions;
+    p->idx = 0;
+    p->t = 0;
 }
 
-static void cellmap_release(cellmap *c)
+static inline int phys_overlap(const phys *x, const phys *y)
 {
-    free(c->free_ps);
-    free(c->free_idx);
-    free(c->live);
-    memset(c, 0, sizeof(*c));
+    return x->lo < y->hi && y->lo < x->hi && x->parts && y->parts;
 }
 
-/* The cells an allocation occupies; returns 0 when it has none. */
-static int cell_span(const cellmap *c, const sim_alloc *a, uint32_t *c0, uint32_t *c1,
-                     uint32_t *g1)
+static void phys_push(physlist *l, const phys *p)
 {
-    uint64_t lo = a->sbuf_offset, hi = a->sbuf_offset + a->bytes_per_part;
-    if (!c->nchunks || a->bytes_per_part == 0)
-        return 0;
-    *c0 = (uint32_t)(lo / CELL_BYTES);
-    *c1 = (uint32_t)((hi + CELL_BYTES - 1) / CELL_BYTES);
-    if (*c1 > c->nchunks)
-        *c1 = c->nchunks;
-    *g1 = (a->partitions + CELL_PGROUP - 1) / CELL_PGROUP;
-    if (*g1 > c->ngroups)
-        *g1 = c->ngroups;
-    return *c0 < *c1 && *g1 > 0;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->e = kf_realloc(l->e, l->cap * sizeof(phys));
+    }
+    l->e[l->n++] = *p;
 }
 
 /* ---- DMA engine timelines ------------------------------------------------ */
@@ -292,13 +283,15 @@ typedef struct model {
     const sim_record *rec;
     const sim_target *t;
     alloc_st *as;
-    cellmap   cells[3];          /* indexed by sim_mem; HBM unused */
+    physlist  dead[3];           /* per sim_mem: memory freed tiles used, and until when */
+    uint64_t  births;
     int       track_reuse;       /* allocator placed tiles without overlap */
     pipe     *pipes;
     uint32_t  n_pipes, dma_rr, n_queues;
     uint32_t  queue_rr[3], qset_lo[3], qset_n[3];  /* load / store / other queue sets */
     uint64_t *track_free;
     uint8_t  *queue_used;        /* queues any DMA of the record uses */
+    uint8_t  *track_used;        /* tracks any instruction of the record uses */
     uint16_t *qof;               /* DMA queue of each instruction */
     uint64_t  port_free;         /* NC-v2 VectorE/GpSimd SBUF port */
     uint32_t  port_idx;
@@ -625,8 +618,10 @@ static void prepass(model *m, const uint32_t *by_death)
     for (size_t i = 0; i < rec->n_insns; i++) {
         const sim_insn *in = &rec->insns[i];
         uint32_t q;
-        if (in->engine != SIM_ENG_DMA)
+        if (in->engine != SIM_ENG_DMA) {
+            m->track_used[in->engine] = 1;
             continue;
+        }
         if (in->flags & SIM_F_QUEUE) {
             q = in->queue % m->n_queues;
         } else {
@@ -640,70 +635,99 @@ static void prepass(model *m, const uint32_t *by_death)
         }
         m->qof[i] = (uint16_t)q;
         m->queue_used[q] = 1;
+        m->track_used[SIM_TRACK_DMA0 + q] = 1;
     }
     m->track_reuse = 1;
+    physlist live[3] = { { NULL, 0, 0 }, { NULL, 0, 0 }, { NULL, 0, 0 } };
     for (size_t i = 0; i <= rec->n_insns && m->track_reuse; i++) {
         while (nd < rec->n_allocs && rec->allocs[by_death[nd]].died <= i) {
             const sim_alloc *a = &rec->allocs[by_death[nd++]];
-            uint32_t c0, c1, g1;
-            if (a->mem == SIM_MEM_HBM || a->born > i || !cell_span(&m->cells[a->mem], a, &c0, &c1, &g1))
-                continue;
-            cellmap *c = &m->cells[a->mem];
-            for (uint32_t g = 0; g < g1; g++)
-                for (uint32_t x = c0; x < c1; x++)
-                    if (c->live[g * c->nchunks + x])
-                        c->live[g * c->nchunks + x]--;
+            physlist *l = &live[a->mem];
+            for (size_t k = 0; a->mem != SIM_MEM_HBM && k < l->n; k++)
+                if (l->e[k].idx == a->id) {
+                    l->e[k] = l->e[--l->n];
+                    break;
+                }
         }
         while (na < rec->n_allocs && rec->allocs[na].born <= i) {
             const sim_alloc *a = &rec->allocs[na++];
-            uint32_t c0, c1, g1;
-            if (a->mem == SIM_MEM_HBM || a->died <= a->born ||
-                !cell_span(&m->cells[a->mem], a, &c0, &c1, &g1))
+            phys p;
+            if (a->mem == SIM_MEM_HBM || a->died <= a->born)
                 continue;
-            cellmap *c = &m->cells[a->mem];
-            for (uint32_t g = 0; g < g1; g++)
-                for (uint32_t x = c0; x < c1; x++)
-                    if (c->live[g * c->nchunks + x]++)
-                        m->track_reuse = 0;
+            phys_of(a, &p);
+            p.idx = a->id;
+            for (size_t k = 0; k < live[a->mem].n && m->track_reuse; k++)
+                if (phys_overlap(&live[a->mem].e[k], &p))
+                    m->track_reuse = 0;
+            phys_push(&live[a->mem], &p);
         }
     }
-    for (int mem = SIM_MEM_SBUF; mem <= SIM_MEM_PSUM; mem++)
-        memset(m->cells[mem].live, 0,
-               (size_t)m->cells[mem].nchunks * m->cells[mem].ngroups * sizeof(uint32_t));
+    for (int mem = 0; mem < 3; mem++)
+        free(live[mem].e);
 }
 
 static void on_death(model *m, const sim_alloc *a)
 {
-    uint32_t c0, c1, g1;
     const alloc_st *st = &m->as[a->id];
-    if (!m->track_reuse || a->mem == SIM_MEM_HBM || st->last_use_idx == UINT32_MAX ||
-        !cell_span(&m->cells[a->mem], a, &c0, &c1, &g1))
+    physlist *l;
+    phys p;
+
+    if (!m->track_reuse || a->mem == SIM_MEM_HBM || st->last_use_idx == UINT32_MAX)
         return;
-    cellmap *c = &m->cells[a->mem];
-    for (uint32_t g = 0; g < g1; g++)
-        for (uint32_t x = c0; x < c1; x++) {
-            size_t k = (size_t)g * c->nchunks + x;
-            if (st->last_use_ps >= c->free_ps[k]) {
-                c->free_ps[k] = st->last_use_ps;
-                c->free_idx[k] = st->last_use_idx;
+    phys_of(a, &p);
+    p.t = st->last_use_ps;
+    p.idx = st->last_use_idx;
+    l = &m->dead[a->mem];
+    for (size_t k = 0; k < l->n; k++) {
+        phys *e = &l->e[k];
+        if (e->lo == p.lo && e->hi == p.hi && e->parts == p.parts) {
+            if (p.t >= e->t) {
+                e->t = p.t;
+                e->idx = p.idx;
             }
+            return;
         }
+    }
+    phys_push(l, &p);
+}
+
+/* Dead entries whose use ended before every track is free can never delay
+ * anything again. */
+static void dead_prune(model *m)
+{
+    uint64_t wm = UINT64_MAX;
+    for (uint32_t t = 0; t < SIM_TRACK_DMA0 + m->n_queues; t++)
+        if (m->track_used[t] && m->track_free[t] < wm)
+            wm = m->track_free[t];
+    if (wm == UINT64_MAX)
+        return;
+    for (int mem = SIM_MEM_SBUF; mem <= SIM_MEM_PSUM; mem++) {
+        physlist *l = &m->dead[mem];
+        for (size_t k = 0; k < l->n;) {
+            if (l->e[k].t <= wm)
+                l->e[k] = l->e[--l->n];
+            else
+                k++;
+        }
+    }
 }
 
 static void on_birth(model *m, const sim_alloc *a)
 {
-    uint32_t c0, c1, g1;
     alloc_st *st = &m->as[a->id];
-    if (!m->track_reuse || a->mem == SIM_MEM_HBM || !cell_span(&m->cells[a->mem], a, &c0, &c1, &g1))
+    physlist *l;
+    phys p;
+
+    if (!m->track_reuse || a->mem == SIM_MEM_HBM)
         return;
-    cellmap *c = &m->cells[a->mem];
-    for (uint32_t g = 0; g < g1; g++)
-        for (uint32_t x = c0; x < c1; x++) {
-            size_t k = (size_t)g * c->nchunks + x;
-            if (c->free_idx[k] != UINT32_MAX && c->free_ps[k] > st->floor_ps) {
-                st->floor_ps = c->free_ps[k];
-                st->floor_idx = c->free_idx[k];
-            }
+    if ((++m->births & 63) == 0)
+        dead_prune(m);
+    phys_of(a, &p);
+    l = &m->dead[a->mem];
+    for (size_t k = 0; k < l->n; k++)
+        if (phys_overlap(&l->e[k], &p) && l->e[k].t > st->floor_ps) {
+            st->floor_ps = l->e[k].t;
+            st->floor_idx = l->e[k].idx;
         }
 }
 
@@ -714,7 +738,8 @@ static void model_release(model *m)
             free(m->as[a].e);
     free(m->as);
     for (int i = 0; i < 3; i++)
-        cellmap_release(&m->cells[i]);
+        free(m->dead[i].e);
+    free(m->track_used);
     if (m->pipes)
         for (uint32_t i = 0; i < m->n_pipes; i++)
             free(m->pipes[i].iv);
@@ -953,14 +978,13 @@ kf_code sim_timing_run(const sim_record *rec, const sim_target *tgt, sim_timing 
         m.qset_n[0] = m.qset_n[1] = m.qset_n[2] = m.n_queues;
     }
     m.queue_used = kf_calloc(m.n_queues, 1);
-    cellmap_init(&m.cells[SIM_MEM_SBUF], tgt->sbuf_bytes_per_part, tgt->sbuf_partitions);
-    cellmap_init(&m.cells[SIM_MEM_PSUM], tgt->psum_bytes_per_part, tgt->psum_partitions);
     out->n_tracks = SIM_TRACK_DMA0 + m.n_queues;
     out->n = rec->n_insns;
     out->t = kf_calloc(rec->n_insns ? rec->n_insns : 1, sizeof(sim_timed));
     out->track_busy_ps = kf_calloc(out->n_tracks, sizeof(uint64_t));
     out->track_count = kf_calloc(out->n_tracks, sizeof(uint64_t));
     m.track_free = kf_calloc(out->n_tracks, sizeof(uint64_t));
+    m.track_used = kf_calloc(out->n_tracks, 1);
     m.qof = kf_calloc(rec->n_insns ? rec->n_insns : 1, sizeof(uint16_t));
     by_death = kf_malloc((rec->n_allocs ? rec->n_allocs : 1) * sizeof(uint32_t));
     for (size_t a = 0; a < rec->n_allocs; a++)
