@@ -371,6 +371,7 @@ void api_h_job_cancel(api_req *r)
     char ob[24], by[24];
     const char *reason = NULL, *params[5];
     const char *state;
+    char *prev_state = NULL;
     char outbox_id[24] = "";
     kf_fields fe;
     PGresult *res = NULL;
@@ -409,7 +410,8 @@ void api_h_job_cancel(api_req *r)
     }
     was_running = strcmp(state, "running") == 0;
     snprintf(by, sizeof(by), "%lld", (long long)r->who.token_id);
-    params[1] = kf_strdup(state);
+    prev_state = kf_strdup(state);
+    params[1] = prev_state;
     PQclear(res);
     params[2] = reason;
     params[3] = by;
@@ -436,7 +438,7 @@ void api_h_job_cancel(api_req *r)
                           "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
                           4, params);
     }
-    free((char *)(uintptr_t)params[1]);
+    free(prev_state);
     if (!res || !api_req_commit(r))
         goto out;
     snprintf(outbox_id, sizeof(outbox_id), "%s", PQgetvalue(res, 0, 0));

@@ -108,7 +108,8 @@ kf_code api_migrate(PGconn *c, const char *dir, FILE *out, int *applied, kf_err 
         migs[n].name = kf_strdup(de->d_name);
         n++;
     }
-    qsort(migs, n, sizeof(*migs), api_mig_cmp);
+    if (n > 1)
+        qsort(migs, n, sizeof(*migs), api_mig_cmp);
     for (size_t i = 1; i < n; i++) {
         if (migs[i].version == migs[i - 1].version) {
             rc = kf_err_set(err, KF_CONFIG, "two migrations share number %ld: %s and %s", migs[i].version,

@@ -25,7 +25,7 @@ api_qpool *api_qpool_new(const char *redis_url, int keep)
     pthread_mutex_init(&p->mu, NULL);
     p->url = kf_strdup(redis_url);
     p->keep = keep < 1 ? 1 : keep;
-    p->idle = kf_calloc((size_t)p->keep, sizeof(*p->idle));
+    p->idle = kf_calloc((size_t)p->keep, sizeof(kf_queue *));
     return p;
 }
 

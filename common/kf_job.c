@@ -458,7 +458,7 @@ bool kf_job_request_parse(const cJSON *body, int default_max_attempts, kf_job_re
             for (size_t i = 0; kf && kf[i]; i++) {
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, kf[i]);
                 if (v)
-                    cJSON_AddItemReferenceToObject(only, kf[i], (cJSON *)(uintptr_t)v);
+                    cJSON_AddItemToObject(only, kf[i], cJSON_Duplicate(v, 1));
             }
             kf_job_spec_check(kind, only, "", fe);
             cJSON_Delete(only);

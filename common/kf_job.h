@@ -37,7 +37,7 @@ typedef enum kf_job_kind {
 } kf_job_kind;
 
 /* Limits of the request (also in api/openapi.json and the README). */
-#define KF_JOB_MAX_SOURCE_BYTES  (256 * 1024)  /* source, reference */
+#define KF_JOB_MAX_SOURCE_BYTES  262144        /* source, reference: 256 KiB */
 #define KF_JOB_MAX_INPUTS        16
 #define KF_JOB_MAX_DIMS          8
 #define KF_JOB_MAX_DIM           (1LL << 31)   /* one dimension, elements */

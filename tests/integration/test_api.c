@@ -361,7 +361,7 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
         EVP_DigestUpdate(md, body, strlen(body));
         EVP_DigestFinal_ex(md, fp, &n);
         EVP_MD_CTX_free(md);
-        for (int i = 0; i < 32; i++)
+        for (size_t i = 0; i < 32; i++)
             snprintf(hex + 2 * i, 3, "%02x", fp[i]);
         sql = kf_asprintf("INSERT INTO idempotency_keys (owner_token_id, key, fingerprint) SELECT id, 'k-busy', "
                           "'\\x%s'::bytea FROM api_tokens WHERE name = 'alice'",
