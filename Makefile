@@ -63,6 +63,10 @@ ALL_LDLIBS = $(LIBS) $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
 
 all: $(BINS)
 
+# Binaries link against the libraries; declared here, after every module.mk,
+# when LIBS is complete (a module.mk included early sees only part of it).
+$(BINS): $(LIBS)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
