@@ -1,0 +1,569 @@
+/* The nki face: small kernels from strings through sim_run_source, checking
+ * outputs (values, NaN fill, rounding) and the instruction record (opcodes,
+ * engines, regions, matmul shape, source lines), in both API generations. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "sim/sim_run.h"
+
+static sim_array mk(const char *name, sim_dtype dt, int64_t r, int64_t c)
+{
+    sim_array a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "%s", name);
+    a.dtype = dt;
+    a.ndim = c > 0 ? 2 : 1;
+    a.shape[0] = r;
+    a.shape[1] = c;
+    a.data = kf_calloc((size_t)(r * (c > 0 ? c : 1)), sim_dtype_size(dt));
+    return a;
+}
+
+static float *f32(const sim_array *a)
+{
+    return (float *)a->data;
+}
+
+static float bf16_val(const sim_array *a, int64_t i)
+{
+    uint16_t h = ((const uint16_t *)a->data)[i];
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void fill(sim_array *a, unsigned seed)
+{
+    int64_t n = sim_array_elems(a);
+    srand(seed);
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+        if (a->dtype == SIM_DT_FLOAT32) {
+            f32(a)[i] = v;
+        } else {   /* bfloat16: truncate a float with few mantissa bits */
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            ((uint16_t *)a->data)[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+typedef struct run_result {
+    kf_code rc;
+    sim_array *out;
+    size_t n_out;
+    sim_record rec;
+    sim_error serr;
+    kf_err err;
+} run_result;
+
+static void run(run_result *r, const char *src, const char *entry, const sim_array *in, size_t n,
+                int g0, int g1, bool numerics)
+{
+    sim_run_opts o;
+    memset(&o, 0, sizeof(o));
+    memset(r, 0, sizeof(*r));
+    o.entry = entry;
+    o.target = "trn2";
+    o.grid[0] = g0;
+    o.grid[1] = g1;
+    o.numerics = numerics;
+    sim_record_init(&r->rec, "trn2");
+    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
+                           &r->err);
+}
+
+static void done(run_result *r)
+{
+    for (size_t i = 0; i < r->n_out; i++)
+        sim_array_release(&r->out[i]);
+    free(r->out);
+    sim_record_release(&r->rec);
+}
+
+static size_t count_op(const sim_record *rec, sim_opcode op)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rec->n_insns; i++)
+        n += rec->insns[i].opcode == op;
+    return n;
+}
+
+static const sim_insn *first_op(const sim_record *rec, sim_opcode op)
+{
+    for (size_t i = 0; i < rec->n_insns; i++)
+        if (rec->insns[i].opcode == op)
+            return &rec->insns[i];
+    return NULL;
+}
+
+static const char *LEGACY_ADD =
+    "from neuronxcc import nki\n"
+    "import neuronxcc.nki.language as nl\n"
+    "@nki.jit\n"
+    "def add(a, b):\n"
+    "    rows, cols = a.shape\n"
+    "    c = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)\n"
+    "    i_p = nl.program_id(0) * 128 + nl.arange(128)[:, None]\n"
+    "    i_f = nl.program_id(1) * 512 + nl.arange(512)[None, :]\n"
+    "    m = (i_p < rows) & (i_f < cols)\n"
+    "    x = nl.load(a[i_p, i_f], mask=m)\n"
+    "    y = nl.load(b[i_p, i_f], mask=m)\n"
+    "    nl.store(c[i_p, i_f], value=x + y, mask=m)\n"
+    "    return c\n";
+
+Test(nki, legacy_tensor_add_spmd_masked)
+{
+    sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 200, 700), mk("b", SIM_DT_FLOAT32, 200, 700) };
+    run_result r;
+
+    fill(&in[0], 1);
+    fill(&in[1], 2);
+    run(&r, LEGACY_ADD, "add", in, 2, 2, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 1);
+    cr_assert_eq(r.out[0].ndim, 2);
+    cr_assert_eq(r.out[0].shape[0], 200);
+    cr_assert_eq(r.out[0].shape[1], 700);
+    for (int64_t i = 0; i < 200 * 700; i++)
+        cr_assert_float_eq(f32(&r.out[0])[i], f32(&in[0])[i] + f32(&in[1])[i], 0, "element %lld", (long long)i);
+    /* 4 programs x (2 loads + add + store) */
+    cr_assert_eq(count_op(&r.rec, SIM_OP_DMA_COPY), 12);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_TENSOR_TENSOR), 4);
+    cr_assert_eq(r.rec.spmd_programs, 4);
+    {
+        const sim_insn *in0 = first_op(&r.rec, SIM_OP_DMA_COPY);
+        const sim_loc *loc = &r.rec.locs[in0->loc];
+        cr_assert_str_eq(r.rec.strs[loc->file], "kernel.py");
+        cr_assert_eq(loc->line, 10);
+        cr_assert_str_eq(r.rec.strs[loc->func], "add");
+        cr_assert_eq(in0->engine, SIM_ENG_DMA);
+        cr_assert_eq(in0->dst[0].mem, SIM_MEM_SBUF);
+        cr_assert_eq(in0->src[0].mem, SIM_MEM_HBM);
+        cr_assert_eq(in0->dst[0].part_count, 128);
+        cr_assert(in0->flags & SIM_F_MASKED);
+    }
+    cr_assert_eq(r.rec.insns[r.rec.n_insns - 1].spmd, 3);
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+static const char *CURRENT_ADD =
+    "import nki\n"
+    "import nki.language as nl\n"
+    "import nki.isa as nisa\n"
+    "@nki.jit(platform_target='trn2')\n"
+    "def add(a, b):\n"
+    "    rows, cols = a.shape\n"
+    "    c = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)\n"
+    "    r0 = nl.program_id(0) * 128\n"
+    "    nr = min(128, rows - r0)\n"
+    "    x = nl.ndarray((128, cols), dtype=a.dtype, buffer=nl.sbuf)\n"
+    "    y = nl.ndarray((128, cols), dtype=b.dtype, buffer=nl.sbuf)\n"
+    "    nisa.dma_copy(dst=x[0:nr, :], src=a[r0:r0 + nr, :])\n"
+    "    nisa.dma_copy(dst=y[0:nr, :], src=b[r0:r0 + nr, :])\n"
+    "    nisa.tensor_tensor(dst=x[0:nr, :], data1=x[0:nr, :], data2=y[0:nr, :], op=nl.add)\n"
+    "    nisa.dma_copy(dst=c[r0:r0 + nr, :], src=x[0:nr, :])\n"
+    "    return c\n";
+
+Test(nki, current_tensor_add_bf16)
+{
+    sim_array in[2] = { mk("a", SIM_DT_BFLOAT16, 300, 64), mk("b", SIM_DT_BFLOAT16, 300, 64) };
+    run_result r;
+
+    fill(&in[0], 3);
+    fill(&in[1], 4);
+    run(&r, CURRENT_ADD, "add", in, 2, 3, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.out[0].dtype, SIM_DT_BFLOAT16);
+    for (int64_t i = 0; i < 300 * 64; i++) {
+        float want = bf16_val(&in[0], i) + bf16_val(&in[1], i);
+        cr_assert(fabsf(bf16_val(&r.out[0], i) - want) <= fabsf(want) * 0.0079f + 1e-30f,
+                  "element %lld: %g vs %g", (long long)i, bf16_val(&r.out[0], i), want);
+    }
+    {
+        const sim_insn *tt = first_op(&r.rec, SIM_OP_TENSOR_TENSOR);
+        cr_assert_eq(tt->engine, SIM_ENG_VECTOR);
+        cr_assert_eq(tt->nsrc, 2);
+        cr_assert_eq(tt->partitions, 128);
+        cr_assert_eq(tt->elems_per_part, 64);
+        cr_assert_eq(tt->dst[0].byte_hi - tt->dst[0].byte_lo, 128);
+        cr_assert_eq(r.rec.locs[tt->loc].line, 14);
+    }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+static const char *CURRENT_MM =
+    "import nki\n"
+    "import nki.language as nl\n"
+    "import nki.isa as nisa\n"
+    "@nki.jit\n"
+    "def mm(lhsT, rhs):\n"
+    "    K, M = lhsT.shape\n"
+    "    _, N = rhs.shape\n"
+    "    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)\n"
+    "    for k in nl.affine_range(K // 128):\n"
+    "        a = nl.ndarray((128, M), dtype=lhsT.dtype, buffer=nl.sbuf)\n"
+    "        b = nl.ndarray((128, N), dtype=rhs.dtype, buffer=nl.sbuf)\n"
+    "        nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])\n"
+    "        nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])\n"
+    "        nisa.nc_matmul(dst=acc, stationary=a, moving=b)\n"
+    "    res = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    nisa.tensor_copy(dst=res, src=acc)\n"
+    "    nisa.dma_copy(dst=out, src=res)\n"
+    "    return out\n";
+
+static void ref_mm(const sim_array *a, const sim_array *b, int K, int M, int N, double *c)
+{
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)bf16_val(a, (int64_t)k * M + m) * (double)bf16_val(b, (int64_t)k * N + n);
+            c[m * N + n] = s;
+        }
+}
+
+Test(nki, current_matmul_psum_first_write_then_accumulate)
+{
+    sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 256, 64), mk("rhs", SIM_DT_BFLOAT16, 256, 200) };
+    double *want = kf_malloc(64 * 200 * sizeof(double));
+    run_result r;
+    size_t nmm = 0;
+
+    fill(&in[0], 5);
+    fill(&in[1], 6);
+    run(&r, CURRENT_MM, "mm", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    ref_mm(&in[0], &in[1], 256, 64, 200, want);
+    for (int64_t i = 0; i < 64 * 200; i++)
+        cr_assert(fabs(f32(&r.out[0])[i] - want[i]) < 1e-4, "element %lld: %g vs %g", (long long)i,
+                  f32(&r.out[0])[i], want[i]);
+    for (size_t i = 0; i < r.rec.n_insns; i++) {
+        const sim_insn *in0 = &r.rec.insns[i];
+        if (in0->opcode != SIM_OP_MATMUL)
+            continue;
+        cr_assert_eq(in0->engine, SIM_ENG_TENSOR);
+        cr_assert_eq(in0->mm_k, 128);
+        cr_assert_eq(in0->mm_m, 64);
+        cr_assert_eq(in0->mm_n, 200);
+        cr_assert_eq(in0->flops, 2ull * 128 * 64 * 200);
+        cr_assert_eq(in0->dst[0].mem, SIM_MEM_PSUM);
+        /* the first matmul into the fresh PSUM tile overwrites, the next accumulates */
+        cr_assert_eq(!!(in0->flags & SIM_F_ACCUMULATE), nmm > 0, "matmul %zu", nmm);
+        cr_assert_not(in0->flags & SIM_F_FP32_PE);
+        nmm++;
+    }
+    cr_assert_eq(nmm, 2);
+    free(want);
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+static const char *LEGACY_MM =
+    "from neuronxcc import nki\n"
+    "import neuronxcc.nki.language as nl\n"
+    "import neuronxcc.nki.isa as nisa\n"
+    "@nki.jit\n"
+    "def mm(lhsT, rhs):\n"
+    "    K, M = lhsT.shape\n"
+    "    _, N = rhs.shape\n"
+    "    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    tiles = nl.ndarray((K // 128, nl.par_dim(128), M), dtype=lhsT.dtype, buffer=nl.sbuf)\n"
+    "    i_k, i_m = nl.mgrid[0:128, 0:M]\n"
+    "    for k in nl.affine_range(K // 128):\n"
+    "        tiles[k, i_k, i_m] = nl.load(lhsT[k * 128 + i_k, i_m])\n"
+    "    acc = nl.zeros((M, N), nl.float32, buffer=nl.psum)\n"
+    "    for k in nl.affine_range(K // 128):\n"
+    "        b = nl.load(rhs[k * 128:(k + 1) * 128, 0:N])\n"
+    "        acc += nl.matmul(tiles[k, i_k, i_m], b, transpose_x=True)\n"
+    "    nl.store(out, value=nl.copy(acc, dtype=nl.float32))\n"
+    "    return out\n";
+
+Test(nki, legacy_matmul_block_dims_and_psum_accumulate)
+{
+    sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 384, 96), mk("rhs", SIM_DT_BFLOAT16, 384, 128) };
+    double *want = kf_malloc(96 * 128 * sizeof(double));
+    run_result r;
+
+    fill(&in[0], 7);
+    fill(&in[1], 8);
+    run(&r, LEGACY_MM, "mm", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    ref_mm(&in[0], &in[1], 384, 96, 128, want);
+    for (int64_t i = 0; i < 96 * 128; i++)
+        cr_assert(fabs(f32(&r.out[0])[i] - want[i]) < 1e-4, "element %lld", (long long)i);
+    /* acc += nl.matmul(...) is one accumulating MATMUL into acc, no extra add */
+    cr_assert_eq(count_op(&r.rec, SIM_OP_MATMUL), 3);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_TENSOR_TENSOR), 0);
+    for (size_t i = 0; i < r.rec.n_insns; i++)
+        if (r.rec.insns[i].opcode == SIM_OP_MATMUL)
+            cr_assert(r.rec.insns[i].flags & SIM_F_ACCUMULATE);
+    free(want);
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki, numerics_off_records_the_same)
+{
+    sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 256, 64), mk("rhs", SIM_DT_BFLOAT16, 256, 200) };
+    run_result on, off;
+
+    fill(&in[0], 1);
+    fill(&in[1], 2);
+    run(&on, CURRENT_MM, "mm", in, 2, 0, 0, true);
+    run(&off, CURRENT_MM, "mm", in, 2, 0, 0, false);
+    cr_assert_eq(on.rc, KF_OK, "%s", on.err.msg);
+    cr_assert_eq(off.rc, KF_OK, "%s", off.err.msg);
+    cr_assert_eq(on.rec.n_insns, off.rec.n_insns);
+    for (size_t i = 0; i < on.rec.n_insns; i++) {
+        const sim_insn *a = &on.rec.insns[i], *b = &off.rec.insns[i];
+        cr_assert_eq(a->opcode, b->opcode);
+        cr_assert_eq(a->flags, b->flags, "insn %zu", i);
+        cr_assert_eq(a->flops, b->flops);
+        cr_assert_eq(memcmp(a->dst, b->dst, sizeof(a->dst)), 0, "insn %zu", i);
+        cr_assert_eq(memcmp(a->src, b->src, sizeof(a->src)), 0, "insn %zu", i);
+    }
+    /* with numerics off the output is left NaN-filled */
+    cr_assert(isnan(f32(&off.out[0])[0]));
+    done(&on);
+    done(&off);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki, unwritten_output_is_nan_and_ints_are_4)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    a = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    b = nl.ndarray((4, 4), dtype=nl.int32, buffer=nl.shared_hbm)\n"
+        "    return a, b\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 4, 4);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 2);
+    for (int i = 0; i < 16; i++) {
+        cr_assert(isnan(f32(&r.out[0])[i]));
+        cr_assert_eq(((int32_t *)r.out[1].data)[i], 4);
+    }
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki, bf16_store_rounds_to_nearest_even)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    o = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    nisa.tensor_copy(dst=o, src=t)\n"
+        "    nisa.dma_copy(dst=out, src=o)\n"
+        "    return out\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 1, 4);
+    run_result r;
+    /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even -> 1; 1 + 3*2^-8 ties to
+     * 1 + 2^-6 (even); 1 + 2^-8 + 2^-20 is above the tie -> 1 + 2^-7. */
+    f32(&in)[0] = 1.0f + 0x1p-8f;
+    f32(&in)[1] = 1.0f + 3 * 0x1p-8f;
+    f32(&in)[2] = 1.0f + 0x1p-8f + 0x1p-20f;
+    f32(&in)[3] = -2.5f;
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(bf16_val(&r.out[0], 0), 1.0f);
+    cr_assert_eq(bf16_val(&r.out[0], 1), 1.0f + 0x1p-6f);
+    cr_assert_eq(bf16_val(&r.out[0], 2), 1.0f + 0x1p-7f);
+    cr_assert_eq(bf16_val(&r.out[0], 3), -2.5f);
+    done(&r);
+    sim_array_release(&in);
+}
+
+/* Python-level semantics checked inside a kernel with asserts: dtype
+ * comparisons, the >=2-D view rule, HBM int-drop, block dims, .ap, reshape,
+ * tile_size, get_nc_version, enums. */
+Test(nki, view_rules_and_dtypes)
+{
+    const char *src =
+        "import numpy as np\n"
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "from neuronxcc import nki as lnki\n"
+        "import neuronxcc.nki.language as lnl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    assert nl.float32 == np.float32 and np.float32 == nl.float32\n"
+        "    assert nl.bfloat16 == 'bfloat16' and nl.float32 != nl.bfloat16\n"
+        "    assert x.dtype == nl.float32 and x.dtype == np.dtype(np.float32)\n"
+        "    assert lnl.float32 == nl.float32 and nl.float32.itemsize == 4\n"
+        "    assert nl.tile_size.pmax == 128 and nl.tile_size.gemm_moving_fmax == 512\n"
+        "    assert nl.tile_size.total_available_sbuf_size == 224 * 1024\n"
+        "    assert nisa.get_nc_version() >= nisa.nc_version.gen2\n"
+        "    t = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    assert tuple(t[:, 0, 0].shape) == (128, 1)\n"
+        "    assert tuple(t[0, :, :].shape) == (1, 8, 16)\n"
+        "    assert tuple(t[:, 3].shape) == (128, 16)\n"
+        "    assert tuple(t[..., 2:4].shape) == (128, 8, 2)\n"
+        "    assert tuple(t[:, nl.ds(2, 3), -1].shape) == (128, 3)\n"
+        "    assert tuple(x[1, 0:4].shape) == (4,)\n"
+        "    assert tuple(x[1].shape) == (64,)\n"
+        "    b = nl.ndarray((3, nl.par_dim(128), 32), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    assert tuple(b[1].shape) == (128, 32)\n"
+        "    assert tuple(t.reshape((128, 128)).shape) == (128, 128)\n"
+        "    assert tuple(x.reshape((2, 32, 64)).shape) == (2, 32, 64)\n"
+        "    w = t.ap(pattern=[[128, 128], [16, 4], [1, 2]], offset=0)\n"
+        "    assert tuple(w.shape) == (128, 4, 2)\n"
+        "    g = nl.ndarray((1, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    assert tuple(g.broadcast_to((128, 16)).shape) == (128, 16)\n"
+        "    i_p, i_f = nl.mgrid[0:128, 0:16]\n"
+        "    assert tuple(t[i_p, 2, i_f].shape) == (128, 16)\n"
+        "    ip = nl.arange(128)[:, None]\n"
+        "    assert tuple(t[ip, 0, 0].shape) == (128, 1)\n"
+        "    assert nisa.engine.vector != nisa.engine.scalar\n"
+        "    assert nl.program_ndim() == 0 and nl.num_programs(0) == 1\n"
+        "    return x\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 64, 64);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki, legacy_ops_promote_and_reduce)
+{
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "import numpy as np\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.load(x)\n"
+        "    s = nl.sum(t, axis=1)\n"
+        "    assert tuple(s.shape) == (128, 1)\n"
+        "    m = nl.max(t, axis=[1], keepdims=True)\n"
+        "    e = nl.exp(nl.subtract(t, m))\n"
+        "    mean = nl.mean(t, axis=1, keepdims=True)\n"
+        "    r = nisa.tensor_reduce(np.add, t, axis=1, negate=True, keepdims=True)\n"
+        "    res = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    res[:, 0:1] = s\n"
+        "    res[:, 1:2] = nl.sum(e, axis=1, keepdims=True)\n"
+        "    res[:, 2:3] = mean * 2.0 - 1.0\n"
+        "    res[:, 3:4] = r\n"
+        "    nl.store(out, value=res)\n"
+        "    return out\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 128, 32);
+    run_result r;
+
+    fill(&in, 9);
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 128; p++) {
+        double s = 0, mx = -1e30, se = 0;
+        for (int f = 0; f < 32; f++) {
+            s += f32(&in)[p * 32 + f];
+            mx = fmax(mx, f32(&in)[p * 32 + f]);
+        }
+        for (int f = 0; f < 32; f++)
+            se += exp(f32(&in)[p * 32 + f] - mx);
+        cr_assert(fabs(f32(&r.out[0])[p * 4 + 0] - s) < 1e-4);
+        cr_assert(fabs(f32(&r.out[0])[p * 4 + 1] - se) < 1e-4);
+        cr_assert(fabs(f32(&r.out[0])[p * 4 + 2] - (s / 32 * 2 - 1)) < 1e-4);
+        cr_assert(fabs(f32(&r.out[0])[p * 4 + 3] + s) < 1e-4);
+    }
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki, activation_reduce_registers_and_transpose)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.activation(dst=y, op=nl.copy, data=t, scale=2.0, reduce_op=nl.add,\n"
+        "                    reduce_res=acc, reduce_cmd=nisa.reduce_cmd.reset_reduce)\n"
+        "    nisa.activation(dst=y, op=nl.copy, data=t, reduce_op=nl.add, reduce_res=acc,\n"
+        "                    reduce_cmd=nisa.reduce_cmd.reduce)\n"
+        "    pt = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)\n"
+        "    nisa.nc_transpose(dst=pt, data=y)\n"
+        "    o = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.tensor_copy(dst=o, src=pt)\n"
+        "    nisa.dma_copy(dst=out, src=o)\n"
+        "    nisa.dma_copy(dst=s, src=acc)\n"
+        "    return out, s\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 128, 64);
+    run_result r;
+
+    fill(&in, 10);
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 128; p++) {
+        double s = 0;
+        for (int f = 0; f < 64; f++) {
+            s += f32(&in)[p * 64 + f];
+            cr_assert_float_eq(f32(&r.out[0])[f * 128 + p], f32(&in)[p * 64 + f], 0);
+        }
+        cr_assert(fabs(f32(&r.out[1])[p] - 3 * s) < 1e-4, "partition %d: %g vs %g", p,
+                  f32(&r.out[1])[p], 3 * s);
+    }
+    cr_assert_eq(count_op(&r.rec, SIM_OP_PE_TRANSPOSE), 1);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_ACTIVATION_REDUCE), 2);
+    cr_assert_eq(first_op(&r.rec, SIM_OP_ACTIVATION_REDUCE)->engine, SIM_ENG_SCALAR);
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki, sbuf_tiles_release_capacity_when_they_die)
+{
+    /* 100 x 96 KiB per partition: only fits because each tile dies in turn */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    for i in range(100):\n"
+        "        t = nl.ndarray((128, 24576), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    return x\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.rec.allocs[1].died, 0);   /* died before any instruction */
+    done(&r);
+    sim_array_release(&in);
+}

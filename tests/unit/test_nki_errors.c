@@ -1,0 +1,182 @@
+/* Compile-like errors: one small kernel per simulator error code, each must
+ * stop with that code at the marked line with the values in the message;
+ * docs/sim-errors.md must list every code. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "sim/sim_run.h"
+
+typedef struct neg_case {
+    sim_error_code code;
+    int line;               /* expected line, 0 = not checked */
+    const char *needle;     /* must appear in the message */
+    const char *src;
+    int n_inputs;           /* (128, 64) fp32 inputs */
+} neg_case;
+
+#define HDR "import nki\nimport nki.language as nl\nimport nki.isa as nisa\n@nki.jit\n"
+#define LHDR "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n" \
+             "import neuronxcc.nki.isa as nisa\n@nki.jit\n"
+
+static const neg_case cases[] = {
+    { SIM_E_PYTHON, 7, "ValueError: N=128",
+      HDR "def k(x):\n    N, D = x.shape\n    raise ValueError(f'N={N} is wrong')\n", 1 },
+    { SIM_E_SYNTAX, 6, "SyntaxError", HDR "def k(x):\n    for i in range(3)\n        pass\n", 1 },
+    { SIM_E_ENTRY, 0, "no function 'k'", HDR "def other(x):\n    return x\n", 1 },
+    { SIM_E_ARGS, 0, "2 to 2 positional inputs, 1 given", HDR "def k(x, y):\n    return x\n", 1 },
+    { SIM_E_UNSUPPORTED_API, 7, "nki.isa.nc_stream_shuffle",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    nisa.nc_stream_shuffle(src=t, dst=t, shuffle_mask=[0] * 32)\n    return x\n", 1 },
+    { SIM_E_PARTITION_LIMIT, 6, "256 > 128",
+      HDR "def k(x):\n    t = nl.ndarray((256, 64), dtype=x.dtype, buffer=nl.sbuf)\n    return x\n", 1 },
+    { SIM_E_PSUM_TILE, 6, "4096 bytes per partition > 2048",
+      LHDR "def k(x):\n    acc = nl.zeros((128, 1024), dtype=nl.float32, buffer=nl.psum)\n    return x\n", 1 },
+    { SIM_E_PSUM_CAPACITY, 8, "16384 of 16384",
+      HDR "def k(x):\n    live = []\n    for i in range(9):\n"
+          "        live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))\n    return x\n", 1 },
+    { SIM_E_SBUF_CAPACITY, 8, "229376",
+      HDR "def k(x):\n    live = []\n    for i in range(8):\n"
+          "        live.append(nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf))\n    return x\n", 1 },
+    { SIM_E_SHAPE_MISMATCH, 8, "128 partitions x 512 elements",
+      HDR "def k(x):\n    a = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    b = nl.ndarray((128, 256), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)\n    return x\n", 1 },
+    { SIM_E_WRONG_BUFFER, 9, "PSUM",
+      HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    b = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)\n"
+          "    nisa.nc_matmul(dst=r, stationary=a, moving=b)\n    return x\n", 1 },
+    { SIM_E_MATMUL_LIMIT, 8, "N=1024",
+      LHDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)\n"
+           "    b = nl.ndarray((128, 1024), dtype=x.dtype, buffer=nl.sbuf)\n"
+           "    r = nisa.nc_matmul(a, b)\n    return x\n", 1 },
+    { SIM_E_DTYPE, 9, "int32",
+      HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.int32, buffer=nl.sbuf)\n"
+          "    b = nl.ndarray((128, 512), dtype=nl.int32, buffer=nl.sbuf)\n"
+          "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+          "    nisa.nc_matmul(dst=r, stationary=a, moving=b)\n    return x\n", 1 },
+    { SIM_E_INDEX_OUT_OF_BOUNDS, 7, "slice end 256 > size 128",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    nisa.dma_copy(dst=t, src=x[128:256, :])\n    return x\n", 1 },
+    { SIM_E_BAD_INDEX, 7, "float",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    u = t[0:128, 0.5]\n    return x\n", 1 },
+    { SIM_E_BAD_ARGUMENT, 7, "value must be a number",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n"
+          "    nisa.memset(dst=t, value='zero')\n    return x\n", 1 },
+    { SIM_E_OUTPUT, 0, "an SBUF tile",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n    return t\n", 1 },
+    { SIM_E_LIMIT, 6, "2^36",
+      HDR "def k(x):\n    h = nl.ndarray((1 << 20, 1 << 20), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+          "    return h\n", 1 },
+};
+
+Test(nki_errors, every_code_has_a_negative_case)
+{
+    for (int c = SIM_E_PYTHON; c < SIM_E__COUNT; c++) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            found |= cases[i].code == (sim_error_code)c;
+        cr_expect(found, "no negative case for SIM_E_%s", sim_error_name((sim_error_code)c));
+    }
+}
+
+Test(nki_errors, each_rule_stops_the_kernel_with_code_line_and_values)
+{
+    sim_array in;
+    memset(&in, 0, sizeof(in));
+    snprintf(in.name, sizeof(in.name), "x");
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 2;
+    in.shape[0] = 128;
+    in.shape[1] = 64;
+    in.data = kf_calloc(128 * 64, 4);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const neg_case *nc = &cases[i];
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+        sim_array *out = NULL;
+        size_t n_out = 0;
+        kf_code rc;
+
+        memset(&o, 0, sizeof(o));
+        o.entry = "k";
+        o.target = "trn2";
+        o.numerics = true;
+        sim_record_init(&rec, "trn2");
+        rc = sim_run_source(&o, nc->src, "neg.py", &in, (size_t)nc->n_inputs, &out, &n_out, &rec,
+                            &se, &err);
+        cr_expect_eq(rc, KF_INVALID, "case %zu (SIM_E_%s) ran", i, sim_error_name(nc->code));
+        cr_expect_eq(se.code, nc->code, "case %zu: expected SIM_E_%s, got SIM_E_%s: %s", i,
+                     sim_error_name(nc->code), sim_error_name(se.code), err.msg);
+        if (nc->line)
+            cr_expect_eq(se.line, nc->line, "case %zu (SIM_E_%s): line %d, expected %d: %s", i,
+                         sim_error_name(nc->code), se.line, nc->line, err.msg);
+        cr_expect(strstr(err.msg, nc->needle) != NULL, "case %zu: '%s' not in: %s", i, nc->needle,
+                  err.msg);
+        cr_expect(strstr(err.msg, sim_error_name(nc->code)) != NULL, "case %zu: %s", i, err.msg);
+        cr_expect(strstr(err.msg, sim_error_rule(nc->code)) != NULL, "case %zu: %s", i, err.msg);
+        cr_expect_null(out);
+        sim_record_release(&rec);
+    }
+    free(in.data);
+}
+
+Test(nki_errors, unknown_language_attribute_names_the_api)
+{
+    const char *src = HDR "def k(x):\n    y = nl.softmax_v9(x)\n    return x\n";
+    sim_array in;
+    sim_run_opts o;
+    sim_record rec;
+    sim_error se;
+    kf_err err = KF_ERR_INIT;
+
+    memset(&in, 0, sizeof(in));
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 1;
+    in.shape[0] = 4;
+    in.data = kf_calloc(4, 4);
+    memset(&o, 0, sizeof(o));
+    o.entry = "k";
+    o.target = "trn1";
+    sim_record_init(&rec, "trn1");
+    cr_assert_eq(sim_run_source(&o, src, "u.py", &in, 1, NULL, NULL, &rec, &se, &err), KF_INVALID);
+    cr_assert_eq(se.code, SIM_E_UNSUPPORTED_API);
+    cr_assert_str_eq(se.api, "nki.language.softmax_v9");
+    cr_assert_eq(se.line, 6);
+    cr_assert_str_eq(se.file, "u.py");
+    sim_record_release(&rec);
+    free(in.data);
+}
+
+Test(nki_errors, docs_list_every_code)
+{
+    const char *root = getenv("KFORGE_TEST_ROOT");
+    char path[1024], *doc;
+    FILE *f;
+    long len;
+
+    snprintf(path, sizeof(path), "%s/docs/sim-errors.md", root && *root ? root : ".");
+    f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    doc = kf_malloc((size_t)len + 1);
+    cr_assert_eq(fread(doc, 1, (size_t)len, f), (size_t)len);
+    doc[len] = 0;
+    fclose(f);
+    for (int c = 0; c < SIM_E__COUNT; c++) {
+        char name[80];
+        snprintf(name, sizeof(name), "SIM_E_%s", sim_error_name((sim_error_code)c));
+        cr_expect(strstr(doc, name) != NULL, "%s does not document %s", path, name);
+        cr_expect(strstr(doc, sim_error_rule((sim_error_code)c)) != NULL,
+                  "%s does not state the rule of %s", path, name);
+    }
+    free(doc);
+}
