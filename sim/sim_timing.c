@@ -169,11 +169,18 @@ static void ent_record(alloc_st *a, uint64_t lo, uint64_t hi, const uint64_t pm[
 
 /* The memory an on-chip allocation occupies: bytes [lo, hi) of
  * partitions [0, parts) (the allocator places tiles from partition 0). */
+enum { SIM_MAX_ROTATE = 8 };   /* = the target field's maximum */
+
 typedef struct phys {
     uint64_t lo, hi;
     uint32_t parts;
     uint32_t idx;         /* dead list: last instruction that used it; live list: alloc id */
     uint64_t t;           /* dead list: when that use ended */
+    /* dead list: the last uses of the tiles freed at exactly this place,
+     * newest first, for the allocator's buffer rotation */
+    uint64_t hist_t[SIM_MAX_ROTATE];
+    uint32_t hist_idx[SIM_MAX_ROTATE];
+    uint32_t nhist;
 } phys;
 
 typedef struct physlist {
@@ -188,6 +195,7 @@ static void phys_of(const sim_alloc *a, phys *p)
     p->parts = a->partitions;
     p->idx = 0;
     p->t = 0;
+    p->nhist = 0;
 }
 
 static inline int phys_overlap(const phys *x, const phys *y)
@@ -284,6 +292,7 @@ typedef struct model {
     const sim_target *t;
     alloc_st *as;
     physlist  dead[3];           /* per sim_mem: memory freed tiles used, and until when */
+    unsigned  rotate;            /* buffers a re-allocated tile rotates over */
     uint64_t  births;
     int       track_reuse;       /* allocator placed tiles without overlap */
     pipe     *pipes;
@@ -685,9 +694,18 @@ static void on_death(model *m, const sim_alloc *a)
                 e->t = p.t;
                 e->idx = p.idx;
             }
+            memmove(&e->hist_t[1], &e->hist_t[0], (SIM_MAX_ROTATE - 1) * sizeof(uint64_t));
+            memmove(&e->hist_idx[1], &e->hist_idx[0], (SIM_MAX_ROTATE - 1) * sizeof(uint32_t));
+            e->hist_t[0] = p.t;
+            e->hist_idx[0] = p.idx;
+            if (e->nhist < SIM_MAX_ROTATE)
+                e->nhist++;
             return;
         }
     }
+    p.hist_t[0] = p.t;
+    p.hist_idx[0] = p.idx;
+    p.nhist = 1;
     phys_push(l, &p);
 }
 
@@ -724,11 +742,26 @@ static void on_birth(model *m, const sim_alloc *a)
         dead_prune(m);
     phys_of(a, &p);
     l = &m->dead[a->mem];
-    for (size_t k = 0; k < l->n; k++)
-        if (phys_overlap(&l->e[k], &p) && l->e[k].t > st->floor_ps) {
-            st->floor_ps = l->e[k].t;
-            st->floor_idx = l->e[k].idx;
+    for (size_t k = 0; k < l->n; k++) {
+        const phys *e = &l->e[k];
+        uint64_t t = e->t;
+        uint32_t idx = e->idx;
+        if (!phys_overlap(e, &p))
+            continue;
+        /* A tile freed and allocated again at the same place stands for a
+         * loop's tile: it rotates over `rotate` buffers, as the compiler
+         * allocates them, so it waits for the user `rotate` frees back. */
+        if (e->lo == p.lo && e->hi == p.hi && e->parts == p.parts && m->rotate > 1) {
+            if (e->nhist < m->rotate)
+                continue;
+            t = e->hist_t[m->rotate - 1];
+            idx = e->hist_idx[m->rotate - 1];
         }
+        if (t > st->floor_ps) {
+            st->floor_ps = t;
+            st->floor_idx = idx;
+        }
+    }
 }
 
 static void model_release(model *m)
@@ -965,6 +998,7 @@ kf_code sim_timing_run(const sim_record *rec, const sim_target *tgt, sim_timing 
     m.t = tgt;
     m.n_queues = (uint32_t)tgt->dma_queues;
     m.n_pipes = (uint32_t)tgt->dma_engines;
+    m.rotate = (unsigned)tgt->alloc_rotate;
     m.as = kf_calloc(rec->n_allocs ? rec->n_allocs : 1, sizeof(alloc_st));
     m.alloc_writes = kf_calloc(rec->n_allocs ? rec->n_allocs : 1, sizeof(uint32_t));
     m.pipes = kf_calloc(m.n_pipes, sizeof(pipe));

@@ -387,25 +387,36 @@ Test(sim_timing_deps, a_tile_reusing_freed_memory_waits_for_its_last_user)
     sim_target t = load("trn1");
     sim_record r;
     sim_timing tm;
+    cr_assert_eq(t.alloc_rotate, 2);
     sim_record_init(&r, "trn1");
     uint32_t loc = sim_record_loc(&r, "k.py", 3, "k");
     uint32_t x = syn_hbm(&r, "x", SIM_DT_BFLOAT16, 1024, 512, 1, 0);
-    uint32_t a = syn_tile(&r, SIM_MEM_SBUF, "a", SIM_DT_BFLOAT16, 128, 512, 0);
-    uint32_t o = syn_tile(&r, SIM_MEM_SBUF, "o", SIM_DT_BFLOAT16, 128, 512, 4096);
-    syn_dma(&r, syn_tile_all(&r, a), syn_hbm_region(&r, x, 512, 0, 128, 0, 512), loc);     /* 0 */
-    syn_op(&r, SIM_OP_RECIPROCAL, -1, syn_tile_all(&r, o), syn_tile_all(&r, a), NULL, loc); /* 1 reads a, slow */
-    sim_record_free(&r, a);
-    uint32_t b = syn_tile(&r, SIM_MEM_SBUF, "b", SIM_DT_BFLOAT16, 128, 512, 0);            /* same memory */
-    syn_dma(&r, syn_tile_all(&r, b), syn_hbm_region(&r, x, 512, 128, 128, 0, 512), loc);   /* 2 */
+    uint32_t o = syn_tile(&r, SIM_MEM_SBUF, "o", SIM_DT_BFLOAT16, 128, 512, 8192);
+    uint32_t tiles[3];
+    /* three loop tiles freed and allocated again at offset 0: with two
+     * rotating buffers the third waits for the first one's reader */
+    for (int i = 0; i < 3; i++) {
+        tiles[i] = syn_tile(&r, SIM_MEM_SBUF, "a", SIM_DT_BFLOAT16, 128, 512, 0);
+        syn_dma(&r, syn_tile_all(&r, tiles[i]), syn_hbm_region(&r, x, 512, 128ull * i, 128, 0, 512), loc);
+        syn_op(&r, SIM_OP_RECIPROCAL, -1, syn_tile_all(&r, o), syn_tile_all(&r, tiles[i]), NULL, loc);
+        sim_record_free(&r, tiles[i]);
+    }
+    /* a tile of another size over the same memory waits for the last user */
+    uint32_t big = syn_tile(&r, SIM_MEM_SBUF, "b", SIM_DT_BFLOAT16, 128, 1024, 0);
+    syn_dma(&r, syn_tile_all(&r, big), syn_hbm_region(&r, x, 512, 384, 128, 0, 512), loc);
     timing(&r, &t, &tm);
-    cr_assert_eq(tm.t[2].start_ps, tm.t[1].end_ps);
-    cr_assert_eq(tm.t[2].wait, SIM_WAIT_REUSE);
+    cr_assert_eq(tm.t[2].start_ps, 0);                  /* second tile: the other buffer */
+    cr_assert_eq(tm.t[4].start_ps, tm.t[1].end_ps);     /* third: waits for the first's reader */
+    cr_assert_eq(tm.t[4].wait, SIM_WAIT_REUSE);
+    cr_assert_eq(tm.t[4].wait_on, 1);
+    cr_assert_eq(tm.t[6].start_ps, tm.t[5].end_ps);
+    cr_assert_eq(tm.t[6].wait, SIM_WAIT_REUSE);
     sim_timing_release(&tm);
 
-    /* the same record with b placed elsewhere does not wait */
-    r.allocs[b].sbuf_offset = 8192;
+    /* the same record with the big tile placed elsewhere does not wait */
+    r.allocs[big].sbuf_offset = 16384;
     timing(&r, &t, &tm);
-    cr_assert_eq(tm.t[2].start_ps, 0);
+    cr_assert_eq(tm.t[6].start_ps, 0);
     sim_timing_release(&tm);
     sim_record_release(&r);
 }
