@@ -20,6 +20,9 @@ done
 
 passed=0 failed=0 bad_bins=()
 export KFORGE_TEST_ROOT=$PWD
+# The simulator embeds CPython for the process's lifetime: its allocations are
+# not leaks of ours (tests/lsan.supp), under SANITIZE=1.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export KFORGE_TEST_BUILD=$BUILD
 TMP=$(mktemp -d /tmp/kforge-test.XXXXXX)
 chmod 755 "$TMP"
