@@ -310,9 +310,8 @@ static int do_run(const run_args *a)
     ev_done = true;
 
     kf_buf_addf(&text, "kforge-sim run %s:%s on %s", a->kernel, a->entry, a->target);
-    if (a->grid[0])
-        kf_buf_addf(&text, " grid %dx%dx%d", a->grid[0], a->grid[1] ? a->grid[1] : 1,
-                    a->grid[2] ? a->grid[2] : 1);
+    for (int g = 0; g < 3 && a->grid[g]; g++)
+        kf_buf_addf(&text, "%s%d", g ? "x" : " grid ", a->grid[g]);
     kf_buf_addf(&text, "%s\n  sandbox: %s, %.2f s wall, %.2f s CPU, %.0f MiB peak\n",
                 a->no_numerics ? " (no numerics)" : "", ev.sb.isolation, ev.sb.wall_seconds,
                 ev.sb.cpu_seconds, ev.sb.max_rss_kib / 1024.0);

@@ -14,3 +14,8 @@ $(SIM_LIB): $(SIM_SRCS:%.c=$(BUILD)/obj/%.o)
 $(BUILD)/obj/sim/%.o: CFLAGS += -Isim $(SIM_PY_CFLAGS) $(SIM_BLAS_CFLAGS)
 LIBS += $(SIM_LIB)
 EXTRA_LDLIBS += $(SIM_PY_LIBS) $(SIM_BLAS_LIBS)
+
+$(BUILD)/bin/kforge-sim: $(BUILD)/obj/sim/main.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
+BINS += $(BUILD)/bin/kforge-sim
