@@ -1,0 +1,220 @@
+/* The profiler on real NKI kernels run through the functional simulator
+ * (sim_run_kernel, timing-only unless stated): calibration of the corpus
+ * matmul kernels against the published trn2 measurements
+ * (neuron-hardware.md §5), the same profile with numerics on and off, the
+ * findings a kernel engineer expects on the tiled matmul, and a profile for
+ * every kernel of the corpus (tests/kernels/corpus.json). */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim_input.h"
+#include "sim/sim_profile.h"
+#include "sim/sim_run.h"
+#include "sim/sim_trace.h"
+
+typedef struct run {
+    sim_record   rec;
+    sim_profile *prof;
+} run;
+
+/* Runs `entry` of `path` with inputs given as kforge-sim --input specs. */
+static void run_kernel(run *r, const char *target, const char *path, const char *entry,
+                       const char *kwargs, const int grid[3], int numerics,
+                       const char *const *specs, size_t n)
+{
+    sim_array in[8];
+    sim_array *outs = NULL;
+    size_t n_outs = 0;
+    sim_error serr;
+    sim_run_opts o;
+    sim_target t;
+    kf_err e = KF_ERR_INIT;
+
+    cr_assert(n <= 8);
+    memset(in, 0, sizeof(in));
+    for (size_t i = 0; i < n; i++) {
+        sim_npy_array a;
+        char *name = NULL;
+        cr_assert_eq(sim_input_parse(specs[i], 0, 1ull << 32, &name, &a, &e), KF_OK, "%s", e.msg);
+        snprintf(in[i].name, sizeof(in[i].name), "%s", name);
+        free(name);
+        in[i].dtype = a.dtype;
+        in[i].ndim = a.ndim;
+        for (int d = 0; d < a.ndim; d++)
+            in[i].shape[d] = (int64_t)a.shape[d];
+        in[i].data = a.data;
+    }
+    memset(&o, 0, sizeof(o));
+    o.source_path = path;
+    o.entry = entry;
+    o.target = target;
+    o.numerics = numerics != 0;
+    o.kwargs_json = kwargs;
+    if (grid)
+        memcpy(o.grid, grid, sizeof(o.grid));
+    sim_record_init(&r->rec, target);
+    sim_error_clear(&serr);
+    kf_code rc = sim_run_kernel(&o, in, n, &outs, &n_outs, &r->rec, &serr, &e);
+    char msg[1024];
+    sim_error_format(&serr, msg, sizeof(msg));
+    cr_assert_eq(rc, KF_OK, "%s %s: %s (%s)", path, entry, e.msg, msg);
+    for (size_t i = 0; i < n_outs; i++)
+        sim_array_release(&outs[i]);
+    free(outs);
+    for (size_t i = 0; i < n; i++)
+        sim_array_release(&in[i]);
+    cr_assert_eq(sim_target_load(target, NULL, &t, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(sim_profile_build(&r->rec, &t, &r->prof, &e), KF_OK, "%s", e.msg);
+}
+
+static void run_release(run *r)
+{
+    sim_profile_free(r->prof);
+    sim_record_release(&r->rec);
+}
+
+static const sim_finding *finding(const sim_profile *p, sim_finding_kind k)
+{
+    for (size_t i = 0; i < p->n_findings; i++)
+        if (p->findings[i].kind == k)
+            return &p->findings[i];
+    return NULL;
+}
+
+static const char *const MM4096[] = { "lhsT=shape:4096x4096:bf16:seed=1",
+                                      "rhs=shape:4096x4096:bf16:seed=2" };
+
+/* The corpus matmul kernels at the published shape, timing-only, on trn2:
+ * tiled (8,602 us), 4x2 output-tile blocks (2,451 us), 16x2 blocks with the
+ * rhs block resident (1,801 us).  Within 25%, in the published order. */
+Test(sim_profile_kernels, calibration_trn2_corpus_matmuls, .timeout = 600)
+{
+    static const struct {
+        const char *entry, *kwargs;
+        double published_ms;
+    } steps[] = {
+        { "matmul_tiled", NULL, 8.602 },
+        { "matmul_blocked", "{\"BLOCK_M\": 4, \"BLOCK_N\": 2}", 2.451 },
+        { "matmul_blocked", "{\"BLOCK_M\": 16, \"BLOCK_N\": 2}", 1.801 },
+    };
+    double got[3];
+    for (int i = 0; i < 3; i++) {
+        run r;
+        run_kernel(&r, "trn2", "tests/kernels/current/matmul.py", steps[i].entry, steps[i].kwargs,
+                   NULL, 0, MM4096, 2);
+        got[i] = r.prof->total_ns / 1e6;
+        cr_log_info("%s %s: %.3f ms (published %.3f ms)", steps[i].entry,
+                    steps[i].kwargs ? steps[i].kwargs : "", got[i], steps[i].published_ms);
+        cr_assert(fabs(got[i] / steps[i].published_ms - 1) <= 0.25,
+                  "%s %s: %.3f ms vs published %.3f ms", steps[i].entry,
+                  steps[i].kwargs ? steps[i].kwargs : "", got[i], steps[i].published_ms);
+        run_release(&r);
+    }
+    cr_assert(got[0] > got[1] && got[1] > got[2]);
+}
+
+Test(sim_profile_kernels, numerics_on_and_off_give_the_same_profile, .timeout = 300)
+{
+    static const char *const specs[] = { "lhsT=shape:512x256:bf16:seed=3",
+                                         "rhs=shape:512x1024:bf16:seed=4" };
+    run on, off;
+    run_kernel(&on, "trn2", "tests/kernels/current/matmul.py", "matmul_tiled", NULL, NULL, 1, specs, 2);
+    run_kernel(&off, "trn2", "tests/kernels/current/matmul.py", "matmul_tiled", NULL, NULL, 0, specs, 2);
+    cr_assert_eq(on.rec.n_insns, off.rec.n_insns);
+    cr_assert(on.rec.n_insns > 0);
+    char *a = sim_profile_json(on.prof), *b = sim_profile_json(off.prof);
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    run_release(&on);
+    run_release(&off);
+}
+
+Test(sim_profile_kernels, tiled_matmul_findings_name_the_reloaded_input_and_its_line, .timeout = 300)
+{
+    static const char *const specs[] = { "lhsT=shape:1024x1024:bf16:seed=1",
+                                         "rhs=shape:1024x1024:bf16:seed=2" };
+    run r, b;
+    run_kernel(&r, "trn2", "tests/kernels/current/matmul.py", "matmul_tiled", NULL, NULL, 0, specs, 2);
+    const sim_finding *f = finding(r.prof, SIM_FIND_HBM_RELOAD);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "`rhs`") != NULL, "%s", f->message);
+    cr_assert(strstr(f->message, "matmul.py:") != NULL, "%s", f->message);
+    cr_assert_not_null(finding(r.prof, SIM_FIND_DMA_SMALL));
+    cr_assert_not_null(finding(r.prof, SIM_FIND_DMA_WAIT));
+    cr_assert_str_eq(r.prof->bounds.pipeline_engine, "dma");
+
+    /* the blocked kernel keeps its operand blocks in SBUF: no reload */
+    run_kernel(&b, "trn2", "tests/kernels/current/matmul.py", "matmul_blocked",
+               "{\"BLOCK_M\": 8, \"BLOCK_N\": 2}", NULL, 0, specs, 2);
+    cr_assert_null(finding(b.prof, SIM_FIND_HBM_RELOAD));
+    cr_assert(b.prof->total_ns < r.prof->total_ns / 2);
+    run_release(&r);
+    run_release(&b);
+}
+
+/* Every current-API kernel of the corpus (first case of each op) profiles,
+ * with its time on TensorE/VectorE/ScalarE/DMA and a valid trace. */
+Test(sim_profile_kernels, every_corpus_kernel_has_a_profile, .timeout = 600)
+{
+    FILE *f = fopen("tests/kernels/corpus.json", "r");
+    cr_assert_not_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text), *op;
+    cr_assert_not_null(root);
+    int profiled = 0;
+    cJSON_ArrayForEach(op, cJSON_GetObjectItem(root, "ops")) {
+        cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(op, "cases"), 0), *it;
+        if (cJSON_GetObjectItem(op, "pending") || !c || cJSON_GetObjectItem(c, "pending"))
+            continue;
+        const char *specs[8];
+        size_t ns = 0;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(c, "inputs"))
+            if (ns < 8)
+                specs[ns++] = it->valuestring;
+        int grid[3] = { 0, 0, 0 }, gi = 0;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(c, "grid"))
+            if (gi < 3)
+                grid[gi++] = it->valueint;
+        char *kw = cJSON_GetObjectItem(c, "kwargs")
+                       ? cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "kwargs")) : NULL;
+        char path[256];
+        snprintf(path, sizeof(path), "tests/kernels/current/%s",
+                 cJSON_GetObjectItem(op, "kernel")->valuestring);
+        run r;
+        run_kernel(&r, "trn2", path, cJSON_GetObjectItem(op, "entry")->valuestring, kw,
+                   gi ? grid : NULL, 0, specs, ns);
+        cr_assert(r.prof->total_ns > 0, "%s", path);
+        cr_assert(r.prof->n_lines > 0, "%s: lines attributed", path);
+        cr_assert(r.prof->bounds.achieved_fraction > 0 && r.prof->bounds.achieved_fraction <= 1.0001,
+                  "%s: achieved %f", path, r.prof->bounds.achieved_fraction);
+        char *summary = sim_profile_summary_json(r.prof);
+        cJSON *s = cJSON_Parse(summary);
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(s, "total_time")));
+        cJSON_Delete(s);
+        free(summary);
+        FILE *tf = tmpfile();
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(sim_trace_write(r.prof, tf, &e), KF_OK);
+        fclose(tf);
+        char *screen = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&screen, &len);
+        sim_profile_print(m, r.prof);
+        fclose(m);
+        cr_log_info("%s\n%s", path, screen);
+        free(screen);
+        free(kw);
+        run_release(&r);
+        profiled++;
+    }
+    cr_assert(profiled >= 10, "profiled %d corpus kernels", profiled);
+    cJSON_Delete(root);
+}
