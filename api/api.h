@@ -208,6 +208,9 @@ PGconn *api_req_pg(api_req *r);
 PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params);
 /* The same with a prepared statement. */
 PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params);
+/* The same without answering: NULL with *fail_status 503 (PostgreSQL
+ * away or busy) or 500. */
+PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *params, int *fail_status);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);
@@ -235,6 +238,42 @@ void api_reply_problem(api_req *r, int status, const char *slug, const char *tit
 void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields *fe);
 /* Answer from an error value (status from KF_ERROR_MAP; 503s get Retry-After). */
 void api_reply_err(api_req *r, const kf_err *e);
+
+/* The public JSON form of a jobs row aliased j. */
+#define API_JOB_JSON                                                                                      \
+    "json_build_object('id', j.id, 'kind', j.kind, 'state', j.state, 'target', j.target, 'backend', "     \
+    "j.backend, 'priority', j.priority, 'spec', j.spec, 'budget', j.budget, 'goal', j.goal, 'labels', "    \
+    "j.labels, 'attempt', j.attempt, 'max_attempts', j.max_attempts, 'cancel_requested', "                 \
+    "j.cancel_requested, 'worker_id', j.worker_id, 'last_error', j.last_error, 'best_iteration', "         \
+    "j.best_iteration, 'result', j.result, 'idempotency_key', j.idempotency_key, 'created_at', "           \
+    "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at)"
+
+/* ---- group commit of new jobs (api_batch.c) -------------------------------- */
+
+/* One job to create.  The caller fills the inputs, calls api_job_insert()
+ * and owns the outputs afterwards. */
+typedef struct api_new_job {
+    /* inputs (borrowed until api_job_insert returns) */
+    char        id[37];
+    const char *kind, *target, *backend;
+    int         priority, max_attempts;
+    int64_t     owner;
+    const char *idem_key;       /* NULL without Idempotency-Key */
+    const char *spec, *budget, *goal, *labels;   /* JSON texts */
+    /* outputs */
+    int         status;         /* 202, or 503/500 when nothing was written */
+    char       *body;           /* the job document (caller frees) */
+    bool        queued;         /* on Redis already (else the relay does it) */
+    /* internal */
+    bool        done;
+    struct api_new_job *next;
+} api_new_job;
+
+/* Write the job, its outbox row, its created event and (with a key) its
+ * stored idempotent response, in one statement together with the jobs of
+ * concurrent requests (group commit); after the commit, put them on Redis
+ * and mark their outbox rows sent.  Blocks until nj is done. */
+void api_job_insert(api_req *r, api_new_job *nj);
 
 /* ---- handlers -------------------------------------------------------------- */
 

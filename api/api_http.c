@@ -256,11 +256,20 @@ void api_req_pg_reset(api_req *r)
         *mask = 0;
 }
 
-/* Run sql (or the prepared statement st) once; see api_req_sql. */
-static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, int n, const char *const *params)
+/* Run sql (or the prepared statement st) once; see api_req_sql.  With
+ * quiet, failures are not answered: *fail_status says 503 or 500. */
+static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, int n, const char *const *params,
+                              bool quiet, int *fail_status)
 {
-    PGconn *c = api_req_pg(r);
+    PGconn *c;
 
+    if (quiet) {
+        kf_err e = KF_ERR_INIT;
+        c = api_req_pg_quiet(r, &e);
+        *fail_status = 503;
+    } else {
+        c = api_req_pg(r);
+    }
     if (!c)
         return NULL;
     for (int attempt = 0;; attempt++) {
@@ -299,12 +308,18 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
         r->pg_failed = true;
         if (api_pg_error_transient(c, res)) {
             kf_log_warn("postgres unavailable req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
-            api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                              "the database is unavailable; retry after the number of seconds in Retry-After");
+            if (quiet)
+                *fail_status = 503;
+            else
+                api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                                  "the database is unavailable; retry after the number of seconds in Retry-After");
         } else {
             kf_log_error("query failed req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
-            api_reply_problem(r, 500, "internal", "Internal error",
-                              "a database statement failed; the request id is in the server log");
+            if (quiet)
+                *fail_status = 500;
+            else
+                api_reply_problem(r, 500, "internal", "Internal error",
+                                  "a database statement failed; the request id is in the server log");
         }
         PQclear(res);
         return NULL;
@@ -313,12 +328,17 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
 
 PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params)
 {
-    return api_req_exec(r, NULL, sql, n, params);
+    return api_req_exec(r, NULL, sql, n, params, false, NULL);
 }
 
 PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params)
 {
-    return api_req_exec(r, st, NULL, st->nparams, params);
+    return api_req_exec(r, st, NULL, st->nparams, params, false, NULL);
+}
+
+PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *params, int *fail_status)
+{
+    return api_req_exec(r, st, NULL, st->nparams, params, true, fail_status);
 }
 
 bool api_req_begin(api_req *r)

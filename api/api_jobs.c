@@ -12,15 +12,6 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
-/* The public JSON form of a jobs row aliased j. */
-#define API_JOB_JSON                                                                                      \
-    "json_build_object('id', j.id, 'kind', j.kind, 'state', j.state, 'target', j.target, 'backend', "     \
-    "j.backend, 'priority', j.priority, 'spec', j.spec, 'budget', j.budget, 'goal', j.goal, 'labels', "    \
-    "j.labels, 'attempt', j.attempt, 'max_attempts', j.max_attempts, 'cancel_requested', "                 \
-    "j.cancel_requested, 'worker_id', j.worker_id, 'last_error', j.last_error, 'best_iteration', "         \
-    "j.best_iteration, 'result', j.result, 'idempotency_key', j.idempotency_key, 'created_at', "           \
-    "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at)"
-
 /* Owner filter parameter: NULL for admins (they see every job). */
 static const char *api_owner_param(api_req *r, char buf[24])
 {
@@ -38,125 +29,52 @@ static bool api_job_id_ok(api_req *r)
     return false;
 }
 
-/* Put a committed job on the Redis queue and mark its outbox row sent.
- * Failure is logged and left to the scheduler's relay. */
-static void api_job_fast_path(api_req *r, const kf_job_request *jr, const char *id, const char *outbox_id,
-                              const char *spec, const char *budget, const char *goal)
-{
-    kf_err e = KF_ERR_INIT;
-    kf_queue *q = NULL;
-    char *payload = NULL;
-    kf_queue_job qj;
-    bool created = false;
-    const char *params[1];
-    PGresult *res;
-
-    payload = kf_job_payload_build(id, kf_job_kind_name(jr->kind), jr->target, jr->backend, spec, budget, goal, &e);
-    if (!payload)
-        goto fail;
-    q = api_qpool_get(api_req_qpool(r), &e);
-    if (!q)
-        goto fail;
-    memset(&qj, 0, sizeof(qj));
-    qj.id = id;
-    qj.kind = kf_job_kind_name(jr->kind);
-    qj.target = jr->target;
-    qj.backend = jr->backend;
-    qj.priority = jr->priority;
-    qj.attempt = 0;
-    qj.max_attempts = jr->max_attempts;
-    qj.payload = payload;
-    if (kf_queue_enqueue(q, &qj, &created, &e) != KF_OK)
-        goto fail;
-    api_qpool_put(api_req_qpool(r), q);
-    q = NULL;
-    free(payload);
-    /* The reply is decided (202): no api_req_sql, which would answer. */
-    if (!r->pg)
-        return;
-    params[0] = outbox_id;
-    res = PQexecParams(r->pg,
-                       "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = $1::bigint AND sent_at IS NULL "
-                       "RETURNING job_id) "
-                       "INSERT INTO job_events (job_id, type, from_state, to_state) "
-                       "SELECT job_id, 'enqueued', 'queued', 'queued' FROM o",
-                       1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK)
-        kf_log_warn("outbox row not marked sent (the relay will resend; enqueue is idempotent) job=%s msg=\"%s\"",
-                    id, PQresultErrorMessage(res));
-    PQclear(res);
-    return;
-fail:
-    kf_log_warn("job accepted but not queued yet; the scheduler's outbox relay will queue it job=%s msg=\"%s\"", id,
-                e.msg);
-    api_qpool_put(api_req_qpool(r), q);
-    free(payload);
-}
-
-/* The job, its outbox row, its first event and (with Idempotency-Key) the
- * stored response: one statement, so one transaction. */
-static const api_stmt api_st_job_create = {
-    1, "kf_job_create",
-    "WITH j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, "
-    "  max_attempts, owner_token_id, idempotency_key) "
-    "  VALUES ($1::uuid, $2, $3, $4, $5::int, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::int, "
-    "  $11::bigint, $12) RETURNING *), "
-    "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id), "
-    "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
-    "x AS (SELECT " API_JOB_JSON "::text AS body FROM j), "
-    "i AS (UPDATE idempotency_keys SET state = 'done', status = 202, "
-    "  response = (SELECT body FROM x), location = '/v1/jobs/' || $1 "
-    "  WHERE $12::text IS NOT NULL AND owner_token_id = $11::bigint AND key = $12) "
-    "SELECT (SELECT id FROM o), (SELECT body FROM x)",
-    12,
-};
-
 void api_h_job_create(api_req *r)
 {
     kf_fields fe;
     kf_job_request jr;
-    char id[37], prio[8], maxa[8], owner[24], *spec = NULL, *budget = NULL, *goal = NULL, *labels = NULL;
-    const char *params[12];
+    api_new_job nj;
+    char *spec = NULL, *budget = NULL, *goal = NULL, *labels = NULL;
     uuid_t u;
-    PGresult *res;
 
     kf_fields_init(&fe);
     if (!kf_job_request_parse(r->json, api_req_config(r)->default_max_attempts, &jr, &fe)) {
         api_reply_fields(r, 422, "validation", &fe);
         return;
     }
+    memset(&nj, 0, sizeof(nj));
     uuid_generate_random(u);
-    uuid_unparse_lower(u, id);
+    uuid_unparse_lower(u, nj.id);
     spec = kf_json_print(jr.spec);
     budget = kf_json_print(jr.budget);
     goal = kf_json_print(jr.goal);
     labels = kf_json_print(jr.labels);
-    snprintf(prio, sizeof(prio), "%d", jr.priority);
-    snprintf(maxa, sizeof(maxa), "%d", jr.max_attempts);
-    snprintf(owner, sizeof(owner), "%lld", (long long)r->who.token_id);
-    params[0] = id;
-    params[1] = kf_job_kind_name(jr.kind);
-    params[2] = jr.target;
-    params[3] = jr.backend;
-    params[4] = prio;
-    params[5] = spec;
-    params[6] = budget;
-    params[7] = goal;
-    params[8] = labels;
-    params[9] = maxa;
-    params[10] = owner;
-    params[11] = r->idem_active ? r->idem_key : NULL;
-    res = api_req_stmt(r, &api_st_job_create, params);
-    if (!res)
-        goto out;
-    r->idem_stored = r->idem_active;
-    api_reply_json_text(r, 202, PQgetvalue(res, 0, 1));
-    snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", id);
-    kf_log_info("job created job=%s kind=%s target=%s owner=%s req=%s", id, params[1], jr.target, owner,
-                r->request_id);
-    api_job_fast_path(r, &jr, id, PQgetvalue(res, 0, 0), spec, budget, goal);
-    PQclear(res);
-out:
+    nj.kind = kf_job_kind_name(jr.kind);
+    nj.target = jr.target;
+    nj.backend = jr.backend;
+    nj.priority = jr.priority;
+    nj.max_attempts = jr.max_attempts;
+    nj.owner = r->who.token_id;
+    nj.idem_key = r->idem_active ? r->idem_key : NULL;
+    nj.spec = spec;
+    nj.budget = budget;
+    nj.goal = goal;
+    nj.labels = labels;
+    api_job_insert(r, &nj);
+    if (nj.status == 202) {
+        r->idem_stored = r->idem_active;
+        api_reply_json_text(r, 202, nj.body);
+        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj.id);
+        kf_log_info("job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s", nj.id, nj.kind, nj.target,
+                    (long long)nj.owner, nj.queued, r->request_id);
+    } else if (nj.status == 503) {
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "the database is unavailable; retry after the number of seconds in Retry-After");
+    } else {
+        api_reply_problem(r, 500, "internal", "Internal error",
+                          "the job could not be stored; the request id is in the server log");
+    }
+    free(nj.body);
     free(spec);
     free(budget);
     free(goal);

@@ -882,3 +882,69 @@ Test(api_cli, serve_migrate_and_bootstrap_token_on_a_fresh_database, .timeout = 
     free(url);
     free(jobs);
 }
+
+/* ---- group commit under concurrency ------------------------------------------ */
+
+typedef struct burst_arg {
+    int  n_ok;
+    char ids[20][37];
+    char err[256];
+} burst_arg;
+
+static void *burst_post(void *p)
+{
+    burst_arg *a = p;
+    for (int i = 0; i < 20; i++) {
+        kf_http_resp r;
+        cJSON *j;
+        char *loc;
+        long st = fx_req(&fx, "POST", "/v1/jobs", fx.user, "{\"kind\":\"diag\",\"target\":\"trn1\"}", &r);
+        if (st != 202) {
+            snprintf(a->err, sizeof(a->err), "%ld %.200s", st, r.body ? r.body : r.error);
+            kf_http_resp_release(&r);
+            return NULL;
+        }
+        j = cJSON_Parse(r.body);
+        loc = kf_http_header(&r, "Location");
+        snprintf(a->ids[i], sizeof(a->ids[i]), "%s", j ? fx_str(j, "id") : "");
+        if (!loc || !strstr(loc, a->ids[i]))
+            snprintf(a->err, sizeof(a->err), "Location %s does not name job %s", loc ? loc : "-", a->ids[i]);
+        free(loc);
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        a->n_ok++;
+    }
+    return NULL;
+}
+
+Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
+{
+    enum { T = 12 };
+    pthread_t t[T];
+    burst_arg *a = kf_calloc(T, sizeof(*a));
+
+    for (int i = 0; i < T; i++)
+        pthread_create(&t[i], NULL, burst_post, &a[i]);
+    for (int i = 0; i < T; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < T; i++)
+        cr_assert_eq(a[i].n_ok, 20, "thread %d: %s", i, a[i].err);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(DISTINCT id) FROM jobs", NULL), T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE sent_at IS NULL", NULL), 0);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'created'", NULL), T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'enqueued'", NULL), T * 20);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn1"), T * 20);
+    /* Each client's jobs are created (and queued) in the order it sent them. */
+    for (int i = 0; i < T; i++) {
+        for (int k = 1; k < 20; k++) {
+            char *sql = kf_asprintf("SELECT (SELECT created_at FROM jobs WHERE id = '%s') < "
+                                    "(SELECT created_at FROM jobs WHERE id = '%s')::timestamptz",
+                                    a[i].ids[k - 1], a[i].ids[k]);
+            char *v = fx_sql(&fx, sql, NULL);
+            cr_assert_str_eq(v, "t", "thread %d: job %d not after job %d", i, k, k - 1);
+            free(v);
+            free(sql);
+        }
+    }
+    free(a);
+}

@@ -1,0 +1,223 @@
+/* api_batch — group commit of new jobs.
+ *
+ * Creating a job costs PostgreSQL four row writes; done one request at a
+ * time, most of the cost is per statement (executor start, WAL flush,
+ * round trips), not per row.  So concurrent POST /v1/jobs requests meet
+ * here: a request that arrives while fewer than API_BATCH_LEADERS batches
+ * run becomes a leader, takes every waiting request (up to API_BATCH_MAX), writes them
+ * all with one statement on its own connection, puts them on Redis, marks
+ * their outbox rows sent with one more statement, and wakes the others.
+ * A lone request is a batch of one, so nothing waits for a timer.
+ *
+ * Each job's rows are still one transaction (the statement), so a failure
+ * writes nothing for any job of the batch, and each answers 503/500.  Jobs
+ * keep their arrival order: created_at is the clock at each row, and Redis
+ * receives them in that order. */
+#include "api.h"
+#include "kf_alloc.h"
+#include "kf_job.h"
+#include "kf_log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API_BATCH_MAX 64
+/* Batches written at the same time (each on its own connection): one
+ * would leave PostgreSQL idle during each batch's Redis step. */
+#define API_BATCH_LEADERS 2
+
+static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;
+static api_new_job *api_batch_head, *api_batch_tail;
+static int api_batch_leaders;
+
+static const api_stmt api_st_batch_create = {
+    3, "kf_job_create_batch",
+    "WITH input AS (SELECT t.*, clock_timestamp() AS ts FROM json_to_recordset($1::json) "
+    "  AS t(id uuid, kind text, target text, backend text, priority int, spec jsonb, budget jsonb, goal jsonb, "
+    "  labels jsonb, max_attempts int, owner bigint, ikey text, ord int)), "
+    "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "
+    "  owner_token_id, idempotency_key, created_at, updated_at) "
+    "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, ts "
+    "  FROM input ORDER BY ord RETURNING *), "
+    "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id, job_id), "
+    "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
+    "x AS (SELECT j.id, " API_JOB_JSON "::text AS body FROM j), "
+    "i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = x.body, "
+    "  location = '/v1/jobs/' || x.id FROM x JOIN input ON input.id = x.id "
+    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
+    "SELECT x.id::text, o.id, x.body FROM x JOIN o ON o.job_id = x.id",
+    1,
+};
+
+static const api_stmt api_st_batch_sent = {
+    4, "kf_outbox_sent_batch",
+    "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[]) AND sent_at IS NULL "
+    "  RETURNING job_id) "
+    "INSERT INTO job_events (job_id, type, from_state, to_state) SELECT job_id, 'enqueued', 'queued', 'queued' FROM o",
+    1,
+};
+
+/* The batch as the JSON array json_to_recordset reads. */
+static char *api_batch_json(api_new_job *batch)
+{
+    cJSON *arr = cJSON_CreateArray();
+    char *s;
+    int ord = 0;
+
+    for (api_new_job *p = batch; p; p = p->next) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "ord", ord++);
+        cJSON_AddStringToObject(o, "id", p->id);
+        cJSON_AddStringToObject(o, "kind", p->kind);
+        cJSON_AddStringToObject(o, "target", p->target);
+        cJSON_AddStringToObject(o, "backend", p->backend);
+        cJSON_AddNumberToObject(o, "priority", p->priority);
+        cJSON_AddItemToObject(o, "spec", cJSON_CreateRaw(p->spec));
+        cJSON_AddItemToObject(o, "budget", cJSON_CreateRaw(p->budget));
+        cJSON_AddItemToObject(o, "goal", cJSON_CreateRaw(p->goal));
+        cJSON_AddItemToObject(o, "labels", cJSON_CreateRaw(p->labels));
+        cJSON_AddNumberToObject(o, "max_attempts", p->max_attempts);
+        cJSON_AddNumberToObject(o, "owner", (double)p->owner);
+        if (p->idem_key)
+            cJSON_AddStringToObject(o, "ikey", p->idem_key);
+        else
+            cJSON_AddNullToObject(o, "ikey");
+        cJSON_AddItemToArray(arr, o);
+    }
+    s = kf_json_print(arr);
+    cJSON_Delete(arr);
+    return s;
+}
+
+/* After the commit: Redis, then one statement marking the rows sent. */
+static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24])
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
+    kf_buf ids = KF_BUF_INIT;
+    int i = 0, n_sent = 0;
+
+    kf_buf_addc(&ids, '{');
+    for (api_new_job *p = batch; p && q; p = p->next, i++) {
+        kf_queue_job qj;
+        bool created = false;
+        char *payload;
+
+        if (p->status != 202)
+            continue;
+        payload = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
+        if (!payload)
+            break;
+        memset(&qj, 0, sizeof(qj));
+        qj.id = p->id;
+        qj.kind = p->kind;
+        qj.target = p->target;
+        qj.backend = p->backend;
+        qj.priority = p->priority;
+        qj.max_attempts = p->max_attempts;
+        qj.payload = payload;
+        if (kf_queue_enqueue(q, &qj, &created, &e) != KF_OK) {
+            free(payload);
+            break;   /* Redis is away: the relay takes the rest */
+        }
+        free(payload);
+        p->queued = true;
+        kf_buf_addf(&ids, "%s%s", n_sent++ ? "," : "", outbox_ids[i]);
+    }
+    kf_buf_addc(&ids, '}');
+    api_qpool_put(api_req_qpool(r), q);
+    if (e.code != KF_OK)
+        kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"", e.msg);
+    if (n_sent > 0) {
+        const char *params[1] = { ids.data };
+        int fail = 0;
+        PGresult *res = api_req_stmt_quiet(r, &api_st_batch_sent, params, &fail);
+        if (!res)
+            kf_log_warn("outbox rows not marked sent (the relay will resend; enqueue is idempotent) n=%d", n_sent);
+        PQclear(res);
+    }
+    kf_buf_release(&ids);
+}
+
+static void api_batch_run(api_req *r, api_new_job *batch, int n)
+{
+    char *json = api_batch_json(batch);
+    const char *params[1] = { json };
+    char(*outbox_ids)[24] = kf_calloc((size_t)n, sizeof(*outbox_ids));
+    int fail = 0, i;
+    PGresult *res = api_req_stmt_quiet(r, &api_st_batch_create, params, &fail);
+
+    if (!res) {
+        for (api_new_job *p = batch; p; p = p->next)
+            p->status = fail;
+        goto out;
+    }
+    i = 0;
+    for (api_new_job *p = batch; p; p = p->next, i++) {
+        p->status = 500;
+        for (int row = 0; row < PQntuples(res); row++) {
+            if (strcmp(PQgetvalue(res, row, 0), p->id) == 0) {
+                p->status = 202;
+                p->body = kf_strdup(PQgetvalue(res, row, 2));
+                snprintf(outbox_ids[i], sizeof(outbox_ids[i]), "%s", PQgetvalue(res, row, 1));
+                break;
+            }
+        }
+    }
+    kf_log_debug("job batch written n=%d req=%s", n, r->request_id);
+    PQclear(res);
+    api_batch_queue(r, batch, outbox_ids);
+out:
+    free(outbox_ids);
+    free(json);
+}
+
+void api_job_insert(api_req *r, api_new_job *nj)
+{
+    nj->done = false;
+    nj->next = NULL;
+    nj->status = 0;
+    nj->body = NULL;
+    nj->queued = false;
+    pthread_mutex_lock(&api_batch_mu);
+    if (api_batch_tail)
+        api_batch_tail->next = nj;
+    else
+        api_batch_head = nj;
+    api_batch_tail = nj;
+    while (!nj->done) {
+        api_new_job *batch, *last, *p, *next;
+        int n = 0;
+
+        if (api_batch_leaders >= API_BATCH_LEADERS || !api_batch_head) {
+            pthread_cond_wait(&api_batch_cv, &api_batch_mu);
+            continue;
+        }
+        /* Lead: take up to API_BATCH_MAX waiting jobs (ours may be further back). */
+        batch = api_batch_head;
+        last = batch;
+        for (n = 1; n < API_BATCH_MAX && last->next; n++)
+            last = last->next;
+        api_batch_head = last->next;
+        if (!api_batch_head)
+            api_batch_tail = NULL;
+        last->next = NULL;
+        api_batch_leaders++;
+        pthread_mutex_unlock(&api_batch_mu);
+
+        api_batch_run(r, batch, n);
+
+        pthread_mutex_lock(&api_batch_mu);
+        for (p = batch; p; p = next) {
+            next = p->next;
+            p->next = NULL;
+            p->done = true;
+        }
+        api_batch_leaders--;
+        pthread_cond_broadcast(&api_batch_cv);
+    }
+    pthread_mutex_unlock(&api_batch_mu);
+}
