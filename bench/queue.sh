@@ -1,0 +1,98 @@
+# Queue and pipeline benchmarks, sourced by bench/run.sh (parts queue_*).
+# Each part starts its own Redis (AOF everysec, noeviction) and PostgreSQL
+# (the test settings of tests/lib/services.sh) under $TMP, once per run,
+# and drives kforge-api / kforge-scheduler / kforge-worker through
+# $BUILD/bench/queue_bench.
+#   bench/run.sh queue_recovery queue_throughput queue_memory queue_dispatch queue_enqueue
+
+. tests/lib/services.sh
+
+QB_UP=0
+queue_services_up() {
+  [ $QB_UP -eq 1 ] && return 0
+  QB_REDIS_PORT=$(kf_free_port)
+  QB_PG_PORT=$(kf_free_port)
+  chmod 755 "$TMP"
+  kf_start_redis "$TMP/redis" "$QB_REDIS_PORT" || return 1
+  kf_start_pg "$TMP/pg" "$QB_PG_PORT" || return 1
+  trap 'kf_stop_services; rm -rf "$TMP"' EXIT
+  QB_UP=1
+}
+
+# A fresh migrated database per part; exports what queue_bench reads.
+queue_fresh_db() {
+  local name=qb_$(date +%s%N)
+  "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$QB_PG_PORT" -U postgres -d postgres -qAt \
+      -c "CREATE DATABASE $name OWNER kforge" >/dev/null || return 1
+  export KFB_PG_DSN="host=127.0.0.1 port=$QB_PG_PORT user=kforge dbname=$name"
+  export KFB_REDIS_PORT=$QB_REDIS_PORT KFB_BUILD=$BUILD
+  export KFB_DIR=$TMP/qb-$name
+  mkdir -p "$KFB_DIR"
+  KFORGE_PG_DSN=$KFB_PG_DSN "$BUILD/bin/kforge-api" migrate >/dev/null || return 1
+}
+
+queue_prepare() {
+  queue_services_up && queue_fresh_db
+}
+
+# Recovery time after a worker SIGKILL, against the lease (issue 5).
+bench_queue_recovery() {
+  echo "== queue_recovery: worker SIGKILL -> job running again (target <= 2x lease)"
+  queue_prepare || return 1
+  "$BUILD/bench/queue_bench" recovery 5 2000
+}
+
+# Jobs/s end to end with 4 workers vs redis-benchmark LPUSH+RPOP (issue 5).
+bench_queue_throughput() {
+  local n=${KFORGE_BENCH_QUEUE_JOBS:-2000} out rate lp rp
+  echo "== queue_throughput: $n diag jobs of 0 ms, 4 workers, vs raw Redis LPUSH+RPOP"
+  queue_prepare || return 1
+  out=$("$BUILD/bench/queue_bench" throughput "$n" 4) || { echo "$out"; return 1; }
+  echo "$out" | grep -v '^KFB_'
+  rate=$(echo "$out" | sed -n 's/^KFB_E2E_RATE=//p')
+  lp=$(redis-benchmark -h 127.0.0.1 -p "$QB_REDIS_PORT" -t lpush -n 100000 -q 2>/dev/null | sed -n 's/.*LPUSH: \([0-9.]*\) requests.*/\1/p' | tail -n 1)
+  rp=$(redis-benchmark -h 127.0.0.1 -p "$QB_REDIS_PORT" -t rpop -n 100000 -q 2>/dev/null | sed -n 's/.*RPOP: \([0-9.]*\) requests.*/\1/p' | tail -n 1)
+  /usr/bin/python3 - "$rate" "$lp" "$rp" <<'PY'
+import sys
+rate, lp, rp = (float(x) for x in sys.argv[1:4])
+pair = 1 / (1 / lp + 1 / rp)
+print(f"   redis-benchmark: LPUSH {lp:,.0f}/s, RPOP {rp:,.0f}/s -> {pair:,.0f} push+pop pairs/s")
+print(f"   ratio end-to-end jobs/s / raw push+pop pairs/s: {rate / pair:.4f}")
+PY
+}
+
+# Redis memory while 100,000 jobs finish (issue 5): must stay flat.
+bench_queue_memory() {
+  local n=${KFORGE_BENCH_QUEUE_MEMORY_JOBS:-100000}
+  echo "== queue_memory: Redis used_memory over $n finished jobs (bounded)"
+  queue_prepare || return 1
+  "$BUILD/bench/queue_bench" memory "$n"
+}
+
+# POST accepted -> worker holds the lease, p50/p99 over 1,000 diag jobs (issue 2).
+bench_queue_dispatch() {
+  echo "== queue_dispatch: POST -> lease latency over 1000 diag jobs at light load (target p99 <= 10 ms)"
+  queue_prepare || return 1
+  "$BUILD/bench/queue_bench" dispatch 1000
+}
+
+# Sustained POST /v1/jobs rate vs pgbench single-row INSERT on the same PostgreSQL (issue 2).
+bench_queue_enqueue() {
+  local secs=${KFORGE_BENCH_ENQUEUE_SECS:-10} out rate tps
+  echo "== queue_enqueue: POST /v1/jobs for ${secs} s, 4 clients, vs pgbench one-INSERT script (target >= 0.5)"
+  queue_prepare || return 1
+  out=$("$BUILD/bench/queue_bench" enqueue "$secs" 4) || { echo "$out"; return 1; }
+  echo "$out" | grep -v '^KFB_'
+  rate=$(echo "$out" | sed -n 's/^KFB_ENQUEUE_RATE=//p')
+  "$KF_PG_BIN/psql" "$KFB_PG_DSN" -qAt -c \
+    "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" || return 1
+  echo "INSERT INTO bench_insert (body) VALUES ('{\"kind\":\"diag\",\"spec\":{\"sleep_ms\":0}}');" > "$KFB_DIR/insert.sql"
+  tps=$("$KF_PG_BIN/pgbench" -n -c 4 -j 4 -T "$secs" -f "$KFB_DIR/insert.sql" "$KFB_PG_DSN" 2>/dev/null \
+        | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+  /usr/bin/python3 - "$rate" "$tps" <<'PY'
+import sys
+rate, tps = float(sys.argv[1]), float(sys.argv[2])
+print(f"   pgbench single-row INSERT, 4 clients: {tps:,.0f} tps")
+print(f"   ratio POST /v1/jobs / raw INSERT: {rate / tps:.3f} (target >= 0.5; PostgreSQL runs with the test settings: fsync off)")
+PY
+}
