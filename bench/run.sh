@@ -85,6 +85,9 @@ bench_sim_timing() {
   "$BUILD/bench/sim_timing_bench" trn2
 }
 
+# Queue and pipeline parts (queue_*) live in their own file.
+. bench/queue.sh
+
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
   mapfile -t parts < <(declare -F | awk '{print $3}' | sed -n 's/^bench_//p')
