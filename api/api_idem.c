@@ -158,7 +158,10 @@ void api_idem_finish(api_req *r)
         return;
     /* The reply is already decided: use the connection without api_req_sql,
      * which would answer on failure. */
-    c = r->pg;
+    {
+        kf_err e = KF_ERR_INIT;
+        c = api_req_pg_quiet(r, &e);
+    }
     if (!c || PQstatus(c) != CONNECTION_OK) {
         kf_log_warn("idempotency key left in flight (database unavailable) req=%s", r->request_id);
         return;

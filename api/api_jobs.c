@@ -60,6 +60,8 @@ void api_h_job_create(api_req *r)
     nj.budget = budget;
     nj.goal = goal;
     nj.labels = labels;
+    /* Waiting for a batch must not hold a pooled connection a leader needs. */
+    api_req_pg_put(r);
     api_job_insert(r, &nj);
     if (nj.status == 202) {
         r->idem_stored = r->idem_active;
