@@ -32,7 +32,7 @@ enum {
        "Log level: debug, info, warn or error.")                                                                          \
     XX(API_LISTEN,       STR, "127.0.0.1:8080",                         0, 0,            KF_USE_API,                      \
        "Address and port kforge-api listens on (HOST:PORT).")                                                             \
-    XX(API_THREADS,      INT, "4",                                      1, 256,          KF_USE_API,                      \
+    XX(API_THREADS,      INT, "16",                                     1, 256,          KF_USE_API,                      \
        "HTTP worker threads in kforge-api.")                                                                              \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
