@@ -835,6 +835,67 @@ static bool pe_dtype_ok(sim_dtype dt)
     return simc_dtype_is_float(dt);
 }
 
+/* An FP32 operand usable by BLAS in place: a 2-D view with contiguous rows. */
+static const float *blas_operand(const simc_view *v, int64_t rows, int64_t cols, int64_t *ld)
+{
+    if (v->dtype != SIM_DT_FLOAT32 || v->ndim != 2 || v->shape[0] != rows || v->shape[1] != cols ||
+        (cols > 1 && v->strides[1] != 1) || !simc_view_in_store(v) || v->st->open)
+        return NULL;
+    *ld = rows > 1 ? v->strides[0] : cols;
+    if (*ld < cols)
+        return NULL;
+    return (const float *)v->st->data + v->offset;
+}
+
+/* The common matmul case computed straight into PSUM storage: an FP32 2-D
+ * dst whose accumulation state is the same for every element (fresh,
+ * closed, or open), so the first-write rule becomes BLAS's beta.  Operands
+ * are converted to FP32 once (or used in place when already FP32).  Returns
+ * false (nothing done) when the case does not apply. */
+static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view *mv, int64_t M,
+                          int64_t N, int64_t K, int accumulate, bool stat_is_mk, bool *any_acc)
+{
+    const simc_view *dv = &dst->v;
+    simc_store *s = dv->st;
+    int64_t ldc, lda, ldb;
+    const float *A, *B;
+    float *C;
+    uint8_t first;
+    bool acc;
+
+    if (dv->dtype != SIM_DT_FLOAT32 || dv->ndim != 2 || dv->shape[0] != M || dv->shape[1] != N ||
+        (N > 1 && dv->strides[1] != 1) || !s->data || !s->open || !simc_view_in_store(dv))
+        return false;
+    ldc = M > 1 ? dv->strides[0] : N;
+    if (ldc < N)
+        return false;
+    first = s->open[dv->offset];
+    if (accumulate == 0)
+        for (int64_t m = 0; m < M; m++) {
+            const uint8_t *o = s->open + dv->offset + m * ldc;
+            for (int64_t n = 0; n < N; n++)
+                if (o[n] != first)
+                    return false;
+        }
+    acc = accumulate > 0 || (accumulate == 0 && first);
+    A = stat_is_mk ? blas_operand(sv, M, K, &lda) : blas_operand(sv, K, M, &lda);
+    if (!A) {
+        A = nki_read(sv, 1);
+        lda = stat_is_mk ? K : M;
+    }
+    B = blas_operand(mv, K, N, &ldb);
+    if (!B) {
+        B = nki_read(mv, 2);
+        ldb = N;
+    }
+    C = (float *)s->data + dv->offset;
+    simn_matmul((int)M, (int)N, (int)K, A, lda, stat_is_mk, B, ldb, C, ldc, acc ? 1.0f : 0.0f);
+    for (int64_t m = 0; m < M; m++)
+        memset(s->open + dv->offset + m * ldc, 1, (size_t)N);
+    *any_acc = acc;
+    return true;
+}
+
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose)
 {
@@ -879,12 +940,14 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
                         (long long)M, (long long)N, (long long)K, (long long)M, (long long)N), -1);
     if (nki_check_bounds(dst, NULL, api) < 0)
         return -1;
-    A = nki_read(sv, 1);
-    B = nki_read(mv, 2);
-    C = nki_scratch(3, M * N);
-    if (nki_cur->numerics)
-        simn_matmul((int)M, (int)N, (int)K, A, stat_is_mk, B, C);
-    simc_scatter_accum(&dst->v, C, accumulate, &any_acc);
+    if (!nki_cur->numerics || !matmul_direct(dst, sv, mv, M, N, K, accumulate, stat_is_mk, &any_acc)) {
+        A = nki_read(sv, 1);
+        B = nki_read(mv, 2);
+        C = nki_scratch(3, M * N);
+        if (nki_cur->numerics)
+            simn_matmul((int)M, (int)N, (int)K, A, stat_is_mk ? K : M, stat_is_mk, B, N, C, N, 0.0f);
+        simc_scatter_accum(&dst->v, C, accumulate, &any_acc);
+    }
     in = nki_emit(is_transpose ? SIM_OP_PE_TRANSPOSE : SIM_OP_MATMUL, SIM_ENG_TENSOR, &dst->v, sv,
                   mv, NULL);
     in->mm_k = (uint32_t)K;

@@ -223,10 +223,17 @@ void simc_fill_uninit(void *data, sim_dtype dt, int64_t n)
         simc_from_f32(dt, dt == SIM_DT_BOOL ? 1.0f : 4.0f, pat);
     if (es == 1) {
         memset(data, pat[0], (size_t)n);
-        return;
+    } else if (es == 2) {
+        uint16_t v, *p = data;
+        memcpy(&v, pat, 2);
+        for (int64_t i = 0; i < n; i++)
+            p[i] = v;
+    } else {
+        uint32_t v, *p = data;
+        memcpy(&v, pat, 4);
+        for (int64_t i = 0; i < n; i++)
+            p[i] = v;
     }
-    for (int64_t i = 0; i < n; i++)
-        memcpy((uint8_t *)data + i * es, pat, es);
 }
 
 simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t part_elems,

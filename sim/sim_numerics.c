@@ -155,15 +155,23 @@ void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
         out[i] = simn_act(op, x[i]);
 }
 
-void simn_matmul(int M, int N, int K, const float *A, int trans_a, const float *B, float *C)
+void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
+                 int64_t ldb, float *C, int64_t ldc, float beta)
 {
     if (M <= 0 || N <= 0)
         return;
     if (K <= 0) {
-        for (int64_t i = 0; i < (int64_t)M * N; i++)
-            C[i] = 0.0f;
+        if (beta == 0.0f)
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++)
+                    C[m * ldc + n] = 0.0f;
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, 1.0f,
-                A, trans_a ? K : M, B, N, 0.0f, C, N);
+                A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+void simn_init(void)
+{
+    openblas_set_num_threads(1);
 }

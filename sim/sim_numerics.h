@@ -96,8 +96,15 @@ void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, 
                   int64_t n);
 void simn_act_vec(simn_op op, const float *x, float *out, int64_t n);
 
-/* C[M,N] = A[K,M]^T @ B[K,N], all row-major FP32 (the Tensor engine's
- * stationary/moving convention).  trans_a: A is given as [M,K] instead. */
-void simn_matmul(int M, int N, int K, const float *A, int trans_a, const float *B, float *C);
+/* C[M,N] = A[K,M]^T @ B[K,N] (+ beta * C), row-major FP32 with leading
+ * dimensions lda/ldb/ldc (the Tensor engine's stationary/moving
+ * convention).  trans_a: A is given as [M,K] instead.  beta is 0
+ * (overwrite) or 1 (accumulate). */
+void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
+                 int64_t ldb, float *C, int64_t ldc, float beta);
+
+/* Called once: tile products are small, so one BLAS thread does them with
+ * the least overhead and a fixed summation order. */
+void simn_init(void);
 
 #endif

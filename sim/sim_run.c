@@ -43,6 +43,7 @@ static kf_code py_init(kf_err *err)
 
     if (py_ready)
         return KF_OK;
+    simn_init();
     if (py_failed)
         return kf_err_set(err, KF_INTERNAL, "the embedded Python interpreter failed to start earlier");
     PyConfig_InitIsolatedConfig(&cfg);
@@ -207,7 +208,11 @@ static int output_array(nki_ctx *c, PyObject *o, size_t idx, sim_array *out)
     for (int d = 0; d < v->ndim; d++)
         out->shape[d] = v->shape[d];
     out->data = kf_malloc((size_t)(n ? n : 1) * es);
-    for (i = 0; i < n; i++) {
+    if (simc_view_contiguous(v) && simc_view_in_store(v)) {
+        memcpy(out->data, (const uint8_t *)v->st->data + v->offset * es, (size_t)n * es);
+        i = n;
+    }
+    for (; i < n; i++) {
         int64_t f = v->offset;
         for (int d = 0; d < v->ndim; d++)
             f += ix[d] * v->strides[d];
