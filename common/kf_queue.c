@@ -962,3 +962,26 @@ kf_code kf_queue_deaths(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf
     freeReplyObject(r);
     return rc;
 }
+
+kf_code kf_queue_server_id(kf_queue *q, char out[41], kf_err *err)
+{
+    const char *argv[2] = { "INFO", "server" };
+    redisReply *r;
+    const char *p;
+    kf_code rc = kq_ensure(q, err);
+
+    out[0] = '\0';
+    if (rc != KF_OK)
+        return rc;
+    r = redisCommandArgv(q->c, 2, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "INFO");
+    if (r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "run_id:")) != NULL) {
+        size_t n = strspn(p + 7, "0123456789abcdef");
+        snprintf(out, 41, "%.*s", (int)(n > 40 ? 40 : n), p + 7);
+    } else {
+        rc = kf_err_set(err, KF_REDIS, "Redis INFO server: no run_id in the reply");
+    }
+    freeReplyObject(r);
+    return rc;
+}

@@ -182,6 +182,11 @@ kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err);
 kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
                       kf_err *err);
 
+/* The Redis server's run_id (40 hex characters + NUL): it changes when
+ * Redis restarts, which may have lost up to a second of writes (AOF
+ * everysec) even though the kf:epoch marker survived. */
+kf_code kf_queue_server_id(kf_queue *q, char out[41], kf_err *err);
+
 /* Redis server time in ms. */
 kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err);
 

@@ -12,7 +12,9 @@
  *              credentials, so the scheduler records what the queue did);
  *   promote    due retries → waiting, PostgreSQL back to queued;
  *   reconcile  (on taking the lead, when Redis lost its data — the kf:epoch
- *              marker is gone — and every 10 s) every job PostgreSQL says is
+ *              marker is gone —, when Redis restarted — its run_id changed,
+ *              and AOF everysec may have lost the last second — and every
+ *              60 s) every job PostgreSQL says is
  *              queued/running/retrying but Redis lacks is enqueued again with
  *              its attempt count; Redis dead letters PostgreSQL missed are
  *              recorded;
@@ -42,7 +44,7 @@
 #include <unistd.h>
 
 #define S_BATCH          200
-#define S_RECONCILE_MS   10000
+#define S_RECONCILE_MS   60000
 #define S_RETAIN_MS      10000
 
 typedef struct sched {
@@ -53,6 +55,8 @@ typedef struct sched {
     bool        leader;
     int64_t     tick_ms, ttl_ms, retry_base_ms, retry_cap_ms, idem_ttl_s;
     long long   next_reconcile, next_retain;
+    char        redis_run_id[41];     /* "" until first seen */
+    const char *pending_reconcile;    /* why a reconcile is owed, or NULL */
     bool        pg_warned, redis_warned;
 } sched;
 
@@ -541,8 +545,9 @@ static void s_retain(sched *s)
 static void s_tick(sched *s)
 {
     kf_err err = KF_ERR_INIT;
-    bool leader = false, present = true;
+    bool leader = false, present = true, restarted = false;
     long long now = s_now_ms();
+    char run_id[41];
 
     if (kf_queue_leader(s->q, s->token, s->ttl_ms, &leader, &err) != KF_OK) {
         s_redis_failed(s, &err);
@@ -562,10 +567,12 @@ static void s_tick(sched *s)
     if (!leader)
         return;
 
-    if (kf_queue_epoch(s->q, &present, &err) != KF_OK) {
+    if (kf_queue_epoch(s->q, &present, &err) != KF_OK || kf_queue_server_id(s->q, run_id, &err) != KF_OK) {
         s_redis_failed(s, &err);
         return;
     }
+    restarted = s->redis_run_id[0] && strcmp(run_id, s->redis_run_id) != 0;
+    snprintf(s->redis_run_id, sizeof(s->redis_run_id), "%s", run_id);
     if (!s_pg_ok(s))
         return;   /* every step below records in PostgreSQL: wait for it */
     s_relay(s);
@@ -575,8 +582,15 @@ static void s_tick(sched *s)
         s_deaths(s);
     if (s->pg)
         s_promote(s);
-    if (s->pg && (!present || now >= s->next_reconcile)) {
-        s_reconcile(s, !present ? "redis-data-lost" : s->next_reconcile == 0 ? "leader-start" : "periodic");
+    if (restarted)
+        s->pending_reconcile = "redis-restarted";
+    if (!present)
+        s->pending_reconcile = "redis-data-lost";
+    if (s->pg && (s->pending_reconcile || now >= s->next_reconcile)) {
+        s_reconcile(s, s->pending_reconcile ? s->pending_reconcile
+                       : s->next_reconcile == 0 ? "leader-start" : "periodic");
+        if (s->pg)   /* done (not cut short by PostgreSQL going away) */
+            s->pending_reconcile = NULL;
         s->next_reconcile = now + S_RECONCILE_MS;
     }
     if (s->pg && now >= s->next_retain) {
@@ -596,7 +610,7 @@ static void s_usage(FILE *out)
             "outbox rows to Redis, reaps expired leases (a failed attempt: retrying or\n"
             "dead), promotes due retries, and records each move in PostgreSQL.  It\n"
             "re-queues jobs Redis lost (on taking the lead, when the kf:epoch marker is gone,\n"
-            "and every 10 s), trims dead letters older than KFORGE_IDEMPOTENCY_TTL_S and\n"
+            "when Redis restarted, and every 60 s), trims dead letters older than KFORGE_IDEMPOTENCY_TTL_S and\n"
             "expired idempotency keys, and drops registry entries of vanished workers.\n"
             "SIGTERM/SIGINT: give the lock up and exit 0.\n");
     kf_config_print_help(out, KF_USE_SCHED);

@@ -2,5 +2,5 @@
 # reconciliation and retention under a Redis leader lock.
 $(BUILD)/bin/kforge-scheduler: $(BUILD)/obj/scheduler/main.o $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge-scheduler

@@ -8,8 +8,7 @@ $(WORKER_LIB): $(WORKER_SRCS:%.c=$(BUILD)/obj/%.o)
 # First in link order: a backend (sim) may depend on any later library.
 LIBS := $(WORKER_LIB) $(LIBS)
 $(BUILD)/obj/workers/%.o: CFLAGS += -Iworkers
-# Linked against what it uses (a backend that needs libkfsim adds it here).
 $(BUILD)/bin/kforge-worker: $(BUILD)/obj/workers/main.o $(WORKER_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge-worker

@@ -171,6 +171,8 @@ pid_t kf_stack_scheduler(kf_stack *s, int i)
     env[n++] = st_env("KFORGE_SCHED_TICK_MS", v);
     snprintf(v, sizeof(v), "%d", s->o.leader_ttl_ms);
     env[n++] = st_env("KFORGE_LEADER_TTL_MS", v);
+    if (s->o.sched_env)
+        env[n++] = kf_strdup(s->o.sched_env);
     s->sched[i] = kf_test_spawn(argv, env, log);
     st_free_env(env);
     free(log);
