@@ -121,6 +121,18 @@ void api_h_internal_start(api_req *r)
     params[1] = att;
     params[2] = worker;
     params[3] = f.state;
+    /* A retry leased before the scheduler's promoter recorded it (the two
+     * race): record the requeue here, so every retry has its event.  The
+     * row lock makes this and the promoter's conditional update exclusive. */
+    if (strcmp(f.state, "retrying") == 0) {
+        if (!api_exec(r,
+                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                      "SELECT id, attempt, 'requeued', 'retrying', 'queued', '{\"by\":\"start\"}'::jsonb "
+                      "FROM jobs WHERE id = $1::uuid",
+                      1, params))
+            return;
+        params[3] = "queued";
+    }
     if (!api_exec(r,
                   "WITH u AS (UPDATE jobs SET state = 'running', attempt = $2::int, worker_id = $3, "
                   "  started_at = coalesce(started_at, now()), updated_at = now() WHERE id = $1::uuid RETURNING id) "

@@ -704,6 +704,22 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
         cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1 AND state = 'failed'", f), 1);
         free(f);
     }
+    /* A retry that a worker leases before the scheduler's promoter marks it
+     * queued still gets its requeued event, once. */
+    {
+        char *rt = fx_submit(&fx, fx.user, NULL);
+        cr_assert_eq(report_s("start", rt, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 200);
+        cr_assert_eq(report_s("result", rt, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"failed\",\"error\":\"x\",\"retry\":true}"), 200);
+        cr_assert_eq(report_s("start", rt, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w1\"}"), 200);
+        cr_assert_eq(report_s("start", rt, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w1\"}"), 200);
+        cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'requeued'", rt), 1);
+        st = fx_sql(&fx, "SELECT string_agg(type || ':' || coalesce(from_state, '') || '>' || to_state, ',' ORDER BY id) "
+                         "FROM job_events WHERE job_id = $1 AND type <> 'enqueued'", rt);
+        cr_assert_str_eq(st, "created:>queued,started:queued>running,retrying:running>retrying,"
+                             "requeued:retrying>queued,started:queued>running");
+        free(st);
+        free(rt);
+    }
     /* Bad reports. */
     cr_assert_eq(report_s("start", id, "{\"lease_token\":\"a\",\"worker\":\"w1\"}"), 422);
     cr_assert_eq(report_s("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"maybe\"}"), 422);
