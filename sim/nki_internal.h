@@ -60,6 +60,9 @@ typedef struct nki_ctx {
 
 extern nki_ctx *nki_cur;
 
+/* First-fit allocation of len bytes per partition; -1 when it does not fit. */
+int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t *off);
+
 /* Exception raised for simulator errors (nki.SimError). */
 extern PyObject *nki_SimError;
 
@@ -75,6 +78,8 @@ sim_insn *nki_insn(sim_opcode op);
  * call with the same slot). */
 float *nki_scratch(int slot, int64_t n);
 
+/* An int (not a bool) from a Python object: 1 and *out set, or 0. */
+int nki_get_int(PyObject *o, int64_t *out);
 /* Argument parsing for METH_FASTCALL|METH_KEYWORDS: names[] lists every
  * parameter in positional order; out[] receives borrowed refs or NULL.
  * Names starting with '*' are accepted and ignored.  Returns -1 (error

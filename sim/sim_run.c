@@ -142,6 +142,14 @@ static void py_error(sim_error *serr, const char *filename, sim_error_code code)
     Py_XDECREF(tb);
 }
 
+static int set_str(PyObject *dict, const char *key, const char *val)
+{
+    PyObject *v = PyUnicode_FromString(val);
+    int rc = v ? PyDict_SetItemString(dict, key, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
 static kf_code fail_out(const sim_error *serr, kf_err *err)
 {
     char buf[1024];
@@ -179,7 +187,7 @@ static PyObject *input_tensor(nki_ctx *c, const sim_array *a)
     return (PyObject *)t;
 }
 
-static int output_array(nki_ctx *c, PyObject *o, size_t idx, sim_array *out)
+static int output_array(nki_ctx *c, PyObject *o, size_t idx, bool steal, sim_array *out)
 {
     nki_tensor *t;
     const simc_view *v;
@@ -207,6 +215,15 @@ static int output_array(nki_ctx *c, PyObject *o, size_t idx, sim_array *out)
     n = simc_view_elems(v);
     for (int d = 0; d < v->ndim; d++)
         out->shape[d] = v->shape[d];
+    if (steal && v->offset == 0 && n == v->st->nelem && n > 0 && simc_view_contiguous(v) &&
+        !v->st->borrowed && v->st->data) {
+        /* The last use of the output's storage: hand it over (no copy, so
+         * peak memory stays near the bytes of the HBM tensors). */
+        out->data = v->st->data;
+        v->st->data = NULL;
+        c->rec->allocs[v->st->alloc_id].is_output = 1;
+        return 0;
+    }
     out->data = kf_malloc((size_t)(n ? n : 1) * es);
     if (simc_view_contiguous(v) && simc_view_in_store(v)) {
         memcpy(out->data, (const uint8_t *)v->st->data + v->offset * es, (size_t)n * es);
@@ -225,6 +242,21 @@ static int output_array(nki_ctx *c, PyObject *o, size_t idx, sim_array *out)
     }
     c->rec->allocs[v->st->alloc_id].is_output = 1;
     return 0;
+}
+
+/* True when output i's storage appears in no other output (it can be
+ * handed over instead of copied). */
+static bool store_once(PyObject *items, Py_ssize_t i)
+{
+    PyObject *o = PyTuple_GET_ITEM(items, i);
+    if (!nki_tensor_check(o))
+        return false;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(items); j++) {
+        PyObject *p = PyTuple_GET_ITEM(items, j);
+        if (j != i && nki_tensor_check(p) && ((nki_tensor *)p)->v.st == ((nki_tensor *)o)->v.st)
+            return false;
+    }
+    return true;
 }
 
 /* Check the argument count against the entry's signature (SIM_E_ARGS). */
@@ -363,22 +395,16 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         goto out;
     }
     globals = PyDict_New();
-    if (!globals || PyDict_SetItemString(globals, "__name__", PyUnicode_FromString("__kernel__")) < 0 ||
+    if (!globals || set_str(globals, "__name__", "__kernel__") < 0 ||
+        set_str(globals, "__file__", filename) < 0 ||
         PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0) {
         PyErr_Clear();
         rc = kf_err_set(err, KF_INTERNAL, "setting up the kernel module failed");
         goto out;
     }
-    {
-        PyObject *fn = PyUnicode_FromString(filename);
-        if (fn) {
-            PyDict_SetItemString(globals, "__file__", fn);
-            Py_DECREF(fn);
-        }
-    }
     res = PyEval_EvalCode(code, globals, globals);
     if (!res) {
-        py_error(serr, filename, PyErr_ExceptionMatches(nki_SimError) ? SIM_E_PYTHON : SIM_E_PYTHON);
+        py_error(serr, filename, SIM_E_PYTHON);
         rc = fail_out(serr, err);
         goto out;
     }
@@ -425,6 +451,12 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
             goto out;
         }
     }
+    if (serr->code != SIM_E_NONE) {
+        /* A broken NeuronCore rule is a compile error even when the kernel
+         * caught the exception that reported it. */
+        rc = fail_out(serr, err);
+        goto out;
+    }
     if (!res || res == Py_None) {
         set_err(serr, SIM_E_OUTPUT, filename, 0, o->entry, "the kernel returned nothing");
         rc = fail_out(serr, err);
@@ -439,7 +471,8 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     nouts = (size_t)PyTuple_GET_SIZE(items);
     outs = kf_calloc(nouts ? nouts : 1, sizeof(*outs));
     for (size_t i = 0; i < nouts; i++)
-        if (output_array(&ctx, PyTuple_GET_ITEM(items, (Py_ssize_t)i), i, &outs[i]) < 0) {
+        if (output_array(&ctx, PyTuple_GET_ITEM(items, (Py_ssize_t)i), i,
+                         store_once(items, (Py_ssize_t)i), &outs[i]) < 0) {
             snprintf(serr->file, sizeof(serr->file), "%s", filename);
             rc = fail_out(serr, err);
             goto out;

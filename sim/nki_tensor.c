@@ -1,0 +1,787 @@
+/* nki_tensor — the tensor type: allocation with the per-target memory
+ * checks, views (ints, slices, nl.ds, ellipsis, negative ints, the >=2-D
+ * on-chip rule, HBM int-drop, block dims, advanced indexing with index
+ * expressions), .reshape, .broadcast_to, .ap and attributes (see
+ * nki_internal.h). */
+#include "nki_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+
+/* ===== tensors ===== */
+
+static void tensor_dealloc(nki_tensor *t)
+{
+    simc_store *st = t->v.st;
+    if (st && st->refcnt == 1)
+        nki_store_release(st);
+    simc_store_unref(st);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim)
+{
+    nki_tensor *t = PyObject_New(nki_tensor, &nki_TensorType);
+    if (!t)
+        return NULL;
+    t->v = *v;
+    t->v.st = st;
+    simc_store_ref(st);
+    t->pdim = pdim;
+    t->oob = false;
+    t->mm_result = false;
+    t->mm_insn = -1;
+    t->oob_msg[0] = 0;
+    return t;
+}
+
+static const char *mem_name(int mem)
+{
+    return mem == SIM_MEM_HBM ? "hbm" : mem == SIM_MEM_SBUF ? "sbuf" : "psum";
+}
+
+nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
+                             int pdim, const char *name, const char *api)
+{
+    nki_ctx *c = nki_cur;
+    simc_store *st;
+    simc_view v;
+    nki_tensor *t;
+    int64_t parts = 1, free_elems = 1, blocks = 1, total = 1;
+    unsigned es = sim_dtype_size(dt);
+
+    if (ndim > SIMC_MAX_DIMS)
+        return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api, "%d dimensions, at most %d",
+                                      ndim, SIMC_MAX_DIMS);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api,
+                                          "dimension %d has negative size %lld", d,
+                                          (long long)shape[d]);
+        total *= shape[d];
+        if (total > ((int64_t)1 << 36))
+            return (nki_tensor *)nki_fail(SIM_E_LIMIT, api, "tensor of more than 2^36 elements");
+    }
+    if (mem == SIM_MEM_HBM) {
+        parts = 1;
+        free_elems = total;
+        pdim = -1;
+    } else {
+        if (ndim == 0)
+            return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api,
+                                          "an on-chip tensor needs a partition dimension");
+        parts = shape[pdim];
+        if (parts > SIMC_PMAX)
+            return (nki_tensor *)nki_fail(SIM_E_PARTITION_LIMIT, api,
+                                          "partition dimension %lld > %d", (long long)parts,
+                                          SIMC_PMAX);
+        for (int d = 0; d < ndim; d++) {
+            if (d < pdim)
+                blocks *= shape[d];
+            else if (d > pdim)
+                free_elems *= shape[d];
+        }
+        if (mem == SIM_MEM_PSUM && free_elems * es > SIMC_PSUM_BANK_BYTES)
+            return (nki_tensor *)nki_fail(SIM_E_PSUM_TILE, api,
+                                          "PSUM tile of %lld bytes per partition > %d",
+                                          (long long)(free_elems * es), SIMC_PSUM_BANK_BYTES);
+        free_elems *= blocks;
+    }
+    st = simc_store_new(mem, dt, (int)parts, free_elems, mem == SIM_MEM_HBM || c->numerics);
+    if (mem != SIM_MEM_HBM) {
+        nki_arena *a = mem == SIM_MEM_SBUF ? &c->sbuf : &c->psum;
+        uint64_t bytes = (uint64_t)free_elems * es, off = 0;
+        if (mem == SIM_MEM_PSUM)   /* each block takes whole banks */
+            bytes = (uint64_t)blocks * SIMC_PSUM_BANK_BYTES;
+        else
+            bytes = (bytes + 3) & ~(uint64_t)3;
+        if (bytes == 0)
+            bytes = 4;
+        if (nki_arena_alloc(a, bytes, &off) < 0) {
+            simc_store_unref(st);
+            return (nki_tensor *)nki_fail(
+                mem == SIM_MEM_SBUF ? SIM_E_SBUF_CAPACITY : SIM_E_PSUM_CAPACITY, api,
+                "%s tile of %llu bytes per partition does not fit: %llu of %llu bytes per "
+                "partition are held by live tiles",
+                mem_name(mem), (unsigned long long)bytes, (unsigned long long)a->used,
+                (unsigned long long)a->capacity);
+        }
+        st->acct_bytes = bytes;
+        st->acct_off = off;
+    }
+    st->alloc_id = sim_record_alloc(c->rec, mem, dt, (uint32_t)parts,
+                                    mem == SIM_MEM_HBM ? (uint64_t)total * es
+                                                       : (uint64_t)free_elems * es,
+                                    name);
+    if (mem != SIM_MEM_HBM)
+        c->rec->allocs[st->alloc_id].sbuf_offset = st->acct_off;
+    memset(&v, 0, sizeof(v));
+    v.dtype = dt;
+    v.ndim = ndim;
+    {
+        /* Physical layout: partition dim outermost, then block dims, then
+         * free dims, all row-major. */
+        int64_t stride = 1;
+        for (int d = ndim - 1; d > pdim; d--) {
+            v.strides[d] = stride;
+            stride *= shape[d];
+        }
+        for (int d = pdim - 1; d >= 0; d--) {
+            v.strides[d] = stride;
+            stride *= shape[d];
+        }
+        if (pdim >= 0)
+            v.strides[pdim] = stride;
+        for (int d = 0; d < ndim; d++)
+            v.shape[d] = shape[d];
+    }
+    t = nki_tensor_view(st, &v, pdim);
+    simc_store_unref(st);
+    return t;
+}
+
+nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what)
+{
+    if (obj && nki_tensor_check(obj))
+        return (nki_tensor *)obj;
+    return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must be a tensor, got %s", what,
+                                  obj ? Py_TYPE(obj)->tp_name : "nothing");
+}
+
+int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
+{
+    const simc_view *v = &t->v;
+    int64_t n, idx[SIMC_MAX_DIMS] = { 0 };
+
+    if (!t->oob)
+        return 0;
+    if (!mask) {
+        nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "%s", t->oob_msg);
+        return -1;
+    }
+    n = simc_view_elems(v);
+    for (int64_t i = 0; i < n; i++) {
+        if (mask[i]) {
+            int64_t f = v->offset;
+            for (int d = 0; d < v->ndim; d++)
+                f += idx[d] * v->strides[d];
+            if (f < 0 || f >= v->st->nelem) {
+                nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "%s (element %lld is selected by the mask)",
+                         t->oob_msg, (long long)i);
+                return -1;
+            }
+        }
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < v->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+/* --- subscripts --- */
+
+
+/* Resolve a slice against a dim of size n; NKI slices must stay in bounds. */
+static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int64_t *len,
+                     const char *api, int dim)
+{
+    Py_ssize_t a, b, st;
+    if (PySlice_Unpack(s, &a, &b, &st) < 0)
+        return -1;
+    if (st > 0) {
+        if (b != PY_SSIZE_T_MAX && b > n) {
+            nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "slice end %zd > size %lld of dimension %d",
+                     b, (long long)n, dim);
+            return -1;
+        }
+        if (a != 0 && a >= 0 && a > n) {
+            nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "slice start %zd > size %lld of dimension %d",
+                     a, (long long)n, dim);
+            return -1;
+        }
+    }
+    *len = PySlice_AdjustIndices((Py_ssize_t)n, &a, &b, st);
+    *start = a;
+    *step = st;
+    return 0;
+}
+
+#define MAX_ITEMS 16
+
+static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
+{
+    const simc_view *v = &t->v;
+    simc_view r;
+    int gnd = 0;
+    int64_t gshape[SIMC_MAX_DIMS];
+    int nslices = 0;
+    nki_tensor *res;
+    char oob[96] = "";
+
+    /* Broadcast the grid of every index expression (right-aligned). */
+    for (int i = 0; i < nitems; i++) {
+        if (Py_TYPE(items[i]) != &nki_IndexType)
+            continue;
+        nki_index *e = (nki_index *)items[i];
+        if (e->ndim > gnd) {
+            for (int k = SIMC_MAX_DIMS - 1; k >= e->ndim - gnd && k >= 0; k--)
+                gshape[k] = k - (e->ndim - gnd) >= 0 ? gshape[k - (e->ndim - gnd)] : 1;
+            for (int k = 0; k < e->ndim - gnd; k++)
+                gshape[k] = 1;
+            gnd = e->ndim;
+        }
+        for (int k = 0; k < e->ndim; k++) {
+            int gk = gnd - e->ndim + k;
+            if (e->shape[k] == 1)
+                continue;
+            if (gshape[gk] != 1 && gshape[gk] != e->shape[k])
+                return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor[...]",
+                                "index expressions of sizes %lld and %lld do not broadcast",
+                                (long long)gshape[gk], (long long)e->shape[k]);
+            gshape[gk] = e->shape[k];
+        }
+    }
+    memset(&r, 0, sizeof(r));
+    r.st = v->st;
+    r.dtype = v->dtype;
+    r.offset = v->offset;
+    r.ndim = gnd;
+    for (int k = 0; k < gnd; k++)
+        r.shape[k] = gshape[k];
+    for (int d = 0; d < v->ndim; d++) {
+        PyObject *it = d < nitems ? items[d] : NULL;
+        int64_t iv;
+        if (it && Py_TYPE(it) == &nki_IndexType) {
+            nki_index *e = (nki_index *)it;
+            int64_t lo = e->c, hi = e->c;
+            for (int k = 0; k < e->ndim; k++) {
+                int gk = gnd - e->ndim + k;
+                int64_t span;
+                if (e->shape[k] == 1)
+                    continue;
+                r.strides[gk] += e->coef[k] * v->strides[d];
+                span = e->coef[k] * (e->shape[k] - 1);
+                if (span < 0)
+                    lo += span;
+                else
+                    hi += span;
+            }
+            r.offset += e->c * v->strides[d];
+            if ((lo < 0 || hi >= v->shape[d]) && !oob[0])
+                snprintf(oob, sizeof(oob), "index expression spans [%lld, %lld] on dimension %d of size %lld",
+                         (long long)lo, (long long)hi, d, (long long)v->shape[d]);
+        } else if (it && nki_get_int(it, &iv)) {
+            if (iv < 0)
+                iv += v->shape[d];
+            if (iv < 0 || iv >= v->shape[d])
+                return nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, "tensor[...]",
+                                "index %lld on dimension %d of size %lld", (long long)iv, d,
+                                (long long)v->shape[d]);
+            r.offset += iv * v->strides[d];
+        } else if (!it || PySlice_Check(it)) {
+            int64_t start = 0, step = 1, len = v->shape[d];
+            if (it && get_slice(it, v->shape[d], &start, &step, &len, "tensor[...]", d) < 0)
+                return NULL;
+            if (r.ndim >= SIMC_MAX_DIMS)
+                return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "more than %d dimensions",
+                                SIMC_MAX_DIMS);
+            r.offset += start * v->strides[d];
+            r.shape[r.ndim] = len;
+            r.strides[r.ndim] = step * v->strides[d];
+            r.ndim++;
+            nslices++;
+        } else {
+            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
+                            Py_TYPE(it)->tp_name, d);
+        }
+    }
+    res = nki_tensor_view(v->st, &r, v->st->mem == SIM_MEM_HBM ? -1 : 0);
+    if (res && oob[0]) {
+        res->oob = true;
+        snprintf(res->oob_msg, sizeof(res->oob_msg), "%s", oob);
+    }
+    if (res)
+        res->oob = res->oob || t->oob;
+    return (PyObject *)res;
+}
+
+
+PyObject *nki_tensor_subscript(PyObject *self, PyObject *key)
+{
+    nki_tensor *t = (nki_tensor *)self;
+    const simc_view *v = &t->v;
+    PyObject *raw[MAX_ITEMS], *items[SIMC_MAX_DIMS];
+    int nraw = 0, nitems = 0, consuming = 0;
+    bool advanced = false;
+    simc_view r;
+    int kept_pdim = -1, last_free_int = -1;
+    bool is_int[SIMC_MAX_DIMS] = { false };
+
+    if (PyTuple_Check(key)) {
+        nraw = (int)PyTuple_GET_SIZE(key);
+        if (nraw > MAX_ITEMS)
+            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "%d indices", nraw);
+        for (int i = 0; i < nraw; i++)
+            raw[i] = PyTuple_GET_ITEM(key, i);
+    } else {
+        raw[0] = key;
+        nraw = 1;
+    }
+    for (int i = 0; i < nraw; i++)
+        if (raw[i] != Py_Ellipsis)
+            consuming++;
+    if (consuming > v->ndim)
+        return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "%d indices for a %d-dimensional tensor",
+                        consuming, v->ndim);
+    for (int i = 0; i < nraw; i++) {
+        if (raw[i] == Py_Ellipsis) {
+            for (int k = 0; k < v->ndim - consuming && nitems < SIMC_MAX_DIMS; k++)
+                items[nitems++] = NULL;
+            consuming = v->ndim;   /* only the first ellipsis expands */
+            continue;
+        }
+        if (raw[i] == Py_None)
+            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]",
+                            "None (new axis) is not an index of a tensor");
+        if (Py_TYPE(raw[i]) == &nki_IndexType)
+            advanced = true;
+        items[nitems++] = raw[i];
+    }
+    if (advanced)
+        return subscript_advanced(t, items, nitems);
+
+    memset(&r, 0, sizeof(r));
+    r.st = v->st;
+    r.dtype = v->dtype;
+    r.offset = v->offset;
+    for (int d = 0; d < v->ndim; d++) {
+        PyObject *it = d < nitems ? items[d] : NULL;
+        int64_t iv, start = 0, step = 1, len = v->shape[d];
+        if (it && nki_get_int(it, &iv)) {
+            if (iv < 0)
+                iv += v->shape[d];
+            if (iv < 0 || iv >= v->shape[d])
+                return nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, "tensor[...]",
+                                "index %lld on dimension %d of size %lld", (long long)iv, d,
+                                (long long)v->shape[d]);
+            is_int[d] = true;
+            r.offset += iv * v->strides[d];
+            continue;
+        }
+        if (it && !PySlice_Check(it))
+            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
+                            Py_TYPE(it)->tp_name, d);
+        if (it && get_slice(it, v->shape[d], &start, &step, &len, "tensor[...]", d) < 0)
+            return NULL;
+        r.offset += start * v->strides[d];
+        (void)len;
+        (void)step;
+    }
+    /* Build the kept dims with the view rules. */
+    for (int d = 0; d < v->ndim; d++) {
+        PyObject *it = d < nitems ? items[d] : NULL;
+        int64_t start = 0, step = 1, len = v->shape[d];
+        bool keep;
+        if (is_int[d]) {
+            len = 1;
+            step = 1;
+            if (t->pdim < 0)
+                keep = false;
+            else if (d == t->pdim)
+                keep = true;
+            else {
+                keep = false;
+                if (d > t->pdim)
+                    last_free_int = d;
+            }
+        } else {
+            keep = true;
+            if (it)
+                (void)get_slice(it, v->shape[d], &start, &step, &len, "tensor[...]", d);
+        }
+        if (!keep)
+            continue;
+        if (d == t->pdim)
+            kept_pdim = r.ndim;
+        r.shape[r.ndim] = len;
+        r.strides[r.ndim] = is_int[d] ? v->strides[d] : step * v->strides[d];
+        r.ndim++;
+    }
+    if (t->pdim >= 0 && r.ndim < 2 && last_free_int >= 0) {
+        /* On-chip views stay 2-D: keep the last free dim at size 1. */
+        r.shape[r.ndim] = 1;
+        r.strides[r.ndim] = v->strides[last_free_int];
+        r.ndim++;
+    }
+    {
+        nki_tensor *res = nki_tensor_view(v->st, &r, t->pdim >= 0 ? (kept_pdim >= 0 ? kept_pdim : 0) : -1);
+        if (res && t->oob) {
+            res->oob = true;
+            memcpy(res->oob_msg, t->oob_msg, sizeof(res->oob_msg));
+        }
+        return (PyObject *)res;
+    }
+}
+
+/* --- attributes and methods --- */
+
+static PyObject *tensor_shape(nki_tensor *t, void *u)
+{
+    PyObject *tup = PyTuple_New(t->v.ndim);
+    (void)u;
+    if (!tup)
+        return NULL;
+    for (int d = 0; d < t->v.ndim; d++)
+        PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(t->v.shape[d]));
+    return tup;
+}
+
+static PyObject *tensor_dtype(nki_tensor *t, void *u)
+{
+    PyObject *d = nki_dtype_get(t->v.dtype);
+    (void)u;
+    Py_XINCREF(d);
+    return d;
+}
+
+static PyObject *tensor_ndim(nki_tensor *t, void *u)
+{
+    (void)u;
+    return PyLong_FromLong(t->v.ndim);
+}
+
+static PyObject *tensor_size(nki_tensor *t, void *u)
+{
+    (void)u;
+    return PyLong_FromLongLong(simc_view_elems(&t->v));
+}
+
+static PyObject *tensor_itemsize(nki_tensor *t, void *u)
+{
+    (void)u;
+    return PyLong_FromLong((long)sim_dtype_size(t->v.dtype));
+}
+
+static PyObject *tensor_offset(nki_tensor *t, void *u)
+{
+    (void)u;
+    return PyLong_FromLongLong(t->v.offset);
+}
+
+static PyObject *tensor_strides(nki_tensor *t, void *u)
+{
+    PyObject *tup = PyTuple_New(t->v.ndim);
+    (void)u;
+    if (!tup)
+        return NULL;
+    for (int d = 0; d < t->v.ndim; d++)
+        PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(t->v.strides[d]));
+    return tup;
+}
+
+static PyObject *tensor_buffer(nki_tensor *t, void *u)
+{
+    PyObject *b = nki_buffer_singleton(t->v.st->mem, t->v.st->shared_slot >= 0);
+    (void)u;
+    Py_XINCREF(b);
+    return b;
+}
+
+static PyGetSetDef tensor_getset[] = {
+    { "shape", (getter)tensor_shape, NULL, "shape tuple", NULL },
+    { "dtype", (getter)tensor_dtype, NULL, "element type", NULL },
+    { "ndim", (getter)tensor_ndim, NULL, "number of dims", NULL },
+    { "size", (getter)tensor_size, NULL, "number of elements", NULL },
+    { "itemsize", (getter)tensor_itemsize, NULL, "bytes per element", NULL },
+    { "offset", (getter)tensor_offset, NULL, "element offset in storage", NULL },
+    { "strides", (getter)tensor_strides, NULL, "strides in elements", NULL },
+    { "buffer", (getter)tensor_buffer, NULL, "memory", NULL },
+    { NULL, NULL, NULL, NULL, NULL },
+};
+
+/* Parse a shape from a tuple/list of ints (or varargs); -1 on error. */
+
+int nki_parse_shape(PyObject *obj, const char *api, int64_t *shape, int *pdim)
+{
+    PyObject *seq = PySequence_Fast(obj, "shape must be a tuple or list");
+    Py_ssize_t n;
+    int nd = 0;
+
+    if (!seq) {
+        PyErr_Clear();
+        nki_fail(SIM_E_BAD_ARGUMENT, api, "shape must be a tuple or list of ints, got %s",
+                 Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (pdim)
+        *pdim = 0;
+    if (n > SIMC_MAX_DIMS) {
+        Py_DECREF(seq);
+        nki_fail(SIM_E_BAD_ARGUMENT, api, "%zd dimensions, at most %d", n, SIMC_MAX_DIMS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        int64_t v;
+        if (Py_TYPE(it) == &nki_ParDimType) {
+            v = ((nki_pardim *)it)->size;
+            if (pdim)
+                *pdim = (int)i;
+        } else if (!nki_get_int(it, &v)) {
+            Py_DECREF(seq);
+            nki_fail(SIM_E_BAD_ARGUMENT, api, "shape entry %zd is %s, not an int", i,
+                     Py_TYPE(it)->tp_name);
+            return -1;
+        }
+        shape[nd++] = v;
+    }
+    Py_DECREF(seq);
+    return nd;
+}
+
+static PyObject *tensor_reshape(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t shape[SIMC_MAX_DIMS], total = 1, known = 1;
+    int nd, neg = -1;
+    simc_view r = t->v;
+    PyObject *tup = NULL;
+
+    if (nargs == 1 && (PyTuple_Check(args[0]) || PyList_Check(args[0]))) {
+        nd = nki_parse_shape(args[0], "tensor.reshape", shape, NULL);
+    } else {
+        tup = PyTuple_New(nargs);
+        for (Py_ssize_t i = 0; tup && i < nargs; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(tup, i, args[i]);
+        }
+        nd = tup ? nki_parse_shape(tup, "tensor.reshape", shape, NULL) : -1;
+        Py_XDECREF(tup);
+    }
+    if (nd < 0)
+        return NULL;
+    total = simc_view_elems(&t->v);
+    for (int d = 0; d < nd; d++) {
+        if (shape[d] == -1 && neg < 0)
+            neg = d;
+        else
+            known *= shape[d];
+    }
+    if (neg >= 0 && known > 0)
+        shape[neg] = total / known;
+    if (neg >= 0)
+        known *= shape[neg];
+    if (known != total)
+        return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor.reshape",
+                        "cannot reshape %lld elements into %lld", (long long)total,
+                        (long long)known);
+    if (t->pdim >= 0) {
+        simc_view free_part = t->v;
+        /* On-chip: the partition dim stays first; the free part must be
+         * contiguous. */
+        if (t->pdim != 0 || nd < 1 || shape[0] != t->v.shape[0])
+            return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor.reshape",
+                            "an on-chip reshape must keep the partition dimension (%lld) first",
+                            (long long)t->v.shape[t->pdim]);
+        free_part.ndim = t->v.ndim - 1;
+        memmove(free_part.shape, t->v.shape + 1, sizeof(int64_t) * (size_t)free_part.ndim);
+        memmove(free_part.strides, t->v.strides + 1, sizeof(int64_t) * (size_t)free_part.ndim);
+        if (!simc_view_contiguous(&free_part))
+            return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor.reshape",
+                            "the free dimensions of the view are not contiguous");
+        r.ndim = nd;
+        r.shape[0] = shape[0];
+        r.strides[0] = t->v.strides[0];
+        {
+            int64_t s = 1;
+            for (int d = nd - 1; d >= 1; d--) {
+                r.shape[d] = shape[d];
+                r.strides[d] = s;
+                s *= shape[d];
+            }
+        }
+        return (PyObject *)nki_tensor_view(t->v.st, &r, 0);
+    }
+    if (!simc_view_contiguous(&t->v))
+        return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor.reshape", "the view is not contiguous");
+    r.ndim = nd;
+    {
+        int64_t s = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            r.shape[d] = shape[d];
+            r.strides[d] = s;
+            s *= shape[d];
+        }
+    }
+    return (PyObject *)nki_tensor_view(t->v.st, &r, -1);
+}
+
+
+PyObject *nki_broadcast_view(nki_tensor *t, PyObject *shape_obj, const char *api)
+{
+    int64_t shape[SIMC_MAX_DIMS];
+    int nd = nki_parse_shape(shape_obj, api, shape, NULL);
+    simc_view r = t->v;
+    int off;
+
+    if (nd < 0)
+        return NULL;
+    if (nd < t->v.ndim)
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "cannot broadcast %d dims to %d", t->v.ndim, nd);
+    off = nd - t->v.ndim;
+    r.ndim = nd;
+    for (int d = nd - 1; d >= 0; d--) {
+        int sd = d - off;
+        int64_t have = sd >= 0 ? t->v.shape[sd] : 1;
+        if (have == shape[d]) {
+            r.shape[d] = have;
+            r.strides[d] = sd >= 0 ? t->v.strides[sd] : 0;
+        } else if (have == 1) {
+            r.shape[d] = shape[d];
+            r.strides[d] = 0;
+        } else {
+            return nki_fail(SIM_E_SHAPE_MISMATCH, api,
+                            "dimension %d of size %lld cannot broadcast to %lld", d,
+                            (long long)have, (long long)shape[d]);
+        }
+    }
+    return (PyObject *)nki_tensor_view(t->v.st, &r, t->pdim >= 0 ? t->pdim + off : -1);
+}
+
+static PyObject *tensor_broadcast_to(nki_tensor *t, PyObject *shape)
+{
+    return nki_broadcast_view(t, shape, "tensor.broadcast_to");
+}
+
+static PyObject *tensor_ap(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    static const char *const names[] = { "pattern", "offset", "*scalar_offset",
+                                         "*vector_offset", "*indirect_dim", "dtype" };
+    PyObject *a[NKI_NARGS(names)];
+    PyObject *seq;
+    simc_view r = t->v;
+    int64_t lo, hi;
+    Py_ssize_t n;
+
+    if (nki_parse("tensor.ap", args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
+        return NULL;
+    if (a[2] && a[2] != Py_None)
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "scalar_offset (dynamic access patterns)");
+    if (a[3] && a[3] != Py_None)
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "vector_offset (indirect access)");
+    if (!a[0])
+        return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern is required");
+    seq = PySequence_Fast(a[0], "pattern");
+    if (!seq) {
+        PyErr_Clear();
+        return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern must be a list of [step, count]");
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > SIMC_MAX_DIMS) {
+        Py_DECREF(seq);
+        return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern has %zd pairs", n);
+    }
+    r.ndim = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *ps = PySequence_Fast(pair, "pair");
+        if (!ps || PySequence_Fast_GET_SIZE(ps) != 2 ||
+            !nki_get_int(PySequence_Fast_GET_ITEM(ps, 0), &r.strides[i]) ||
+            !nki_get_int(PySequence_Fast_GET_ITEM(ps, 1), &r.shape[i])) {
+            PyErr_Clear();
+            Py_XDECREF(ps);
+            Py_DECREF(seq);
+            return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern entry %zd must be [step, count]", i);
+        }
+        Py_DECREF(ps);
+    }
+    Py_DECREF(seq);
+    if (a[1] && a[1] != Py_None && !nki_get_int(a[1], &r.offset))
+        return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "offset must be an int");
+    if (t->pdim >= 0 && r.shape[0] > 1 && r.strides[0] != t->v.st->part_elems)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap",
+                        "the partition step is %lld, it must equal the free size %lld",
+                        (long long)r.strides[0], (long long)t->v.st->part_elems);
+    if (a[5] && a[5] != Py_None) {
+        int dt = nki_dtype_from(a[5], "tensor.ap");
+        if (dt < 0)
+            return NULL;
+        if (sim_dtype_size((sim_dtype)dt) != sim_dtype_size(r.dtype))
+            return nki_fail(SIM_E_DTYPE, "tensor.ap", "dtype %s has a different size than %s",
+                            sim_dtype_name((sim_dtype)dt), sim_dtype_name(r.dtype));
+        r.dtype = (sim_dtype)dt;
+    }
+    simc_view_extent(&r, &lo, &hi);
+    if (lo < 0 || hi >= t->v.st->nelem)
+        return nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, "tensor.ap",
+                        "the pattern reaches elements [%lld, %lld] of a tensor of %lld",
+                        (long long)lo, (long long)hi, (long long)t->v.st->nelem);
+    return (PyObject *)nki_tensor_view(t->v.st, &r, t->pdim >= 0 ? 0 : -1);
+}
+
+static PyObject *tensor_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr(self, name);
+    const char *s;
+    if (r || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return r;
+    s = PyUnicode_AsUTF8(name);
+    if (!s || (s[0] == '_' && s[1] == '_'))
+        return NULL;
+    PyErr_Clear();
+    return nki_fail(SIM_E_UNSUPPORTED_API, "tensor", "tensor.%s is not implemented", s);
+}
+
+static Py_ssize_t tensor_len(PyObject *self)
+{
+    nki_tensor *t = (nki_tensor *)self;
+    return t->v.ndim ? (Py_ssize_t)t->v.shape[0] : 0;
+}
+
+static PyObject *tensor_repr(PyObject *self)
+{
+    nki_tensor *t = (nki_tensor *)self;
+    char buf[200];
+    int n = snprintf(buf, sizeof(buf), "<nki tensor %s %s (", mem_name(t->v.st->mem),
+                     sim_dtype_name(t->v.dtype));
+    for (int d = 0; d < t->v.ndim && n < 180; d++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, d ? ", %lld" : "%lld", (long long)t->v.shape[d]);
+    snprintf(buf + n, sizeof(buf) - (size_t)n, ")>");
+    return PyUnicode_FromString(buf);
+}
+
+
+static PyMethodDef tensor_methods[] = {
+    { "reshape", (PyCFunction)(void (*)(void))tensor_reshape, METH_FASTCALL, "reshape a contiguous view" },
+    { "broadcast_to", (PyCFunction)tensor_broadcast_to, METH_O, "broadcast size-1 dims" },
+    { "ap", (PyCFunction)(void (*)(void))tensor_ap, METH_FASTCALL | METH_KEYWORDS, "access pattern view" },
+    { NULL, NULL, 0, NULL },
+};
+
+static PyMappingMethods tensor_as_mapping = {
+    tensor_len,
+    nki_tensor_subscript,
+    nki_tensor_ass_subscript,
+};
+
+PyTypeObject nki_TensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nki.tensor",
+    .tp_basicsize = sizeof(nki_tensor),
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_repr = tensor_repr,
+    .tp_as_number = &nki_tensor_as_number,
+    .tp_as_mapping = &tensor_as_mapping,
+    .tp_getattro = tensor_getattro,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An NKI tensor: a view of an HBM tensor or an on-chip tile.",
+    .tp_richcompare = nki_tensor_richcompare,
+    .tp_methods = tensor_methods,
+    .tp_getset = tensor_getset,
+};
+
