@@ -305,6 +305,18 @@ bool api_idem_begin(api_req *r);
 /* After the handler: store the response (or free the key on 5xx). */
 void api_idem_finish(api_req *r);
 
+/* ---- small parsers (unit-tested in tests/unit/test_api.c) ------------------ */
+
+/* Content-Type is application/json, with charset utf-8 if any. */
+bool api_content_type_json(const char *ct);
+/* Idempotency-Key value: an sf-string ("...") or a bare visible-ASCII
+ * token; false when malformed or too long for cap. */
+bool api_idem_parse_key(const char *h, char *out, size_t cap);
+/* The opaque list cursor for (created_at µs, id), and back.  parse fills
+ * micros (digits) and id (37 bytes) and refuses anything make() did not produce. */
+void api_cursor_make(const char *micros, const char *id, char *out, size_t cap);
+bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id);
+
 /* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */
 extern const char api_openapi_json[];      /* NUL-terminated */
 

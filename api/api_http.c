@@ -459,7 +459,7 @@ static enum MHD_Result api_send(api_req *r)
 }
 
 /* Content-Type must be application/json, optionally with charset=utf-8. */
-static bool api_content_type_json(const char *ct)
+bool api_content_type_json(const char *ct)
 {
     const char *semi;
     size_t n;

@@ -17,7 +17,7 @@
 #include <string.h>
 
 /* The key as an sf-string ("...") or, leniently, a bare visible-ASCII token. */
-static bool api_idem_parse_key(const char *h, char *out, size_t cap)
+bool api_idem_parse_key(const char *h, char *out, size_t cap)
 {
     size_t n = 0;
 

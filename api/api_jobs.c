@@ -157,8 +157,15 @@ static bool api_b64url_decode(const char *in, char *out, size_t cap)
     return true;
 }
 
+void api_cursor_make(const char *micros, const char *id, char *out, size_t cap)
+{
+    char raw[80];
+    snprintf(raw, sizeof(raw), "%s,%s", micros, id);
+    api_b64url_encode(raw, strlen(raw), out, cap);
+}
+
 /* Cursor = base64url("<created_at in µs since the epoch>,<uuid>"). */
-static bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
+bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
 {
     char raw[96];
     char *comma;
@@ -268,10 +275,9 @@ void api_h_job_list(api_req *r)
     }
     kf_buf_adds(&out, "],\"next_cursor\":");
     if (rows > limit) {
-        char raw[80], enc[128];
+        char enc[128];
         int last = (int)limit - 1;
-        snprintf(raw, sizeof(raw), "%s,%s", PQgetvalue(res, last, 1), PQgetvalue(res, last, 2));
-        api_b64url_encode(raw, strlen(raw), enc, sizeof(enc));
+        api_cursor_make(PQgetvalue(res, last, 1), PQgetvalue(res, last, 2), enc, sizeof(enc));
         kf_buf_addf(&out, "\"%s\"}", enc);
     } else {
         kf_buf_adds(&out, "null}");

@@ -1,0 +1,119 @@
+/* Unit tests for kforge-api's pieces that need no services: the route
+ * table, tokens, and the small parsers of headers and cursors. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+
+Test(api_routes, table_is_consistent)
+{
+    int public_routes = 0;
+
+    for (int i = 0; i < api_n_routes; i++) {
+        const api_route *r = &api_routes[i];
+        cr_assert_not_null(r->handler, "%s %s", r->method, r->pattern);
+        cr_assert_eq(r->pattern[0], '/');
+        cr_assert(strcmp(r->method, "GET") == 0 || strcmp(r->method, "POST") == 0, "%s", r->method);
+        for (int k = 0; k < i; k++)
+            cr_assert(strcmp(api_routes[k].pattern, r->pattern) != 0 || strcmp(api_routes[k].method, r->method) != 0,
+                      "%s %s twice", r->method, r->pattern);
+        /* Internal routes are for workers only; workers use nothing else. */
+        if (strncmp(r->pattern, "/v1/internal/", 13) == 0)
+            cr_assert_eq(r->roles, API_ROLE_WORKER, "%s", r->pattern);
+        else
+            cr_assert_eq(r->roles & API_ROLE_WORKER, 0, "%s", r->pattern);
+        if (r->roles == API_PUBLIC) {
+            public_routes++;
+            cr_assert(strncmp(r->pattern, "/v1/jobs", 8) != 0, "%s must need a token", r->pattern);
+        }
+        if (r->flags & (API_F_JSON | API_F_JSON_OPT))
+            cr_assert_str_eq(r->method, "POST");
+    }
+    cr_assert_eq(public_routes, 4, "healthz, readyz, metrics, openapi");
+}
+
+Test(api_auth, roles_and_token_hashes)
+{
+    unsigned char h[32];
+    static const unsigned char abc[32] = { 0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40,
+                                           0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
+                                           0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad };
+    char *a, *b;
+
+    for (const char *const *n = (const char *const[]){ "admin", "user", "worker", NULL }; *n; n++)
+        cr_assert_str_eq(api_role_name(api_role_parse(*n)), *n);
+    cr_assert_eq(api_role_parse("root"), 0);
+    cr_assert_eq(api_role_parse(NULL), 0);
+    api_token_hash("abc", h);
+    cr_assert_eq(memcmp(h, abc, 32), 0, "SHA-256(\"abc\")");
+    a = api_token_new_secret();
+    b = api_token_new_secret();
+    cr_assert_eq(strlen(a), 67);
+    cr_assert_eq(strncmp(a, "kf_", 3), 0);
+    cr_assert_eq(strspn(a + 3, "0123456789abcdef"), 64);
+    cr_assert_str_neq(a, b);
+    free(a);
+    free(b);
+}
+
+Test(api_parsers, content_type)
+{
+    cr_assert(api_content_type_json("application/json"));
+    cr_assert(api_content_type_json("Application/JSON; charset=utf-8"));
+    cr_assert(api_content_type_json("application/json;charset=\"UTF-8\""));
+    cr_assert(!api_content_type_json("application/json; charset=latin1"));
+    cr_assert(!api_content_type_json("application/jsonx"));
+    cr_assert(!api_content_type_json("text/json"));
+    cr_assert(!api_content_type_json("application/problem+json"));
+    cr_assert(!api_content_type_json(""));
+    cr_assert(!api_content_type_json(NULL));
+}
+
+Test(api_parsers, idempotency_keys)
+{
+    char k[256];
+
+    cr_assert(api_idem_parse_key("\"8e03978e-40d5-43e8-bc93-6894a57f9324\"", k, sizeof(k)));
+    cr_assert_str_eq(k, "8e03978e-40d5-43e8-bc93-6894a57f9324");
+    cr_assert(api_idem_parse_key("\"a \\\"quoted\\\" \\\\ key\"", k, sizeof(k)));
+    cr_assert_str_eq(k, "a \"quoted\" \\ key");
+    cr_assert(api_idem_parse_key("bare-token_1", k, sizeof(k)));
+    cr_assert_str_eq(k, "bare-token_1");
+    cr_assert(!api_idem_parse_key("\"unterminated", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("\"\"", k, sizeof(k)), "empty");
+    cr_assert(!api_idem_parse_key("\"a\"b", k, sizeof(k)), "bytes after the string");
+    cr_assert(!api_idem_parse_key("\"bad \\n escape\"", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("\"tab\there\"", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("two words", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("\"\xc3\xa9\"", k, sizeof(k)), "non-ASCII");
+    {
+        char longk[300];
+        memset(longk, 'x', sizeof(longk) - 1);
+        longk[sizeof(longk) - 1] = '\0';
+        cr_assert(!api_idem_parse_key(longk, k, sizeof(k)), "longer than the buffer");
+    }
+}
+
+Test(api_parsers, cursors_round_trip_and_refuse_forgeries)
+{
+    char cur[128], micros[24], id[37];
+
+    api_cursor_make("1764495667123456", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert_eq(strspn(cur, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"), strlen(cur),
+                 "URL-safe: %s", cur);
+    cr_assert(api_cursor_parse(cur, micros, sizeof(micros), id));
+    cr_assert_str_eq(micros, "1764495667123456");
+    cr_assert_str_eq(id, "5bd35d24-a80d-4ced-9c48-7d25c358dfdb");
+
+    cr_assert(!api_cursor_parse("", micros, sizeof(micros), id));
+    cr_assert(!api_cursor_parse("not base64!", micros, sizeof(micros), id));
+    api_cursor_make("12a4", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "non-digit time");
+    api_cursor_make("1234", "5bd35d24-a80d-4ced-9c48-7d25c358dfdbX", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "not a UUID");
+    api_cursor_make("12345678901234567890123", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "time too long");
+    api_cursor_make("', 1); DROP TABLE jobs; --", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id));
+}
