@@ -265,6 +265,32 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     cJSON_Delete(j);
     kf_http_resp_release(&r);
 
+    /* Paging through events with after= and limit=. */
+    {
+        char *p2;
+        long first_id;
+        cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
+        j = fx_json(&r);
+        first_id = (long)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "events"), 0), "id")->valuedouble;
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        p2 = kf_asprintf("%s?after=%ld&limit=5", path, first_id);
+        cr_assert_eq(fx_req(&fx, "GET", p2, fx.user, NULL, &r), 200);
+        j = fx_json(&r);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 1, "%s", r.body);
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        free(p2);
+        p2 = kf_asprintf("%s?limit=0", path);
+        cr_assert_eq(fx_req(&fx, "GET", p2, fx.user, NULL, &r), 400);
+        kf_http_resp_release(&r);
+        free(p2);
+        p2 = kf_asprintf("%s?after=-1", path);
+        cr_assert_eq(fx_req(&fx, "GET", p2, fx.user, NULL, &r), 400);
+        kf_http_resp_release(&r);
+        free(p2);
+    }
+
     /* Other users see nothing; admins see everything. */
     free(path);
     path = kf_asprintf("/v1/jobs/%s", id);
