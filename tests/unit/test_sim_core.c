@@ -1,0 +1,168 @@
+/* sim_core and sim_numerics without Python: element conversions (RNE on
+ * bf16/fp16/fp8, saturating ints), the uninitialized fill, strided views
+ * (gather/scatter, extents, record regions), the PSUM first-write rule and
+ * the tile matmul. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sim/sim_core.h"
+#include "sim/sim_numerics.h"
+
+static float roundtrip(sim_dtype dt, float x)
+{
+    uint8_t buf[4];
+    simc_from_f32(dt, x, buf);
+    return simc_to_f32(dt, buf);
+}
+
+Test(sim_core, bf16_rounds_to_nearest_even)
+{
+    cr_assert_eq(roundtrip(SIM_DT_BFLOAT16, 1.0f + 0x1p-8f), 1.0f);              /* tie -> even */
+    cr_assert_eq(roundtrip(SIM_DT_BFLOAT16, 1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f); /* tie -> even */
+    cr_assert_eq(roundtrip(SIM_DT_BFLOAT16, 1.0f + 0x1p-8f + 0x1p-16f), 1.0f + 0x1p-7f);
+    cr_assert_eq(roundtrip(SIM_DT_BFLOAT16, -3.0f), -3.0f);
+    cr_assert(isinf(roundtrip(SIM_DT_BFLOAT16, 3.4e38f)));    /* rounds past the largest bf16 */
+    cr_assert(isnan(roundtrip(SIM_DT_BFLOAT16, NAN)));
+}
+
+Test(sim_core, fp16_and_fp8_round_to_nearest_even)
+{
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT16, 1.0f + 0x1p-11f), 1.0f);              /* tie -> even */
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT16, 1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT16, 65504.0f), 65504.0f);
+    cr_assert(isinf(roundtrip(SIM_DT_FLOAT16, 70000.0f)));
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT16, 0x1p-24f), 0x1p-24f);                 /* smallest subnormal */
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT8_E4M3, 1.0625f), 1.0f);                  /* 1 + 2^-4: tie -> even */
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT8_E4M3, 1.1875f), 1.25f);                 /* 1 + 3*2^-4: tie -> even */
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT8_E5M2, 1.125f), 1.0f);
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT8_E4M3FN, 448.0f), 448.0f);               /* fn: no inf, max 448 */
+    cr_assert_eq(roundtrip(SIM_DT_FLOAT8_E5M2, -0.5f), -0.5f);
+}
+
+Test(sim_core, ints_saturate_and_round)
+{
+    cr_assert_eq(roundtrip(SIM_DT_INT8, 300.0f), 127.0f);
+    cr_assert_eq(roundtrip(SIM_DT_INT8, -300.0f), -128.0f);
+    cr_assert_eq(roundtrip(SIM_DT_UINT8, -5.0f), 0.0f);
+    cr_assert_eq(roundtrip(SIM_DT_INT32, 2.5f), 2.0f);
+    cr_assert_eq(roundtrip(SIM_DT_INT16, 3.5f), 4.0f);
+    cr_assert_eq(roundtrip(SIM_DT_UINT16, NAN), 0.0f);
+}
+
+Test(sim_core, new_memory_is_nan_or_4)
+{
+    simc_store *f = simc_store_new(SIM_MEM_SBUF, SIM_DT_BFLOAT16, 4, 3, true);
+    simc_store *i = simc_store_new(SIM_MEM_HBM, SIM_DT_INT32, 1, 5, true);
+    for (int k = 0; k < 12; k++)
+        cr_assert(isnan(simc_to_f32(SIM_DT_BFLOAT16, (uint16_t *)f->data + k)));
+    for (int k = 0; k < 5; k++)
+        cr_assert_eq(((int32_t *)i->data)[k], 4);
+    cr_assert_null(f->open);
+    simc_store_unref(f);
+    simc_store_unref(i);
+}
+
+static simc_view view2(simc_store *s, int64_t off, int64_t r, int64_t c, int64_t sr, int64_t sc)
+{
+    simc_view v;
+    memset(&v, 0, sizeof(v));
+    v.st = s;
+    v.dtype = s->dtype;
+    v.ndim = 2;
+    v.offset = off;
+    v.shape[0] = r;
+    v.shape[1] = c;
+    v.strides[0] = sr;
+    v.strides[1] = sc;
+    return v;
+}
+
+Test(sim_core, strided_views_gather_scatter_and_regions)
+{
+    /* an SBUF tile of 8 partitions x 16 fp32 */
+    simc_store *s = simc_store_new(SIM_MEM_SBUF, SIM_DT_FLOAT32, 8, 16, true);
+    simc_view all = view2(s, 0, 8, 16, 16, 1), sub = view2(s, 2 * 16 + 4, 3, 5, 16, 2);
+    float in[128], out[15];
+    sim_region r;
+
+    for (int k = 0; k < 128; k++)
+        in[k] = (float)k;
+    simc_scatter(&all, in, NULL);
+    simc_gather(&sub, out);
+    for (int p = 0; p < 3; p++)
+        for (int f = 0; f < 5; f++)
+            cr_assert_eq(out[p * 5 + f], (float)((2 + p) * 16 + 4 + 2 * f));
+    simc_view_region(&sub, &r);
+    cr_assert_eq(r.mem, SIM_MEM_SBUF);
+    cr_assert_eq(r.part_lo, 2);
+    cr_assert_eq(r.part_count, 3);
+    cr_assert_eq(r.byte_lo, 16);
+    cr_assert_eq(r.byte_hi, 16 + 4 * 8 + 4);
+    cr_assert_eq(r.elems_per_part, 5);
+    cr_assert_eq(r.bytes, 60);
+    cr_assert_eq(r.inner_stride, 8);
+    cr_assert_eq(r.contig_bytes, 4);
+    cr_assert_not(simc_view_contiguous(&sub));
+    cr_assert(simc_view_contiguous(&all));
+    simc_store_unref(s);
+}
+
+Test(sim_core, views_outside_storage_read_nan_and_skip_writes)
+{
+    simc_store *s = simc_store_new(SIM_MEM_HBM, SIM_DT_FLOAT32, 1, 10, true);
+    simc_view v = view2(s, 6, 2, 3, 3, 1);   /* flat 6..8 and 9..11: 10, 11 are outside */
+    float in[6] = { 1, 2, 3, 4, 5, 6 }, out[6];
+
+    cr_assert_not(simc_view_in_store(&v));
+    simc_scatter(&v, in, NULL);
+    simc_gather(&v, out);
+    cr_assert_eq(out[0], 1);
+    cr_assert_eq(out[3], 4);
+    cr_assert(isnan(out[4]) && isnan(out[5]));
+    simc_store_unref(s);
+}
+
+Test(sim_core, psum_first_write_overwrites_then_accumulates_until_read)
+{
+    simc_store *p = simc_store_new(SIM_MEM_PSUM, SIM_DT_FLOAT32, 2, 2, true);
+    simc_view v = view2(p, 0, 2, 2, 2, 1);
+    float one[4] = { 1, 1, 1, 1 }, out[4];
+    bool acc;
+
+    simc_scatter_accum(&v, one, 0, &acc);     /* fresh: NaN is overwritten */
+    cr_assert_not(acc);
+    simc_scatter_accum(&v, one, 0, &acc);     /* open: accumulates */
+    cr_assert(acc);
+    simc_gather(&v, out);                     /* a read closes the group */
+    cr_assert_eq(out[3], 2.0f);
+    simc_scatter_accum(&v, one, 0, &acc);
+    cr_assert_not(acc);
+    simc_gather(&v, out);
+    cr_assert_eq(out[0], 1.0f);
+    simc_store_unref(p);
+}
+
+Test(sim_numerics, matmul_alu_and_activations)
+{
+    /* A (K=2, M=2) stationary, B (K=2, N=3) moving: C = A^T B */
+    float A[4] = { 1, 2, 3, 4 }, B[6] = { 1, 0, 2, 0, 1, 3 }, C[6];
+    simn_init();
+    simn_matmul(2, 3, 2, A, 2, 0, B, 3, C, 3, 0.0f);
+    cr_assert_eq(C[0], 1);
+    cr_assert_eq(C[1], 3);
+    cr_assert_eq(C[2], 11);
+    cr_assert_eq(C[3], 2);
+    cr_assert_eq(C[5], 16);
+    simn_matmul(2, 3, 2, A, 2, 0, B, 3, C, 3, 1.0f);
+    cr_assert_eq(C[5], 32);
+    cr_assert_eq(simn_alu(SIMN_OP_SUBTRACT, 5, 3), 2);
+    cr_assert_eq(simn_alu(SIMN_OP_MAX, 5, 7), 7);       /* a reduction used as ALU: maximum */
+    cr_assert(isnan(simn_alu(SIMN_OP_MAXIMUM, NAN, 1)));
+    cr_assert_float_eq(simn_act(SIMN_OP_RSQRT, 4.0f), 0.5f, 1e-7);
+    cr_assert_float_eq(simn_act(SIMN_OP_SIGMOID, 0.0f), 0.5f, 1e-7);
+    cr_assert_eq(simn_op_identity(SIMN_OP_MAX), -INFINITY);
+    cr_assert_eq(simn_op_binary(SIMN_OP_SUM), SIMN_OP_ADD);
+    cr_assert_str_eq(simn_op_name(SIMN_OP_GELU_APPRX_TANH), "gelu_apprx_tanh");
+}
