@@ -44,7 +44,7 @@ static double qb_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void qb_sleep_ms(int ms)
@@ -466,8 +466,8 @@ static int qb_enqueue(int secs, int clients)
     double dt = qb_now() - t0;
     qb_stop_all();
     printf("   POST /v1/jobs: %ld accepted (202) in %.1f s with %d clients: %.0f jobs/s (%ld not 202, last status %ld)\n",
-           ok, dt, clients, ok / dt, bad, last_bad);
-    printf("KFB_ENQUEUE_RATE=%.1f\n", ok / dt);
+           ok, dt, clients, (double)ok / dt, bad, last_bad);
+    printf("KFB_ENQUEUE_RATE=%.1f\n", (double)ok / dt);
     return ok > 0 && bad * 100 <= ok ? 0 : 1;
 }
 
@@ -503,9 +503,9 @@ static int qb_throughput(int n, int workers)
     mem1 = qb_redis_used_memory();
     qb_stop_all();
     printf("   %ld of %d diag jobs (0 ms) succeeded in %.2f s with %d workers: %.0f jobs/s end to end "
-           "(worker start-up included)\n", done, n, dt, workers, done / dt);
+           "(worker start-up included)\n", done, n, dt, workers, (double)done / dt);
     printf("   Redis used_memory with %d jobs waiting: %lld bytes; after all finished: %lld bytes\n", n, mem0, mem1);
-    printf("KFB_E2E_RATE=%.1f\n", done / dt);
+    printf("KFB_E2E_RATE=%.1f\n", (double)done / dt);
     curl_easy_cleanup(c);
     return done == n ? 0 : 1;
 }
@@ -628,7 +628,10 @@ int main(int argc, char **argv)
     qb_build = getenv("KFB_BUILD");
     qb_dsn = getenv("KFB_PG_DSN");
     qb_dir = getenv("KFB_DIR");
-    qb_redis_port = getenv("KFB_REDIS_PORT") ? atoi(getenv("KFB_REDIS_PORT")) : 0;
+    {
+        const char *port = getenv("KFB_REDIS_PORT");
+        qb_redis_port = port ? atoi(port) : 0;
+    }
     if (!qb_build || !qb_dsn || !qb_dir || !qb_redis_port)
         qb_die("set KFB_BUILD, KFB_PG_DSN, KFB_DIR and KFB_REDIS_PORT (bench/run.sh does)");
     signal(SIGPIPE, SIG_IGN);

@@ -143,8 +143,8 @@ static kf_code kq_load_script(kf_queue *q, kf_queue_script s, kf_err *err)
 
 static kf_code kq_ensure(kf_queue *q, kf_err *err)
 {
-    struct timeval ct = { KQ_CONNECT_MS / 1000, (KQ_CONNECT_MS % 1000) * 1000 };
-    struct timeval tt = { KQ_COMMAND_MS / 1000, (KQ_COMMAND_MS % 1000) * 1000 };
+    struct timeval ct = { KQ_CONNECT_MS / 1000, (KQ_CONNECT_MS % 1000) * 1000L };
+    struct timeval tt = { KQ_COMMAND_MS / 1000, (KQ_COMMAND_MS % 1000) * 1000L };
     kf_code rc;
 
     if (q->c)
