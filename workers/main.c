@@ -214,7 +214,7 @@ static void *w_lease_thread(void *arg)
 static void *w_api_heartbeat_thread(void *arg)
 {
     worker *w = arg;
-    kf_report *rep = kf_report_new(w->api_url, w->token, 5000);
+    kf_report *rep = kf_report_new(w->api_url, w->token, 2000);
     char *path = kf_asprintf("/v1/internal/workers/%s/heartbeat", w->id);
     kf_buf body = KF_BUF_INIT;
     bool warned = false;
