@@ -1,0 +1,105 @@
+"""kforge library: row softmax of an (N, D) tensor, current NKI API.
+
+Rows go on the 128 partitions; a whole row stays in SBUF (the max and the
+sum need all of it).  The row is loaded, reduced, exponentiated, scaled and
+stored in COLS-wide column chunks, so the DMA of one chunk overlaps the
+compute of the previous one and stores start before the row is done.
+Partial maxima and sums per chunk are combined at the end of each pass.
+With EXP_BF16 = 1 the unnormalised exponentials are kept in the input's
+16-bit dtype (half the SBUF traffic; for float32 inputs it has no effect).
+"""
+import math
+
+import numpy as np
+
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+KFORGE = {
+    "op": "softmax",
+    "entry": "softmax",
+    "reference": "softmax_ref",
+    "summary": "softmax over the last axis of (N, D)",
+    "inputs": [{"name": "x", "dims": ["N", "D"]}],
+    "supports": ["N >= 1", "D >= 1", "D * (DTYPE_BYTES + 4) <= SBUF_BYTES // 3"],
+    "reference_shapes": [[4096, 8192]],
+    "test_shapes": [[200, 700]],
+    "tunables": {
+        "COLS": {"values": [256, 512, 1024, 2048, 4096, 8192], "default": 8192,
+                 "addresses": {"engine_waits_on_dma": "down", "dma_small_transfers": "up",
+                               "buffer_pressure": "down"}},
+        "EXP_BF16": {"values": [0, 1], "default": 0,
+                     "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up",
+                                   "slow_engine": "up"}},
+        "BUFS": {"values": [1, 2, 3, 4], "default": 2,
+                 "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
+        "NORM_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
+                        "addresses": {"engine_waits_on_dma": "any", "slow_engine": "any",
+                                      "buffer_pressure": "any"}}
+    },
+    "constraints": ["BUFS * D * (DTYPE_BYTES + 4 - EXP_BF16 * (4 - DTYPE_BYTES)) + 2 * COLS * DTYPE_BYTES <= SBUF_BYTES - 4096",
+                    "COLS < 2 * D or COLS == 256"]
+}
+
+
+@nki.jit
+def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
+    N, D = x.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    nch = math.ceil(D / COLS)
+    edt = x.dtype if EXP_BF16 else nl.float32
+
+    # BUFS rotating sets of row buffers: the load of tile t + BUFS - 1 can
+    # start while tile t is still being computed.
+    xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
+    nbufs = [nl.ndarray((P, D), dtype=edt, buffer=nl.sbuf) for _ in range(BUFS)]
+    for t in nl.affine_range(math.ceil(N / P)):
+        r0 = t * P
+        nr = min(P, N - r0)
+        xt = xbufs[t % BUFS]
+        pmax = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
+        for c in nl.affine_range(nch):
+            c0 = c * COLS
+            w = min(COLS, D - c0)
+            nisa.dma_copy(dst=xt[0:nr, c0:c0 + w], src=x[r0:r0 + nr, c0:c0 + w])
+            nisa.tensor_reduce(dst=pmax[0:nr, c:c + 1], op=nl.maximum, data=xt[0:nr, c0:c0 + w],
+                               axis=1, keepdims=True)
+        neg_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=neg_max[0:nr, 0:1], op=nl.maximum, data=pmax[0:nr, 0:nch], axis=1,
+                           negate=True, keepdims=True)
+
+        num = nbufs[t % BUFS]
+        psum_ = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
+        for c in nl.affine_range(nch):
+            c0 = c * COLS
+            w = min(COLS, D - c0)
+            nisa.activation_reduce(dst=num[0:nr, c0:c0 + w], op=nl.exp, data=xt[0:nr, c0:c0 + w],
+                                   reduce_op=nl.add, reduce_res=psum_[0:nr, c:c + 1],
+                                   bias=neg_max[0:nr, 0:1])
+        den = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=den[0:nr, 0:1], op=nl.add, data=psum_[0:nr, 0:nch], axis=1,
+                           keepdims=True)
+        inv = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.reciprocal(dst=inv[0:nr, 0:1], data=den[0:nr, 0:1])
+
+        for c in nl.affine_range(nch):
+            c0 = c * COLS
+            w = min(COLS, D - c0)
+            prob = nl.ndarray((P, COLS), dtype=x.dtype, buffer=nl.sbuf)
+            if NORM_ENGINE == "scalar":
+                nisa.activation(dst=prob[0:nr, 0:w], op=nl.copy, data=num[0:nr, c0:c0 + w],
+                                scale=inv[0:nr, 0:1])
+            else:
+                eng = nisa.gpsimd_engine if NORM_ENGINE == "gpsimd" else nisa.vector_engine
+                nisa.tensor_scalar(dst=prob[0:nr, 0:w], data=num[0:nr, c0:c0 + w],
+                                   op0=nl.multiply, operand0=inv[0:nr, 0:1], engine=eng)
+            nisa.dma_copy(dst=out[r0:r0 + nr, c0:c0 + w], src=prob[0:nr, 0:w])
+    return out
+
+
+def softmax_ref(x):
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
