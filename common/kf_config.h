@@ -76,6 +76,8 @@ enum {
        "Wall-clock limit of one sandboxed kernel evaluation (kforge-sim --timeout; CPU limit likewise).")               \
     XX(SIM_MEMORY_MIB,   INT, "8192",                                   64, 1048576,     KF_USE_SIM | KF_USE_WORKER,      \
        "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
+    XX(KERNELS_DIR,      STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
+       "Folder of kforge's kernel library (<op>.py templates); empty: kernels/ here or next to the binary.")             \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \
     XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \
