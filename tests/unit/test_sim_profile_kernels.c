@@ -91,7 +91,7 @@ static const char *const MM4096[] = { "lhsT=shape:4096x4096:bf16:seed=1",
 /* The corpus matmul kernels at the published shape, timing-only, on trn2:
  * tiled (8,602 us), 4x2 output-tile blocks (2,451 us), 16x2 blocks with the
  * rhs block resident (1,801 us).  Within 25%, in the published order. */
-Test(sim_profile_kernels, calibration_trn2_corpus_matmuls, .timeout = 600)
+Test(sim_profile_kernels, calibration_trn2_corpus_matmuls)
 {
     static const struct {
         const char *entry, *kwargs;
@@ -107,7 +107,7 @@ Test(sim_profile_kernels, calibration_trn2_corpus_matmuls, .timeout = 600)
         run_kernel(&r, "trn2", "tests/kernels/current/matmul.py", steps[i].entry, steps[i].kwargs,
                    NULL, 0, MM4096, 2);
         got[i] = r.prof->total_ns / 1e6;
-        cr_log_info("%s %s: %.3f ms (published %.3f ms)", steps[i].entry,
+        fprintf(stderr, "%s %s: %.3f ms (published %.3f ms)\n", steps[i].entry,
                     steps[i].kwargs ? steps[i].kwargs : "", got[i], steps[i].published_ms);
         cr_assert(fabs(got[i] / steps[i].published_ms - 1) <= 0.25,
                   "%s %s: %.3f ms vs published %.3f ms", steps[i].entry,
@@ -117,7 +117,7 @@ Test(sim_profile_kernels, calibration_trn2_corpus_matmuls, .timeout = 600)
     cr_assert(got[0] > got[1] && got[1] > got[2]);
 }
 
-Test(sim_profile_kernels, numerics_on_and_off_give_the_same_profile, .timeout = 300)
+Test(sim_profile_kernels, numerics_on_and_off_give_the_same_profile)
 {
     static const char *const specs[] = { "lhsT=shape:512x256:bf16:seed=3",
                                          "rhs=shape:512x1024:bf16:seed=4" };
@@ -134,7 +134,7 @@ Test(sim_profile_kernels, numerics_on_and_off_give_the_same_profile, .timeout = 
     run_release(&off);
 }
 
-Test(sim_profile_kernels, tiled_matmul_findings_name_the_reloaded_input_and_its_line, .timeout = 300)
+Test(sim_profile_kernels, tiled_matmul_findings_name_the_reloaded_input_and_its_line)
 {
     static const char *const specs[] = { "lhsT=shape:1024x1024:bf16:seed=1",
                                          "rhs=shape:1024x1024:bf16:seed=2" };
@@ -159,7 +159,7 @@ Test(sim_profile_kernels, tiled_matmul_findings_name_the_reloaded_input_and_its_
 
 /* Every current-API kernel of the corpus (first case of each op) profiles,
  * with its time on TensorE/VectorE/ScalarE/DMA and a valid trace. */
-Test(sim_profile_kernels, every_corpus_kernel_has_a_profile, .timeout = 600)
+Test(sim_profile_kernels, every_corpus_kernel_has_a_profile)
 {
     FILE *f = fopen("tests/kernels/corpus.json", "r");
     cr_assert_not_null(f);
@@ -209,7 +209,7 @@ Test(sim_profile_kernels, every_corpus_kernel_has_a_profile, .timeout = 600)
         FILE *m = open_memstream(&screen, &len);
         sim_profile_print(m, r.prof);
         fclose(m);
-        cr_log_info("%s\n%s", path, screen);
+        fprintf(stderr, "%s\n%s\n", path, screen);
         free(screen);
         free(kw);
         run_release(&r);
