@@ -522,7 +522,7 @@ static double calib_ms(const char *tgt, syn_mm p)
     return ms;
 }
 
-Test(sim_timing_calibration, trn2_matmul_4096_cubed_steps, .timeout = 60)
+Test(sim_timing_calibration, trn2_matmul_4096_cubed_steps)
 {
     const double pub[3] = { 8.602, 2.451, 1.801 };
     syn_mm s[3] = {
@@ -539,7 +539,7 @@ Test(sim_timing_calibration, trn2_matmul_4096_cubed_steps, .timeout = 60)
     cr_assert(got[0] > got[1] && got[1] > got[2]);
 }
 
-Test(sim_timing_calibration, trn1_matmul_4096x8192x8192_steps, .timeout = 60)
+Test(sim_timing_calibration, trn1_matmul_4096x8192x8192_steps)
 {
     const double pub[4] = { 51.80, 42.96, 22.07, 6.97 };
     syn_mm s[4] = {
