@@ -49,7 +49,7 @@ enum {
     XX(BOOTSTRAP_TOKEN,  STR, "",                                       0, 0,            KF_USE_API,                      \
        "If set, kforge-api ensures an admin token with this value exists at start-up (make run uses it).")                \
     XX(LEASE_MS,         INT, "30000",                                  1000, 86400000,  KF_USE_WORKER | KF_USE_SCHED,    \
-       "Lease duration; a worker renews at a third of it, the reaper takes back leases past it.")                         \
+       "Lease duration; a worker renews every third of it (at least every second), the reaper takes back leases past it.")                         \
     XX(HEARTBEAT_MS,     INT, "5000",                                   100, 600000,     KF_USE_WORKER,                   \
        "How often a worker refreshes its registry entry in Redis.")                                                       \
     XX(MAX_ATTEMPTS,     INT, "3",                                      1, 100,          KF_USE_API,                      \
