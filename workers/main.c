@@ -3,7 +3,8 @@
  * child process, reports to the API, and acks (docs/protocol.md).
  *
  * Threads: the main thread leases, runs and reports; a lease thread renews
- * the current lease every LEASE_MS/3 and refreshes the Redis registry entry
+ * the current lease every LEASE_MS/3 (at least every second, which is also
+ * how often it sees a cancel request) and refreshes the Redis registry entry
  * (its own Redis connection, so a long evaluation never loses a healthy
  * lease); a heartbeat thread tells the API the worker is alive.  Each
  * thread has its own Redis / HTTP handle.
@@ -42,6 +43,7 @@
 #define W_BACKOFF_MIN   100
 #define W_BACKOFF_MAX   5000
 #define W_STOP_GRACE_MS 1000      /* job process: SIGTERM, then SIGKILL after this */
+#define W_CANCEL_CHECK_MS 1000    /* longest gap between renewals (cancel checks) */
 
 typedef struct worker {
     /* configuration */
@@ -115,6 +117,15 @@ static void w_sleep(int ms)
 
 /* ---- lease thread: renew + Redis registry --------------------------- */
 
+/* A third of the lease, but at least once a second: the renew reply also
+ * carries the cancel flag, so a cancel reaches a running job within ~1 s
+ * whatever the lease (one script call per second per busy worker). */
+static long long w_renew_every(const worker *w)
+{
+    long long third = w->lease_ms / 3;
+    return third < W_CANCEL_CHECK_MS ? third : W_CANCEL_CHECK_MS;
+}
+
 static char *w_registry_json(worker *w, const char *job)
 {
     kf_buf b = KF_BUF_INIT;
@@ -173,7 +184,7 @@ static void *w_lease_thread(void *arg)
             pthread_mutex_lock(&w->mu);
             if (w->has_lease && strcmp(token, w->job_token) == 0) {
                 if (rc == KF_OK) {
-                    w->next_renew_ms = w_now_ms() + w->lease_ms / 3;
+                    w->next_renew_ms = w_now_ms() + w_renew_every(w);
                     if (cancel && !w->cancel_seen) {
                         kf_log_info("job cancelled by request job=%s", id);
                         w->cancel_seen = true;
@@ -444,7 +455,7 @@ static void w_set_lease(worker *w, const kf_queue_lease *l)
     if (l) {
         snprintf(w->job_id, sizeof(w->job_id), "%s", l->id);
         snprintf(w->job_token, sizeof(w->job_token), "%s", l->token);
-        w->next_renew_ms = w_now_ms() + w->lease_ms / 3;
+        w->next_renew_ms = w_now_ms() + w_renew_every(w);
     } else {
         w->job_id[0] = w->job_token[0] = '\0';
     }
@@ -584,7 +595,8 @@ static void w_usage(FILE *out)
         fprintf(out, "%s%s", i ? ", " : "", all[i]->name);
     fprintf(out,
             "), renews the lease every\n"
-            "KFORGE_LEASE_MS/3, reports start, iterations and the result to the API at\n"
+            "KFORGE_LEASE_MS/3 (at least every second, which is when it sees cancel\n"
+            "requests), reports start, iterations and the result to the API at\n"
             "KFORGE_API_URL with KFORGE_TOKEN (role worker), then acks the job.  Reports\n"
             "the API cannot take are kept in KFORGE_SPOOL_DIR and resent; a job crash is a\n"
             "failed attempt (retried with backoff up to the job's max_attempts, then dead).\n"

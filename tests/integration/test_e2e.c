@@ -143,3 +143,26 @@ Test(e2e, cancel_of_a_queued_job_means_it_never_starts)
     free(id);
     free(body);
 }
+
+Test(e2e, cancel_reaches_a_running_job_within_seconds_whatever_the_lease)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1, .lease_ms = 30000 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(60000, false, false, 3);
+    char *id = kf_stack_submit(&S, body);
+    char url[160];
+    kf_http_resp r;
+
+    cr_assert(kf_stack_wait_state(&S, id, "running", 10000), "job is %s", kf_stack_state(&S, id));
+    snprintf(url, sizeof(url), "%s/v1/jobs/%s/cancel", S.api_url, id);
+    long long t0 = kf_test_now_ms();
+    cr_assert_eq(kf_http_json("POST", url, S.user, NULL, &r), 202, "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert(kf_stack_wait_state(&S, id, "cancelled", 5000), "job is %s 5 s after cancel with a 30 s lease",
+              kf_stack_state(&S, id));
+    cr_log_info("cancel of a running job took %lld ms", kf_test_now_ms() - t0);
+    cr_assert(kf_test_now_ms() - t0 < 3000);
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+    free(body);
+}
