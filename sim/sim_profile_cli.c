@@ -73,6 +73,11 @@ static int pcli_mkdir_p(const char *path)
     }
     if (mkdir(p, 0755) < 0 && errno != EEXIST)
         rc = -1;
+    struct stat st;
+    if (rc == 0 && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        errno = ENOTDIR;
+        rc = -1;
+    }
     free(p);
     return rc;
 }
