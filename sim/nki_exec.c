@@ -251,8 +251,10 @@ int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *
         op = SIM_OP_TENSOR_COPY;
         eng = sv->st->mem == SIM_MEM_PSUM ? SIM_ENG_SCALAR : SIM_ENG_VECTOR;
     }
-    vals = sv ? nki_read(sv, 0) : nki_read_opnd(&o, dv->ndim, dv->shape, 0);
-    nki_write(dv, vals, mask);
+    if (!sv || !nki_cur->numerics || mask || !simc_copy_raw(dv, sv)) {
+        vals = sv ? nki_read(sv, 0) : nki_read_opnd(&o, dv->ndim, dv->shape, 0);
+        nki_write(dv, vals, mask);
+    }
     {
         sim_insn *in = nki_emit(op, eng, dv, sv, NULL, NULL);
         if (mask)

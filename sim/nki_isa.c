@@ -142,8 +142,10 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
     if (mask_for(a[2], dst, api, &mask) < 0 || nki_check_bounds(dst, mask, api) < 0 ||
         nki_check_bounds(src, NULL, api) < 0)
         return NULL;
-    vals = nki_read(&src->v, 0);
-    nki_write(&dst->v, vals, mask);
+    if (!nki_cur->numerics || mask || !simc_copy_raw(&dst->v, &src->v)) {
+        vals = nki_read(&src->v, 0);
+        nki_write(&dst->v, vals, mask);
+    }
     in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
     if (a[9] && PyLong_Check(a[9])) {
         long q = PyLong_AsLong(a[9]);
@@ -166,8 +168,10 @@ static int copy_core(const char *api, nki_tensor *dst, nki_tensor *src, sim_engi
     if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "src", src) < 0 ||
         same_layout(api, dst, "dst", src, "src") < 0)
         return -1;
-    vals = nki_read(&src->v, 0);
-    nki_write(&dst->v, vals, mask);
+    if (!nki_cur->numerics || mask || !simc_copy_raw(&dst->v, &src->v)) {
+        vals = nki_read(&src->v, 0);
+        nki_write(&dst->v, vals, mask);
+    }
     in = nki_emit(SIM_OP_TENSOR_COPY, eng, &dst->v, &src->v, NULL, NULL);
     if (mask)
         in->flags |= SIM_F_MASKED;

@@ -733,8 +733,10 @@ static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
             sv.shape[1] = 1;
             sv.strides[1] = 1;
         }
-        vals = nki_read(&sv, 0);
-        nki_write(&out->v, vals, mask);
+        if (!nki_cur->numerics || mask || !simc_copy_raw(&out->v, &sv)) {
+            vals = nki_read(&sv, 0);
+            nki_write(&out->v, vals, mask);
+        }
         in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &out->v, &src->v, NULL, NULL);
         if (mask)
             in->flags |= SIM_F_MASKED;
@@ -871,12 +873,9 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
         return false;
     first = s->open[dv->offset];
     if (accumulate == 0)
-        for (int64_t m = 0; m < M; m++) {
-            const uint8_t *o = s->open + dv->offset + m * ldc;
-            for (int64_t n = 0; n < N; n++)
-                if (o[n] != first)
-                    return false;
-        }
+        for (int64_t m = 0; m < M; m++)
+            if (memchr(s->open + dv->offset + m * ldc, !first, (size_t)N))
+                return false;
     acc = accumulate > 0 || (accumulate == 0 && first);
     A = stat_is_mk ? blas_operand(sv, M, K, &lda) : blas_operand(sv, K, M, &lda);
     if (!A) {

@@ -467,8 +467,14 @@ void simc_gather(const simc_view *v, float *out)
                     o[i] = p[i * is];
         } else if (v->dtype == SIM_DT_BFLOAT16) {
             const uint16_t *p = (const uint16_t *)s->data + base;
-            for (int64_t i = 0; i < n; i++)
-                o[i] = bf16_to_f32(p[i * is]);
+            if (is == 1) {
+                uint32_t *ou = (uint32_t *)(void *)o;   /* same size; vectorizes */
+                for (int64_t i = 0; i < n; i++)
+                    ou[i] = (uint32_t)p[i] << 16;
+            } else {
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = bf16_to_f32(p[i * is]);
+            }
         } else {
             const uint8_t *p = (const uint8_t *)s->data + base * (int64_t)es;
             for (int64_t i = 0; i < n; i++)
@@ -577,4 +583,46 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, boo
     SIMC_ROWS_END(v, base)
     if (any_accum)
         *any_accum = acc_any;
+}
+
+bool simc_copy_raw(const simc_view *dst, const simc_view *src)
+{
+    simc_store *ds = dst->st;
+    const simc_store *ss = src->st;
+    unsigned es = sim_dtype_size(dst->dtype);
+    int64_t n = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
+    int64_t dis = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
+    int64_t sis = src->ndim ? src->strides[src->ndim - 1] : 0;
+    int64_t sidx[SIMC_MAX_DIMS] = { 0 }, sbase = src->offset;
+
+    if (dst->dtype != src->dtype || !ds->data || !ss->data || ds->open || ss->open ||
+        dst->ndim != src->ndim || dst->ndim == 0 || !simc_view_in_store(dst) ||
+        !simc_view_in_store(src))
+        return false;
+    for (int d = 0; d < dst->ndim; d++)
+        if (dst->shape[d] != src->shape[d])
+            return false;
+    if (ds == ss)
+        return false;   /* overlapping copies go element by element through FP32 */
+    simc_store_writable(ds);
+    SIMC_ROWS_BEGIN(dst, base, r)
+        (void)r;
+        {
+            uint8_t *dp = (uint8_t *)ds->data + base * (int64_t)es;
+            const uint8_t *sp = (const uint8_t *)ss->data + sbase * (int64_t)es;
+            if (dis == 1 && sis == 1)
+                memcpy(dp, sp, (size_t)n * es);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    memcpy(dp + i * dis * (int64_t)es, sp + i * sis * (int64_t)es, es);
+        }
+        for (int d = src->ndim - 2; d >= 0; d--) {
+            sbase += src->strides[d];
+            if (++sidx[d] < src->shape[d])
+                break;
+            sbase -= src->strides[d] * src->shape[d];
+            sidx[d] = 0;
+        }
+    SIMC_ROWS_END(dst, base)
+    return true;
 }

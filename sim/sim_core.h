@@ -105,6 +105,10 @@ void simc_gather(const simc_view *v, float *out);
  * PSUM closes its matmul accumulation.  No-op for a store without data;
  * elements outside the storage are skipped. */
 void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask);
+/* Copy src into dst byte for byte when both have the same dtype and shape,
+ * live in different SBUF/HBM stores with data and lie inside them; false
+ * (nothing done) otherwise, for the caller's FP32 path. */
+bool simc_copy_raw(const simc_view *dst, const simc_view *src);
 /* PSUM matmul write: each element overwrites when its accumulation is not
  * open (or accumulate < 0), adds when open (or accumulate > 0), and opens. */
 void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, bool *any_accum);

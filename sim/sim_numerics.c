@@ -2,7 +2,10 @@
 #include "sim_numerics.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const struct {
     const char *name;
@@ -155,23 +158,84 @@ void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
         out[i] = simn_act(op, x[i]);
 }
 
+/* OpenBLAS is loaded at run time (not linked) so that its core type can be
+ * chosen first: its DYNAMIC_ARCH detection falls back to the SSE3
+ * "Prescott" kernels on CPUs it does not know by model number (common in
+ * VMs), about 6x slower than the AVX2/AVX-512 kernels those CPUs run.  When
+ * OPENBLAS_CORETYPE is unset, the core type is picked from the CPU's
+ * feature flags; setting it in the environment overrides the choice. */
+typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+                         const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+                         const float, const float *, const blasint, const float *, const blasint,
+                         const float, float *, const blasint);
+typedef void (*threads_fn)(int);
+typedef char *(*corename_fn)(void);
+
+static sgemm_fn blas_sgemm;
+static corename_fn blas_corename;
+static int blas_state;   /* 0 not tried, 1 loaded, -1 failed */
+
+static const char *cpu_coretype(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    return NULL;   /* let OpenBLAS decide */
+}
+
+int simn_init(void)
+{
+    static const char *const libs[] = { "libopenblas.so.0", "libopenblasp-r0.3.21.so",
+                                        "libopenblas.so" };
+    void *h = NULL;
+    threads_fn set_threads;
+    const char *core;
+
+    if (blas_state)
+        return blas_state > 0 ? 0 : -1;
+    core = cpu_coretype();
+    if (core && !getenv("OPENBLAS_CORETYPE"))
+        setenv("OPENBLAS_CORETYPE", core, 0);
+    for (size_t i = 0; !h && i < sizeof(libs) / sizeof(libs[0]); i++)
+        h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    blas_sgemm = h ? (sgemm_fn)(uintptr_t)dlsym(h, "cblas_sgemm") : NULL;
+    set_threads = h ? (threads_fn)(uintptr_t)dlsym(h, "openblas_set_num_threads") : NULL;
+    blas_corename = h ? (corename_fn)(uintptr_t)dlsym(h, "openblas_get_corename") : NULL;
+    if (!blas_sgemm) {
+        blas_state = -1;
+        return -1;
+    }
+    if (set_threads)
+        set_threads(1);
+    blas_state = 1;
+    return 0;
+}
+
+const char *simn_blas_name(void)
+{
+    if (blas_state <= 0)
+        return "none";
+    return blas_corename ? blas_corename() : "OpenBLAS";
+}
+
 void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
                  int64_t ldb, float *C, int64_t ldc, float beta)
 {
     if (M <= 0 || N <= 0)
         return;
-    if (K <= 0) {
-        if (beta == 0.0f)
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < N; n++)
-                    C[m * ldc + n] = 0.0f;
+    if (K <= 0 || !blas_sgemm) {
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                float acc = beta != 0.0f ? C[m * ldc + n] : 0.0f;
+                for (int k = 0; k < K; k++)
+                    acc += (trans_a ? A[m * lda + k] : A[k * lda + m]) * B[k * ldb + n];
+                C[m * ldc + n] = acc;
+            }
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, 1.0f,
-                A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-}
-
-void simn_init(void)
-{
-    openblas_set_num_threads(1);
+    blas_sgemm(CblasRowMajor, trans_a ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, 1.0f, A,
+               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
 }

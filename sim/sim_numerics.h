@@ -5,6 +5,7 @@
  * `nki` face accepts as an operator value (nl.add, nl.exp, np.max, ...);
  * simn_alu/simn_act evaluate one element in FP32 (as Vector, Scalar and
  * GpSimd do), and simn_matmul computes a tile product with OpenBLAS sgemm
+ * (loaded at run time with the CPU's core type, one thread)
  * (the Tensor engine accumulates in FP32, so an FP32 GEMM over the operands
  * converted to FP32 is exact to the engine's arithmetic up to summation order).
  *
@@ -103,8 +104,12 @@ void simn_act_vec(simn_op op, const float *x, float *out, int64_t n);
 void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
                  int64_t ldb, float *C, int64_t ldc, float beta);
 
-/* Called once: tile products are small, so one BLAS thread does them with
- * the least overhead and a fixed summation order. */
-void simn_init(void);
+/* Load OpenBLAS (once; see sim_numerics.c for the core-type choice) and
+ * use one BLAS thread: tile products are small, so one thread does them
+ * with the least overhead and a fixed summation order.  -1 when OpenBLAS
+ * cannot be loaded (matmuls then use a plain C loop, correct but slow). */
+int simn_init(void);
+/* The BLAS kernel in use ("SkylakeX", "Haswell", ... or "none"). */
+const char *simn_blas_name(void);
 
 #endif

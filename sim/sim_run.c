@@ -43,7 +43,7 @@ static kf_code py_init(kf_err *err)
 
     if (py_ready)
         return KF_OK;
-    simn_init();
+    (void)simn_init();   /* without OpenBLAS, matmuls fall back to a C loop */
     if (py_failed)
         return kf_err_set(err, KF_INTERNAL, "the embedded Python interpreter failed to start earlier");
     PyConfig_InitIsolatedConfig(&cfg);
