@@ -130,7 +130,7 @@ ParameterizedTestParameters(corpus, kernels)
     return make_params(0);
 }
 
-ParameterizedTest(corpus_param *p, corpus, kernels, .timeout = 900)
+ParameterizedTest(corpus_param *p, corpus, kernels)
 {
     cJSON *m = load_manifest();
     cJSON *op = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "ops"), p->op);
@@ -238,7 +238,7 @@ ParameterizedTestParameters(corpus, negative)
     return make_params(1);
 }
 
-ParameterizedTest(corpus_param *p, corpus, negative, .timeout = 300)
+ParameterizedTest(corpus_param *p, corpus, negative)
 {
     cJSON *m = load_manifest();
     cJSON *neg = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "negative"), p->op);
