@@ -576,6 +576,55 @@ static void find_slow_engine(fctx *c)
              total);
 }
 
+/* Many small instructions on VectorE/ScalarE/GpSimd: each pays ~60 cycles
+ * per SBUF/PSUM access and at least MIN_II, whatever its size (S7, S30). */
+static void find_overhead(fctx *c)
+{
+    sim_profile *p = c->p;
+    const sim_record *r = p->rec;
+    char lines[256], tb[32];
+    static const sim_engine engs[] = { SIM_ENG_VECTOR, SIM_ENG_SCALAR, SIM_ENG_GPSIMD };
+
+    for (size_t k = 0; k < sizeof(engs) / sizeof(engs[0]); k++) {
+        sim_engine e = engs[k];
+        double over = 0, busy = sim_ps_to_ns(p->tm.track_busy_ps[e]), elems = 0;
+        uint64_t n = 0;
+        acc_reset(&c->a);
+        for (size_t i = 0; i < r->n_insns; i++) {
+            const sim_insn *in = &r->insns[i];
+            const sim_timed *tm = &p->tm.t[i];
+            if (tm->track != e)
+                continue;
+            double d = sim_ps_to_ns(tm->end_ps - tm->start_ps);
+            double w = sim_ps_to_ns(sim_timing_work_ps(&p->tgt, in));
+            if (d <= w)
+                continue;
+            over += d - w;
+            elems += (double)in->elems_per_part;
+            n++;
+            acc_add(&c->a, in->loc, d - w);
+        }
+        double cost = over * busy_frac(p, e);
+        /* worth reporting when overhead is a large part of a busy engine */
+        if (!n || busy <= 0 || over < 0.25 * busy || !worth(p, cost))
+            continue;
+        sim_finding *f = finding_add(c, SIM_FIND_INSN_OVERHEAD, cost);
+        fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
+        msgf(f->message, sizeof(f->message),
+             "%s engine spends %s (%.0f%% of its busy time) in fixed per-instruction cost "
+             "(~%.0f cycles per SBUF/PSUM access, MIN_II %.0f) over %llu instructions averaging "
+             "%.0f elements per partition: fuse them (tensor_scalar takes two ops, activation "
+             "takes scale/bias and reduces) or work on larger tiles: %s",
+             sim_engine_name(e), human_ns(over, tb, sizeof(tb)), 100.0 * over / busy,
+             p->tgt.access_bubble_cycles, p->tgt.min_ii_cycles, (unsigned long long)n,
+             elems / n, lines);
+        msgf(f->evidence, sizeof(f->evidence),
+             "{\"engine\":\"%s\",\"overhead_ns\":%.0f,\"busy_ns\":%.0f,\"instructions\":%llu,"
+             "\"avg_elems_per_partition\":%.1f}",
+             sim_engine_name(e), over, busy, (unsigned long long)n, elems / n);
+    }
+}
+
 static int cmp_finding(const void *a, const void *b)
 {
     const sim_finding *x = a, *y = b;
@@ -791,6 +840,7 @@ kf_code sim_profile_build(const sim_record *rec, const sim_target *tgt, sim_prof
     find_pe(&c);
     find_pressure(&c);
     find_slow_engine(&c);
+    find_overhead(&c);
     free(c.a.by_loc);
     if (p->n_findings)
         qsort(p->findings, p->n_findings, sizeof(sim_finding), cmp_finding);

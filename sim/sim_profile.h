@@ -37,7 +37,8 @@
     XX(PE_UNDERFILL,    "tensor_underfilled",   "TensorE tiles under-filled")             \
     XX(FP32_MATMUL,     "fp32_matmul",          "FP32 matmuls run at a quarter of BF16")  \
     XX(BUFFER_PRESSURE, "buffer_pressure",      "Reused buffers serialise the pipeline")  \
-    XX(SLOW_ENGINE,     "slow_engine",          "Work on an engine another does faster")
+    XX(SLOW_ENGINE,     "slow_engine",          "Work on an engine another does faster")   \
+    XX(INSN_OVERHEAD,   "instruction_overhead", "Fixed per-instruction cost dominates small instructions")
 
 typedef enum sim_finding_kind {
 #define XX(id, name, title) SIM_FIND_##id,

@@ -359,7 +359,7 @@ static double region_elem_stride_ok(const sim_region *r)
 }
 
 /* Vector/Scalar/GpSimd streaming cost in cycles of the engine's clock. */
-static double stream_cycles(const model *m, const sim_insn *in, sim_cost cost)
+static double stream_cycles(const model *m, const sim_insn *in, sim_cost cost, int work_only)
 {
     const sim_target *t = m->t;
     double epc16, epc32, n = (double)in->elems_per_part, cyc;
@@ -394,6 +394,8 @@ static double stream_cycles(const model *m, const sim_insn *in, sim_cost cost)
         cyc = n * t->ve_recip_factor;
     if (strided)
         cyc *= t->stride_penalty_factor;
+    if (work_only)
+        return cyc;
     cyc += t->access_bubble_cycles * (acc ? acc : 1);
     if (cyc < t->min_ii_cycles)
         cyc = t->min_ii_cycles;
@@ -433,7 +435,22 @@ uint64_t sim_timing_isolated_ps(const sim_target *tgt, const sim_insn *in, sim_e
         return cyc_ps(matmul_cycles(tgt, &copy, as_bf16), tgt->te_clock_ghz);
     if (engine == SIM_ENG_SYNC || engine == SIM_ENG_DMA || cost == SIM_COST_CONTROL)
         return cyc_ps(tgt->min_ii_cycles, engine_clock(tgt, engine));
-    return cyc_ps(stream_cycles(&m, &copy, cost), engine_clock(tgt, engine));
+    return cyc_ps(stream_cycles(&m, &copy, cost, 0), engine_clock(tgt, engine));
+}
+
+uint64_t sim_timing_work_ps(const sim_target *tgt, const sim_insn *in)
+{
+    model m;
+    sim_cost cost = sim_opcode_cost((sim_opcode)in->opcode);
+
+    if (in->engine != SIM_ENG_VECTOR && in->engine != SIM_ENG_SCALAR &&
+        in->engine != SIM_ENG_GPSIMD)
+        return 0;
+    if (cost == SIM_COST_CONTROL)
+        return 0;
+    memset(&m, 0, sizeof(m));
+    m.t = tgt;
+    return cyc_ps(stream_cycles(&m, in, cost, 1), engine_clock(tgt, in->engine));
 }
 
 /* TensorE: matmul or PE transpose, returns duration in ps at `start`. */
@@ -873,7 +890,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         double cyc = eng == SIM_ENG_SYNC ? m->t->sp_control_cycles : m->t->min_ii_cycles;
         end = start + cyc_ps(cyc, engine_clock(m->t, eng));
     } else {
-        end = start + cyc_ps(stream_cycles(m, in, cost), engine_clock(m->t, eng));
+        end = start + cyc_ps(stream_cycles(m, in, cost, 0), engine_clock(m->t, eng));
     }
     if (eng != SIM_ENG_DMA)
         ideal = end - start;

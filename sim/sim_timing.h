@@ -99,6 +99,11 @@ void sim_timing_release(sim_timing *t);
 uint64_t sim_timing_isolated_ps(const sim_target *tgt, const sim_insn *in, sim_engine engine,
                                 int as_bf16);
 
+/* The streaming part of a Vector/Scalar/GpSimd instruction's cost: its
+ * duration without the per-access bubbles and the MIN_II floor (0 for other
+ * engines).  Duration minus this is fixed per-instruction overhead. */
+uint64_t sim_timing_work_ps(const sim_target *tgt, const sim_insn *in);
+
 /* Bytes per descriptor (contiguous chunk) of a DMA, the smaller of its two
  * sides: what the size efficiency is read at. */
 double sim_timing_dma_chunk(const sim_insn *in);

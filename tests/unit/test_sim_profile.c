@@ -274,6 +274,37 @@ Test(sim_profile_findings, transposes_on_vector_engine)
     sim_record_release(&b);
 }
 
+static void small_ops(sim_record *r, unsigned free_elems, unsigned n)
+{
+    uint32_t l = sim_record_loc(r, "k.py", 70, "k");
+    uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_FLOAT32, 128, free_elems, 0);
+    uint32_t y = syn_tile(r, SIM_MEM_SBUF, "y", SIM_DT_FLOAT32, 128, free_elems, 65536);
+    for (unsigned i = 0; i < n; i++) {
+        sim_region b = syn_tile_all(r, y);
+        syn_op(r, SIM_OP_TENSOR_TENSOR, -1, syn_tile_all(r, x), syn_tile_all(r, x), &b, l);
+    }
+}
+
+Test(sim_profile_findings, per_instruction_overhead_of_small_instructions)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    small_ops(&a, 1, 512);       /* [128, 1] ops: all overhead */
+    small_ops(&b, 4096, 16);     /* [128, 4096] ops: streaming */
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2");
+    const sim_finding *f = finding(pa, SIM_FIND_INSN_OVERHEAD);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "vector engine") != NULL, "%s", f->message);
+    cr_assert(finding_has_line(pa, f, 70));
+    cr_assert(f->cost_ns > 0.3 * pa->total_ns);
+    cr_assert_null(finding(pb, SIM_FIND_INSN_OVERHEAD));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
 Test(sim_profile_findings, findings_are_ranked_by_cost)
 {
     sim_record r;
