@@ -90,7 +90,7 @@ static void print_main_usage(FILE *f)
                "commands:\n");
     for (size_t i = 0; i < N_CMDS; i++)
         fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
-    fprintf(f, "\n`kforge-sim COMMAND --help` shows a command's options.\n\nenvironment:\n");
+    fprintf(f, "\n`kforge-sim COMMAND --help` shows a command's options.\n\n");
     kf_config_print_help(f, KF_USE_SIM);
 }
 
