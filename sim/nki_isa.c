@@ -1206,6 +1206,187 @@ static PyObject *isa_get_nc_version(PyObject *m, PyObject *const *args, Py_ssize
     return PyLong_FromLong(2);
 }
 
+/* ===== scalar_tensor_tensor, tensor_tensor_scan, dma_transpose ===== */
+
+/* dst = (data op0 operand0) op1 data1, operand0 a scalar or one value per
+ * partition. */
+static PyObject *isa_scalar_tensor_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data", "op0", "operand0", "op1", "operand1",
+                                       "reverse0", "reverse1", "engine", "*name" };
+    static const char *const leg[] = { "data", "op0", "operand0", "op1", "operand1", "reverse0",
+                                       "reverse1", "dtype", "mask", "engine", "*name" };
+    const char *api = "nisa.scalar_tensor_tensor";
+    PyObject *a[11], *data_o, *op0, *o0, *op1, *o1, *r0, *r1, *mo = NULL;
+    bool legacy = legacy_form(m, kwnames);
+    nki_tensor *dst, *data, *t1;
+    ts_args t;
+    simc_view u0 = { 0 };
+    float *y, *v1;
+    int rc;
+    int64_t n;
+    uint8_t *mask = NULL;
+    sim_insn *in;
+
+    if (nki_parse(api, args, nargs, kwnames, legacy ? leg : cur,
+                  legacy ? NKI_NARGS(leg) : NKI_NARGS(cur), a) < 0)
+        return NULL;
+    if (legacy) {
+        data_o = a[0]; op0 = a[1]; o0 = a[2]; op1 = a[3]; o1 = a[4]; r0 = a[5]; r1 = a[6];
+        mo = a[8];
+    } else {
+        data_o = a[1]; op0 = a[2]; o0 = a[3]; op1 = a[4]; o1 = a[5]; r0 = a[6]; r1 = a[7];
+    }
+    if (!(data = nki_as_tensor(data_o, api, "data")) || !(t1 = nki_as_tensor(o1, api, "operand1")) ||
+        ts_parse(api, op0, o0, r0, NULL, NULL, NULL, &t) < 0)
+        return NULL;
+    t.op1 = nki_op_from(op1, api, "op1", false);
+    if (t.op1 == SIMN_OP_NONE)
+        return NULL;
+    if (legacy) {
+        int dt = nki_dtype_arg(a[7], data->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, data, api)))
+            return NULL;
+    } else {
+        if (!(dst = nki_as_tensor(a[0], api, "dst")))
+            return NULL;
+        Py_INCREF(dst);
+    }
+    if (mask_for(mo, dst, api, &mask) < 0 || want_onchip(api, "dst", dst) < 0 ||
+        want_onchip(api, "data", data) < 0 || want_onchip(api, "operand1", t1) < 0 ||
+        same_layout(api, data, "data", dst, "dst") < 0 ||
+        same_layout(api, data, "data", t1, "operand1") < 0 ||
+        nki_check_bounds(data, NULL, api) < 0 || nki_check_bounds(t1, NULL, api) < 0)
+        return finish(dst, legacy, -1);
+    t.op1 = SIMN_OP_NONE;
+    y = ts_compute(api, data, &t, &u0, NULL, &rc);
+    if (rc < 0)
+        return finish(dst, legacy, -1);
+    v1 = nki_read(&t1->v, 3);
+    n = simc_view_elems(&data->v);
+    if (nki_cur->numerics) {
+        simn_op op1v = nki_op_from(op1, api, "op1", false);
+        bool rev1 = r1 && PyObject_IsTrue(r1) == 1;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = apply_binop(op1v, y[i], v1[i], rev1);
+    }
+    nki_write(&dst->v, y, mask);
+    in = nki_emit(SIM_OP_SCALAR_TENSOR_TENSOR, nki_engine_from(legacy ? a[9] : a[8], SIM_ENG_VECTOR),
+                  &dst->v, &data->v, &t1->v, u0.st ? &u0 : NULL);
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    return finish(dst, legacy, 0);
+}
+
+/* Per partition, along the free elements: r[i] = (data0[i] op0 r[i-1]) op1
+ * data1[i], r[-1] = initial (a scalar or one value per partition). */
+static PyObject *isa_tensor_tensor_scan(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "data0", "data1", "initial", "op0", "op1",
+                                       "reverse0", "reverse1", "engine", "*name" };
+    static const char *const leg[] = { "data0", "data1", "initial", "op0", "op1", "reverse0",
+                                       "reverse1", "dtype", "mask", "engine", "*name" };
+    const char *api = "nisa.tensor_tensor_scan";
+    PyObject *a[11], *d0o, *d1o, *ini, *op0o, *op1o, *r0, *r1;
+    bool legacy = legacy_form(m, kwnames), rev0, rev1;
+    nki_tensor *dst, *d0, *d1;
+    nki_opnd init;
+    simn_op op0, op1;
+    float *x0, *x1, *iv;
+    simc_view ui = { 0 };
+    int64_t P, F;
+    sim_insn *in;
+
+    if (nki_parse(api, args, nargs, kwnames, legacy ? leg : cur,
+                  legacy ? NKI_NARGS(leg) : NKI_NARGS(cur), a) < 0)
+        return NULL;
+    if (legacy) {
+        d0o = a[0]; d1o = a[1]; ini = a[2]; op0o = a[3]; op1o = a[4]; r0 = a[5]; r1 = a[6];
+    } else {
+        d0o = a[1]; d1o = a[2]; ini = a[3]; op0o = a[4]; op1o = a[5]; r0 = a[6]; r1 = a[7];
+    }
+    if (!(d0 = nki_as_tensor(d0o, api, "data0")) || !(d1 = nki_as_tensor(d1o, api, "data1")) ||
+        !ini || nki_opnd_from(ini, api, "initial", &init) < 0)
+        return ini ? NULL : nki_fail(SIM_E_BAD_ARGUMENT, api, "initial is required");
+    op0 = nki_op_from(op0o, api, "op0", false);
+    op1 = op0 == SIMN_OP_NONE ? SIMN_OP_NONE : nki_op_from(op1o, api, "op1", false);
+    if (op1 == SIMN_OP_NONE)
+        return NULL;
+    rev0 = r0 && PyObject_IsTrue(r0) == 1;
+    rev1 = r1 && PyObject_IsTrue(r1) == 1;
+    if (legacy) {
+        int dt = nki_dtype_arg(a[7], d0->v.dtype, api);
+        if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, d0, api)))
+            return NULL;
+    } else {
+        if (!(dst = nki_as_tensor(a[0], api, "dst")))
+            return NULL;
+        Py_INCREF(dst);
+    }
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data0", d0) < 0 ||
+        want_onchip(api, "data1", d1) < 0 || same_layout(api, d0, "data0", dst, "dst") < 0 ||
+        same_layout(api, d0, "data0", d1, "data1") < 0 || nki_check_bounds(d0, NULL, api) < 0 ||
+        nki_check_bounds(d1, NULL, api) < 0)
+        return finish(dst, legacy, -1);
+    P = nki_view_parts(d0);
+    F = P ? simc_view_elems(&d0->v) / P : 0;
+    x0 = nki_read(&d0->v, 1);
+    x1 = nki_read(&d1->v, 2);
+    if (read_pcol(api, "initial", &init, d0, 3, &iv, &ui) < 0)
+        return finish(dst, legacy, -1);
+    if (nki_cur->numerics)
+        for (int64_t p = 0; p < P; p++) {
+            float r = iv[p * F];
+            for (int64_t f = 0; f < F; f++) {
+                r = apply_binop(op0, x0[p * F + f], r, rev0);
+                r = apply_binop(op1, r, x1[p * F + f], rev1);
+                x0[p * F + f] = r;
+            }
+        }
+    nki_write(&dst->v, x0, NULL);
+    in = nki_emit(SIM_OP_TENSOR_TENSOR_SCAN, nki_engine_from(legacy ? a[9] : a[8], SIM_ENG_VECTOR),
+                  &dst->v, &d0->v, &d1->v, ui.st ? &ui : NULL);
+    (void)in;
+    return finish(dst, legacy, 0);
+}
+
+/* dst = src transposed (2-D) by a DMA; HBM or SBUF on either side. */
+static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "src", "axes", "dge_mode", "*name", "*engine" };
+    const char *api = "nisa.dma_transpose";
+    PyObject *a[6];
+    nki_tensor *dst, *src;
+    simc_view tv;
+    float *vals;
+    (void)m;
+
+    if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(src = nki_as_tensor(a[1], api, "src")))
+        return NULL;
+    if (src->v.ndim != 2 || dst->v.ndim != 2 || dst->v.shape[0] != src->v.shape[1] ||
+        dst->v.shape[1] != src->v.shape[0])
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "a 2-D (a, b) src needs a (b, a) dst");
+    if (a[2] && a[2] != Py_None)
+        return nki_fail(SIM_E_UNSUPPORTED_API, api, "axes= other than the 2-D default");
+    if (dst->v.st->mem == SIM_MEM_PSUM || src->v.st->mem == SIM_MEM_PSUM)
+        return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA neither reads nor writes PSUM");
+    if (nki_check_bounds(src, NULL, api) < 0 || nki_check_bounds(dst, NULL, api) < 0)
+        return NULL;
+    tv = src->v;
+    tv.shape[0] = src->v.shape[1];
+    tv.shape[1] = src->v.shape[0];
+    tv.strides[0] = src->v.strides[1];
+    tv.strides[1] = src->v.strides[0];
+    vals = nki_read(&tv, 0);
+    nki_write(&dst->v, vals, NULL);
+    nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
+    Py_RETURN_NONE;
+}
+
 PyMethodDef nki_isa_methods[] = {
     { "dma_copy", FASTKW(isa_dma_copy), "DMA copy between HBM and SBUF" },
     { "tensor_copy", FASTKW(isa_tensor_copy), "on-chip copy" },
@@ -1224,6 +1405,9 @@ PyMethodDef nki_isa_methods[] = {
     { "affine_select", FASTKW(isa_affine_select), "select by an affine predicate" },
     { "iota", FASTKW(isa_iota), "affine index values" },
     { "get_nc_version", FASTKW(isa_get_nc_version), "NeuronCore generation" },
+    { "scalar_tensor_tensor", FASTKW(isa_scalar_tensor_tensor), "(data op0 s) op1 tensor" },
+    { "tensor_tensor_scan", FASTKW(isa_tensor_tensor_scan), "scan along the free axis" },
+    { "dma_transpose", FASTKW(isa_dma_transpose), "2-D transpose by DMA" },
     { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },
     { NULL, NULL, 0, NULL },
 };

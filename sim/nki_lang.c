@@ -380,6 +380,24 @@ static bool bcast_shapes(const nki_opnd *a, const nki_opnd *b, int *nd, int64_t 
     return true;
 }
 
+/* Merge o's shape into the broadcast shape (nd, shape); false if it does
+ * not broadcast. */
+static bool bcast_merge(const nki_opnd *o, int *nd, int64_t *shape)
+{
+    int64_t out[SIMC_MAX_DIMS];
+    int n = o->t ? o->t->v.ndim : 0, m = n > *nd ? n : *nd;
+    for (int d = 0; d < m; d++) {
+        int da = d - (m - *nd), db = d - (m - n);
+        int64_t sa = da >= 0 ? shape[da] : 1, sb = db >= 0 ? o->t->v.shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return false;
+        out[d] = sa == 1 ? sb : sa;
+    }
+    memcpy(shape, out, sizeof(int64_t) * (size_t)m);
+    *nd = m;
+    return true;
+}
+
 static PyObject *shape_error(const char *api, const nki_opnd *a, const nki_opnd *b)
 {
     char sa[64] = "", sb[64] = "";
@@ -1093,6 +1111,53 @@ static PyObject *nl_device_print(PyObject *m, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* nl.where(condition, x, y): x where condition is non-zero, else y (tiles
+ * or scalars, broadcast), into a new SBUF tile. */
+static PyObject *nl_where(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = { "condition", "x", "y", "dtype", "mask", "*name" };
+    const char *api = "nl.where";
+    PyObject *a[NKI_NARGS(names)];
+    nki_opnd c, x, y;
+    int64_t shape[SIMC_MAX_DIMS], n;
+    int nd, dt;
+    nki_tensor *out;
+    uint8_t *mask = NULL;
+    float *vc, *vx, *vy;
+    (void)m;
+
+    if (PARSE(api, names, a) < 0)
+        return NULL;
+    if (!a[0] || !a[1] || !a[2])
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "condition, x and y are required");
+    if (nki_opnd_from(a[0], api, "condition", &c) < 0 || nki_opnd_from(a[1], api, "x", &x) < 0 ||
+        nki_opnd_from(a[2], api, "y", &y) < 0)
+        return NULL;
+    if (!c.t)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "condition must be a tile");
+    nd = 0;
+    if (!bcast_merge(&c, &nd, shape) || !bcast_merge(&x, &nd, shape) || !bcast_merge(&y, &nd, shape))
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "condition, x and y do not broadcast together");
+    dt = nki_dtype_arg(a[3], nki_promote(&x, &y), api);
+    if (dt < 0 || !(out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api)))
+        return NULL;
+    if (mask_arg(a[4], out->v.ndim, out->v.shape, api, &mask) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    n = simc_view_elems(&out->v);
+    vc = nki_read_opnd(&c, nd, shape, 1);
+    vx = nki_read_opnd(&x, nd, shape, 2);
+    vy = nki_read_opnd(&y, nd, shape, 3);
+    if (nki_cur->numerics)
+        for (int64_t i = 0; i < n; i++)
+            vx[i] = vc[i] != 0.0f ? vx[i] : vy[i];
+    nki_write(&out->v, vx, mask);
+    nki_emit(SIM_OP_SELECT, SIM_ENG_VECTOR, &out->v, &c.t->v, x.t ? &x.t->v : NULL,
+             y.t ? &y.t->v : NULL);
+    return (PyObject *)out;
+}
+
 /* ===== tile operators ===== */
 
 static PyObject *tile_binop(simn_op op, const char *api, PyObject *a, PyObject *b)
@@ -1245,6 +1310,7 @@ PyMethodDef nki_language_methods[] = {
     { "matmul", FASTKW(nl_matmul), "x @ y (or x.T @ y) into a new PSUM tile" },
     { "transpose", FASTKW(nl_transpose), "transpose into a new PSUM tile" },
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
+    { "where", FASTKW(nl_where), "select x or y by a condition tile" },
 #define XX(id, name, kind) { name, FASTKW(nl_op_##id), "nl." name },
     SIMN_OP_MAP(XX)
 #undef XX

@@ -756,10 +756,225 @@ static PyObject *tensor_repr(PyObject *self)
 }
 
 
+/* --- more view methods (current API) and legacy astype --- */
+
+static int dim_arg(nki_tensor *t, PyObject *o, const char *api, int extra)
+{
+    int64_t d;
+    if (!o || !nki_get_int(o, &d)) {
+        nki_fail(SIM_E_BAD_ARGUMENT, api, "dim must be an int");
+        return -1;
+    }
+    if (d < 0)
+        d += t->v.ndim + extra;
+    if (d < 0 || d >= t->v.ndim + extra) {
+        nki_fail(SIM_E_BAD_ARGUMENT, api, "dim %lld out of range for %d dims", (long long)d,
+                 t->v.ndim);
+        return -1;
+    }
+    return (int)d;
+}
+
+static PyObject *view_with(nki_tensor *t, const simc_view *r, int pdim)
+{
+    nki_tensor *res = nki_tensor_view(t->v.st, r, t->pdim < 0 ? -1 : pdim);
+    if (res && t->oob) {
+        res->oob = true;
+        memcpy(res->oob_msg, t->oob_msg, sizeof(res->oob_msg));
+    }
+    return (PyObject *)res;
+}
+
+/* .permute(dims): reorder the dims (the partition dim must stay first on chip). */
+static PyObject *tensor_permute(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *api = "tensor.permute";
+    PyObject *seq = nargs == 1 && !PyLong_Check(args[0]) ? PySequence_Tuple(args[0]) : NULL;
+    simc_view r = t->v;
+    bool used[SIMC_MAX_DIMS] = { false };
+    Py_ssize_t n;
+
+    if (!seq) {
+        PyErr_Clear();
+        seq = PyTuple_New(nargs);
+        for (Py_ssize_t i = 0; seq && i < nargs; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(seq, i, args[i]);
+        }
+        if (!seq)
+            return NULL;
+    }
+    n = PyTuple_GET_SIZE(seq);
+    if (n != t->v.ndim) {
+        Py_DECREF(seq);
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "%zd dims given for a %d-dim tensor", n, t->v.ndim);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t d;
+        if (!nki_get_int(PyTuple_GET_ITEM(seq, i), &d) || d < 0 || d >= n || used[d]) {
+            Py_DECREF(seq);
+            return nki_fail(SIM_E_BAD_ARGUMENT, api, "dims must be a permutation of 0..%zd", n - 1);
+        }
+        used[d] = true;
+        r.shape[i] = t->v.shape[d];
+        r.strides[i] = t->v.strides[d];
+        if (t->pdim >= 0 && i == 0 && d != t->pdim) {
+            Py_DECREF(seq);
+            return nki_fail(SIM_E_SHAPE_MISMATCH, api, "the partition dim must stay first");
+        }
+    }
+    Py_DECREF(seq);
+    return view_with(t, &r, 0);
+}
+
+/* .select(dim, index): drop dim at index. */
+static PyObject *tensor_select(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *api = "tensor.select";
+    simc_view r = t->v;
+    int d;
+    int64_t i;
+    if (nargs != 2 || (d = dim_arg(t, args[0], api, 0)) < 0)
+        return nargs != 2 ? nki_fail(SIM_E_BAD_ARGUMENT, api, "select(dim, index)") : NULL;
+    if (!nki_get_int(args[1], &i) || i < -t->v.shape[d] || i >= t->v.shape[d])
+        return nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "index on dim %d of size %lld", d,
+                        (long long)t->v.shape[d]);
+    if (i < 0)
+        i += t->v.shape[d];
+    if (t->pdim >= 0 && d == t->pdim)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "the partition dim cannot be selected away");
+    r.offset += i * t->v.strides[d];
+    for (int k = d; k < r.ndim - 1; k++) {
+        r.shape[k] = r.shape[k + 1];
+        r.strides[k] = r.strides[k + 1];
+    }
+    r.ndim--;
+    return view_with(t, &r, 0);
+}
+
+/* .slice(dim, start, end, step=1). */
+static PyObject *tensor_slice(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *api = "tensor.slice";
+    simc_view r = t->v;
+    int64_t a, b, st = 1, len;
+    int d;
+    if (nargs < 3 || nargs > 4 || (d = dim_arg(t, args[0], api, 0)) < 0)
+        return nargs < 3 || nargs > 4 ? nki_fail(SIM_E_BAD_ARGUMENT, api, "slice(dim, start, end, step=1)") : NULL;
+    if (!nki_get_int(args[1], &a) || !nki_get_int(args[2], &b) ||
+        (nargs == 4 && !nki_get_int(args[3], &st)) || st <= 0)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "start, end and step must be ints, step > 0");
+    if (a < 0 || b > t->v.shape[d] || a > b)
+        return nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "[%lld, %lld) on dim %d of size %lld",
+                        (long long)a, (long long)b, d, (long long)t->v.shape[d]);
+    len = (b - a + st - 1) / st;
+    r.offset += a * t->v.strides[d];
+    r.shape[d] = len;
+    r.strides[d] *= st;
+    return view_with(t, &r, t->pdim < 0 ? -1 : t->pdim);
+}
+
+/* .expand_dim(dim) / .expand_dims(axis): a size-1 dim. */
+static PyObject *tensor_expand_dim(nki_tensor *t, PyObject *arg)
+{
+    const char *api = "tensor.expand_dim";
+    simc_view r = t->v;
+    int d = dim_arg(t, arg, api, 1);
+    if (d < 0)
+        return NULL;
+    if (r.ndim >= SIMC_MAX_DIMS)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "at most %d dims", SIMC_MAX_DIMS);
+    for (int k = r.ndim; k > d; k--) {
+        r.shape[k] = r.shape[k - 1];
+        r.strides[k] = r.strides[k - 1];
+    }
+    r.shape[d] = 1;
+    r.strides[d] = 0;
+    r.ndim++;
+    return view_with(t, &r, t->pdim >= 0 && d <= t->pdim ? t->pdim + 1 : t->pdim);
+}
+
+/* .squeeze_dim(dim): drop a size-1 dim. */
+static PyObject *tensor_squeeze_dim(nki_tensor *t, PyObject *arg)
+{
+    const char *api = "tensor.squeeze_dim";
+    simc_view r = t->v;
+    int d = dim_arg(t, arg, api, 0);
+    if (d < 0)
+        return NULL;
+    if (t->v.shape[d] != 1 || d == t->pdim)
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "dim %d has size %lld (must be a size-1 free dim)",
+                        d, (long long)t->v.shape[d]);
+    for (int k = d; k < r.ndim - 1; k++) {
+        r.shape[k] = r.shape[k + 1];
+        r.strides[k] = r.strides[k + 1];
+    }
+    r.ndim--;
+    return view_with(t, &r, t->pdim > d ? t->pdim - 1 : t->pdim);
+}
+
+/* .broadcast(dim, size): a size-1 dim repeated. */
+static PyObject *tensor_broadcast(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *api = "tensor.broadcast";
+    simc_view r = t->v;
+    int64_t n;
+    int d;
+    if (nargs != 2 || (d = dim_arg(t, args[0], api, 0)) < 0)
+        return nargs != 2 ? nki_fail(SIM_E_BAD_ARGUMENT, api, "broadcast(dim, size)") : NULL;
+    if (!nki_get_int(args[1], &n) || n < 1 || t->v.shape[d] != 1)
+        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "only a size-1 dim broadcasts (dim %d has %lld)",
+                        d, (long long)t->v.shape[d]);
+    r.shape[d] = n;
+    r.strides[d] = 0;
+    return view_with(t, &r, t->pdim);
+}
+
+/* .view(dtype): the same bytes as another dtype of the same size. */
+static PyObject *tensor_view_dtype(nki_tensor *t, PyObject *arg)
+{
+    simc_view r = t->v;
+    int dt = nki_dtype_from(arg, "tensor.view");
+    if (dt < 0)
+        return NULL;
+    if (sim_dtype_size((sim_dtype)dt) != sim_dtype_size(t->v.dtype))
+        return nki_fail(SIM_E_DTYPE, "tensor.view", "%s and %s differ in size",
+                        sim_dtype_name((sim_dtype)dt), sim_dtype_name(t->v.dtype));
+    r.dtype = (sim_dtype)dt;
+    return view_with(t, &r, t->pdim);
+}
+
+/* .astype(dtype) (legacy): a new SBUF tile holding the values cast. */
+static PyObject *tensor_astype(nki_tensor *t, PyObject *arg)
+{
+    const char *api = "tensor.astype";
+    int dt = nki_dtype_from(arg, api);
+    nki_tensor *out;
+    if (dt < 0)
+        return NULL;
+    out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, t->v.ndim, t->v.shape, api);
+    if (!out)
+        return NULL;
+    if (nki_assign(out, (PyObject *)t, NULL, api) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
 static PyMethodDef tensor_methods[] = {
     { "reshape", (PyCFunction)(void (*)(void))tensor_reshape, METH_FASTCALL, "reshape a contiguous view" },
     { "broadcast_to", (PyCFunction)tensor_broadcast_to, METH_O, "broadcast size-1 dims" },
     { "ap", (PyCFunction)(void (*)(void))tensor_ap, METH_FASTCALL | METH_KEYWORDS, "access pattern view" },
+    { "permute", (PyCFunction)(void (*)(void))tensor_permute, METH_FASTCALL, "reorder dims" },
+    { "select", (PyCFunction)(void (*)(void))tensor_select, METH_FASTCALL, "index one dim away" },
+    { "slice", (PyCFunction)(void (*)(void))tensor_slice, METH_FASTCALL, "slice one dim" },
+    { "expand_dim", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
+    { "expand_dims", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
+    { "squeeze_dim", (PyCFunction)tensor_squeeze_dim, METH_O, "drop a size-1 dim" },
+    { "broadcast", (PyCFunction)(void (*)(void))tensor_broadcast, METH_FASTCALL, "repeat a size-1 dim" },
+    { "view", (PyCFunction)tensor_view_dtype, METH_O, "reinterpret as a same-size dtype" },
+    { "astype", (PyCFunction)tensor_astype, METH_O, "a new tile cast to dtype" },
     { NULL, NULL, 0, NULL },
 };
 

@@ -567,3 +567,69 @@ Test(nki, sbuf_tiles_release_capacity_when_they_die)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, scan_select_transpose_and_view_methods)
+{
+    const char *src =
+        "import numpy as np\n"
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    P, F = x.shape\n"
+        "    out = nl.ndarray((P, 4 * F), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    xt = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    ones = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.memset(dst=ones, value=1.0)\n"
+        "    r = nl.ndarray((P, 4 * F), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    # cumulative sum: r = (t * 1) + r_prev\n"
+        "    nisa.tensor_tensor_scan(dst=r[:, 0:F], data0=ones, data1=t, initial=0.0,\n"
+        "                            op0=np.multiply, op1=np.add)\n"
+        "    # (t + 2) * t\n"
+        "    nisa.scalar_tensor_tensor(dst=r[:, F:2 * F], data=t, op0=nl.add, operand0=2.0,\n"
+        "                              op1=nl.multiply, operand1=t)\n"
+        "    w = nl.where(t, ones, -1.0)\n"
+        "    nisa.tensor_copy(dst=r[:, 2 * F:3 * F], src=w)\n"
+        "    h = t.astype(nl.bfloat16)\n"
+        "    assert h.dtype == nl.bfloat16\n"
+        "    nisa.tensor_copy(dst=r[:, 3 * F:4 * F], src=h)\n"
+        "    assert tuple(t.permute((0, 1)).shape) == (P, F)\n"
+        "    assert tuple(t.select(1, 2).shape) == (P,)\n"
+        "    assert tuple(t.slice(1, 0, F, 2).shape) == (P, (F + 1) // 2)\n"
+        "    e = t[:, 0:1].expand_dim(2)\n"
+        "    assert tuple(e.shape) == (P, 1, 1)\n"
+        "    assert tuple(e.squeeze_dim(2).broadcast(1, 5).shape) == (P, 5)\n"
+        "    assert t.view(nl.int32).dtype == nl.int32\n"
+        "    nisa.dma_copy(dst=out, src=r)\n"
+        "    nisa.dma_transpose(dst=xt, src=x)\n"
+        "    return out, xt\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 16, 8);
+    run_result r;
+
+    fill(&in, 11);
+    f32(&in)[3] = 0.0f;
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 16; p++) {
+        double cum = 0;
+        for (int f = 0; f < 8; f++) {
+            float x = f32(&in)[p * 8 + f];
+            const float *o = f32(&r.out[0]) + p * 32;
+            cum += x;
+            cr_assert(fabs(o[f] - cum) < 1e-5, "scan p=%d f=%d", p, f);
+            cr_assert_float_eq(o[8 + f], (x + 2.0f) * x, 1e-6);
+            cr_assert_eq(o[16 + f], x != 0.0f ? 1.0f : -1.0f);
+            cr_assert(fabsf(o[24 + f] - x) <= fabsf(x) * 0.004f);
+            cr_assert_eq(f32(&r.out[1])[f * 16 + p], x);
+        }
+    }
+    cr_assert_eq(count_op(&r.rec, SIM_OP_TENSOR_TENSOR_SCAN), 1);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_SCALAR_TENSOR_TENSOR), 1);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_DMA_TRANSPOSE), 1);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_SELECT), 1);
+    done(&r);
+    sim_array_release(&in);
+}
