@@ -6,13 +6,21 @@
  * matmul (tiled and fully blocked, neuron-hardware.md §5 steps) and
  * flash-attention forward at sequence 4096 and 16384; then the profile's
  * cost (sim_profile_build + JSON + trace) relative to the timing pass.
+ * Then the corpus kernels themselves (tests/kernels/current) through the
+ * functional simulator: run time with numerics on and off, the timing
+ * model's speed on their records, and the profile's cost as a share of the
+ * run (target: at most 20% of the numerics-on run).
  * Each figure is the best of several runs.  Usage: sim_timing_bench [TARGET].
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include <string.h>
+
 #include "bench/sim_timing_synth.h"
+#include "sim/sim_input.h"
+#include "sim/sim_run.h"
 #include "sim/sim_profile.h"
 #include "sim/sim_trace.h"
 
@@ -68,6 +76,88 @@ static int bench(const char *label, const sim_record *r, const sim_target *t)
     return 0;
 }
 
+/* Run a corpus kernel; returns seconds, fills rec. */
+static double run_real(const char *tn, const char *path, const char *entry, const char *kwargs,
+                       const char *const *specs, size_t n, int numerics, sim_record *rec)
+{
+    sim_array in[4];
+    sim_array *outs = NULL;
+    size_t n_outs = 0;
+    sim_error serr;
+    sim_run_opts o;
+    kf_err e = KF_ERR_INIT;
+
+    memset(in, 0, sizeof(in));
+    for (size_t i = 0; i < n && i < 4; i++) {
+        sim_npy_array a;
+        char *name = NULL;
+        if (sim_input_parse(specs[i], 0, 1ull << 32, &name, &a, &e) != KF_OK) {
+            fprintf(stderr, "%s\n", e.msg);
+            return -1;
+        }
+        snprintf(in[i].name, sizeof(in[i].name), "%s", name);
+        free(name);
+        in[i].dtype = a.dtype;
+        in[i].ndim = a.ndim;
+        for (int d = 0; d < a.ndim; d++)
+            in[i].shape[d] = (int64_t)a.shape[d];
+        in[i].data = a.data;
+    }
+    memset(&o, 0, sizeof(o));
+    o.source_path = path;
+    o.entry = entry;
+    o.target = tn;
+    o.numerics = numerics != 0;
+    o.kwargs_json = kwargs;
+    sim_record_init(rec, tn);
+    double t0 = now();
+    kf_code rc = sim_run_kernel(&o, in, n, &outs, &n_outs, rec, &serr, &e);
+    double t1 = now();
+    for (size_t i = 0; i < n_outs; i++)
+        sim_array_release(&outs[i]);
+    free(outs);
+    for (size_t i = 0; i < n && i < 4; i++)
+        sim_array_release(&in[i]);
+    if (rc != KF_OK) {
+        fprintf(stderr, "%s %s: %s\n", path, entry, e.msg);
+        return -1;
+    }
+    return t1 - t0;
+}
+
+static int bench_real(const char *label, const sim_target *t, const char *path, const char *entry,
+                      const char *kwargs, const char *const *specs, size_t n)
+{
+    sim_record on, off;
+    double s_off = run_real(t->name, path, entry, kwargs, specs, n, 0, &off);
+    double s_on = s_off >= 0 ? run_real(t->name, path, entry, kwargs, specs, n, 1, &on) : -1;
+    kf_err e = KF_ERR_INIT;
+    if (s_off < 0 || s_on < 0)
+        return 1;
+    sim_profile *p = NULL;
+    double t0 = now();
+    if (sim_profile_build(&off, t, &p, &e) != KF_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    char *js = sim_profile_json(p);
+    FILE *devnull = fopen("/dev/null", "w");
+    (void)sim_trace_write(p, devnull, &e);
+    (void)sim_profile_write_instructions(p, devnull, &e);
+    fclose(devnull);
+    double t1 = now();
+    free(js);
+    printf("%-32s %7zu insns  simulated %8.3f ms  run: numerics on %.2f s, off %.2f s  "
+           "profile+files %.3f s = %.1f%% of the numerics-on run (%.1f%% of off)\n",
+           label, off.n_insns, p->total_ns / 1e6, s_on, s_off, t1 - t0, 100 * (t1 - t0) / s_on,
+           100 * (t1 - t0) / s_off);
+    sim_profile_free(p);
+    int rc = bench(label, &off, t);
+    sim_record_release(&on);
+    sim_record_release(&off);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *tn = argc > 1 ? argv[1] : "trn2";
@@ -105,5 +195,15 @@ int main(int argc, char **argv)
         rc |= bench(label, &r, &t);
         sim_record_release(&r);
     }
+    static const char *const mmspec[2] = { "lhsT=shape:4096x4096:bf16:seed=1",
+                                       "rhs=shape:4096x4096:bf16:seed=2" };
+    static const char *const faspec[3] = { "q=shape:128x4096:bf16:seed=1", "k=shape:128x4096:bf16:seed=2",
+                                       "v=shape:4096x128:bf16:seed=3" };
+    rc |= bench_real("corpus matmul_tiled 4096^3", &t, "tests/kernels/current/matmul.py",
+                     "matmul_tiled", NULL, mmspec, 2);
+    rc |= bench_real("corpus matmul_blocked 16x2 4096^3", &t, "tests/kernels/current/matmul.py",
+                     "matmul_blocked", "{\"BLOCK_M\": 16, \"BLOCK_N\": 2}", mmspec, 2);
+    rc |= bench_real("corpus flash_fwd seq 4096", &t, "tests/kernels/current/flash_fwd.py",
+                     "flash_fwd", NULL, faspec, 3);
     return rc;
 }
