@@ -279,6 +279,30 @@ Test(fault, postgres_down_during_result_report_spools_and_delivers)
     free(id);
 }
 
+/* Invariant: with the API process gone (connection refused) the worker
+ * finishes the job, keeps the result in its spool, and delivers it once the
+ * API is back: the job succeeds on its first attempt. */
+Test(fault, api_down_during_a_job_result_is_spooled_and_delivered)
+{
+    start(1, 1);
+    char *id = submit(800, false, false, 3);
+
+    cr_assert(wait_started(id, 1, 10000), "attempt 1 never started; see %s", S.dir);
+    int status = kf_test_stop(S.api, SIGKILL, 5000);
+    (void)status;
+    S.api = 0;
+    long long end = kf_test_now_ms() + 8000;
+    int spooled = 0;
+    while (kf_test_now_ms() < end && (spooled = spool_files()) == 0)
+        kf_test_sleep_ms(50);
+    kf_stack_api(&S);
+    cr_assert(spooled > 0, "the worker did not spool its result; see %s", S.dir);
+    cr_assert(kf_stack_wait_state(&S, id, "succeeded", 20000), "job is %s; see %s", kf_stack_state(&S, id), S.dir);
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM job_results WHERE job_id = $1::uuid", id), 1);
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+}
+
 /* Invariant: the same job delivered to two workers at once (a duplicate
  * injected into Redis) produces one result row and one terminal event. */
 Test(fault, same_job_delivered_twice_has_one_result)
