@@ -146,7 +146,7 @@ static void set_limit(int res, rlim_t soft, rlim_t hard)
 }
 
 static void child_main(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *arg,
-                       int res_w, int log_w, int notice_w)
+                       int res_w, int log_w, int notice_w, pid_t parent)
 {
     sim_sandbox_out out = { SB_RESULT_FD };
     kf_err err = KF_ERR_INIT;
@@ -155,6 +155,11 @@ static void child_main(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *a
     int hi, devnull;
 
     setpgid(0, 0);
+    /* a caller killed by Ctrl-C or SIGKILL takes its evaluation with it
+     * (the child is in its own process group, out of the terminal's reach) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(SB_EXIT_PIPE);
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
@@ -411,7 +416,7 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
     char proto_msg[256] = "";
     struct rusage ru;
     double t0 = now_s(), deadline = t0 + lim->wall_ms / 1000.0, next_rss = 0;
-    pid_t pid;
+    pid_t pid, parent;
 
     memset(res, 0, sizeof(*res));
     memset(&ru, 0, sizeof(ru));
@@ -423,13 +428,14 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
     }
     fflush(stdout);
     fflush(stderr);
+    parent = getpid();
     pid = fork();
     if (pid < 0) {
         kf_err_set(err, KF_INTERNAL, "sandbox: fork: %s (is the process limit reached?)", strerror(errno));
         goto fail;
     }
     if (pid == 0)
-        child_main(lim, fn, arg, res_p[1], log_p[1], note_p[1]);   /* never returns */
+        child_main(lim, fn, arg, res_p[1], log_p[1], note_p[1], parent);   /* never returns */
 
     close(res_p[1]);
     close(log_p[1]);
@@ -479,14 +485,21 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
         }
         if (ilog >= 0 && pf[ilog].revents && drain(log_p[0], &lbuf, SIM_SANDBOX_LOG_TAIL, NULL))
             log_eof = 1;
-        if (ipid < 0 || pf[ipid].revents)
-            if (wait4(pid, &status, WNOHANG, &ru) == pid)
-                exited = 1;
+        if (ipid < 0 || pf[ipid].revents) {
+            siginfo_t si;
+            memset(&si, 0, sizeof(si));
+            /* peek first: while the child is an unreaped zombie its pid (and
+             * so its process group id) cannot be reused, so killing stray
+             * grandchildren of the group is safe */
+            if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+                kill(-pid, SIGKILL);
+                if (wait4(pid, &status, 0, &ru) == pid)
+                    exited = 1;
+            }
+        }
     }
-    /* The child is gone; whatever it wrote is in the pipes.  Kill stray
-     * grandchildren of its group, then take what is left without waiting
-     * for writers that might never close. */
-    kill(-pid, SIGKILL);
+    /* The child is gone; whatever it wrote is in the pipes: take what is
+     * left without waiting for writers that might never close. */
     if (!res_eof && !proto_bad)
         drain(res_p[0], &rbuf, cap, &over);
     if (over && !proto_bad) {

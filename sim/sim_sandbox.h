@@ -3,7 +3,8 @@
  * reference) in a child process with limits, and get its results back.
  *
  * sim_sandbox_run() forks.  The child:
- *   - becomes its own process group, resets signal handlers to the defaults,
+ *   - becomes its own process group (and gets SIGKILL if the caller dies:
+ *     PR_SET_PDEATHSIG), resets signal handlers to the defaults,
  *     closes every inherited file descriptor except stdin and its two pipes
  *     (so a worker's Redis or HTTP sockets are out of reach);
  *   - gets RLIMIT_CPU = cpu_seconds (soft; hard one second later) and

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kf_alloc.h"
@@ -252,4 +254,65 @@ Test(sim_sandbox, errors_early_exits_and_oversized_results)
     cr_assert(strstr(r.reason, "larger than 4096 bytes") != NULL, "%s", r.reason);
     cr_assert_eq(r.n_arrays, 0);
     sim_sandbox_result_release(&r);
+}
+
+static kf_code pid_then_sleep_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)out; (void)err;
+    FILE *f = fopen((const char *)arg, "w");
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    for (;;)
+        pause();
+    return KF_OK;
+}
+
+static int gone(pid_t pid)
+{
+    char path[64], buf[256];
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    int zombie = fgets(buf, sizeof(buf), f) && strstr(buf, ") Z ") != NULL;
+    fclose(f);
+    return zombie;
+}
+
+Test(sim_sandbox, an_evaluation_dies_with_its_caller)
+{
+    char path[] = "/tmp/kforge-sb-pid-XXXXXX";
+    int fd = mkstemp(path);
+    pid_t caller, child = 0;
+
+    cr_assert(fd >= 0);
+    close(fd);
+    unlink(path);
+    caller = fork();
+    cr_assert(caller >= 0);
+    if (caller == 0) {
+        sim_sandbox_limits l = limits(60, 1024, 60000);
+        sim_sandbox_result r;
+        sim_sandbox_run(&l, pid_then_sleep_fn, path, &r, NULL);
+        _exit(0);
+    }
+    for (int i = 0; i < 200 && child <= 0; i++) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%d", &child) != 1)
+                child = 0;
+            fclose(f);
+        }
+        usleep(20000);
+    }
+    cr_assert(child > 0, "the evaluation never started");
+    kill(caller, SIGKILL);
+    waitpid(caller, NULL, 0);
+    int dead = 0;
+    for (int i = 0; i < 100 && !(dead = gone(child)); i++)
+        usleep(20000);
+    cr_assert(dead, "evaluation %d outlived its killed caller", (int)child);
+    unlink(path);
 }
