@@ -24,7 +24,7 @@ KFORGE = {
     "test_shapes": [[200, 700], [200, 700]],
     "tunables": {
         "TILE_F": {"values": [128, 256, 512, 1024, 2048, 4096, 8192], "default": 512,
-                   "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "down",
+                   "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                  "buffer_pressure": "down"}}
     },
     "constraints": ["TILE_F <= 8192", "TILE_F < 2 * D or TILE_F == 128",

@@ -26,7 +26,7 @@ KFORGE = {
     "test_shapes": [[130, 13, 11]],
     "tunables": {
         "ROWS": {"values": [1, 2, 4, 8, 16, 32, 64], "default": 1,
-                 "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "down",
+                 "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                "buffer_pressure": "down"}},
         "SCALE_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
                          "addresses": {"slow_engine": "any", "buffer_pressure": "any"}}

@@ -28,7 +28,7 @@ KFORGE = {
     "test_shapes": [[130, 11, 13], [130, 3, 3]],
     "tunables": {
         "ROWS": {"values": [1, 2, 4, 8, 16, 32], "default": 1,
-                 "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "down",
+                 "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                "buffer_pressure": "down"}},
         "TAP_SPLIT": {"values": [0, 1], "default": 0,
                       "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}}

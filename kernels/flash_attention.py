@@ -29,7 +29,7 @@ KFORGE = {
     "test_shapes": [[64, 300], [64, 300], [300, 64]],
     "tunables": {
         "KV_TILE": {"values": [128, 256, 512], "default": 128,
-                    "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up",
+                    "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up", "instruction_overhead": "up",
                                   "slow_engine": "up"}},
         "KV_RESIDENT": {"values": [0, 1], "default": 0,
                         "addresses": {"redundant_hbm_loads": "up", "engine_waits_on_dma": "up",

@@ -27,7 +27,7 @@ KFORGE = {
     "test_shapes": [[200, 300], [200, 700]],
     "tunables": {
         "TN": {"values": [128, 256, 512], "default": 512,
-               "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up"}},
+               "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up", "instruction_overhead": "up"}},
         "BLOCK_M": {"values": [1, 2, 4, 8], "default": 1,
                     "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up",
                                   "buffer_pressure": "down"}},

@@ -27,7 +27,7 @@ KFORGE = {
     "test_shapes": [[200, 700]],
     "tunables": {
         "COLS": {"values": [256, 512, 1024, 2048, 4096, 8192], "default": 8192,
-                 "addresses": {"engine_waits_on_dma": "down", "dma_small_transfers": "up",
+                 "addresses": {"engine_waits_on_dma": "down", "dma_small_transfers": "up", "instruction_overhead": "up",
                                "buffer_pressure": "down"}},
         "EXP_BF16": {"values": [0, 1], "default": 0,
                      "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up",

@@ -35,7 +35,7 @@ KFORGE = {
                "addresses": {"redundant_hbm_loads": "up", "tensor_underfilled": "up",
                              "buffer_pressure": "down"}},
         "FW": {"values": [128, 256, 512], "default": 128,
-               "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "up",
+               "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "up",
                              "buffer_pressure": "down"}}
     },
     "constraints": ["TB == 128 or TB // 2 < T", "FW == 128 or FW // 2 < F",

@@ -24,9 +24,9 @@ KFORGE = {
     "test_shapes": [[200, 300]],
     "tunables": {
         "LOAD_COLS": {"values": [128, 256, 512, 1024, 2048], "default": 128,
-                      "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "down"}},
+                      "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down"}},
         "M_BLOCK": {"values": [1, 2, 4, 8, 16], "default": 1,
-                    "addresses": {"dma_small_transfers": "up", "buffer_pressure": "down"}}
+                    "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "buffer_pressure": "down"}}
     },
     "constraints": ["LOAD_COLS == 128 or LOAD_COLS // 2 < N",
                     "M_BLOCK == 1 or (M_BLOCK // 2) * 128 < M",

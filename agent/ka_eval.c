@@ -1,0 +1,350 @@
+/* ka_eval — sandboxed candidate evaluations (see ka_eval.h). */
+#include "ka_eval.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kf_alloc.h"
+#include "kf_config.h"
+#include "sim_check.h"
+#include "sim_input.h"
+#include "sim_profile.h"
+#include "sim_run.h"
+#include "sim_sandbox.h"
+#include "sim_target.h"
+
+enum { KA_EVAL_TOP_LINES = 6 };
+
+static double ka_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *ka_eval_short_loc(const char *loc)
+{
+    const char *s = loc ? strrchr(loc, '/') : NULL;
+    return s ? s + 1 : (loc ? loc : "");
+}
+
+static void ka_free_arrays(sim_array *a, size_t n)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < n; i++)
+        sim_array_release(&a[i]);
+    free(a);
+}
+
+/* Inputs: zero-filled (timing: values are never read) or seeded random. */
+static kf_code ka_make_inputs(const ka_problem *pb, bool random, uint64_t seed, sim_array **out, kf_err *err)
+{
+    sim_array *a = kf_calloc((size_t)pb->n_inputs, sizeof(*a));
+    for (int i = 0; i < pb->n_inputs; i++) {
+        const ka_input *in = &pb->inputs[i];
+        snprintf(a[i].name, sizeof(a[i].name), "%s", in->name);
+        a[i].dtype = in->dtype;
+        a[i].ndim = in->ndim;
+        for (int d = 0; d < in->ndim; d++)
+            a[i].shape[d] = in->shape[d];
+        if (random) {
+            sim_random_spec rs;
+            sim_npy_array npy;
+            uint64_t shp[KA_MAX_DIMS];
+            kf_code rc;
+            sim_random_spec_default(&rs);
+            rs.seed = seed * 1000003ULL + (uint64_t)i * 7919ULL;
+            rs.std = in->std > 0 ? in->std : 1.0;
+            for (int d = 0; d < in->ndim; d++)
+                shp[d] = (uint64_t)in->shape[d];
+            memset(&npy, 0, sizeof(npy));
+            rc = sim_input_random(in->dtype, in->ndim, shp, &rs, (uint64_t)1 << 36, &npy, err);
+            if (rc) {
+                ka_free_arrays(a, (size_t)pb->n_inputs);
+                return rc;
+            }
+            a[i].data = npy.data;
+        } else {
+            a[i].data = kf_calloc((size_t)sim_array_elems(&a[i]), sim_dtype_size(in->dtype));
+        }
+    }
+    *out = a;
+    return KF_OK;
+}
+
+static void ka_add_error(cJSON *j, const sim_error *serr, kf_code rc, const kf_err *err)
+{
+    char line[1024];
+    cJSON *e = cJSON_AddObjectToObject(j, "error");
+    if (serr->code != SIM_E_NONE) {
+        sim_error_format(serr, line, sizeof(line));
+        cJSON_AddStringToObject(e, "code", sim_error_name(serr->code));
+        cJSON_AddStringToObject(e, "file", ka_eval_short_loc(serr->file));
+        cJSON_AddNumberToObject(e, "line", serr->line);
+        cJSON_AddStringToObject(e, "api", serr->api);
+    } else {
+        snprintf(line, sizeof(line), "%s", err->msg[0] ? err->msg : kf_code_title(rc));
+        cJSON_AddStringToObject(e, "code", "INTERNAL");
+    }
+    cJSON_AddStringToObject(e, "message", line);
+}
+
+static const char *const ka_summary_keys[] = {
+    "total_time", "mfu_estimated_percent", "mbu_estimated_percent", "tensor_engine_active_time_percent",
+    "vector_engine_active_time_percent", "scalar_engine_active_time_percent",
+    "gpsimd_engine_active_time_percent", "dma_active_time_percent", "dma_transfer_count",
+    "dma_transfer_average_bytes", "hbm_read_bytes", "hbm_write_bytes", "model_flops", NULL,
+};
+
+static void ka_add_profile(cJSON *j, const sim_profile *p)
+{
+    const sim_bounds *b = &p->bounds;
+    double floor_ns = b->compute_ns > b->io_ns ? b->compute_ns : b->io_ns;
+    char *sj = sim_profile_summary_json(p);
+    cJSON *full = sj ? cJSON_Parse(sj) : NULL, *sum = cJSON_AddObjectToObject(j, "summary");
+    cJSON *bo = cJSON_AddObjectToObject(j, "bounds"), *fa = cJSON_AddArrayToObject(j, "findings");
+    cJSON *la = cJSON_AddArrayToObject(j, "lines");
+    char loc[512];
+
+    free(sj);
+    for (int i = 0; ka_summary_keys[i]; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(full, ka_summary_keys[i]);
+        if (v)
+            cJSON_AddItemToObject(sum, ka_summary_keys[i], cJSON_Duplicate(v, true));
+    }
+    cJSON_Delete(full);
+    cJSON_AddNumberToObject(j, "latency_ns", p->total_ns);
+    cJSON_AddNumberToObject(j, "floor_ns", floor_ns);
+    cJSON_AddStringToObject(j, "bound_kind", b->compute_ns > b->io_ns ? "compute" : "io");
+    cJSON_AddNumberToObject(bo, "compute_ns", b->compute_ns);
+    cJSON_AddNumberToObject(bo, "memory_ns", b->memory_ns);
+    cJSON_AddNumberToObject(bo, "necessary_io_ns", b->io_ns);
+    cJSON_AddNumberToObject(bo, "pipeline_ns", b->pipeline_ns);
+    cJSON_AddStringToObject(bo, "pipeline_engine", b->pipeline_engine ? b->pipeline_engine : "");
+    cJSON_AddStringToObject(bo, "tightest", b->tightest ? b->tightest : "");
+    cJSON_AddNumberToObject(bo, "tightest_ns", b->tightest_ns);
+    cJSON_AddNumberToObject(bo, "achieved_fraction", b->achieved_fraction);
+    cJSON_AddNumberToObject(bo, "floor_ns", floor_ns);
+    cJSON_AddNumberToObject(bo, "fraction_of_floor", p->total_ns > 0 ? floor_ns / p->total_ns : 0);
+    for (size_t i = 0; i < p->n_findings; i++) {
+        const sim_finding *f = &p->findings[i];
+        cJSON *o = cJSON_CreateObject(), *ls = cJSON_AddArrayToObject(o, "lines");
+        cJSON_AddStringToObject(o, "kind", sim_finding_name(f->kind));
+        cJSON_AddStringToObject(o, "title", sim_finding_title(f->kind));
+        cJSON_AddNumberToObject(o, "cost_ns", f->cost_ns);
+        cJSON_AddStringToObject(o, "message", f->message);
+        for (unsigned k = 0; k < f->n_locs; k++) {
+            cJSON *lo = cJSON_CreateObject();
+            cJSON_AddStringToObject(lo, "loc", ka_eval_short_loc(sim_profile_loc(p, f->locs[k], loc, sizeof(loc))));
+            cJSON_AddNumberToObject(lo, "ns", f->loc_ns[k]);
+            cJSON_AddItemToArray(ls, lo);
+        }
+        cJSON_AddItemToArray(fa, o);
+    }
+    for (size_t i = 0; i < p->n_lines && i < KA_EVAL_TOP_LINES; i++) {
+        const sim_line *l = &p->lines[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "loc", ka_eval_short_loc(sim_profile_loc(p, l->loc, loc, sizeof(loc))));
+        cJSON_AddNumberToObject(o, "instructions", (double)l->count);
+        cJSON_AddNumberToObject(o, "time_ns", l->time_ns);
+        cJSON_AddNumberToObject(o, "stall_ns", l->stall_ns);
+        cJSON_AddItemToArray(la, o);
+    }
+}
+
+static kf_code ka_child_timing(const ka_eval_req *r, cJSON *j, kf_err *err)
+{
+    const ka_problem *pb = r->pb;
+    sim_run_opts o;
+    sim_record rec;
+    sim_error serr;
+    sim_target tgt;
+    sim_array *in = NULL, *outs = NULL;
+    size_t n_outs = 0;
+    sim_profile *p = NULL;
+    double t0 = ka_now();
+    kf_code rc;
+
+    memset(&o, 0, sizeof(o));
+    o.source_path = pb->source_path;
+    o.entry = pb->entry;
+    o.target = pb->target;
+    o.numerics = false;
+    o.kwargs_json = r->kwargs_json;
+    sim_record_init(&rec, pb->target);
+    sim_error_clear(&serr);
+    rc = sim_target_load(pb->target, NULL, &tgt, err);
+    if (rc)
+        goto out;
+    rc = ka_make_inputs(pb, false, 0, &in, err);
+    if (rc)
+        goto out;
+    rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
+    if (rc) {
+        ka_add_error(j, &serr, rc, err);
+        cJSON_AddBoolToObject(j, "ok", false);
+        rc = KF_OK;
+        goto out;
+    }
+    rc = sim_profile_build(&rec, &tgt, &p, err);
+    if (rc)
+        goto out;
+    cJSON_AddBoolToObject(j, "ok", true);
+    cJSON_AddNumberToObject(j, "n_outputs", (double)n_outs);
+    ka_add_profile(j, p);
+out:
+    cJSON_AddNumberToObject(j, "sim_seconds", ka_now() - t0);
+    sim_profile_free(p);
+    ka_free_arrays(outs, n_outs);
+    ka_free_arrays(in, (size_t)pb->n_inputs);
+    sim_record_release(&rec);
+    return rc;
+}
+
+static kf_code ka_child_validate(const ka_eval_req *r, cJSON *j, kf_err *err)
+{
+    const ka_problem *pb = r->pb;
+    cJSON *checks = cJSON_AddArrayToObject(j, "checks");
+    bool pass = true, ran = true;
+    double sim_s = 0, ref_s = 0;
+    kf_code rc = KF_OK;
+
+    for (int s = 0; s < r->n_seeds && ran; s++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error serr;
+        sim_array *in = NULL, *outs = NULL, *refs = NULL;
+        size_t n_outs = 0, n_refs = 0;
+        kf_err rerr = KF_ERR_INIT;
+        double t0;
+
+        memset(&o, 0, sizeof(o));
+        o.source_path = pb->source_path;
+        o.entry = pb->entry;
+        o.target = pb->target;
+        o.numerics = true;
+        o.kwargs_json = r->kwargs_json;
+        sim_record_init(&rec, pb->target);
+        sim_error_clear(&serr);
+        rc = ka_make_inputs(pb, true, r->seeds[s], &in, err);
+        if (rc) {
+            sim_record_release(&rec);
+            break;
+        }
+        t0 = ka_now();
+        rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
+        sim_s += ka_now() - t0;
+        if (rc) {
+            ka_add_error(j, &serr, rc, err);
+            ran = false;
+            pass = false;
+            rc = KF_OK;
+        } else {
+            t0 = ka_now();
+            if (sim_check_reference(pb->ref_path, pb->ref_entry, in, (size_t)pb->n_inputs, r->kwargs_json, &refs,
+                                    &n_refs, &rerr) != KF_OK) {
+                cJSON_AddStringToObject(j, "ref_error", rerr.msg);
+                pass = false;
+                ran = false;
+            }
+            ref_s += ka_now() - t0;
+        }
+        if (ran && n_refs != n_outs) {
+            cJSON *c = cJSON_CreateObject();
+            char msg[160];
+            snprintf(msg, sizeof(msg), "the kernel returned %zu outputs, the reference %zu", n_outs, n_refs);
+            cJSON_AddNumberToObject(c, "seed", (double)r->seeds[s]);
+            cJSON_AddBoolToObject(c, "pass", false);
+            cJSON_AddStringToObject(c, "message", msg);
+            cJSON_AddItemToArray(checks, c);
+            pass = false;
+        } else if (ran) {
+            for (size_t k = 0; k < n_outs; k++) {
+                sim_check_tol tol = sim_check_default_tol(outs[k].dtype);
+                sim_check_cmp cmp;
+                cJSON *c = cJSON_CreateObject();
+                if (r->rtol >= 0)
+                    tol.rtol = r->rtol;
+                if (r->atol >= 0)
+                    tol.atol = r->atol;
+                sim_check_compare(&outs[k], &refs[k], tol, &cmp);
+                cJSON_AddNumberToObject(c, "seed", (double)r->seeds[s]);
+                cJSON_AddNumberToObject(c, "output", (double)k);
+                cJSON_AddBoolToObject(c, "pass", cmp.pass);
+                cJSON_AddNumberToObject(c, "elements", (double)cmp.count);
+                cJSON_AddNumberToObject(c, "bad", (double)cmp.bad);
+                cJSON_AddNumberToObject(c, "nan", (double)cmp.got_nan);
+                cJSON_AddNumberToObject(c, "inf", (double)cmp.got_inf);
+                cJSON_AddNumberToObject(c, "max_abs_err", cmp.max_abs);
+                cJSON_AddNumberToObject(c, "rtol", tol.rtol);
+                cJSON_AddNumberToObject(c, "atol", tol.atol);
+                cJSON_AddStringToObject(c, "message", cmp.msg);
+                cJSON_AddItemToArray(checks, c);
+                pass = pass && cmp.pass;
+            }
+        }
+        sim_check_arrays_free(refs, n_refs);
+        ka_free_arrays(outs, n_outs);
+        ka_free_arrays(in, (size_t)pb->n_inputs);
+        sim_record_release(&rec);
+    }
+    cJSON_AddBoolToObject(j, "ok", ran && rc == KF_OK);
+    cJSON_AddBoolToObject(j, "pass", pass && ran && rc == KF_OK);
+    cJSON_AddNumberToObject(j, "sim_seconds", sim_s);
+    cJSON_AddNumberToObject(j, "ref_seconds", ref_s);
+    return rc;
+}
+
+static kf_code ka_child(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    const ka_eval_req *r = arg;
+    cJSON *j = cJSON_CreateObject();
+    kf_code rc = r->mode == KA_EVAL_TIMING ? ka_child_timing(r, j, err) : ka_child_validate(r, j, err);
+    char *text = cJSON_PrintUnformatted(j);
+    sim_sandbox_send_json(out, text);
+    free(text);
+    cJSON_Delete(j);
+    return rc;
+}
+
+kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
+{
+    sim_sandbox_limits lim;
+    sim_sandbox_result sb;
+    cJSON *j = NULL;
+    kf_code rc;
+
+    *result = NULL;
+    memset(&lim, 0, sizeof(lim));
+    memset(&sb, 0, sizeof(sb));
+    lim.cpu_seconds = req->timeout_s ? req->timeout_s : (unsigned)kf_config_int(KF_CFG_SIM_TIMEOUT_S);
+    lim.wall_ms = lim.cpu_seconds * 1000u;
+    lim.memory_mib = req->memory_mib ? req->memory_mib : (unsigned)kf_config_int(KF_CFG_SIM_MEMORY_MIB);
+    lim.max_result_bytes = 64u << 20;
+    if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
+        return kf_err_set(err, KF_INVALID, "validation needs a NumPy reference");
+    rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err);
+    if (rc)
+        return rc;
+    if (sb.json)
+        j = cJSON_Parse(sb.json);
+    if (!j || (sb.status != SIM_SB_OK && !cJSON_GetObjectItemCaseSensitive(j, "error"))) {
+        cJSON *e;
+        cJSON_Delete(j);
+        j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", false);
+        cJSON_AddBoolToObject(j, "pass", false);
+        e = cJSON_AddObjectToObject(j, "error");
+        cJSON_AddStringToObject(e, "code", sim_sandbox_status_name(sb.status));
+        cJSON_AddStringToObject(e, "message", sb.reason[0] ? sb.reason : "the evaluation sent no result");
+    }
+    cJSON_AddNumberToObject(j, "wall_seconds", sb.wall_seconds);
+    cJSON_AddStringToObject(j, "isolation", sb.isolation);
+    sim_sandbox_result_release(&sb);
+    *result = j;
+    return KF_OK;
+}

@@ -1,0 +1,563 @@
+/* ka_lib — the kernel library and tuning problems (see ka_lib.h). */
+#include "ka_lib.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "kf_buf.h"
+#include "kf_config.h"
+#include "ka_expr.h"
+#include "sim_input.h"
+#include "sim_target.h"
+
+enum { KA_LIB_MAX_FILE = 1 << 20 };
+
+static bool ka_is_dir(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *ka_lib_dir(void)
+{
+    static char buf[PATH_MAX];
+    const char *cfg = kf_config_str(KF_CFG_KERNELS_DIR);
+    char exe[PATH_MAX - 64];
+    ssize_t n;
+
+    if (cfg && *cfg)
+        return cfg;
+    if (ka_is_dir("kernels"))
+        return "kernels";
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(buf, sizeof(buf), "%s/../../kernels", exe);
+            if (ka_is_dir(buf))
+                return buf;
+            snprintf(buf, sizeof(buf), "%s/../share/kforge/kernels", exe);
+            if (ka_is_dir(buf))
+                return buf;
+        }
+    }
+    return NULL;
+}
+
+static char *ka_read_file(const char *path, kf_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n;
+
+    if (!f) {
+        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    buf = kf_malloc(KA_LIB_MAX_FILE + 1);
+    n = fread(buf, 1, KA_LIB_MAX_FILE + 1, f);
+    fclose(f);
+    if (n > KA_LIB_MAX_FILE) {
+        free(buf);
+        kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %d bytes", path, KA_LIB_MAX_FILE);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+kf_code ka_lib_meta_from_text(const char *text, const char *what, cJSON **meta, kf_err *err)
+{
+    const char *p = text, *start = NULL;
+    int depth = 0;
+    char q = 0;
+
+    *meta = NULL;
+    while ((p = strstr(p, "KFORGE")) != NULL) {
+        bool line_start = p == text || p[-1] == '\n';
+        const char *s = p + 6;
+        p = s;
+        if (!line_start)
+            continue;
+        while (*s == ' ')
+            s++;
+        if (*s != '=')
+            continue;
+        s++;
+        while (*s == ' ')
+            s++;
+        if (*s == '{') {
+            start = s;
+            break;
+        }
+    }
+    if (!start)
+        return kf_err_set(err, KF_NOT_FOUND, "%s has no module-level KFORGE = {...} block", what);
+    for (p = start; *p; p++) {
+        if (q) {
+            if (*p == '\\' && p[1])
+                p++;
+            else if (*p == q)
+                q = 0;
+            continue;
+        }
+        if (*p == '"' || *p == '\'')
+            q = *p;
+        else if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']') {
+            if (--depth == 0)
+                break;
+        }
+    }
+    if (!*p)
+        return kf_err_set(err, KF_INVALID, "%s: the KFORGE block is not closed", what);
+    *meta = cJSON_ParseWithLength(start, (size_t)(p - start + 1));
+    if (!*meta || !cJSON_IsObject(*meta)) {
+        cJSON_Delete(*meta);
+        *meta = NULL;
+        return kf_err_set(err, KF_INVALID,
+                          "%s: the KFORGE block must be a JSON-compatible dict (double-quoted strings, "
+                          "numbers, lists, dicts; no trailing commas)", what);
+    }
+    return KF_OK;
+}
+
+kf_code ka_lib_read_meta(const char *path, cJSON **meta, kf_err *err)
+{
+    char *text = ka_read_file(path, err);
+    kf_code rc;
+    if (!text)
+        return err->code;
+    rc = ka_lib_meta_from_text(text, path, meta, err);
+    free(text);
+    return rc;
+}
+
+static int ka_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+kf_code ka_lib_index(const char *dir, cJSON **index, kf_err *err)
+{
+    DIR *d;
+    struct dirent *de;
+    char *names[256];
+    size_t n = 0;
+    cJSON *arr;
+
+    *index = NULL;
+    if (!dir)
+        dir = ka_lib_dir();
+    if (!dir)
+        return kf_err_set(err, KF_NOT_FOUND, "kforge's kernel library was not found: set KFORGE_KERNELS_DIR "
+                                             "to the kernels/ folder");
+    d = opendir(dir);
+    if (!d)
+        return kf_err_set(err, KF_IO, "cannot list the kernel library '%s': %s", dir, strerror(errno));
+    while ((de = readdir(d)) != NULL && n < 256) {
+        size_t len = strlen(de->d_name);
+        if (len > 3 && strcmp(de->d_name + len - 3, ".py") == 0 && de->d_name[0] != '.')
+            names[n++] = kf_strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(names[0]), ka_cmp_str);
+    arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        cJSON *meta = NULL;
+        kf_err e2 = { 0 };
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        free(names[i]);
+        if (ka_lib_read_meta(path, &meta, &e2) != KF_OK)
+            continue;
+        cJSON_AddStringToObject(meta, "path", path);
+        cJSON_AddItemToArray(arr, meta);
+    }
+    *index = arr;
+    return KF_OK;
+}
+
+kf_code ka_lib_find(const char *dir, const char *op, cJSON **meta, char *path, size_t path_len, kf_err *err)
+{
+    cJSON *index = NULL, *m;
+    kf_buf ops;
+    kf_code rc = ka_lib_index(dir, &index, err);
+
+    *meta = NULL;
+    if (rc)
+        return rc;
+    cJSON_ArrayForEach(m, index)
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(m, "op");
+        if (cJSON_IsString(o) && strcmp(o->valuestring, op) == 0) {
+            snprintf(path, path_len, "%s", cJSON_GetObjectItemCaseSensitive(m, "path")->valuestring);
+            *meta = cJSON_DetachItemViaPointer(index, m);
+            cJSON_Delete(index);
+            return KF_OK;
+        }
+    }
+    kf_buf_init(&ops);
+    cJSON_ArrayForEach(m, index)
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(m, "op");
+        if (cJSON_IsString(o))
+            kf_buf_addf(&ops, "%s%s", ops.len ? ", " : "", o->valuestring);
+    }
+    rc = kf_err_set(err, KF_NOT_FOUND, "unknown op \"%s\": the library has %s", op, ops.len ? ops.data : "no ops");
+    kf_buf_release(&ops);
+    cJSON_Delete(index);
+    return rc;
+}
+
+/* ---- spaces ------------------------------------------------------------- */
+
+void ka_space_env_set(ka_space *sp, const char *name, double v)
+{
+    for (int i = 0; i < sp->n_env; i++) {
+        if (strcmp(sp->env[i].name, name) == 0) {
+            sp->env[i].value = v;
+            return;
+        }
+    }
+    if (sp->n_env < KA_MAX_ENV) {
+        snprintf(sp->env[sp->n_env].name, sizeof(sp->env[0].name), "%s", name);
+        sp->env[sp->n_env++].value = v;
+    }
+}
+
+kf_code ka_space_set_target(ka_space *sp, const char *target, sim_dtype dtype, kf_err *err)
+{
+    sim_target tgt;
+    kf_code rc = sim_target_load(target, NULL, &tgt, err);
+    if (rc)
+        return rc;
+    ka_space_env_set(sp, "SBUF_BYTES", tgt.sbuf_bytes_per_part);
+    ka_space_env_set(sp, "PMAX", tgt.sbuf_partitions);
+    ka_space_env_set(sp, "DTYPE_BYTES", sim_dtype_size(dtype));
+    return KF_OK;
+}
+
+typedef struct ka_lookup_ctx {
+    const ka_space *sp;
+    const int      *idx;    /* NULL: tunables unknown */
+} ka_lookup_ctx;
+
+static bool ka_lookup(void *vctx, const char *name, int len, ka_value *out)
+{
+    ka_lookup_ctx *c = vctx;
+    const ka_space *sp = c->sp;
+    if (c->idx) {
+        for (int i = 0; i < sp->n; i++) {
+            if ((int)strlen(sp->t[i].name) == len && strncmp(sp->t[i].name, name, (size_t)len) == 0) {
+                const cJSON *v = cJSON_GetArrayItem(sp->t[i].values, c->idx[i]);
+                memset(out, 0, sizeof(*out));
+                if (cJSON_IsString(v)) {
+                    out->is_str = true;
+                    out->str = v->valuestring;
+                    out->str_len = (int)strlen(v->valuestring);
+                } else if (cJSON_IsBool(v)) {
+                    out->num = cJSON_IsTrue(v) ? 1 : 0;
+                } else {
+                    out->num = v ? v->valuedouble : 0;
+                }
+                return true;
+            }
+        }
+    }
+    for (int i = 0; i < sp->n_env; i++) {
+        if ((int)strlen(sp->env[i].name) == len && strncmp(sp->env[i].name, name, (size_t)len) == 0) {
+            memset(out, 0, sizeof(*out));
+            out->num = sp->env[i].value;
+            return true;
+        }
+    }
+    return false;
+}
+
+kf_code ka_space_legal(const ka_space *sp, const int *idx, bool *ok, const char **why, kf_err *err)
+{
+    ka_lookup_ctx c = { sp, idx };
+    const cJSON *e;
+
+    *ok = true;
+    if (why)
+        *why = NULL;
+    cJSON_ArrayForEach(e, sp->constraints)
+    {
+        bool r = false;
+        kf_code rc;
+        if (!cJSON_IsString(e))
+            continue;
+        rc = ka_expr_test(e->valuestring, ka_lookup, &c, &r, err);
+        if (rc)
+            return rc;
+        if (!r) {
+            *ok = false;
+            if (why)
+                *why = e->valuestring;
+            return KF_OK;
+        }
+    }
+    return KF_OK;
+}
+
+cJSON *ka_space_params(const ka_space *sp, const int *idx)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < sp->n; i++)
+        cJSON_AddItemToObject(o, sp->t[i].name, cJSON_Duplicate(cJSON_GetArrayItem(sp->t[i].values, idx[i]), true));
+    return o;
+}
+
+char *ka_space_kwargs(const ka_space *sp, const int *idx, const cJSON *fixed)
+{
+    cJSON *o = ka_space_params(sp, idx);
+    const cJSON *f;
+    char *s;
+    cJSON_ArrayForEach(f, fixed)
+    {
+        if (!cJSON_GetObjectItemCaseSensitive(o, f->string))
+            cJSON_AddItemToObject(o, f->string, cJSON_Duplicate(f, true));
+    }
+    s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *values, const cJSON *decl, kf_err *err)
+{
+    const cJSON *def = decl ? cJSON_GetObjectItemCaseSensitive(decl, "default") : NULL;
+    const cJSON *addr = decl ? cJSON_GetObjectItemCaseSensitive(decl, "addresses") : NULL;
+    int n = cJSON_GetArraySize(values);
+
+    memset(t, 0, sizeof(*t));
+    if (!cJSON_IsArray(values) || n < 1)
+        return kf_err_set(err, KF_INVALID, "tunable %s needs a non-empty list of values", name);
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->values = cJSON_Duplicate(values, true);
+    t->n_values = n;
+    t->def = 0;
+    if (def) {
+        for (int i = 0; i < n; i++) {
+            if (cJSON_Compare(cJSON_GetArrayItem(values, i), def, true)) {
+                t->def = i;
+                break;
+            }
+        }
+    }
+    t->addresses = cJSON_IsObject(addr) ? cJSON_Duplicate(addr, true) : NULL;
+    return KF_OK;
+}
+
+kf_code ka_space_from_tunables(const cJSON *tunables, const cJSON *meta, const ka_problem *pb, ka_space *sp,
+                               kf_err *err)
+{
+    const cJSON *decls = meta ? cJSON_GetObjectItemCaseSensitive(meta, "tunables") : NULL;
+    const cJSON *t;
+    kf_code rc;
+
+    memset(sp, 0, sizeof(*sp));
+    cJSON_ArrayForEach(t, tunables)
+    {
+        const cJSON *decl = decls ? cJSON_GetObjectItemCaseSensitive(decls, t->string) : NULL;
+        if (sp->n >= KA_MAX_TUNABLES) {
+            rc = kf_err_set(err, KF_INVALID, "at most %d tunables", KA_MAX_TUNABLES);
+            goto fail;
+        }
+        rc = ka_tunable_from(&sp->t[sp->n], t->string, t, decl, err);
+        if (rc)
+            goto fail;
+        sp->n++;
+    }
+    if (meta) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(meta, "constraints");
+        if (cJSON_IsArray(c))
+            sp->constraints = cJSON_Duplicate(c, true);
+    }
+    if (pb->n_inputs > 0) {
+        for (int d = 0; d < pb->inputs[0].ndim; d++) {
+            char nm[16];
+            snprintf(nm, sizeof(nm), "D%d", d);
+            ka_space_env_set(sp, nm, (double)pb->inputs[0].shape[d]);
+        }
+        rc = ka_space_set_target(sp, pb->target, pb->inputs[0].dtype, err);
+        if (rc)
+            goto fail;
+    }
+    return KF_OK;
+fail:
+    ka_space_release(sp);
+    return rc;
+}
+
+void ka_space_release(ka_space *sp)
+{
+    if (!sp)
+        return;
+    for (int i = 0; i < sp->n; i++) {
+        cJSON_Delete(sp->t[i].values);
+        cJSON_Delete(sp->t[i].addresses);
+    }
+    cJSON_Delete(sp->constraints);
+    memset(sp, 0, sizeof(*sp));
+}
+
+void ka_problem_release(ka_problem *pb)
+{
+    if (!pb)
+        return;
+    cJSON_Delete(pb->fixed_kwargs);
+    pb->fixed_kwargs = NULL;
+}
+
+/* ---- binding a template to shapes --------------------------------------- */
+
+static void ka_fmt_shape(char *buf, size_t len, const int64_t *s, int nd)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < nd && o + 24 < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? "x" : "", (long long)s[i]);
+}
+
+kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims,
+                    int n_shapes, sim_dtype dtype, const char *target, ka_problem *pb, ka_space *sp, kf_err *err)
+{
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(meta, "op");
+    const cJSON *entry = cJSON_GetObjectItemCaseSensitive(meta, "entry");
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(meta, "reference");
+    const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(meta, "inputs");
+    const cJSON *tun = cJSON_GetObjectItemCaseSensitive(meta, "tunables");
+    const cJSON *sup = cJSON_GetObjectItemCaseSensitive(meta, "supports");
+    const cJSON *in, *t, *c;
+    int n_in = cJSON_GetArraySize(inputs), i = 0;
+    kf_code rc;
+
+    memset(pb, 0, sizeof(*pb));
+    memset(sp, 0, sizeof(*sp));
+    if (!cJSON_IsString(op) || !cJSON_IsString(entry) || !cJSON_IsArray(inputs) || n_in < 1 ||
+        n_in > KA_MAX_INPUTS)
+        return kf_err_set(err, KF_INVALID, "%s: KFORGE needs op, entry and 1..%d inputs", path, KA_MAX_INPUTS);
+    if (n_shapes < 1 || n_shapes > n_in)
+        return kf_err_set(err, KF_INVALID, "%s takes %d input%s; give 1 to %d shapes (got %d)", op->valuestring,
+                          n_in, n_in == 1 ? "" : "s", n_in, n_shapes);
+    snprintf(pb->op, sizeof(pb->op), "%s", op->valuestring);
+    snprintf(pb->source_path, sizeof(pb->source_path), "%s", path);
+    snprintf(pb->entry, sizeof(pb->entry), "%s", entry->valuestring);
+    if (cJSON_IsString(ref)) {
+        snprintf(pb->ref_path, sizeof(pb->ref_path), "%s", path);
+        snprintf(pb->ref_entry, sizeof(pb->ref_entry), "%s", ref->valuestring);
+    }
+    snprintf(pb->target, sizeof(pb->target), "%s", target);
+
+    /* dims from the given shapes */
+    cJSON_ArrayForEach(in, inputs)
+    {
+        const cJSON *dims = cJSON_GetObjectItemCaseSensitive(in, "dims");
+        int nd = cJSON_GetArraySize(dims);
+        if (i >= n_shapes)
+            break;
+        if (nd != ndims[i]) {
+            char want[256] = "", got[128];
+            const cJSON *d;
+            cJSON_ArrayForEach(d, dims)
+            {
+                size_t o = strlen(want);
+                snprintf(want + o, sizeof(want) - o, "%s%s", o ? "x" : "", cJSON_IsString(d) ? d->valuestring : "?");
+            }
+            ka_fmt_shape(got, sizeof(got), shapes[i], ndims[i]);
+            return kf_err_set(err, KF_INVALID, "%s input %s has shape %s; got %s", op->valuestring,
+                              cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring, want, got);
+        }
+        for (int d = 0; d < nd; d++) {
+            const cJSON *dn = cJSON_GetArrayItem(dims, d);
+            ka_value prev;
+            ka_lookup_ctx lc = { sp, NULL };
+            if (!cJSON_IsString(dn))
+                continue;
+            if (ka_lookup(&lc, dn->valuestring, (int)strlen(dn->valuestring), &prev) &&
+                prev.num != (double)shapes[i][d])
+                return kf_err_set(err, KF_INVALID, "%s: dim %s is %.0f in one input and %lld in %s", op->valuestring,
+                                  dn->valuestring, prev.num, (long long)shapes[i][d],
+                                  cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring);
+            ka_space_env_set(sp, dn->valuestring, (double)shapes[i][d]);
+        }
+        i++;
+    }
+    /* every input's shape, from the dims */
+    i = 0;
+    cJSON_ArrayForEach(in, inputs)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
+        const cJSON *dims = cJSON_GetObjectItemCaseSensitive(in, "dims");
+        const cJSON *std = cJSON_GetObjectItemCaseSensitive(in, "std");
+        ka_input *pi = &pb->inputs[i];
+        snprintf(pi->name, sizeof(pi->name), "%s", cJSON_IsString(name) ? name->valuestring : "x");
+        pi->dtype = dtype;
+        pi->std = cJSON_IsNumber(std) ? std->valuedouble : 1.0;
+        pi->ndim = cJSON_GetArraySize(dims);
+        if (pi->ndim < 1 || pi->ndim > KA_MAX_DIMS)
+            return kf_err_set(err, KF_INVALID, "%s: input %s needs 1..%d dims", path, pi->name, KA_MAX_DIMS);
+        for (int d = 0; d < pi->ndim; d++) {
+            const cJSON *dn = cJSON_GetArrayItem(dims, d);
+            ka_value v;
+            ka_lookup_ctx lc = { sp, NULL };
+            if (cJSON_IsNumber(dn)) {
+                pi->shape[d] = (int64_t)dn->valuedouble;
+            } else if (cJSON_IsString(dn) && ka_lookup(&lc, dn->valuestring, (int)strlen(dn->valuestring), &v)) {
+                pi->shape[d] = (int64_t)v.num;
+            } else {
+                return kf_err_set(err, KF_INVALID,
+                                  "%s: the shapes given do not determine dim %s of input %s; give one shape per "
+                                  "input (%d inputs)", op->valuestring, cJSON_IsString(dn) ? dn->valuestring : "?",
+                                  pi->name, n_in);
+            }
+        }
+        i++;
+    }
+    pb->n_inputs = n_in;
+    rc = ka_space_set_target(sp, target, dtype, err);
+    if (rc)
+        return rc;
+    /* supported shapes */
+    cJSON_ArrayForEach(c, sup)
+    {
+        bool ok = false;
+        ka_lookup_ctx lc = { sp, NULL };
+        if (!cJSON_IsString(c))
+            continue;
+        rc = ka_expr_test(c->valuestring, ka_lookup, &lc, &ok, err);
+        if (rc)
+            return rc;
+        if (!ok)
+            return kf_err_set(err, KF_UNPROCESSABLE, "the %s template cannot serve these shapes on %s: it needs %s",
+                              op->valuestring, target, c->valuestring);
+    }
+    /* tunables with their declarations */
+    cJSON_ArrayForEach(t, tun)
+    {
+        const cJSON *vals = cJSON_GetObjectItemCaseSensitive(t, "values");
+        if (sp->n >= KA_MAX_TUNABLES)
+            break;
+        rc = ka_tunable_from(&sp->t[sp->n], t->string, vals, t, err);
+        if (rc) {
+            ka_space_release(sp);
+            return rc;
+        }
+        sp->n++;
+    }
+    c = cJSON_GetObjectItemCaseSensitive(meta, "constraints");
+    if (cJSON_IsArray(c))
+        sp->constraints = cJSON_Duplicate(c, true);
+    return KF_OK;
+}

@@ -1,0 +1,1112 @@
+/* ka_loop — the tuning loop and its planners (see ka_loop.h). */
+#include "ka_loop.h"
+
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kf_alloc.h"
+#include "kf_buf.h"
+#include "ka_eval.h"
+
+enum {
+    KA_DEF_ITERATIONS = 40,
+    KA_DEF_PATIENCE = 8,
+    KA_DEF_SEEDS = 3,
+    KA_MAX_ENUM = 200000,          /* settings the exhaustive/random planners enumerate */
+};
+
+static double ka_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *ka_planner_name(ka_planner p)
+{
+    switch (p) {
+    case KA_PLAN_EXHAUSTIVE: return "exhaustive";
+    case KA_PLAN_RANDOM: return "random";
+    default: return "guided";
+    }
+}
+
+int ka_planner_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (strcmp(s, "guided") == 0 || strcmp(s, "builtin") == 0)
+        return KA_PLAN_GUIDED;
+    if (strcmp(s, "exhaustive") == 0 || strcmp(s, "grid") == 0)
+        return KA_PLAN_EXHAUSTIVE;
+    if (strcmp(s, "random") == 0)
+        return KA_PLAN_RANDOM;
+    return -1;
+}
+
+/* ---- cache -------------------------------------------------------------- */
+
+typedef struct ka_cache_ent {
+    char   key[65];
+    cJSON *val;
+} ka_cache_ent;
+
+struct ka_cache {
+    ka_cache_ent *e;
+    size_t        n, cap;
+    unsigned long hits;
+};
+
+ka_cache *ka_cache_new(void)
+{
+    return kf_calloc(1, sizeof(ka_cache));
+}
+
+void ka_cache_free(ka_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        cJSON_Delete(c->e[i].val);
+    free(c->e);
+    free(c);
+}
+
+unsigned long ka_cache_hits(const ka_cache *c)
+{
+    return c ? c->hits : 0;
+}
+
+unsigned long ka_cache_size(const ka_cache *c)
+{
+    return c ? (unsigned long)c->n : 0;
+}
+
+static void ka_sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[32];
+    unsigned int n = 0;
+    EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
+    for (unsigned i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static const cJSON *ka_cache_get(ka_cache *c, const char *key)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        if (strcmp(c->e[i].key, key) == 0) {
+            c->hits++;
+            return c->e[i].val;
+        }
+    }
+    return NULL;
+}
+
+static void ka_cache_put(ka_cache *c, const char *key, const cJSON *val)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->e = kf_realloc(c->e, c->cap * sizeof(*c->e));
+    }
+    snprintf(c->e[c->n].key, sizeof(c->e[0].key), "%s", key);
+    c->e[c->n++].val = cJSON_Duplicate(val, true);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *ka_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    kf_buf b;
+    char chunk[8192];
+    size_t n;
+    if (!f)
+        return NULL;
+    kf_buf_init(&b);
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len < (16u << 20))
+        kf_buf_add(&b, chunk, n);
+    fclose(f);
+    return kf_buf_detach(&b);
+}
+
+static double jnum(const cJSON *o, const char *k, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static const char *jstr(const cJSON *o, const char *k, const char *dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+static bool jbool(const cJSON *o, const char *k)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+static void ka_fmt_value(const cJSON *v, char *buf, size_t len)
+{
+    if (cJSON_IsString(v))
+        snprintf(buf, len, "\"%s\"", v->valuestring);
+    else if (cJSON_IsBool(v))
+        snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "True" : "False");
+    else if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
+        snprintf(buf, len, "%.0f", v->valuedouble);
+    else if (cJSON_IsNumber(v))
+        snprintf(buf, len, "%.17g", v->valuedouble);
+    else
+        snprintf(buf, len, "None");
+}
+
+static void ka_fmt_params(const ka_space *sp, const int *idx, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < sp->n && o + 8 < len; i++) {
+        char v[96];
+        ka_fmt_value(cJSON_GetArrayItem(sp->t[i].values, idx[i]), v, sizeof(v));
+        o += (size_t)snprintf(buf + o, len - o, "%s%s=%s", i ? " " : "", sp->t[i].name, v);
+    }
+}
+
+static double ka_us(double ns)
+{
+    return ns / 1000.0;
+}
+
+char *ka_specialize_source(const char *path, const char *entry, const cJSON *params)
+{
+    char *src = ka_slurp(path), pat[160];
+    const char *def, *p, *close;
+    kf_buf out;
+    int depth = 0;
+
+    if (!src)
+        return NULL;
+    snprintf(pat, sizeof(pat), "def %s(", entry);
+    def = strstr(src, pat);
+    if (!def || !params || !cJSON_GetArraySize(params))
+        return src;
+    for (close = def + strlen(pat) - 1; *close; close++) {
+        if (*close == '(' || *close == '[')
+            depth++;
+        else if ((*close == ')' || *close == ']') && --depth == 0)
+            break;
+    }
+    if (!*close)
+        return src;
+    kf_buf_init(&out);
+    p = src;
+    while (p < close) {
+        const cJSON *hit = NULL, *prm;
+        if (p > def && (p[-1] == '(' || p[-1] == ' ' || p[-1] == ',' || p[-1] == '\n')) {
+            cJSON_ArrayForEach(prm, params)
+            {
+                size_t n = strlen(prm->string);
+                if (strncmp(p, prm->string, n) == 0 && p[n] == '=') {
+                    hit = prm;
+                    break;
+                }
+            }
+        }
+        if (hit) {
+            char v[128];
+            size_t n = strlen(hit->string);
+            const char *q = p + n + 1;
+            int d2 = 0;
+            char quote = 0;
+            for (; q < close; q++) {
+                if (quote) {
+                    if (*q == quote)
+                        quote = 0;
+                    continue;
+                }
+                if (*q == '"' || *q == '\'')
+                    quote = *q;
+                else if (*q == '(' || *q == '[')
+                    d2++;
+                else if (*q == ')' || *q == ']')
+                    d2--;
+                else if (*q == ',' && d2 == 0)
+                    break;
+            }
+            ka_fmt_value(hit, v, sizeof(v));
+            kf_buf_add(&out, p, n + 1);
+            kf_buf_adds(&out, v);
+            p = q;
+        } else {
+            kf_buf_addc(&out, *p++);
+        }
+    }
+    kf_buf_adds(&out, p);
+    free(src);
+    return kf_buf_detach(&out);
+}
+
+/* ---- the tuner state ----------------------------------------------------- */
+
+typedef struct ka_seen {
+    int    idx[KA_MAX_TUNABLES];
+    int    state;        /* 0 pruned, 1 compile error, 2 evaluated */
+    int    valid;        /* -1 not validated, 0 wrong, 1 correct */
+    double latency;
+} ka_seen;
+
+typedef struct ka_prop {
+    int    idx[KA_MAX_TUNABLES];
+    int    tier;         /* 3 pattern, 2 finding, 1 neighbour, 0 pair */
+    double score;
+    char   reason[400];
+} ka_prop;
+
+typedef struct ka_tuner {
+    const ka_problem *pb;
+    const ka_space   *sp;
+    const ka_opts    *o;
+    const ka_hooks   *h;
+    ka_cache         *cache;
+    char              src_hash[65];
+    char             *source;
+    ka_seen          *seen;
+    size_t            n_seen, cap_seen;
+    ka_prop          *q;
+    size_t            nq, capq;
+    bool              pairs_done;
+    /* enumerated order (exhaustive/random) */
+    int              *order;       /* n_order settings, sp->n ints each */
+    size_t            n_order, pos_order;
+    /* best */
+    bool              have_best;
+    int               best[KA_MAX_TUNABLES];
+    double            best_lat, best_floor;
+    cJSON            *best_timing;
+    int               best_iter;
+    /* counts */
+    int               iter, evals, pruned, validations, rejected, compile_errors, since_improve;
+    double            t_start, eval_s, sim_s;
+    cJSON            *path, *trace;
+    cJSON            *default_info;
+} ka_tuner;
+
+static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
+{
+    for (size_t i = 0; i < t->n_seen; i++)
+        if (memcmp(t->seen[i].idx, idx, sizeof(int) * (size_t)t->sp->n) == 0)
+            return &t->seen[i];
+    return NULL;
+}
+
+static ka_seen *ka_seen_add(ka_tuner *t, const int *idx, int state)
+{
+    ka_seen *s;
+    if (t->n_seen == t->cap_seen) {
+        t->cap_seen = t->cap_seen ? 2 * t->cap_seen : 64;
+        t->seen = kf_realloc(t->seen, t->cap_seen * sizeof(*t->seen));
+    }
+    s = &t->seen[t->n_seen++];
+    memset(s, 0, sizeof(*s));
+    memcpy(s->idx, idx, sizeof(int) * (size_t)t->sp->n);
+    s->state = state;
+    s->valid = -1;
+    return s;
+}
+
+static void ka_push(ka_tuner *t, const int *idx, int tier, double score, const char *reason)
+{
+    ka_prop *p;
+    for (size_t i = 0; i < t->nq; i++) {
+        if (memcmp(t->q[i].idx, idx, sizeof(int) * (size_t)t->sp->n) == 0) {
+            if (tier > t->q[i].tier || (tier == t->q[i].tier && score > t->q[i].score)) {
+                t->q[i].tier = tier;
+                t->q[i].score = score;
+                snprintf(t->q[i].reason, sizeof(t->q[i].reason), "%s", reason);
+            }
+            return;
+        }
+    }
+    if (ka_seen_find(t, idx))
+        return;
+    if (t->nq == t->capq) {
+        t->capq = t->capq ? 2 * t->capq : 64;
+        t->q = kf_realloc(t->q, t->capq * sizeof(*t->q));
+    }
+    p = &t->q[t->nq++];
+    memcpy(p->idx, idx, sizeof(int) * (size_t)t->sp->n);
+    p->tier = tier;
+    p->score = score;
+    snprintf(p->reason, sizeof(p->reason), "%s", reason);
+}
+
+static bool ka_pop(ka_tuner *t, ka_prop *out)
+{
+    size_t bi = 0;
+    if (t->nq == 0)
+        return false;
+    for (size_t i = 1; i < t->nq; i++) {
+        if (t->q[i].tier > t->q[bi].tier || (t->q[i].tier == t->q[bi].tier && t->q[i].score > t->q[bi].score))
+            bi = i;
+    }
+    *out = t->q[bi];
+    t->q[bi] = t->q[--t->nq];
+    return true;
+}
+
+static const char *ka_move_text(const ka_space *sp, int ti, int from, int to, char *buf, size_t len)
+{
+    char a[96], b[96];
+    ka_fmt_value(cJSON_GetArrayItem(sp->t[ti].values, from), a, sizeof(a));
+    ka_fmt_value(cJSON_GetArrayItem(sp->t[ti].values, to), b, sizeof(b));
+    snprintf(buf, len, "%s %s -> %s", sp->t[ti].name, a, b);
+    return buf;
+}
+
+/* Moves from the best setting: what its findings ask for, then neighbours. */
+static void ka_plan_from_best(ka_tuner *t)
+{
+    const ka_space *sp = t->sp;
+    const cJSON *findings = cJSON_GetObjectItemCaseSensitive(t->best_timing, "findings"), *f;
+    double gap = t->best_lat - t->best_floor;
+    int idx[KA_MAX_TUNABLES];
+    char why[400], mv[200];
+
+    t->nq = 0;
+    t->pairs_done = false;
+    cJSON_ArrayForEach(f, findings)
+    {
+        const char *kind = jstr(f, "kind", "");
+        double cost = jnum(f, "cost_ns", 0);
+        const cJSON *lines = cJSON_GetObjectItemCaseSensitive(f, "lines");
+        const char *at = jstr(cJSON_GetArrayItem(lines, 0), "loc", "");
+        for (int i = 0; i < sp->n; i++) {
+            const cJSON *dir = sp->t[i].addresses ? cJSON_GetObjectItemCaseSensitive(sp->t[i].addresses, kind) : NULL;
+            int cur = t->best[i];
+            if (!cJSON_IsString(dir))
+                continue;
+            for (int j = 0; j < sp->t[i].n_values; j++) {
+                int step = j - cur;
+                double w;
+                if (step == 0)
+                    continue;
+                if (strcmp(dir->valuestring, "up") == 0 && (step < 1 || step > 2))
+                    continue;
+                if (strcmp(dir->valuestring, "down") == 0 && (step > -1 || step < -2))
+                    continue;
+                w = 1.0 / (double)abs(step);
+                memcpy(idx, t->best, sizeof(idx));
+                idx[i] = j;
+                snprintf(why, sizeof(why), "%s costs %.1f us%s%s; %s addresses it", kind, ka_us(cost),
+                         at[0] ? " at " : "", at, ka_move_text(sp, i, cur, j, mv, sizeof(mv)));
+                ka_push(t, idx, 2, cost * w, why);
+            }
+        }
+    }
+    for (int i = 0; i < sp->n; i++) {
+        for (int d = -1; d <= 1; d += 2) {
+            int j = t->best[i] + d;
+            if (j < 0 || j >= sp->t[i].n_values)
+                continue;
+            memcpy(idx, t->best, sizeof(idx));
+            idx[i] = j;
+            snprintf(why, sizeof(why), "no finding points elsewhere and %.1f us remain to the bound; trying the neighbour %s",
+                     ka_us(gap), ka_move_text(sp, i, t->best[i], j, mv, sizeof(mv)));
+            ka_push(t, idx, 1, gap, why);
+        }
+    }
+}
+
+static void ka_plan_pairs(ka_tuner *t)
+{
+    const ka_space *sp = t->sp;
+    int idx[KA_MAX_TUNABLES];
+    char why[400], m1[200], m2[200];
+    t->pairs_done = true;
+    for (int a = 0; a < sp->n; a++) {
+        for (int b = a + 1; b < sp->n; b++) {
+            for (int da = -1; da <= 1; da += 2) {
+                for (int db = -1; db <= 1; db += 2) {
+                    int ja = t->best[a] + da, jb = t->best[b] + db;
+                    if (ja < 0 || jb < 0 || ja >= sp->t[a].n_values || jb >= sp->t[b].n_values)
+                        continue;
+                    memcpy(idx, t->best, sizeof(idx));
+                    idx[a] = ja;
+                    idx[b] = jb;
+                    snprintf(why, sizeof(why), "every single move from the best was tried; trying the pair %s, %s",
+                             ka_move_text(sp, a, t->best[a], ja, m1, sizeof(m1)),
+                             ka_move_text(sp, b, t->best[b], jb, m2, sizeof(m2)));
+                    ka_push(t, idx, 0, 1, why);
+                }
+            }
+        }
+    }
+}
+
+static uint64_t ka_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Every legal setting, in lexicographic order (exhaustive) or shuffled
+ * (random); illegal ones are counted as pruned. */
+static kf_code ka_enumerate(ka_tuner *t, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    int idx[KA_MAX_TUNABLES] = { 0 };
+    size_t total = 1;
+    for (int i = 0; i < sp->n; i++) {
+        total *= (size_t)sp->t[i].n_values;
+        if (total > KA_MAX_ENUM)
+            return kf_err_set(err, KF_INVALID, "the space has more than %d settings; use the guided planner", KA_MAX_ENUM);
+    }
+    t->order = kf_malloc(total * (size_t)(sp->n ? sp->n : 1) * sizeof(int));
+    for (size_t k = 0; k < total; k++) {
+        bool ok = true;
+        kf_code rc = ka_space_legal(sp, idx, &ok, NULL, err);
+        if (rc)
+            return rc;
+        if (ok)
+            memcpy(t->order + t->n_order++ * (size_t)sp->n, idx, sizeof(int) * (size_t)sp->n);
+        else
+            t->pruned++;
+        for (int i = sp->n - 1; i >= 0; i--) {
+            if (++idx[i] < sp->t[i].n_values)
+                break;
+            idx[i] = 0;
+        }
+    }
+    if (t->o->planner == KA_PLAN_RANDOM && t->n_order > 1) {
+        uint64_t s = t->o->seed ^ 0x5eedULL;
+        for (size_t i = t->n_order - 1; i > 0; i--) {
+            size_t j = (size_t)(ka_rng(&s) % (i + 1));
+            for (int d = 0; d < sp->n; d++) {
+                int tmp = t->order[i * (size_t)sp->n + (size_t)d];
+                t->order[i * (size_t)sp->n + (size_t)d] = t->order[j * (size_t)sp->n + (size_t)d];
+                t->order[j * (size_t)sp->n + (size_t)d] = tmp;
+            }
+        }
+    }
+    return KF_OK;
+}
+
+/* The next candidate; false when the planner has nothing left. */
+static kf_code ka_next(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    *have = false;
+    if (t->o->planner != KA_PLAN_GUIDED) {
+        while (t->pos_order < t->n_order) {
+            const int *idx = t->order + t->pos_order++ * (size_t)sp->n;
+            if (ka_seen_find(t, idx))
+                continue;
+            memset(out, 0, sizeof(*out));
+            memcpy(out->idx, idx, sizeof(int) * (size_t)sp->n);
+            snprintf(out->reason, sizeof(out->reason), "%s search: setting %zu of %zu",
+                     ka_planner_name(t->o->planner), t->pos_order, t->n_order);
+            *have = true;
+            return KF_OK;
+        }
+        return KF_OK;
+    }
+    for (;;) {
+        bool ok = true;
+        const char *why = NULL;
+        kf_code rc;
+        if (!ka_pop(t, out)) {
+            if (!t->have_best || t->pairs_done)
+                return KF_OK;
+            ka_plan_pairs(t);
+            continue;
+        }
+        if (ka_seen_find(t, out->idx))
+            continue;
+        rc = ka_space_legal(sp, out->idx, &ok, &why, err);
+        if (rc)
+            return rc;
+        if (!ok) {
+            ka_seen_add(t, out->idx, 0);
+            t->pruned++;
+            continue;
+        }
+        *have = true;
+        return KF_OK;
+    }
+}
+
+/* The first setting: the defaults, or the nearest legal one. */
+static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    bool ok = true;
+    kf_code rc;
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < sp->n; i++)
+        out->idx[i] = sp->t[i].def;
+    rc = ka_space_legal(sp, out->idx, &ok, NULL, err);
+    if (rc)
+        return rc;
+    if (ok) {
+        snprintf(out->reason, sizeof(out->reason), "baseline: the template's default setting");
+        *have = true;
+        return KF_OK;
+    }
+    /* the defaults break a constraint: the nearest legal setting that
+     * moves one tunable, fewest steps first */
+    t->pruned++;
+    ka_seen_add(t, out->idx, 0);
+    for (int dist = 1; dist < 64; dist++) {
+        for (int k = 0; k < 2 * sp->n; k++) {
+            int i = k / 2, j = out->idx[k / 2] + (k % 2 ? dist : -dist);
+            int idx[KA_MAX_TUNABLES];
+            if (j < 0 || j >= sp->t[i].n_values)
+                continue;
+            memcpy(idx, out->idx, sizeof(idx));
+            idx[i] = j;
+            rc = ka_space_legal(sp, idx, &ok, NULL, err);
+            if (rc)
+                return rc;
+            if (ok) {
+                memcpy(out->idx, idx, sizeof(idx));
+                snprintf(out->reason, sizeof(out->reason), "baseline: the defaults break a constraint; "
+                                                           "the nearest legal setting");
+                *have = true;
+                return KF_OK;
+            }
+        }
+    }
+    return ka_next(t, out, have, err);
+}
+
+static void ka_trim_checks(cJSON *val)
+{
+    /* keep the failing checks and the first passing one */
+    cJSON *checks = cJSON_GetObjectItemCaseSensitive(val, "checks"), *c, *next;
+    bool kept_pass = false;
+    for (c = checks ? checks->child : NULL; c; c = next) {
+        next = c->next;
+        if (jbool(c, "pass")) {
+            if (kept_pass)
+                cJSON_Delete(cJSON_DetachItemViaPointer(checks, c));
+            kept_pass = true;
+        }
+    }
+}
+
+static const char *ka_first_failure(const cJSON *val)
+{
+    const cJSON *c, *e = cJSON_GetObjectItemCaseSensitive(val, "error");
+    if (e)
+        return jstr(e, "message", "the kernel failed");
+    if (cJSON_GetObjectItemCaseSensitive(val, "ref_error"))
+        return jstr(val, "ref_error", "the reference failed");
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(val, "checks"))
+        if (!jbool(c, "pass"))
+            return jstr(c, "message", "mismatch");
+    return "mismatch";
+}
+
+static kf_code ka_timing(ka_tuner *t, const char *kwargs, cJSON **res, bool *cached, double *wall, kf_err *err)
+{
+    kf_buf key;
+    char hex[65];
+    const cJSON *hit;
+    ka_eval_req r;
+    kf_code rc;
+
+    *cached = false;
+    *wall = 0;
+    kf_buf_init(&key);
+    kf_buf_addf(&key, "%s|%s|%s|%s|%s", t->src_hash, t->pb->entry, kwargs, t->pb->target, "timing");
+    for (int i = 0; i < t->pb->n_inputs; i++) {
+        kf_buf_addf(&key, "|%s:%d", t->pb->inputs[i].name, (int)t->pb->inputs[i].dtype);
+        for (int d = 0; d < t->pb->inputs[i].ndim; d++)
+            kf_buf_addf(&key, "x%lld", (long long)t->pb->inputs[i].shape[d]);
+    }
+    ka_sha256_hex(key.data, key.len, hex);
+    kf_buf_release(&key);
+    hit = ka_cache_get(t->cache, hex);
+    if (hit) {
+        *res = cJSON_Duplicate(hit, true);
+        *cached = true;
+        return KF_OK;
+    }
+    memset(&r, 0, sizeof(r));
+    r.pb = t->pb;
+    r.kwargs_json = kwargs;
+    r.mode = KA_EVAL_TIMING;
+    rc = ka_eval_run(&r, res, err);
+    if (rc)
+        return rc;
+    *wall = jnum(*res, "wall_seconds", 0);
+    t->evals++;
+    /* sandbox failures (limits, crashes) are not cached: they may be transient */
+    if (jbool(*res, "ok") || cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*res, "error"), "line"))
+        ka_cache_put(t->cache, hex, *res);
+    return KF_OK;
+}
+
+static kf_code ka_validate(ka_tuner *t, const char *kwargs, int iter, cJSON **res, kf_err *err)
+{
+    ka_eval_req r;
+    memset(&r, 0, sizeof(r));
+    r.pb = t->pb;
+    r.kwargs_json = kwargs;
+    r.mode = KA_EVAL_VALIDATE;
+    r.rtol = r.atol = -1;
+    r.n_seeds = t->o->n_seeds > 0 ? t->o->n_seeds : KA_DEF_SEEDS;
+    if (r.n_seeds > KA_MAX_SEEDS)
+        r.n_seeds = KA_MAX_SEEDS;
+    for (int s = 0; s < r.n_seeds; s++) {
+        uint64_t z = t->o->seed * 0x100000001b3ULL + (uint64_t)iter * 131ULL + (uint64_t)s + 1;
+        r.seeds[s] = ka_rng(&z) & 0xffffffffULL;
+    }
+    t->validations++;
+    return ka_eval_run(&r, res, err);
+}
+
+static cJSON *ka_profile_part(const cJSON *timing, bool cached)
+{
+    cJSON *p = cJSON_CreateObject();
+    static const char *const keys[] = { "latency_ns", "floor_ns", "bound_kind", "bounds", "summary", "lines", NULL };
+    for (int i = 0; keys[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(timing, keys[i]);
+        if (v)
+            cJSON_AddItemToObject(p, keys[i], cJSON_Duplicate(v, true));
+    }
+    cJSON_AddBoolToObject(p, "cached", cached);
+    return p;
+}
+
+/* One iteration: evaluate `c`, validate when it would be the new best,
+ * update the planner, report. */
+static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    double t0 = ka_now(), wall_eval = 0, wall_val = 0, sim = 0;
+    char *kwargs = ka_space_kwargs(sp, c->idx, t->pb->fixed_kwargs);
+    cJSON *timing = NULL, *val = NULL, *it = cJSON_CreateObject(), *compile, *tm, *tr;
+    bool cached = false, better = false, correct = false, validated = false;
+    double lat = 0, floor_ns = 0;
+    char reason[1024], params_txt[512];
+    ka_seen *s;
+    kf_code rc;
+
+    t->iter++;
+    ka_fmt_params(sp, c->idx, params_txt, sizeof(params_txt));
+    rc = ka_timing(t, kwargs, &timing, &cached, &wall_eval, err);
+    if (rc)
+        goto out;
+    sim += jnum(timing, "sim_seconds", 0) * (cached ? 0 : 1);
+    if (t->iter == 1 && t->source)
+        cJSON_AddStringToObject(it, "source", t->source);
+    cJSON_AddItemToObject(it, "params", ka_space_params(sp, c->idx));
+    compile = cJSON_AddObjectToObject(it, "compile");
+    if (!jbool(timing, "ok")) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(timing, "error");
+        cJSON_AddBoolToObject(compile, "ok", false);
+        cJSON_AddItemToObject(compile, "error", cJSON_Duplicate(e, true));
+        s = ka_seen_add(t, c->idx, 1);
+        t->compile_errors++;
+        t->since_improve++;
+        snprintf(reason, sizeof(reason), "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
+        cJSON_AddItemToObject(it, "validation", cJSON_CreateObject());
+        cJSON_AddItemToObject(it, "profile", cJSON_CreateObject());
+        cJSON_AddItemToObject(it, "findings", cJSON_CreateArray());
+        cJSON_AddStringToObject(it, "action", "reject");
+        cJSON_AddBoolToObject(it, "correct", false);
+        goto record;
+    }
+    cJSON_AddBoolToObject(compile, "ok", true);
+    cJSON_AddBoolToObject(compile, "cached", cached);
+    lat = jnum(timing, "latency_ns", 0);
+    floor_ns = jnum(timing, "floor_ns", 0);
+    s = ka_seen_add(t, c->idx, 2);
+    s->latency = lat;
+    better = !t->have_best || lat < t->best_lat * (1 - 1e-9);
+    if (better || t->o->validate_each) {
+        double v0 = ka_now();
+        rc = ka_validate(t, kwargs, t->iter, &val, err);
+        if (rc)
+            goto out;
+        wall_val = ka_now() - v0;
+        sim += jnum(val, "sim_seconds", 0);
+        validated = true;
+        correct = jbool(val, "pass");
+        s->valid = correct ? 1 : 0;
+        ka_trim_checks(val);
+    }
+    {
+        cJSON *v = val ? cJSON_Duplicate(val, true) : cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "status", validated ? (correct ? "pass" : "fail") : "skipped");
+        if (!validated)
+            cJSON_AddStringToObject(v, "reason", "not faster than the best: explored timing-only, not validated");
+        cJSON_AddItemToObject(it, "validation", v);
+    }
+    cJSON_AddItemToObject(it, "profile", ka_profile_part(timing, cached));
+    cJSON_AddItemToObject(it, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(timing, "findings"), true));
+    if (better && correct) {
+        int prev[KA_MAX_TUNABLES];
+        bool had = t->have_best;
+        double prev_lat = t->best_lat;
+        memcpy(prev, t->best, sizeof(prev));
+        memcpy(t->best, c->idx, sizeof(t->best));
+        t->best_lat = lat;
+        t->best_floor = floor_ns;
+        cJSON_Delete(t->best_timing);
+        t->best_timing = cJSON_Duplicate(timing, true);
+        t->have_best = true;
+        t->best_iter = t->iter;
+        t->since_improve = 0;
+        if (had)
+            snprintf(reason, sizeof(reason), "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
+                     c->reason, ka_us(lat), 100.0 * (prev_lat - lat) / prev_lat, ka_us(prev_lat));
+        else
+            snprintf(reason, sizeof(reason), "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
+                     ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0);
+        cJSON_AddStringToObject(it, "action", had ? "accept" : "baseline");
+        {
+            cJSON *pe = cJSON_CreateObject();
+            cJSON_AddNumberToObject(pe, "iteration", t->iter);
+            cJSON_AddItemToObject(pe, "params", ka_space_params(sp, c->idx));
+            cJSON_AddNumberToObject(pe, "latency_ns", lat);
+            cJSON_AddNumberToObject(pe, "fraction_of_bound", floor_ns > 0 ? floor_ns / lat : 0);
+            cJSON_AddStringToObject(pe, "reason", c->reason);
+            cJSON_AddItemToArray(t->path, pe);
+        }
+        if (t->o->planner == KA_PLAN_GUIDED) {
+            ka_plan_from_best(t);
+            /* keep going in the direction that just paid off */
+            if (had) {
+                int diff = -1, nd = 0;
+                for (int i = 0; i < sp->n; i++)
+                    if (prev[i] != c->idx[i]) {
+                        diff = i;
+                        nd++;
+                    }
+                if (nd == 1) {
+                    int j = c->idx[diff] + (c->idx[diff] - prev[diff]);
+                    if (j >= 0 && j < sp->t[diff].n_values) {
+                        int idx[KA_MAX_TUNABLES];
+                        char why[400], mv[200];
+                        memcpy(idx, c->idx, sizeof(idx));
+                        idx[diff] = j;
+                        snprintf(why, sizeof(why), "the last move paid off; continuing it: %s",
+                                 ka_move_text(sp, diff, c->idx[diff], j, mv, sizeof(mv)));
+                        ka_push(t, idx, 3, lat, why);
+                    }
+                }
+            }
+        }
+    } else if (better && !correct) {
+        t->rejected++;
+        t->since_improve++;
+        snprintf(reason, sizeof(reason), "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
+                 ka_us(lat), ka_first_failure(val));
+        cJSON_AddStringToObject(it, "action", "reject");
+    } else {
+        t->since_improve++;
+        snprintf(reason, sizeof(reason), "%s; %.1f us is not faster than the best (%.1f us)", c->reason, ka_us(lat),
+                 ka_us(t->best_lat));
+        cJSON_AddStringToObject(it, "action", "explore");
+    }
+    if (t->iter == 1 || (t->default_info == NULL && strncmp(c->reason, "baseline", 8) == 0)) {
+        t->default_info = cJSON_CreateObject();
+        cJSON_AddItemToObject(t->default_info, "params", ka_space_params(sp, c->idx));
+        cJSON_AddNumberToObject(t->default_info, "latency_ns", lat);
+        cJSON_AddNumberToObject(t->default_info, "floor_ns", floor_ns);
+        cJSON_AddNumberToObject(t->default_info, "fraction_of_bound", floor_ns > 0 ? floor_ns / lat : 0);
+        cJSON_AddBoolToObject(t->default_info, "correct", correct);
+        cJSON_AddBoolToObject(t->default_info, "validated", validated);
+    }
+    cJSON_AddNumberToObject(it, "latency_ns", lat);
+    if (validated)
+        cJSON_AddBoolToObject(it, "correct", correct);
+record:
+    cJSON_AddStringToObject(it, "reason", reason);
+    {
+        double total = ka_now() - t0;
+        tm = cJSON_AddObjectToObject(it, "timings");
+        cJSON_AddNumberToObject(tm, "eval_ms", wall_eval * 1e3);
+        cJSON_AddNumberToObject(tm, "validate_ms", wall_val * 1e3);
+        cJSON_AddNumberToObject(tm, "sim_ms", sim * 1e3);
+        cJSON_AddNumberToObject(tm, "overhead_ms", (total - wall_eval - wall_val) * 1e3);
+        cJSON_AddNumberToObject(tm, "total_ms", total * 1e3);
+        t->eval_s += wall_eval + wall_val;
+        t->sim_s += sim;
+    }
+    tr = cJSON_CreateObject();
+    cJSON_AddNumberToObject(tr, "iteration", t->iter);
+    cJSON_AddStringToObject(tr, "params", params_txt);
+    cJSON_AddNumberToObject(tr, "latency_ns", lat);
+    cJSON_AddNumberToObject(tr, "best_ns", t->have_best ? t->best_lat : 0);
+    cJSON_AddBoolToObject(tr, "cached", cached);
+    cJSON_AddStringToObject(tr, "action", jstr(it, "action", ""));
+    cJSON_AddItemToArray(t->trace, tr);
+    if (t->h && t->h->progress)
+        t->h->progress(t->h->ctx, it);
+out:
+    cJSON_Delete(it);
+    cJSON_Delete(timing);
+    cJSON_Delete(val);
+    free(kwargs);
+    return rc;
+}
+
+static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *stop_msg)
+{
+    kf_buf md;
+    const ka_problem *pb = t->pb;
+    const cJSON *pe;
+    char params[512];
+
+    kf_buf_init(&md);
+    kf_buf_addf(&md, "# kforge tune: %s on %s\n\n", pb->op[0] ? pb->op : pb->entry, pb->target);
+    kf_buf_addf(&md, "Inputs:");
+    for (int i = 0; i < pb->n_inputs; i++) {
+        kf_buf_addf(&md, "%s %s ", i ? "," : "", pb->inputs[i].name);
+        for (int d = 0; d < pb->inputs[i].ndim; d++)
+            kf_buf_addf(&md, "%s%lld", d ? "x" : "", (long long)pb->inputs[i].shape[d]);
+        kf_buf_addf(&md, " %s", sim_dtype_name(pb->inputs[i].dtype));
+    }
+    kf_buf_addf(&md, ". Planner: %s.\n\n", ka_planner_name(t->o->planner));
+    if (!t->have_best) {
+        kf_buf_addf(&md, "**No correct kernel**: no candidate passed validation. %s\n", stop_msg);
+    } else {
+        double dl = jnum(t->default_info, "latency_ns", 0);
+        ka_fmt_params(t->sp, t->best, params, sizeof(params));
+        kf_buf_addf(&md, "**Best**: %.1f us, %.2f of the %s bound (%.1f us); profiler: %.2f of its tightest bound (%s).\n\n",
+                    ka_us(t->best_lat), t->best_floor > 0 ? t->best_floor / t->best_lat : 0,
+                    jstr(t->best_timing, "bound_kind", "?"), ka_us(t->best_floor),
+                    jnum(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "achieved_fraction", 0),
+                    jstr(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "tightest", "?"));
+        kf_buf_addf(&md, "Tunables: `%s`%s\n\n", t->sp->n ? params : "(none)",
+                    dl > 0 ? "" : "");
+        if (dl > 0)
+            kf_buf_addf(&md, "Starting point: %.1f us (%.2f of the bound); speed-up %.2fx.\n\n", ka_us(dl),
+                        jnum(t->default_info, "fraction_of_bound", 0), dl / t->best_lat);
+        kf_buf_addf(&md, "## Path\n\n| iteration | tunables | latency (us) | fraction of bound | why |\n|---|---|---|---|---|\n");
+        cJSON_ArrayForEach(pe, path)
+        {
+            const cJSON *pp = cJSON_GetObjectItemCaseSensitive(pe, "params"), *v;
+            kf_buf ptxt;
+            kf_buf_init(&ptxt);
+            cJSON_ArrayForEach(v, pp)
+            {
+                char vb[96];
+                ka_fmt_value(v, vb, sizeof(vb));
+                kf_buf_addf(&ptxt, "%s%s=%s", ptxt.len ? " " : "", v->string, vb);
+            }
+            kf_buf_addf(&md, "| %d | `%s` | %.1f | %.2f | %s |\n", (int)jnum(pe, "iteration", 0), ptxt.data,
+                        ka_us(jnum(pe, "latency_ns", 0)), jnum(pe, "fraction_of_bound", 0), jstr(pe, "reason", ""));
+            kf_buf_release(&ptxt);
+        }
+        kf_buf_addf(&md, "\n## What still limits it\n\n");
+        {
+            const cJSON *f;
+            int n = 0;
+            cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(t->best_timing, "findings"))
+            {
+                if (n++ >= 3)
+                    break;
+                kf_buf_addf(&md, "- **%s** (%.1f us): %s\n", jstr(f, "kind", ""), ka_us(jnum(f, "cost_ns", 0)),
+                            jstr(f, "message", ""));
+            }
+            if (n == 0)
+                kf_buf_addf(&md, "- no finding above 1%% of the run; the rest is the %s engine's own time\n",
+                            jstr(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "pipeline_engine", "busiest"));
+        }
+    }
+    kf_buf_addf(&md, "\n## Search\n\n%d iterations, %d simulator evaluations, %lu cache hits, %d settings pruned by "
+                     "constraints, %d validations, %d faster-but-wrong candidates rejected, %d compile errors. "
+                     "Stopped: %s\n",
+                t->iter, t->evals, ka_cache_hits(t->cache), t->pruned, t->validations, t->rejected, t->compile_errors,
+                stop_msg);
+    cJSON_AddStringToObject(res, "report", md.data);
+    kf_buf_release(&md);
+}
+
+kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, const ka_hooks *h, cJSON **result,
+                kf_err *err)
+{
+    ka_tuner t;
+    ka_prop c;
+    bool have = false, own_cache = o->cache == NULL;
+    int max_it = o->max_iterations > 0 ? o->max_iterations : KA_DEF_ITERATIONS;
+    int patience = o->patience == 0 ? KA_DEF_PATIENCE : o->patience;
+    const char *stop = "exhausted";
+    char stop_msg[256];
+    cJSON *res = NULL;
+    kf_code rc = KF_OK;
+
+    *result = NULL;
+    memset(&t, 0, sizeof(t));
+    t.pb = pb;
+    t.sp = sp;
+    t.o = o;
+    t.h = h;
+    t.cache = own_cache ? ka_cache_new() : o->cache;
+    t.path = cJSON_CreateArray();
+    t.trace = cJSON_CreateArray();
+    t.t_start = ka_now();
+    t.source = ka_slurp(pb->source_path);
+    if (!t.source) {
+        rc = kf_err_set(err, KF_IO, "cannot read the kernel source '%s'", pb->source_path);
+        goto out;
+    }
+    ka_sha256_hex(t.source, strlen(t.source), t.src_hash);
+    if (o->planner != KA_PLAN_GUIDED) {
+        rc = ka_enumerate(&t, err);
+        if (rc)
+            goto out;
+        rc = ka_next(&t, &c, &have, err);
+    } else {
+        rc = ka_start(&t, &c, &have, err);
+    }
+    if (rc)
+        goto out;
+    snprintf(stop_msg, sizeof(stop_msg), "every candidate the planner could propose was tried");
+    while (have) {
+        if (h && h->cancelled && h->cancelled(h->ctx)) {
+            stop = "cancelled";
+            snprintf(stop_msg, sizeof(stop_msg), "the job was cancelled");
+            break;
+        }
+        rc = ka_iterate(&t, &c, err);
+        if (rc)
+            goto out;
+        if (t.have_best && ((o->goal_fraction > 0 && t.best_floor / t.best_lat >= o->goal_fraction) ||
+                            (o->goal_latency_ns > 0 && t.best_lat <= o->goal_latency_ns))) {
+            stop = "goal";
+            snprintf(stop_msg, sizeof(stop_msg), "goal reached (%.1f us, %.2f of the bound)", ka_us(t.best_lat),
+                     t.best_floor / t.best_lat);
+            break;
+        }
+        if (t.iter >= max_it) {
+            stop = "budget_iterations";
+            snprintf(stop_msg, sizeof(stop_msg), "iteration budget of %d used", max_it);
+            break;
+        }
+        if (o->max_seconds > 0 && ka_now() - t.t_start >= o->max_seconds) {
+            stop = "budget_seconds";
+            snprintf(stop_msg, sizeof(stop_msg), "time budget of %.0f s used", o->max_seconds);
+            break;
+        }
+        if (patience > 0 && t.have_best && t.since_improve >= patience) {
+            stop = "no_improvement";
+            snprintf(stop_msg, sizeof(stop_msg), "%d iterations without improvement", patience);
+            break;
+        }
+        rc = ka_next(&t, &c, &have, err);
+        if (rc)
+            goto out;
+        if (!have && !t.have_best)
+            snprintf(stop_msg, sizeof(stop_msg), "no candidate passed validation");
+    }
+    res = cJSON_CreateObject();
+    cJSON_AddStringToObject(res, "op", pb->op);
+    cJSON_AddStringToObject(res, "entry", pb->entry);
+    cJSON_AddStringToObject(res, "target", pb->target);
+    cJSON_AddStringToObject(res, "planner", ka_planner_name(o->planner));
+    cJSON_AddBoolToObject(res, "correct", t.have_best);
+    if (t.have_best) {
+        cJSON *b = cJSON_AddObjectToObject(res, "best");
+        cJSON *params = ka_space_params(sp, t.best);
+        char *src = ka_specialize_source(pb->source_path, pb->entry, params);
+        char *kw = ka_space_kwargs(sp, t.best, pb->fixed_kwargs);
+        cJSON_AddItemToObject(b, "params", params);
+        cJSON_AddItemToObject(b, "kwargs", cJSON_Parse(kw));
+        free(kw);
+        cJSON_AddNumberToObject(b, "iteration", t.best_iter);
+        cJSON_AddNumberToObject(b, "latency_ns", t.best_lat);
+        cJSON_AddNumberToObject(b, "floor_ns", t.best_floor);
+        cJSON_AddNumberToObject(b, "fraction_of_bound", t.best_floor / t.best_lat);
+        cJSON_AddStringToObject(b, "bound_kind", jstr(t.best_timing, "bound_kind", ""));
+        cJSON_AddItemToObject(b, "bounds", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "bounds"), true));
+        cJSON_AddItemToObject(b, "summary", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "summary"), true));
+        cJSON_AddItemToObject(b, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "findings"), true));
+        cJSON_AddBoolToObject(b, "validated", true);
+        cJSON_AddStringToObject(b, "source", src ? src : "");
+        free(src);
+        cJSON_AddNumberToObject(res, "latency_ns", t.best_lat);
+        cJSON_AddNumberToObject(res, "fraction_of_bound", t.best_floor / t.best_lat);
+    }
+    if (t.default_info) {
+        cJSON_AddItemToObject(res, "default", t.default_info);
+        t.default_info = NULL;
+    }
+    cJSON_AddItemToObject(res, "path", t.path);
+    t.path = NULL;
+    {
+        cJSON *st = cJSON_AddObjectToObject(res, "stop");
+        cJSON_AddStringToObject(st, "reason", stop);
+        cJSON_AddStringToObject(st, "message", stop_msg);
+    }
+    cJSON_AddNumberToObject(res, "iterations", t.iter);
+    cJSON_AddNumberToObject(res, "evaluations", t.evals);
+    cJSON_AddNumberToObject(res, "cache_hits", (double)ka_cache_hits(t.cache));
+    cJSON_AddNumberToObject(res, "pruned", t.pruned);
+    cJSON_AddNumberToObject(res, "validations", t.validations);
+    cJSON_AddNumberToObject(res, "rejected", t.rejected);
+    cJSON_AddNumberToObject(res, "compile_errors", t.compile_errors);
+    {
+        double wall = ka_now() - t.t_start;
+        cJSON *tm = cJSON_AddObjectToObject(res, "timings");
+        cJSON_AddNumberToObject(tm, "wall_s", wall);
+        cJSON_AddNumberToObject(tm, "eval_s", t.eval_s);
+        cJSON_AddNumberToObject(tm, "sim_s", t.sim_s);
+        cJSON_AddNumberToObject(tm, "loop_overhead_fraction", wall > 0 ? (wall - t.eval_s) / wall : 0);
+        cJSON_AddNumberToObject(tm, "outside_sim_fraction", wall > 0 ? (wall - t.sim_s) / wall : 0);
+    }
+    ka_report(&t, res, cJSON_GetObjectItemCaseSensitive(res, "path"), stop_msg);
+    cJSON_AddItemToObject(res, "trace", t.trace);
+    t.trace = NULL;
+    *result = res;
+out:
+    if (own_cache)
+        ka_cache_free(t.cache);
+    cJSON_Delete(t.path);
+    cJSON_Delete(t.trace);
+    cJSON_Delete(t.best_timing);
+    cJSON_Delete(t.default_info);
+    free(t.seen);
+    free(t.q);
+    free(t.order);
+    free(t.source);
+    return rc;
+}
+
+/* ---- one-shot evaluations ------------------------------------------------ */
+
+kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, cJSON **result, kf_err *err)
+{
+    ka_eval_req r;
+    memset(&r, 0, sizeof(r));
+    r.pb = pb;
+    r.kwargs_json = kwargs_json;
+    r.mode = KA_EVAL_TIMING;
+    return ka_eval_run(&r, result, err);
+}
+
+kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds, cJSON **result,
+                         kf_err *err)
+{
+    ka_eval_req r;
+    memset(&r, 0, sizeof(r));
+    r.pb = pb;
+    r.kwargs_json = kwargs_json;
+    r.mode = KA_EVAL_VALIDATE;
+    r.rtol = r.atol = -1;
+    r.n_seeds = n_seeds > 0 ? (n_seeds > KA_MAX_SEEDS ? KA_MAX_SEEDS : n_seeds) : KA_DEF_SEEDS;
+    for (int s = 0; s < r.n_seeds; s++) {
+        uint64_t z = seed + (uint64_t)s * 977ULL + 1;
+        r.seeds[s] = ka_rng(&z) & 0xffffffffULL;
+    }
+    return ka_eval_run(&r, result, err);
+}

@@ -1,0 +1,98 @@
+/*
+ * ka_loop — the tuning loop: compile -> validate -> profile -> diagnose ->
+ * plan -> record, until the goal, the budget, or K iterations without
+ * improvement.
+ *
+ * One iteration evaluates one candidate setting of the tunables:
+ *   1. compile + profile: the kernel runs timing-only in a sandboxed child
+ *      (ka_eval KA_EVAL_TIMING); a kernel error is a compile failure with
+ *      its line.  Results are cached by (SHA-256 of the source, kwargs,
+ *      input shapes and dtypes, target): the same candidate is never run
+ *      twice (timing is deterministic, so there is no noise to average);
+ *   2. validate: a candidate that would become the new best is validated
+ *      (KA_EVAL_VALIDATE) on `n_seeds` fresh seeded inputs (seeds derive
+ *      from the run's seed and the iteration).  Only a validated candidate
+ *      becomes best: a faster but wrong one is rejected and recorded so;
+ *   3. diagnose + plan: the built-in planner turns the candidate's findings
+ *      into moves of the tunables that declare they address them ("up",
+ *      "down", "any" over the tunable's value list), ranked by the
+ *      finding's estimated cost; moves the constraints forbid are pruned
+ *      without running; when no finding explains the remaining gap to the
+ *      bound it tries the neighbours of the best setting, then pairs of
+ *      moves.  Exhaustive and random planners exist for comparison (bench);
+ *   4. record: one iteration JSON (docs/protocol.md fields) to the progress
+ *      hook.
+ * The bound is the op's floor: max(compute bound, necessary-IO bound) of the
+ * profile, which no kernel can beat; "fraction" = floor / latency.
+ *
+ * Result JSON (owned by the caller): best kernel (source with the best
+ * tunables as the entry's defaults, params, metrics, fraction), default
+ * setting's metrics, path of improving iterations, stop reason, counts
+ * (evaluations, cache hits, pruned, validations, rejected), a per-iteration
+ * trace, timings (loop overhead outside the sandboxed evaluations) and a
+ * Markdown report.
+ *
+ * Failure: KF_INVALID for a bad space/problem, KF_CANCELLED when the hook
+ * says so before any result exists; otherwise the loop returns KF_OK with
+ * the result (a candidate that fails is a recorded iteration, not an error).
+ * When not even the starting setting validates, the result has no "best"
+ * and "correct": false.
+ */
+#ifndef KA_LOOP_H
+#define KA_LOOP_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ka_lib.h"
+
+typedef enum ka_planner {
+    KA_PLAN_GUIDED = 0,
+    KA_PLAN_EXHAUSTIVE,
+    KA_PLAN_RANDOM,
+} ka_planner;
+
+const char *ka_planner_name(ka_planner p);
+int ka_planner_parse(const char *s);            /* -1 when unknown */
+
+/* In-memory evaluation cache (shared across runs by passing the same one). */
+typedef struct ka_cache ka_cache;
+ka_cache *ka_cache_new(void);
+void ka_cache_free(ka_cache *c);
+unsigned long ka_cache_hits(const ka_cache *c);
+unsigned long ka_cache_size(const ka_cache *c);
+
+typedef struct ka_opts {
+    double     goal_latency_ns;     /* 0: none */
+    double     goal_fraction;       /* 0: none */
+    int        max_iterations;      /* 0: 40 */
+    double     max_seconds;         /* 0: none */
+    int        patience;            /* K iterations without improvement; 0: 8; < 0: never */
+    ka_planner planner;
+    uint64_t   seed;                /* validation seeds and the random planner */
+    int        n_seeds;             /* validation input sets; 0: 3 */
+    bool       validate_each;       /* validate every candidate, not only new bests */
+    ka_cache  *cache;               /* NULL: a private one */
+} ka_opts;
+
+typedef struct ka_hooks {
+    void *ctx;
+    void (*progress)(void *ctx, const cJSON *iteration);
+    bool (*cancelled)(void *ctx);
+} ka_hooks;
+
+kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, const ka_hooks *h, cJSON **result,
+                kf_err *err);
+
+/* One-shot helpers for the profile / validate / untuned optimize kinds:
+ * an iteration-shaped JSON for the given kwargs (no planner). */
+kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, cJSON **result, kf_err *err);
+kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
+                         cJSON **result, kf_err *err);
+
+/* The source of `path` with the entry's keyword defaults set to `params`
+ * (heap string), so the best kernel runs as is. */
+char *ka_specialize_source(const char *path, const char *entry, const cJSON *params);
+
+#endif

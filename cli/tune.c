@@ -1,0 +1,407 @@
+/* cli_tune — `kforge tune` (see cli_tune.h). */
+#include "cli_tune.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kf_alloc.h"
+#include "kf_config.h"
+#include "kf_error.h"
+#include "agent/ka_lib.h"
+#include "agent/ka_loop.h"
+#include "sim/sim_input.h"
+
+enum { TUNE_OK = 0, TUNE_NO_KERNEL = 1, TUNE_USAGE = 2 };
+
+static void tune_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kforge tune OP --shape DIMS [--shape DIMS ...] [options]\n"
+            "       kforge tune KERNEL.py --entry NAME --reference REF.py --input NAME=shape:DIMS:DTYPE ...\n"
+            "                   [--tunables JSON] [options]\n"
+            "       kforge tune --list\n"
+            "\n"
+            "Tune a kernel locally, with no service: the same loop the worker's sim backend runs\n"
+            "(compile -> validate -> profile -> diagnose -> plan -> record).  Candidates are explored\n"
+            "timing-only on the simulator's deterministic timing model; every candidate that would\n"
+            "become the best is first validated against the NumPy reference on fresh seeded inputs.\n"
+            "One progress line per iteration goes to stderr.\n"
+            "\n"
+            "Library op (kforge's kernels/, see --list):\n"
+            "  OP                    add, softmax, rmsnorm, layernorm, matmul, transpose2d, swiglu,\n"
+            "                        flash_attention, avgpool2d, depthwise_conv2d\n"
+            "  --shape DIMS          one per input in order (4096x8192); fewer when the first shapes\n"
+            "                        fix every dim (softmax, rmsnorm: the first is enough)\n"
+            "  --dtype T             bf16 (default), fp32, fp16\n"
+            "User kernel:\n"
+            "  KERNEL.py             NKI source (current or legacy API)\n"
+            "  --entry NAME          kernel function (required)\n"
+            "  --reference REF.py    NumPy reference (required to validate)\n"
+            "  --ref-entry NAME      reference function (default: the entry's name)\n"
+            "  --input SPEC          NAME=shape:DIMS:DTYPE[:std=S], one per kernel argument, in order\n"
+            "  --tunables JSON       {\"NAME\": [values...]}: keyword args to tune; a KFORGE = {...}\n"
+            "                        block in the kernel file adds defaults, findings and constraints\n"
+            "  --kwargs JSON         fixed keyword args\n"
+            "Common:\n"
+            "  --target T            trn1, inf2, trn2 (default), trn3\n"
+            "  --planner P           guided (default: profile-guided), exhaustive, random\n"
+            "  --iterations N        iteration budget (default 40)\n"
+            "  --seconds S           time budget (default none)\n"
+            "  --patience K          stop after K iterations without improvement (default 8; 0 = never)\n"
+            "  --goal-fraction F     stop once the best reaches F of the bound (0..1)\n"
+            "  --goal-latency-us X   stop once the best runs in X us or less\n"
+            "  --seeds N             validation input sets per check (default 3)\n"
+            "  --seed N              seed of the validation inputs and the random planner (default 1)\n"
+            "  --output-dir DIR      where kernel.py, report.md, result.json and iterations.jsonl go\n"
+            "                        (default kforge-tune)\n"
+            "  --json                print the result JSON on stdout\n"
+            "  --quiet               no progress lines\n"
+            "\n"
+            "Exit status: 0 a correct kernel was found, 1 none passed validation, 2 usage or job error.\n");
+}
+
+static int tune_parse_dims(const char *s, int64_t *dims, int *nd)
+{
+    char *end;
+    *nd = 0;
+    while (*s) {
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1 || *nd >= KA_MAX_DIMS)
+            return -1;
+        dims[(*nd)++] = v;
+        s = end;
+        if (*s == 'x' || *s == 'X' || *s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return *nd > 0 ? 0 : -1;
+}
+
+/* NAME=shape:DIMS:DTYPE[:std=S] */
+static int tune_parse_input(const char *spec, ka_input *in)
+{
+    const char *eq = strchr(spec, '=');
+    char buf[256], *parts[4] = { NULL };
+    int np = 0, dt;
+
+    memset(in, 0, sizeof(*in));
+    in->std = 1.0;
+    if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof(in->name) || strncmp(eq + 1, "shape:", 6) != 0)
+        return -1;
+    memcpy(in->name, spec, (size_t)(eq - spec));
+    snprintf(buf, sizeof(buf), "%s", eq + 7);
+    for (char *tok = strtok(buf, ":"); tok && np < 4; tok = strtok(NULL, ":"))
+        parts[np++] = tok;
+    if (np < 2 || tune_parse_dims(parts[0], in->shape, &in->ndim) != 0)
+        return -1;
+    dt = sim_input_dtype(parts[1]);
+    if (dt < 0)
+        return -1;
+    in->dtype = (sim_dtype)dt;
+    for (int i = 2; i < np; i++) {
+        if (strncmp(parts[i], "std=", 4) == 0)
+            in->std = atof(parts[i] + 4);
+        else
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct tune_ctx {
+    bool  quiet;
+    int   n;
+    FILE *jsonl;
+} tune_ctx;
+
+static void tune_progress(void *vctx, const cJSON *it)
+{
+    tune_ctx *c = vctx;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "params"), *v;
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(it, "profile");
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(it, "action");
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(it, "reason");
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(it, "latency_ns");
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(prof, "floor_ns");
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(it, "timings");
+    char params[512] = "";
+    size_t o = 0;
+
+    c->n++;
+    if (c->jsonl) {
+        char *txt = cJSON_PrintUnformatted(it);
+        fprintf(c->jsonl, "%s\n", txt);
+        free(txt);
+    }
+    if (c->quiet)
+        return;
+    cJSON_ArrayForEach(v, p)
+    {
+        char *val = cJSON_PrintUnformatted(v);
+        if (o + 8 < sizeof(params))
+            o += (size_t)snprintf(params + o, sizeof(params) - o, "%s%s=%s", o ? " " : "", v->string, val);
+        free(val);
+    }
+    fprintf(stderr, "[%3d] %-8s %9.1f us  %4.2f of bound  %5.1f s  %s\n      %s\n", c->n,
+            cJSON_IsString(act) ? act->valuestring : "?", cJSON_IsNumber(lat) ? lat->valuedouble / 1e3 : 0,
+            cJSON_IsNumber(fl) && cJSON_IsNumber(lat) && lat->valuedouble > 0 ? fl->valuedouble / lat->valuedouble : 0,
+            cJSON_GetObjectItemCaseSensitive(tm, "total_ms") ? cJSON_GetObjectItemCaseSensitive(tm, "total_ms")->valuedouble / 1e3 : 0,
+            params, cJSON_IsString(reason) ? reason->valuestring : "");
+}
+
+static int tune_write(const char *dir, const char *name, const char *text)
+{
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0) {
+        fprintf(stderr, "kforge tune: cannot write %s: %s\n", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int tune_list(void)
+{
+    cJSON *index = NULL, *m;
+    kf_err err = KF_ERR_INIT;
+    if (ka_lib_index(NULL, &index, &err) != KF_OK) {
+        fprintf(stderr, "kforge tune: %s\n", err.msg);
+        return TUNE_USAGE;
+    }
+    cJSON_ArrayForEach(m, index)
+    {
+        const cJSON *t, *sh;
+        printf("%-18s %s\n", cJSON_GetObjectItemCaseSensitive(m, "op")->valuestring,
+               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "summary"))
+                   ? cJSON_GetObjectItemCaseSensitive(m, "summary")->valuestring : "");
+        printf("%-18s tunables:", "");
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(m, "tunables"))
+            printf(" %s", t->string);
+        printf("\n%-18s reference shapes:", "");
+        cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(m, "reference_shapes"))
+        {
+            const cJSON *d;
+            int k = 0;
+            printf(" ");
+            cJSON_ArrayForEach(d, sh)
+                printf("%s%.0f", k++ ? "x" : "", d->valuedouble);
+        }
+        printf("\n");
+    }
+    cJSON_Delete(index);
+    return TUNE_OK;
+}
+
+int cli_tune_main(int argc, char **argv)
+{
+    enum {
+        O_SHAPE = 256, O_DTYPE, O_TARGET, O_ENTRY, O_REF, O_REF_ENTRY, O_INPUT, O_TUN, O_KWARGS, O_PLANNER,
+        O_ITER, O_SECS, O_PATIENCE, O_GOALF, O_GOALL, O_SEEDS, O_SEED, O_OUT, O_JSON, O_QUIET, O_LIST, O_HELP,
+    };
+    static const struct option opts[] = {
+        { "shape", required_argument, NULL, O_SHAPE },       { "dtype", required_argument, NULL, O_DTYPE },
+        { "target", required_argument, NULL, O_TARGET },     { "entry", required_argument, NULL, O_ENTRY },
+        { "reference", required_argument, NULL, O_REF },     { "ref-entry", required_argument, NULL, O_REF_ENTRY },
+        { "input", required_argument, NULL, O_INPUT },       { "tunables", required_argument, NULL, O_TUN },
+        { "kwargs", required_argument, NULL, O_KWARGS },     { "planner", required_argument, NULL, O_PLANNER },
+        { "iterations", required_argument, NULL, O_ITER },   { "seconds", required_argument, NULL, O_SECS },
+        { "patience", required_argument, NULL, O_PATIENCE }, { "goal-fraction", required_argument, NULL, O_GOALF },
+        { "goal-latency-us", required_argument, NULL, O_GOALL }, { "seeds", required_argument, NULL, O_SEEDS },
+        { "seed", required_argument, NULL, O_SEED },         { "output-dir", required_argument, NULL, O_OUT },
+        { "json", no_argument, NULL, O_JSON },               { "quiet", no_argument, NULL, O_QUIET },
+        { "list", no_argument, NULL, O_LIST },               { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
+    int ndims[KA_MAX_INPUTS], n_shapes = 0, c, rc_exit = TUNE_USAGE, dt = SIM_DT_BFLOAT16;
+    const char *target = "trn2", *entry = NULL, *ref = NULL, *ref_entry = NULL, *tun_s = NULL, *kw_s = NULL;
+    const char *out_dir = "kforge-tune", *what;
+    bool json = false;
+    ka_problem pb;
+    ka_space sp;
+    ka_opts o;
+    ka_hooks hooks;
+    tune_ctx ctx;
+    cJSON *meta = NULL, *result = NULL, *tun = NULL;
+    kf_err err = KF_ERR_INIT;
+    char path[PATH_MAX];
+
+    memset(&pb, 0, sizeof(pb));
+    memset(&sp, 0, sizeof(sp));
+    memset(&o, 0, sizeof(o));
+    memset(&ctx, 0, sizeof(ctx));
+    o.seed = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_SHAPE:
+            if (n_shapes >= KA_MAX_INPUTS || tune_parse_dims(optarg, shapes[n_shapes], &ndims[n_shapes]) != 0) {
+                fprintf(stderr, "kforge tune: --shape %s: write the dims as 4096x8192\n", optarg);
+                return TUNE_USAGE;
+            }
+            n_shapes++;
+            break;
+        case O_DTYPE:
+            dt = sim_input_dtype(optarg);
+            if (dt < 0) {
+                fprintf(stderr, "kforge tune: --dtype %s: use bf16, fp32 or fp16\n", optarg);
+                return TUNE_USAGE;
+            }
+            break;
+        case O_TARGET: target = optarg; break;
+        case O_ENTRY: entry = optarg; break;
+        case O_REF: ref = optarg; break;
+        case O_REF_ENTRY: ref_entry = optarg; break;
+        case O_INPUT:
+            if (pb.n_inputs >= KA_MAX_INPUTS || tune_parse_input(optarg, &pb.inputs[pb.n_inputs]) != 0) {
+                fprintf(stderr, "kforge tune: --input %s: write NAME=shape:4096x8192:bf16[:std=S]\n", optarg);
+                return TUNE_USAGE;
+            }
+            pb.n_inputs++;
+            break;
+        case O_TUN: tun_s = optarg; break;
+        case O_KWARGS: kw_s = optarg; break;
+        case O_PLANNER:
+            if (ka_planner_parse(optarg) < 0) {
+                fprintf(stderr, "kforge tune: --planner %s: use guided, exhaustive or random\n", optarg);
+                return TUNE_USAGE;
+            }
+            o.planner = (ka_planner)ka_planner_parse(optarg);
+            break;
+        case O_ITER: o.max_iterations = atoi(optarg); break;
+        case O_SECS: o.max_seconds = atof(optarg); break;
+        case O_PATIENCE: o.patience = atoi(optarg) <= 0 ? -1 : atoi(optarg); break;
+        case O_GOALF: o.goal_fraction = atof(optarg); break;
+        case O_GOALL: o.goal_latency_ns = atof(optarg) * 1e3; break;
+        case O_SEEDS: o.n_seeds = atoi(optarg); break;
+        case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+        case O_OUT: out_dir = optarg; break;
+        case O_JSON: json = true; break;
+        case O_QUIET: ctx.quiet = true; break;
+        case O_LIST: rc_exit = -1; break;
+        case O_HELP:
+        case 'h': tune_usage(stdout); return TUNE_OK;
+        default: tune_usage(stderr); return TUNE_USAGE;
+        }
+    }
+    if (kf_config_load(&err) != KF_OK) {
+        fprintf(stderr, "kforge tune: %s\n", err.msg);
+        return TUNE_USAGE;
+    }
+    if (rc_exit == -1)
+        return tune_list();
+    rc_exit = TUNE_USAGE;
+    if (optind != argc - 1) {
+        tune_usage(stderr);
+        return TUNE_USAGE;
+    }
+    what = argv[optind];
+    if (strstr(what, ".py") || strchr(what, '/')) {
+        if (!entry || pb.n_inputs == 0) {
+            fprintf(stderr, "kforge tune: a kernel file needs --entry and one --input per argument\n");
+            goto out;
+        }
+        if (!realpath(what, pb.source_path)) {
+            fprintf(stderr, "kforge tune: %s: %s\n", what, strerror(errno));
+            goto out;
+        }
+        snprintf(pb.entry, sizeof(pb.entry), "%s", entry);
+        if (ref) {
+            if (!realpath(ref, pb.ref_path)) {
+                fprintf(stderr, "kforge tune: %s: %s\n", ref, strerror(errno));
+                goto out;
+            }
+            snprintf(pb.ref_entry, sizeof(pb.ref_entry), "%s", ref_entry ? ref_entry : entry);
+        } else {
+            fprintf(stderr, "kforge tune: --reference REF.py is required: candidates are validated against it\n");
+            goto out;
+        }
+        snprintf(pb.target, sizeof(pb.target), "%s", target);
+        if (ka_lib_read_meta(pb.source_path, &meta, &err) != KF_OK && err.code != KF_NOT_FOUND) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+        if (tun_s) {
+            tun = cJSON_Parse(tun_s);
+            if (!cJSON_IsObject(tun)) {
+                fprintf(stderr, "kforge tune: --tunables must be a JSON object {\"NAME\": [values...]}\n");
+                goto out;
+            }
+        } else if (meta && cJSON_GetObjectItemCaseSensitive(meta, "tunables")) {
+            const cJSON *t;
+            tun = cJSON_CreateObject();
+            cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(meta, "tunables"))
+                cJSON_AddItemToObject(tun, t->string, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t, "values"), true));
+        } else {
+            tun = cJSON_CreateObject();
+        }
+        if (ka_space_from_tunables(tun, meta, &pb, &sp, &err) != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+    } else {
+        if (n_shapes == 0) {
+            fprintf(stderr, "kforge tune: give the op's shapes with --shape DIMS (kforge tune --list)\n");
+            goto out;
+        }
+        if (ka_lib_find(NULL, what, &meta, path, sizeof(path), &err) != KF_OK ||
+            ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n_shapes, (sim_dtype)dt, target, &pb,
+                        &sp, &err) != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+    }
+    if (kw_s) {
+        pb.fixed_kwargs = cJSON_Parse(kw_s);
+        if (!cJSON_IsObject(pb.fixed_kwargs)) {
+            fprintf(stderr, "kforge tune: --kwargs must be a JSON object\n");
+            goto out;
+        }
+    }
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kforge tune: cannot create %s: %s\n", out_dir, strerror(errno));
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/iterations.jsonl", out_dir);
+    ctx.jsonl = fopen(path, "w");
+    hooks.ctx = &ctx;
+    hooks.progress = tune_progress;
+    hooks.cancelled = NULL;
+    if (ka_tune(&pb, &sp, &o, &hooks, &result, &err) != KF_OK) {
+        fprintf(stderr, "kforge tune: %s\n", err.msg);
+        goto out;
+    }
+    {
+        char *txt = cJSON_Print(result);
+        const cJSON *best = cJSON_GetObjectItemCaseSensitive(result, "best");
+        const cJSON *report = cJSON_GetObjectItemCaseSensitive(result, "report");
+        tune_write(out_dir, "result.json", txt);
+        tune_write(out_dir, "report.md", cJSON_IsString(report) ? report->valuestring : "");
+        if (best)
+            tune_write(out_dir, "kernel.py", cJSON_GetObjectItemCaseSensitive(best, "source")->valuestring);
+        if (json)
+            printf("%s\n", txt);
+        else if (cJSON_IsString(report))
+            printf("%s\nwritten: %s/kernel.py %s/report.md %s/result.json %s/iterations.jsonl\n", report->valuestring,
+                   out_dir, out_dir, out_dir, out_dir);
+        free(txt);
+        rc_exit = best ? TUNE_OK : TUNE_NO_KERNEL;
+    }
+out:
+    if (ctx.jsonl)
+        fclose(ctx.jsonl);
+    cJSON_Delete(result);
+    cJSON_Delete(meta);
+    cJSON_Delete(tun);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    return rc_exit;
+}
