@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_tune.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_config.h"
@@ -232,6 +233,8 @@ static void cli_usage(FILE *out)
             "  diag [--sleep-ms N] [--fail] [--target T] [--timeout S]\n"
             "                 submit a diag health-check job and wait for it\n"
             "  health         GET /readyz\n"
+            "  tune OP|KERNEL.py ...\n"
+            "                 tune a kernel locally, no service (kforge tune --help)\n"
             "\n"
             "Options: --quiet (no JSON on stdout), --help.\n"
             "Exit status: 0 ok, 1 refused by the server or job not succeeded, 2 usage, 3 API unreachable.\n");
@@ -266,6 +269,8 @@ int main(int argc, char **argv)
         cli_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
+    if (strcmp(argv[1], "tune") == 0)
+        return cli_tune_main(argc - 1, argv + 1);
     cmd = argv[1];
     optind = 2;
     while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
