@@ -274,6 +274,8 @@ typedef struct api_new_job {
  * concurrent requests (group commit); after the commit, put them on Redis
  * and mark their outbox rows sent.  Blocks until nj is done. */
 void api_job_insert(api_req *r, api_new_job *nj);
+/* Batch counters in Prometheus text format. */
+void api_batch_metrics(kf_buf *out);
 
 /* ---- handlers -------------------------------------------------------------- */
 

@@ -19,6 +19,7 @@
 #include "kf_log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;
 static api_new_job *api_batch_head, *api_batch_tail;
 static int api_batch_leaders;
+static atomic_ulong api_batch_count, api_batch_jobs;
 
 static const api_stmt api_st_batch_create = {
     3, "kf_job_create_batch",
@@ -168,6 +170,8 @@ static void api_batch_run(api_req *r, api_new_job *batch, int n)
         }
     }
     kf_log_debug("job batch written n=%d req=%s", n, r->request_id);
+    atomic_fetch_add(&api_batch_count, 1);
+    atomic_fetch_add(&api_batch_jobs, (unsigned long)n);
     PQclear(res);
     api_batch_queue(r, batch, outbox_ids);
 out:
@@ -220,4 +224,16 @@ void api_job_insert(api_req *r, api_new_job *nj)
         pthread_cond_broadcast(&api_batch_cv);
     }
     pthread_mutex_unlock(&api_batch_mu);
+}
+
+void api_batch_metrics(kf_buf *out)
+{
+    kf_buf_addf(out,
+                "# HELP kforge_api_job_batches_total Statements that wrote new jobs (group commit).\n"
+                "# TYPE kforge_api_job_batches_total counter\n"
+                "kforge_api_job_batches_total %lu\n"
+                "# HELP kforge_api_job_batch_jobs_total Jobs written by those statements (divide for the mean batch).\n"
+                "# TYPE kforge_api_job_batch_jobs_total counter\n"
+                "kforge_api_job_batch_jobs_total %lu\n",
+                atomic_load(&api_batch_count), atomic_load(&api_batch_jobs));
 }

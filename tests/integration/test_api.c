@@ -22,7 +22,7 @@ static void teardown(void)
     fx_stop(&fx);
 }
 
-TestSuite(api, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(api, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(api, migrations_are_recorded_once_and_reapply_is_a_no_op)
 {
@@ -796,6 +796,7 @@ Test(api, health_readiness_metrics_and_openapi)
     free(ct);
     cr_assert(strstr(r.body, "kforge_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"202\"} 1"), "%s", r.body);
     cr_assert(strstr(r.body, "kforge_jobs{state=\"queued\"} 1"), "%s", r.body);
+    cr_assert(strstr(r.body, "kforge_api_job_batch_jobs_total 1\n"), "%s", r.body);
     cr_assert(strstr(r.body, "kforge_queue_jobs{set=\"waiting\"} 1"), "%s", r.body);
     kf_http_resp_release(&r);
 

@@ -146,7 +146,7 @@ static void fx_start_api(api_fx *f, const char *extra_env)
     for (int i = 0; i < n; i++)
         free(env[i]);
     snprintf(url, sizeof(url), "%s/healthz", f->base);
-    cr_assert(kf_http_wait_status(url, 200, 10000), "kforge-api did not start; see %s", f->log);
+    cr_assert(kf_http_wait_status(url, 200, 30000), "kforge-api did not start; see %s", f->log);
     free(bin);
 }
 
