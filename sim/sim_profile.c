@@ -267,12 +267,19 @@ static void find_dma_small(fctx *c)
     double avg = chunk_sum / n;
     sim_finding *f = finding_add(c, SIM_FIND_DMA_SMALL, cost);
     fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
-    msgf(f->message, sizeof(f->message),
+    if (avg < t->dma_efficient_chunk)
+        msgf(f->message, sizeof(f->message),
              "%llu DMA transfers average %s per partition (descriptor), %s the efficient %.0f B "
-             "(%.0f B saturates): %s",
+             "(%.0f B saturates): move longer contiguous rows per transfer: %s",
              (unsigned long long)n, human_bytes(avg, cb, sizeof(cb)),
              avg < t->dma_efficient_chunk / 2 ? "well below" : "below",
              t->dma_efficient_chunk, t->dma_saturating_chunk, lines);
+    else
+        msgf(f->message, sizeof(f->message),
+             "%llu DMA transfers average %s per partition (descriptor), short of the %.0f B "
+             "that saturates the DMA engines: move longer contiguous rows per transfer: %s",
+             (unsigned long long)n, human_bytes(avg, cb, sizeof(cb)), t->dma_saturating_chunk,
+             lines);
     msgf(f->evidence, sizeof(f->evidence),
              "{\"transfers\":%llu,\"average_chunk_bytes\":%.0f,\"efficient_chunk_bytes\":%.0f,"
              "\"saturating_chunk_bytes\":%.0f,\"bytes\":%llu,\"share_of_dma_bytes\":%.3f}",
