@@ -2,6 +2,8 @@
  * generation, runs through the simulator in a sandbox (sim_check_evaluate)
  * on several seeded input sets and must match its NumPy reference in full;
  * every negative kernel must fail with its simulator error code and line.
+ * Each case also runs once with numerics off (the timing model's mode),
+ * which must trace exactly the instructions of the numerics run.
  *
  * An op or case marked "pending": "reason" in the manifest is reported as
  * skipped with that reason (cr_skip_test), never silently. */
@@ -214,6 +216,22 @@ ParameterizedTest(corpus_param *p, corpus, kernels)
                         kf_buf_addf(&fails, "\n  %s case %d seed %d output %zu: %s", kernel, c, s, o, cmp.msg);
                     }
                 }
+            }
+            if (s == 0 && ev.kernel_ok) {
+                /* timing-only mode traces the same instructions, values aside */
+                sim_eval tv;
+                uint64_t want_insns = ev.insns;
+                spec.run.numerics = false;
+                spec.ref_path = NULL;
+                cr_assert_eq(sim_check_evaluate(&lim, &spec, &tv, &e), KF_OK, "%s", e.msg);
+                runs++;
+                if (!tv.kernel_ok || tv.insns != want_insns) {
+                    bad++;
+                    kf_buf_addf(&fails, "\n  %s case %d with numerics off: %s (%llu instructions, %llu with numerics)",
+                                kernel, c, tv.kernel_ok ? "instruction counts differ" : tv.error,
+                                (unsigned long long)tv.insns, (unsigned long long)want_insns);
+                }
+                sim_eval_release(&tv);
             }
             sim_eval_release(&ev);
             for (size_t i = 0; i < n_in; i++)
