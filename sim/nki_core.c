@@ -148,7 +148,16 @@ int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject
 
 /* ===== on-chip allocators ===== */
 
-int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t *off)
+/* Start of the first window-aligned place at or after `at` where len bytes
+ * do not straddle a window boundary (window 0: no constraint). */
+static uint64_t window_fit(uint64_t at, uint64_t len, uint64_t window)
+{
+    if (window && len <= window && at / window != (at + len - 1) / window)
+        return (at / window + 1) * window;
+    return at;
+}
+
+int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t window, uint64_t *off)
 {
     uint64_t at = 0;
     size_t i;
@@ -156,11 +165,14 @@ int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t *off)
     if (a->used + len > a->capacity)
         return -1;
     for (i = 0; i < a->n; i++) {
-        if (a->iv[i].off - at >= len)
+        at = window_fit(at, len, window);
+        if (a->iv[i].off >= at && a->iv[i].off - at >= len)
             break;
-        at = a->iv[i].off + a->iv[i].len;
+        if (a->iv[i].off + a->iv[i].len > at)
+            at = a->iv[i].off + a->iv[i].len;
     }
-    if (i == a->n && a->capacity - at < len)
+    at = window_fit(at, len, window);
+    if (i == a->n && (at > a->capacity || a->capacity - at < len))
         return -1;
     if (a->n == a->cap) {
         a->cap = a->cap ? a->cap * 2 : 64;

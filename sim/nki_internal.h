@@ -60,8 +60,9 @@ typedef struct nki_ctx {
 
 extern nki_ctx *nki_cur;
 
-/* First-fit allocation of len bytes per partition; -1 when it does not fit. */
-int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t *off);
+/* First-fit allocation of len bytes per partition that does not straddle a
+ * `window`-byte boundary (PSUM banks; 0 = none); -1 when it does not fit. */
+int nki_arena_alloc(nki_arena *a, uint64_t len, uint64_t window, uint64_t *off);
 
 /* Exception raised for simulator errors (nki.SimError). */
 extern PyObject *nki_SimError;

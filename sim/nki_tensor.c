@@ -92,14 +92,18 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
     st = simc_store_new(mem, dt, (int)parts, free_elems, mem == SIM_MEM_HBM || c->numerics);
     if (mem != SIM_MEM_HBM) {
         nki_arena *a = mem == SIM_MEM_SBUF ? &c->sbuf : &c->psum;
-        uint64_t bytes = (uint64_t)free_elems * es, off = 0;
-        if (mem == SIM_MEM_PSUM)   /* each block takes whole banks */
-            bytes = (uint64_t)blocks * SIMC_PSUM_BANK_BYTES;
-        else
+        uint64_t bytes = (uint64_t)free_elems * es, off = 0, window = 0;
+        if (mem == SIM_MEM_PSUM && blocks > 1) {
+            bytes = (uint64_t)blocks * SIMC_PSUM_BANK_BYTES;   /* a bank per block */
+        } else {
+            /* a PSUM tile lies inside one bank; small tiles share banks */
             bytes = (bytes + 3) & ~(uint64_t)3;
+            if (mem == SIM_MEM_PSUM)
+                window = SIMC_PSUM_BANK_BYTES;
+        }
         if (bytes == 0)
             bytes = 4;
-        if (nki_arena_alloc(a, bytes, &off) < 0) {
+        if (nki_arena_alloc(a, bytes, window, &off) < 0) {
             simc_store_unref(st);
             return (nki_tensor *)nki_fail(
                 mem == SIM_MEM_SBUF ? SIM_E_SBUF_CAPACITY : SIM_E_PSUM_CAPACITY, api,

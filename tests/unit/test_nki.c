@@ -633,3 +633,35 @@ Test(nki, scan_select_transpose_and_view_methods)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, psum_tiles_share_banks_but_never_straddle_one)
+{
+    /* 32 (128, 128) fp32 tiles of 512 B fill the 8 banks of 2 KiB; tiles of
+     * 1.5 KiB do not share a bank, so only 8 of them fit. */
+    const char *ok =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    live = [nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum) for i in range(32)]\n"
+        "    return x\n";
+    const char *over =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    live = [nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum) for i in range(9)]\n"
+        "    return x\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, ok, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    run(&r, over, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.rc, KF_INVALID);
+    cr_assert_eq(r.serr.code, SIM_E_PSUM_CAPACITY, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "12288 of 16384") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
