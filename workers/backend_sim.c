@@ -1,0 +1,436 @@
+/*
+ * backend_sim — the `sim` backend: generate, optimize, profile and validate
+ * jobs on kforge's NeuronCore simulator, with the tuning loop of agent/.
+ *
+ *   generate  {op, shapes, dtype} + target: the library template of `op`
+ *             (kernels/, KFORGE_KERNELS_DIR) bound to the shapes, tuned by
+ *             the built-in planner within the job's budget and goal;
+ *   optimize  {source, entry, reference, inputs, tunables?}: the user's
+ *             kernel tuned over `tunables` (a KFORGE block in the source adds
+ *             the findings each tunable addresses and constraints); without
+ *             tunables one iteration: validated, profiled and diagnosed, with
+ *             findings per source line;
+ *   profile   {source, entry, inputs}: one timing-only run, the profile;
+ *   validate  {source, entry, reference, inputs}: seeded inputs, full-output
+ *             comparison with the reference.
+ * User source and reference are written to a private temporary folder; every
+ * run of user code happens in a sandboxed child (ka_eval).  Each iteration
+ * goes to hooks->progress; hooks->cancelled() is checked before every
+ * evaluation.
+ *
+ * Errors that another attempt would not fix are non-retryable with a message
+ * naming the problem: unknown op (listing the library), shapes the template
+ * cannot serve, a reference that does not run, a source that does not
+ * compile (with its line), a kernel that never validates.  A cancel or a
+ * failure to start a sandbox is retryable.
+ */
+#include "kf_backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "agent/ka_lib.h"
+#include "agent/ka_loop.h"
+#include "sim/sim_input.h"
+
+static const char *const sim_kinds[] = { "generate", "optimize", "profile", "validate", NULL };
+
+typedef struct bs_ctx {
+    const kf_backend_hooks *hooks;
+} bs_ctx;
+
+static void bs_progress(void *vctx, const cJSON *it)
+{
+    bs_ctx *c = vctx;
+    char *txt = cJSON_PrintUnformatted(it);
+    if (c->hooks->progress)
+        c->hooks->progress(c->hooks->ctx, txt);
+    free(txt);
+}
+
+static bool bs_cancelled(void *vctx)
+{
+    bs_ctx *c = vctx;
+    return c->hooks->cancelled && c->hooks->cancelled(c->hooks->ctx);
+}
+
+static const char *bs_str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double bs_num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static kf_code bs_write(const char *dir, const char *name, const char *text, char *path, size_t len, kf_err *err)
+{
+    FILE *f;
+    snprintf(path, len, "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (!f)
+        return kf_err_set(err, KF_IO, "cannot write %s: %s", path, strerror(errno));
+    fputs(text, f);
+    if (fclose(f) != 0)
+        return kf_err_set(err, KF_IO, "writing %s failed", path);
+    return KF_OK;
+}
+
+/* The user's kernel (and reference) as files, the inputs from the spec. */
+static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_problem *pb, kf_err *err)
+{
+    const cJSON *spec = job->spec, *in;
+    const char *src = bs_str(spec, "source"), *ref = bs_str(spec, "reference"), *entry = bs_str(spec, "entry");
+    kf_code rc;
+
+    memset(pb, 0, sizeof(*pb));
+    snprintf(pb->target, sizeof(pb->target), "%s", job->target);
+    snprintf(pb->entry, sizeof(pb->entry), "%s", entry ? entry : "");
+    rc = bs_write(dir, "kernel.py", src ? src : "", pb->source_path, sizeof(pb->source_path), err);
+    if (rc)
+        return rc;
+    if (ref) {
+        rc = bs_write(dir, "reference.py", ref, pb->ref_path, sizeof(pb->ref_path), err);
+        if (rc)
+            return rc;
+        snprintf(pb->ref_entry, sizeof(pb->ref_entry), "%s", pb->entry);
+    }
+    cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(spec, "inputs"))
+    {
+        ka_input *pi = &pb->inputs[pb->n_inputs];
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape"), *d;
+        int dt = sim_input_dtype(bs_str(in, "dtype"));
+        if (pb->n_inputs >= KA_MAX_INPUTS)
+            break;
+        snprintf(pi->name, sizeof(pi->name), "%s", in->string);
+        if (dt < 0)
+            return kf_err_set(err, KF_UNPROCESSABLE, "input %s: dtype %s is not supported by the simulator", in->string,
+                              bs_str(in, "dtype"));
+        pi->dtype = (sim_dtype)dt;
+        pi->std = 1.0;
+        cJSON_ArrayForEach(d, shape)
+        {
+            if (pi->ndim < KA_MAX_DIMS)
+                pi->shape[pi->ndim++] = (int64_t)d->valuedouble;
+        }
+        pb->n_inputs++;
+    }
+    return KF_OK;
+}
+
+static void bs_opts(const kf_job_payload *job, ka_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_iterations = (int)bs_num(job->budget, "iterations");
+    o->max_seconds = bs_num(job->budget, "seconds");
+    o->goal_latency_ns = bs_num(job->goal, "latency_ns");
+    o->goal_fraction = bs_num(job->goal, "fraction_of_bound");
+    o->planner = KA_PLAN_GUIDED;
+    o->seed = 0;
+    for (const char *p = job->id; *p; p++)
+        o->seed = o->seed * 131 + (unsigned char)*p;
+}
+
+/* Why the first iteration failed for good, or NULL when it did not. */
+static const char *bs_first_failure(const cJSON *res, char *buf, size_t len)
+{
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(res, "path");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "correct")) || cJSON_GetArraySize(path) > 0)
+        return NULL;
+    snprintf(buf, len, "no candidate passed validation: %s",
+             bs_str(cJSON_GetObjectItemCaseSensitive(res, "stop"), "message") ? bs_str(cJSON_GetObjectItemCaseSensitive(res, "stop"), "message") : "");
+    return buf;
+}
+
+typedef struct bs_first {
+    char error[1200];
+    bool failed;
+} bs_first;
+
+typedef struct bs_relay {
+    bs_ctx    c;
+    bs_first *first;
+    int       n;
+} bs_relay;
+
+/* Progress relay that remembers why the first iteration failed. */
+static void bs_relay_progress(void *vctx, const cJSON *it)
+{
+    bs_relay *r = vctx;
+    if (r->n++ == 0) {
+        const cJSON *comp = cJSON_GetObjectItemCaseSensitive(it, "compile");
+        const cJSON *val = cJSON_GetObjectItemCaseSensitive(it, "validation");
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "ok"))) {
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(comp, "error");
+            snprintf(r->first->error, sizeof(r->first->error), "the kernel does not compile: %s",
+                     bs_str(e, "message") ? bs_str(e, "message") : "error");
+            r->first->failed = true;
+        } else if (bs_str(val, "ref_error")) {
+            snprintf(r->first->error, sizeof(r->first->error), "the reference does not run: %s", bs_str(val, "ref_error"));
+            r->first->failed = true;
+        }
+    }
+    bs_progress(&r->c, it);
+}
+
+static bool bs_relay_cancelled(void *vctx)
+{
+    bs_relay *r = vctx;
+    return bs_cancelled(&r->c);
+}
+
+static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks, const ka_problem *pb,
+                       const ka_space *sp, char **result_json, bool *retryable, kf_err *err)
+{
+    ka_opts o;
+    bs_first first = { "", false };
+    bs_relay relay = { { hooks }, &first, 0 };
+    ka_hooks kh = { &relay, bs_relay_progress, bs_relay_cancelled };
+    cJSON *res = NULL;
+    char buf[1400];
+    const char *why;
+    kf_code rc;
+
+    bs_opts(job, &o);
+    rc = ka_tune(pb, sp, &o, &kh, &res, err);
+    if (rc) {
+        *retryable = rc == KF_INTERNAL;
+        return rc;
+    }
+    if (strcmp(bs_str(cJSON_GetObjectItemCaseSensitive(res, "stop"), "reason") ? bs_str(cJSON_GetObjectItemCaseSensitive(res, "stop"), "reason") : "", "cancelled") == 0) {
+        cJSON_Delete(res);
+        *retryable = true;
+        return kf_err_set(err, KF_UNAVAILABLE, "the job stopped between evaluations (cancelled or lease lost)");
+    }
+    if (first.failed) {
+        cJSON_Delete(res);
+        *retryable = false;
+        return kf_err_set(err, KF_UNPROCESSABLE, "%s", first.error);
+    }
+    why = bs_first_failure(res, buf, sizeof(buf));
+    if (why) {
+        cJSON_Delete(res);
+        *retryable = false;
+        return kf_err_set(err, KF_UNPROCESSABLE, "%s", why);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(res, "trace");
+    *result_json = cJSON_PrintUnformatted(res);
+    cJSON_Delete(res);
+    return KF_OK;
+}
+
+static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *hooks, char **result_json,
+                           bool *retryable, kf_err *err)
+{
+    const cJSON *spec = job->spec, *sh;
+    int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
+    int ndims[KA_MAX_INPUTS], n = 0, dt = sim_input_dtype(bs_str(spec, "dtype"));
+    cJSON *meta = NULL;
+    char path[PATH_MAX];
+    ka_problem pb;
+    ka_space sp;
+    kf_code rc;
+
+    memset(&pb, 0, sizeof(pb));
+    memset(&sp, 0, sizeof(sp));
+    *retryable = false;
+    if (dt < 0)
+        return kf_err_set(err, KF_UNPROCESSABLE, "dtype %s is not supported by the simulator", bs_str(spec, "dtype"));
+    cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(spec, "shapes"))
+    {
+        const cJSON *d;
+        if (n >= KA_MAX_INPUTS)
+            break;
+        ndims[n] = 0;
+        cJSON_ArrayForEach(d, sh)
+        {
+            if (ndims[n] < KA_MAX_DIMS)
+                shapes[n][ndims[n]++] = (int64_t)d->valuedouble;
+        }
+        n++;
+    }
+    rc = ka_lib_find(NULL, bs_str(spec, "op"), &meta, path, sizeof(path), err);
+    if (rc == KF_OK)
+        rc = ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt, job->target, &pb,
+                         &sp, err);
+    if (rc) {
+        if (rc != KF_IO)
+            rc = KF_UNPROCESSABLE;
+        goto out;
+    }
+    rc = bs_tune(job, hooks, &pb, &sp, result_json, retryable, err);
+out:
+    cJSON_Delete(meta);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    return rc;
+}
+
+static void bs_rmdir(const char *dir)
+{
+    const char *names[] = { "kernel.py", "reference.py", NULL };
+    char p[PATH_MAX + 32];
+    for (int i = 0; names[i]; i++) {
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks, char **result_json, bool *retryable,
+                       kf_err *err)
+{
+    char tmpl[PATH_MAX];
+    const char *tmp = getenv("TMPDIR");
+    ka_problem pb;
+    ka_space sp;
+    cJSON *meta = NULL, *res = NULL, *tun;
+    kf_code rc;
+
+    memset(&pb, 0, sizeof(pb));
+    memset(&sp, 0, sizeof(sp));
+    *retryable = false;
+    snprintf(tmpl, sizeof(tmpl), "%s/kforge-job-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmpl)) {
+        *retryable = true;
+        return kf_err_set(err, KF_IO, "cannot create a temporary folder: %s", strerror(errno));
+    }
+    rc = bs_user_problem(job, tmpl, &pb, err);
+    if (rc)
+        goto out;
+    if (job->kind == KF_KIND_PROFILE || job->kind == KF_KIND_VALIDATE ||
+        (job->kind == KF_KIND_OPTIMIZE && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")) == 0)) {
+        /* one evaluation: profile and/or validate */
+        cJSON *out = cJSON_CreateObject(), *it = cJSON_CreateObject(), *prof = NULL, *val = NULL;
+        bool want_prof = job->kind != KF_KIND_VALIDATE, want_val = job->kind != KF_KIND_PROFILE;
+        if (want_val && !pb.ref_path[0]) {
+            cJSON_Delete(out);
+            cJSON_Delete(it);
+            rc = kf_err_set(err, KF_UNPROCESSABLE, "validate needs a NumPy reference (spec.reference)");
+            goto out;
+        }
+        if (hooks->cancelled && hooks->cancelled(hooks->ctx)) {
+            cJSON_Delete(out);
+            cJSON_Delete(it);
+            *retryable = true;
+            rc = kf_err_set(err, KF_UNAVAILABLE, "the job stopped before its evaluation (cancelled or lease lost)");
+            goto out;
+        }
+        rc = want_prof ? ka_profile_once(&pb, NULL, &prof, err) : KF_OK;
+        if (rc == KF_OK && want_val && (!prof || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(prof, "ok"))))
+            rc = ka_validate_once(&pb, NULL, 1, 3, &val, err);
+        if (rc) {
+            *retryable = rc == KF_INTERNAL;
+            cJSON_Delete(out);
+            cJSON_Delete(it);
+            cJSON_Delete(prof);
+            cJSON_Delete(val);
+            goto out;
+        }
+        {
+            const cJSON *perr = prof ? cJSON_GetObjectItemCaseSensitive(prof, "error") : NULL;
+            const cJSON *verr = val ? cJSON_GetObjectItemCaseSensitive(val, "error") : NULL;
+            const cJSON *e = perr ? perr : verr;
+            cJSON *comp = cJSON_AddObjectToObject(it, "compile");
+            cJSON_AddBoolToObject(comp, "ok", e == NULL);
+            if (e)
+                cJSON_AddItemToObject(comp, "error", cJSON_Duplicate(e, true));
+            cJSON_AddStringToObject(it, "source", bs_str(job->spec, "source"));
+            cJSON_AddItemToObject(it, "params", cJSON_CreateObject());
+            cJSON_AddItemToObject(it, "validation", val ? cJSON_Duplicate(val, true) : cJSON_CreateObject());
+            cJSON_AddItemToObject(it, "profile", prof && !perr ? cJSON_Duplicate(prof, true) : cJSON_CreateObject());
+            cJSON_AddItemToObject(it, "findings", prof && cJSON_GetObjectItemCaseSensitive(prof, "findings")
+                                                      ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(prof, "findings"), true)
+                                                      : cJSON_CreateArray());
+            cJSON_AddStringToObject(it, "action", job->kind == KF_KIND_PROFILE ? "profile"
+                                                  : job->kind == KF_KIND_VALIDATE ? "validate" : "diagnose");
+            cJSON_AddStringToObject(it, "reason", e ? "the kernel does not compile or run"
+                                                    : "one evaluation: no tunables to search");
+            if (prof && !perr)
+                cJSON_AddNumberToObject(it, "latency_ns", bs_num(prof, "latency_ns"));
+            if (val && !e)
+                cJSON_AddBoolToObject(it, "correct", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")));
+            {
+                char *txt = cJSON_PrintUnformatted(it);
+                if (hooks->progress)
+                    hooks->progress(hooks->ctx, txt);
+                free(txt);
+            }
+            if (e) {
+                rc = kf_err_set(err, KF_UNPROCESSABLE, "the kernel does not compile: %s", bs_str(e, "message"));
+            } else if (val && bs_str(val, "ref_error")) {
+                rc = kf_err_set(err, KF_UNPROCESSABLE, "the reference does not run: %s", bs_str(val, "ref_error"));
+            } else {
+                if (prof)
+                    cJSON_AddItemToObject(out, "profile", cJSON_Duplicate(prof, true));
+                if (val) {
+                    cJSON_AddItemToObject(out, "validation", cJSON_Duplicate(val, true));
+                    cJSON_AddBoolToObject(out, "correct", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")));
+                }
+                if (prof) {
+                    cJSON_AddNumberToObject(out, "latency_ns", bs_num(prof, "latency_ns"));
+                    cJSON_AddNumberToObject(out, "fraction_of_bound",
+                                            bs_num(prof, "latency_ns") > 0 ? bs_num(prof, "floor_ns") / bs_num(prof, "latency_ns") : 0);
+                }
+                *result_json = cJSON_PrintUnformatted(out);
+            }
+        }
+        cJSON_Delete(out);
+        cJSON_Delete(it);
+        cJSON_Delete(prof);
+        cJSON_Delete(val);
+        goto out;
+    }
+    tun = cJSON_GetObjectItemCaseSensitive(job->spec, "tunables");
+    {
+        kf_err e2 = KF_ERR_INIT;
+        if (ka_lib_meta_from_text(bs_str(job->spec, "source"), "the source", &meta, &e2) != KF_OK && e2.code != KF_NOT_FOUND) {
+            rc = kf_err_set(err, KF_UNPROCESSABLE, "%s", e2.msg);
+            goto out;
+        }
+    }
+    rc = ka_space_from_tunables(tun, meta, &pb, &sp, err);
+    if (rc) {
+        rc = KF_UNPROCESSABLE;
+        goto out;
+    }
+    rc = bs_tune(job, hooks, &pb, &sp, result_json, retryable, err);
+    (void)res;
+out:
+    cJSON_Delete(meta);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    bs_rmdir(tmpl);
+    return rc;
+}
+
+static kf_code sim_run(const kf_backend *self, const kf_job_payload *job, const kf_backend_hooks *hooks,
+                       char **result_json, bool *retryable, kf_err *err)
+{
+    (void)self;
+    *result_json = NULL;
+    *retryable = false;
+    switch (job->kind) {
+    case KF_KIND_GENERATE:
+        return bs_generate(job, hooks, result_json, retryable, err);
+    case KF_KIND_OPTIMIZE:
+    case KF_KIND_PROFILE:
+    case KF_KIND_VALIDATE:
+        return bs_user(job, hooks, result_json, retryable, err);
+    default:
+        return kf_err_set(err, KF_UNPROCESSABLE, "the sim backend does not run %s jobs", kf_job_kind_name(job->kind));
+    }
+}
+
+const kf_backend kf_backend_sim = {
+    .name = "sim",
+    .kinds = sim_kinds,
+    .run = sim_run,
+};
