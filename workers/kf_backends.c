@@ -4,9 +4,11 @@
 #include <string.h>
 
 extern const kf_backend kf_backend_diag;
+extern const kf_backend kf_backend_sim;
 
 static const kf_backend *const kf_backend_table[] = {
     &kf_backend_diag,
+    &kf_backend_sim,
     NULL,
 };
 
