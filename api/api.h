@@ -111,6 +111,8 @@ kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err);
  * in its own transaction, recorded in schema_migrations.  Prints one line
  * per migration applied to `out` (may be NULL).  *applied counts them. */
 kf_code api_migrate(PGconn *c, const char *dir, FILE *out, int *applied, kf_err *err);
+/* How many migrations of dir are not applied (-1: dir unreadable). */
+int api_migrations_pending(PGconn *c, const char *dir);
 /* The folder migrate uses: KFORGE_MIGRATIONS_DIR, else the source tree's. */
 const char *api_migrations_dir(void);
 

@@ -710,12 +710,12 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
     s->q = api_qpool_new(cfg->redis_url, cfg->threads);
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                             api_access, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, api_mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_NOTIFY_COMPLETED, api_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_EXTERNAL_LOGGER, api_mhd_log, NULL,
                             MHD_OPTION_END);
     if (!s->d) {
         kf_err_set(err, KF_IO, "cannot listen on %s (in use, or not an address of this machine); set KFORGE_API_LISTEN",

@@ -190,3 +190,29 @@ out:
         closedir(d);
     return rc;
 }
+
+int api_migrations_pending(PGconn *c, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int pending = 0;
+
+    if (!d)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        long v = api_mig_version(de->d_name);
+        char ver[24];
+        const char *params[1] = { ver };
+        PGresult *r;
+
+        if (v < 0)
+            continue;
+        snprintf(ver, sizeof(ver), "%ld", v);
+        r = PQexecParams(c, "SELECT 1 FROM schema_migrations WHERE version = $1::int", 1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) == 0)
+            pending++;
+        PQclear(r);
+    }
+    closedir(d);
+    return pending;
+}

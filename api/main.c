@@ -178,6 +178,20 @@ static int cmd_serve(int argc, char **argv)
     }
     if (migrate && cmd_migrate() != 0)
         return 1;
+    {
+        /* Say so at once when the schema is behind: every request would fail. */
+        PGconn *c = api_pg_connect(kf_config_str(KF_CFG_PG_DSN), &e);
+        if (c) {
+            int pending = api_migrations_pending(c, api_migrations_dir());
+            if (pending > 0)
+                kf_log_error("the database lacks %d migration(s) from %s; run kforge-api migrate "
+                             "(or serve --migrate)", pending, api_migrations_dir());
+            PQfinish(c);
+        } else {
+            kf_log_warn("PostgreSQL is not reachable yet; requests get 503 until it is msg=\"%s\"", e.msg);
+        }
+        kf_err_clear(&e);
+    }
     if (boot && *boot) {
         PGconn *c = connect_retry(10, &e);
         if (!c || api_token_bootstrap(c, boot, &e) != KF_OK) {
