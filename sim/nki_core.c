@@ -61,22 +61,25 @@ uint32_t nki_loc(void)
 {
     PyFrameObject *f = PyEval_GetFrame();
     PyCodeObject *code;
-    int line;
+    int line, lasti;
     uint32_t id;
 
     if (!f || !nki_cur)
         return 0;
     code = PyFrame_GetCode(f);
-    line = PyFrame_GetLineNumber(f);
-    if ((void *)code == nki_cur->loc_code && line == nki_cur->loc_line) {
+    lasti = PyFrame_GetLasti(f);
+    /* Cache by (code, instruction offset): computing the line number walks
+     * the line table, and kernels call from the same spot in loops. */
+    if ((void *)code == nki_cur->loc_code && lasti == nki_cur->loc_lasti) {
         Py_DECREF(code);
         return nki_cur->loc_id;
     }
+    line = PyFrame_GetLineNumber(f);
     id = sim_record_loc(nki_cur->rec, PyUnicode_AsUTF8(code->co_filename), (uint32_t)line,
                         PyUnicode_AsUTF8(code->co_name));
     /* The cache compares pointers only; the record holds the strings. */
     nki_cur->loc_code = code;
-    nki_cur->loc_line = line;
+    nki_cur->loc_lasti = lasti;
     nki_cur->loc_id = id;
     Py_DECREF(code);
     return id;

@@ -52,8 +52,8 @@ typedef struct nki_ctx {
     float              act_acc[SIMC_PMAX]; /* ScalarE reduce registers */
     float             *scratch[8];
     size_t             scratch_cap[8];
-    void              *loc_code;      /* cache of the last (code object, line) -> loc */
-    int                loc_line;
+    void              *loc_code;      /* cache of the last (code object, offset) -> loc */
+    int                loc_lasti;
     uint32_t           loc_id;
     uint64_t           calls;         /* NKI calls made */
 } nki_ctx;

@@ -199,6 +199,9 @@ int simn_init(void)
     core = cpu_coretype();
     if (core && !getenv("OPENBLAS_CORETYPE"))
         setenv("OPENBLAS_CORETYPE", core, 0);
+    /* One thread from the start: no idle pool spinning next to the tracer. */
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        setenv("OPENBLAS_NUM_THREADS", "1", 0);
     for (size_t i = 0; !h && i < sizeof(libs) / sizeof(libs[0]); i++)
         h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
     blas_sgemm = h ? (sgemm_fn)(uintptr_t)dlsym(h, "cblas_sgemm") : NULL;
