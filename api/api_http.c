@@ -106,17 +106,29 @@ void api_reply_json(api_req *r, int status, const cJSON *v)
     free(s);
 }
 
+/* A path as it may appear in a reply: printable ASCII only, bounded (the
+ * path is the client's and may hold anything MHD decoded). */
+static void api_safe_path(const char *url, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    for (const char *p = url ? url : "/"; *p && n + 1 < cap; p++)
+        out[n++] = (*p > 0x20 && *p < 0x7f) ? *p : '?';
+    out[n] = '\0';
+}
+
 static cJSON *api_problem_new(api_req *r, int status, const char *slug, const char *title, const char *detail)
 {
     cJSON *p = cJSON_CreateObject();
-    char type[96];
+    char type[96], inst[256];
 
     snprintf(type, sizeof(type), "urn:kforge:problem:%s", slug);
     cJSON_AddStringToObject(p, "type", type);
     cJSON_AddStringToObject(p, "title", title);
     cJSON_AddNumberToObject(p, "status", status);
     cJSON_AddStringToObject(p, "detail", detail);
-    cJSON_AddStringToObject(p, "instance", r->url ? r->url : "/");
+    api_safe_path(r->url, inst, sizeof(inst));
+    cJSON_AddStringToObject(p, "instance", inst);
     cJSON_AddStringToObject(p, "request_id", r->request_id);
     return p;
 }
@@ -510,11 +522,13 @@ static void api_first_call(api_req *r)
         }
     }
     if (!r->route) {
+        char path[256];
+        api_safe_path(r->url, path, sizeof(path));
         if (path_known)
             api_reply_problem(r, 405, "method-not-allowed", "Method not allowed",
-                              "%s is not allowed on %s; see the Allow header", r->method, r->url);
+                              "%.16s is not allowed on %s; see the Allow header", r->method, path);
         else
-            api_reply_problem(r, 404, "not-found", "Not found", "no such resource: %s", r->url);
+            api_reply_problem(r, 404, "not-found", "Not found", "no such resource: %s", path);
         return;
     }
     if (r->route->roles != API_PUBLIC && !api_authenticate(r))

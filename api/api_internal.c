@@ -30,7 +30,7 @@ static bool api_fence_lock(api_req *r, api_fence *f)
     PGresult *res;
 
     if (!kf_uuid_valid(r->param)) {
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id \"%.64s\"", r->param);
+        api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
         return false;
     }
     if (!api_req_begin(r))

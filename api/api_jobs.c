@@ -25,7 +25,7 @@ static bool api_job_id_ok(api_req *r)
 {
     if (kf_uuid_valid(r->param))
         return true;
-    api_reply_problem(r, 404, "not-found", "Not found", "no job with id \"%.64s\" (job ids are UUIDs)", r->param);
+    api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
     return false;
 }
 
