@@ -109,6 +109,13 @@ Test(api, missing_or_bad_tokens_get_401_and_wrong_roles_403)
     /* Unknown paths and methods. */
     cr_assert_eq(fx_req(&fx, "GET", "/v2/nothing", fx.user, NULL, &r), 404);
     kf_http_resp_release(&r);
+    /* Undecodable bytes in the path never reach the reply. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs/%ff%fe%0a", fx.user, NULL, &r), 404);
+    cr_assert(kf_utf8_valid(r.body, r.body_len, NULL) && !strchr(r.body, '\n'), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/%c3%28", NULL, NULL, &r), 404);
+    cr_assert(kf_utf8_valid(r.body, r.body_len, NULL), "%s", r.body);
+    kf_http_resp_release(&r);
     cr_assert_eq(fx_req(&fx, "DELETE", "/v1/jobs", fx.user, NULL, &r), 405);
     h = kf_http_header(&r, "Allow");
     cr_assert(h && strstr(h, "POST") && strstr(h, "GET"), "Allow: %s", h ? h : "(none)");
