@@ -27,6 +27,11 @@
 
 /* ===== run context ===== */
 
+/* HBM the kernel may allocate in one run (outputs and scratch tensors):
+ * 16 GiB, far above any tier-1 kernel; the sandbox's memory limit applies
+ * on top. */
+#define SIM_HBM_LIMIT_BYTES ((uint64_t)16 << 30)
+
 typedef struct nki_iv {          /* an on-chip allocation interval [off, off+len) */
     uint64_t off, len;
 } nki_iv;
@@ -56,6 +61,7 @@ typedef struct nki_ctx {
     int                loc_lasti;
     uint32_t           loc_id;
     uint64_t           calls;         /* NKI calls made */
+    uint64_t           hbm_bytes;     /* HBM tensors allocated by the kernel (inputs excluded) */
 } nki_ctx;
 
 extern nki_ctx *nki_cur;

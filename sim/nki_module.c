@@ -378,28 +378,32 @@ static PyObject *kernel_call(PyObject *o, PyObject *args, PyObject *kw)
     PyObject *res = NULL;
     int g[3] = { 1, 1, 1 }, nd;
     int save_pid[3], save_ndim, save_grid[3];
+    size_t base;
 
     if (!k->grid || !c)
         return PyObject_Call(k->func, args, kw);
     nd = (int)PyTuple_GET_SIZE(k->grid);
     for (int i = 0; i < nd; i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(k->grid, i));
-        if (v < 1 || v > 65536) {
+        if (v < 1) {
             PyErr_Clear();
             return nki_fail(SIM_E_BAD_ARGUMENT, "kernel[grid]", "grid dimension %d is %ld", i, v);
         }
+        if (v > 65536 || (long)g[0] * g[1] * g[2] * v > 65536)
+            return nki_fail(SIM_E_LIMIT, "kernel[grid]", "an SPMD grid of more than 65536 programs");
         g[i] = (int)v;
     }
     memcpy(save_pid, c->pid, sizeof(save_pid));
     memcpy(save_grid, c->grid, sizeof(save_grid));
     save_ndim = c->grid_ndim;
+    base = c->n_shared;   /* programs of this launch share the outputs they allocate */
     c->grid_ndim = nd;
     memcpy(c->grid, g, sizeof(g));
     for (long i = 0; i < (long)g[0] * g[1] * g[2]; i++) {
         c->pid[0] = (int)(i / ((long)g[1] * g[2]));
         c->pid[1] = (int)((i / g[2]) % g[1]);
         c->pid[2] = (int)(i % g[2]);
-        c->shared_cursor = 0;
+        c->shared_cursor = base;
         Py_XDECREF(res);
         res = PyObject_Call(k->func, args, kw);
         c->spmd_index++;
@@ -409,6 +413,7 @@ static PyObject *kernel_call(PyObject *o, PyObject *args, PyObject *kw)
     memcpy(c->pid, save_pid, sizeof(save_pid));
     memcpy(c->grid, save_grid, sizeof(save_grid));
     c->grid_ndim = save_ndim;
+    c->shared_cursor = c->n_shared;
     return res;
 }
 

@@ -89,8 +89,18 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
                                           (long long)(free_elems * es), SIMC_PSUM_BANK_BYTES);
         free_elems *= blocks;
     }
-    st = simc_store_new(mem, dt, (int)parts, free_elems, mem == SIM_MEM_HBM || c->numerics);
-    if (mem != SIM_MEM_HBM) {
+    /* Capacity first, so an oversized tile fails before any memory is taken. */
+    if (mem == SIM_MEM_HBM) {
+        uint64_t bytes = (uint64_t)total * es;
+        if (c->hbm_bytes + bytes > SIM_HBM_LIMIT_BYTES)
+            return (nki_tensor *)nki_fail(SIM_E_LIMIT, api,
+                                          "HBM tensors of %llu bytes in all exceed the "
+                                          "simulator's %llu bytes",
+                                          (unsigned long long)(c->hbm_bytes + bytes),
+                                          (unsigned long long)SIM_HBM_LIMIT_BYTES);
+        c->hbm_bytes += bytes;
+        st = simc_store_new(mem, dt, (int)parts, free_elems, true);
+    } else {
         nki_arena *a = mem == SIM_MEM_SBUF ? &c->sbuf : &c->psum;
         uint64_t bytes = (uint64_t)free_elems * es, off = 0, window = 0;
         if (mem == SIM_MEM_PSUM && blocks > 1) {
@@ -103,15 +113,14 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
         }
         if (bytes == 0)
             bytes = 4;
-        if (nki_arena_alloc(a, bytes, window, &off) < 0) {
-            simc_store_unref(st);
+        if (nki_arena_alloc(a, bytes, window, &off) < 0)
             return (nki_tensor *)nki_fail(
                 mem == SIM_MEM_SBUF ? SIM_E_SBUF_CAPACITY : SIM_E_PSUM_CAPACITY, api,
                 "%s tile of %llu bytes per partition does not fit: %llu of %llu bytes per "
                 "partition are held by live tiles",
                 mem_name(mem), (unsigned long long)bytes, (unsigned long long)a->used,
                 (unsigned long long)a->capacity);
-        }
+        st = simc_store_new(mem, dt, (int)parts, free_elems, c->numerics);
         st->acct_bytes = bytes;
         st->acct_off = off;
     }

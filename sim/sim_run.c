@@ -16,6 +16,9 @@
 #include "kf_alloc.h"
 #include "nki_internal.h"
 
+/* SPMD programs in one launch (each re-traces the kernel). */
+#define SIM_MAX_PROGRAMS 65536
+
 static bool py_ready;
 static bool py_failed;
 
@@ -359,6 +362,13 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     for (int i = 0; i < 3 && o->grid[i] > 0; i++) {
         g[i] = o->grid[i];
         gnd = i + 1;
+    }
+    if ((int64_t)g[0] * g[1] * g[2] > SIM_MAX_PROGRAMS) {
+        char vals[128];
+        snprintf(vals, sizeof(vals), "an SPMD grid of %lld programs, at most %d",
+                 (long long)g[0] * g[1] * g[2], SIM_MAX_PROGRAMS);
+        set_err(serr, SIM_E_LIMIT, filename, 0, o->entry, vals);
+        return fail_out(serr, err);
     }
     memset(&ctx, 0, sizeof(ctx));
     ctx.rec = rec;

@@ -665,3 +665,72 @@ Test(nki, psum_tiles_share_banks_but_never_straddle_one)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, launchers_decorators_and_constants)
+{
+    /* A jit kernel launched over a grid from Python (kernel[g0, g1]) runs
+     * once per program with the program ids set; decorators are no-ops;
+     * shared_identity_matrix and shared_constant make HBM constants. */
+    const char *src =
+        "import numpy as np\n"
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "from neuronxcc import nki as lnki\n"
+        "@nki.jit(mode='trace', platform_target='trn2')\n"
+        "def fill(out):\n"
+        "    t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.memset(dst=t, value=float(nl.program_id(0) * 10 + nl.program_id(1)))\n"
+        "    nisa.dma_copy(dst=out[nl.program_id(0), nl.ds(nl.program_id(1), 1)], src=t)\n"
+        "@nki.compiler.skip_middle_end_transformations\n"
+        "@lnki.baremetal(save_neff_name='x.neff')\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray((2, 3), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    fill[2, 3](out)\n"
+        "    assert nl.program_ndim() == 0\n"
+        "    ident = nl.shared_identity_matrix(n=4, dtype=nl.float32)\n"
+        "    c = nl.shared_constant(np.arange(6, dtype=np.int32).reshape(2, 3))\n"
+        "    assert c.dtype == nl.int32 and tuple(ident.shape) == (4, 4)\n"
+        "    return out, ident, c\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 3);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            cr_assert_eq(f32(&r.out[0])[i * 3 + j], (float)(i * 10 + j));
+            cr_assert_eq(((int32_t *)r.out[2].data)[i * 3 + j], i * 3 + j);
+        }
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(f32(&r.out[1])[i], i % 5 == 0 ? 1.0f : 0.0f);
+    cr_assert_eq(r.rec.insns[r.rec.n_insns - 1].spmd, 5);
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki, launch_grids_are_bounded)
+{
+    const char *src = "import nki\n@nki.jit\ndef k(x):\n    return x\n";
+    const char *inner =
+        "import nki\n"
+        "@nki.jit\n"
+        "def g(x):\n"
+        "    return x\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    return g[1000, 1000](x)\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 300, 300, false);
+    cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
+    done(&r);
+    run(&r, inner, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 7);
+    done(&r);
+    sim_array_release(&in);
+}
