@@ -44,6 +44,7 @@
 #define W_BACKOFF_MAX   5000
 #define W_STOP_GRACE_MS 1000      /* job process: SIGTERM, then SIGKILL after this */
 #define W_CANCEL_CHECK_MS 1000    /* longest gap between renewals (cancel checks) */
+#define W_MAX_REPORT_BYTES (512 * 1024)  /* result / iteration JSON; the API's body limit is larger */
 
 typedef struct worker {
     /* configuration */
@@ -341,7 +342,6 @@ static long w_deliver_final(worker *w, const char *path, const char *body)
 typedef struct w_job {
     worker               *w;
     const kf_queue_lease *lease;
-    char                  path[160];
 } w_job;
 
 static void w_progress(void *ctx, const char *iteration_json)
@@ -352,6 +352,15 @@ static void w_progress(void *ctx, const char *iteration_json)
     kf_buf body = KF_BUF_INIT;
     const char *p = iteration_json;
 
+    cJSON *check = cJSON_Parse(iteration_json);
+    bool valid = cJSON_IsObject(check) && strlen(iteration_json) <= W_MAX_REPORT_BYTES;
+    cJSON_Delete(check);
+    if (!valid) {
+        kf_log_warn("backend sent an iteration that is not a JSON object (or too large); dropped job=%s",
+                    j->lease->id);
+        free(path);
+        return;
+    }
     while (*p == ' ' || *p == '\n' || *p == '\t')
         p++;
     w->seq++;
@@ -419,6 +428,22 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
         st = w_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
+        if (st >= 400 && st != 404 && st != 409) {
+            /* The API refused the report itself (malformed, too large): record
+             * a failure instead, or PostgreSQL would keep the job running. */
+            char *e = kf_asprintf("the API refused this attempt's result report (HTTP %ld)", st);
+            char *ej = w_json_string(e);
+            kf_buf_reset(&body);
+            kf_buf_addf(&body, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"failed\",\"result\":{},"
+                        "\"error\":%s,\"retry\":false,\"worker\":\"%s\"}", l->attempt, l->token, ej, w->id);
+            kf_log_error("%s job=%s", e, l->id);
+            retry = false;
+            free(ej);
+            free(e);
+            st = w_deliver_final(w, path, body.data);
+            if (st < 0)
+                goto out;
+        }
     }
     if (exhausted || (retry && st >= 200 && st < 300)) {
         rc = kf_queue_fail(w->q, l->id, l->token, error, true, w->retry_base_ms, w->retry_cap_ms, &fate, &due,
@@ -530,7 +555,13 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
         if (kf_queue_release(w->q, l->id, l->token, &err) != KF_OK)
             kf_log_warn("hand-back failed; the lease will expire instead job=%s err=\"%s\"", l->id, err.msg);
     } else if (res.outcome == KF_RUN_OK) {
-        w_finish(w, l, true, res.result_json, NULL, false);
+        cJSON *check = cJSON_Parse(res.result_json);
+        bool valid = cJSON_IsObject(check) && strlen(res.result_json) <= W_MAX_REPORT_BYTES;
+        cJSON_Delete(check);
+        if (valid)
+            w_finish(w, l, true, res.result_json, NULL, false);
+        else
+            w_finish(w, l, false, NULL, "the backend's result is not a JSON object of at most 512 KiB", false);
     } else {
         w_finish(w, l, false, NULL, res.error, res.retryable);
     }
