@@ -1,0 +1,416 @@
+/* The agent: constraint expressions, the kernel library index and binding,
+ * and the tuning loop on small shapes (goal, stop rules, cache, a faster but
+ * wrong candidate that must never become best). */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "kf_config.h"
+#include "agent/ka_expr.h"
+#include "agent/ka_lib.h"
+#include "agent/ka_loop.h"
+
+static char kdir[3072];
+
+static void setup(void)
+{
+    const char *root = getenv("KFORGE_TEST_ROOT");
+    kf_err err = KF_ERR_INIT;
+    snprintf(kdir, sizeof(kdir), "%s/kernels", root && *root ? root : ".");
+    setenv("KFORGE_KERNELS_DIR", kdir, 1);
+    cr_assert_eq(kf_config_load(&err), KF_OK, "%s", err.msg);
+}
+
+TestSuite(agent, .init = setup, .timeout = 300);
+
+/* ---- expressions --------------------------------------------------------- */
+
+static bool env_lookup(void *ctx, const char *name, int len, ka_value *out)
+{
+    (void)ctx;
+    memset(out, 0, sizeof(*out));
+    if (len == 1 && name[0] == 'D') {
+        out->num = 700;
+        return true;
+    }
+    if (len == 3 && strncmp(name, "ENG", 3) == 0) {
+        out->is_str = true;
+        out->str = "gpsimd";
+        out->str_len = 6;
+        return true;
+    }
+    return false;
+}
+
+static double ev(const char *e)
+{
+    ka_value v;
+    kf_err err = KF_ERR_INIT;
+    cr_assert_eq(ka_expr_eval(e, env_lookup, NULL, &v, &err), KF_OK, "%s: %s", e, err.msg);
+    cr_assert(!v.is_str);
+    return v.num;
+}
+
+Test(agent, expressions_follow_python)
+{
+    cr_assert_eq(ev("1 + 2 * 3"), 7);
+    cr_assert_eq(ev("(1 + 2) * 3"), 9);
+    cr_assert_eq(ev("-7 // 2"), -4);
+    cr_assert_eq(ev("-7 % 3"), 2);
+    cr_assert_eq(ev("7 / 2"), 3.5);
+    cr_assert_eq(ev("(D + 127) // 128"), 6);
+    cr_assert_eq(ev("1 < 2 <= 2 < 3"), 1);
+    cr_assert_eq(ev("1 < 2 > 3"), 0);
+    cr_assert_eq(ev("not 0 and 1 or 0"), 1);
+    cr_assert_eq(ev("min(D, 512, 1024) + max(1, 2)"), 514);
+    cr_assert_eq(ev("ENG == \"gpsimd\" and ENG != 'vector'"), 1);
+    cr_assert_eq(ev("True + False"), 1);
+}
+
+Test(agent, expression_errors_name_the_problem)
+{
+    ka_value v;
+    kf_err err = KF_ERR_INIT;
+    cr_assert_eq(ka_expr_eval("D * NOPE", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert(strstr(err.msg, "unknown name"), "%s", err.msg);
+    cr_assert_eq(ka_expr_eval("D // 0", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert(strstr(err.msg, "division by zero"), "%s", err.msg);
+    cr_assert_eq(ka_expr_eval("(D + 1", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert_eq(ka_expr_eval("D 3", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert_eq(ka_expr_eval("ENG < 3", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert_eq(ka_expr_eval("pow(2, 3)", env_lookup, NULL, &v, &err), KF_INVALID);
+}
+
+/* ---- library -------------------------------------------------------------- */
+
+Test(agent, library_index_has_every_op_with_its_declarations)
+{
+    static const char *const ops[] = { "add", "transpose2d", "matmul", "softmax", "rmsnorm", "layernorm", "swiglu",
+                                       "flash_attention", "avgpool2d", "depthwise_conv2d", NULL };
+    cJSON *index = NULL, *m;
+    kf_err err = KF_ERR_INIT;
+    cr_assert_eq(ka_lib_index(kdir, &index, &err), KF_OK, "%s", err.msg);
+    for (int i = 0; ops[i]; i++) {
+        bool found = false;
+        cJSON_ArrayForEach(m, index)
+        {
+            const cJSON *t;
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "op")->valuestring, ops[i]) != 0)
+                continue;
+            found = true;
+            cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "reference")), "%s has a reference", ops[i]);
+            cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "reference_shapes")) > 0);
+            cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "test_shapes")) > 0);
+            cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tunables")) > 0, "%s tunables", ops[i]);
+            cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(m, "tunables"))
+            {
+                cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "values")) > 0);
+                cr_assert(cJSON_GetObjectItemCaseSensitive(t, "default"), "%s.%s default", ops[i], t->string);
+                cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "addresses")) > 0,
+                          "%s.%s says which findings it addresses", ops[i], t->string);
+            }
+        }
+        cr_assert(found, "op %s in the library", ops[i]);
+    }
+    cJSON_Delete(index);
+}
+
+static kf_code bind(const char *op, const char *shapes, sim_dtype dt, const char *target, ka_problem *pb, ka_space *sp,
+                    kf_err *err)
+{
+    int64_t sh[KA_MAX_INPUTS][KA_MAX_DIMS];
+    int nd[KA_MAX_INPUTS], n = 0;
+    cJSON *meta = NULL;
+    char path[4096], buf[256];
+    kf_code rc;
+
+    snprintf(buf, sizeof(buf), "%s", shapes);
+    for (char *s = strtok(buf, " "); s; s = strtok(NULL, " ")) {
+        nd[n] = 0;
+        for (char *d = s; *d;) {
+            sh[n][nd[n]++] = strtoll(d, &d, 10);
+            if (*d == 'x')
+                d++;
+        }
+        n++;
+    }
+    rc = ka_lib_find(kdir, op, &meta, path, sizeof(path), err);
+    if (rc == KF_OK)
+        rc = ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, n, dt, target, pb, sp, err);
+    cJSON_Delete(meta);
+    return rc;
+}
+
+Test(agent, binding_derives_shapes_and_refuses_what_a_template_cannot_serve)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+
+    cr_assert_eq(bind("rmsnorm", "300x700", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(pb.n_inputs, 2);
+    cr_assert_eq(pb.inputs[1].ndim, 1);
+    cr_assert_eq(pb.inputs[1].shape[0], 700, "g's shape follows from D");
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+
+    cr_assert_eq(bind("matmul", "256x128", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_INVALID);
+    cr_assert(strstr(err.msg, "do not determine dim N"), "%s", err.msg);
+    cr_assert_eq(bind("matmul", "256x128 300x512", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_INVALID);
+    cr_assert(strstr(err.msg, "dim K"), "%s", err.msg);
+    cr_assert_eq(bind("flash_attention", "256x512", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_UNPROCESSABLE);
+    cr_assert(strstr(err.msg, "cannot serve") && strstr(err.msg, "d <= 128"), "%s", err.msg);
+    cr_assert_eq(bind("softmax", "8x100000", SIM_DT_FLOAT32, "trn1", &pb, &sp, &err), KF_UNPROCESSABLE, "%s", err.msg);
+    cr_assert_eq(bind("conv3d", "8x8", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_NOT_FOUND);
+    cr_assert(strstr(err.msg, "unknown op \"conv3d\"") && strstr(err.msg, "softmax"), "%s", err.msg);
+    cr_assert_eq(bind("softmax", "8x8x8", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_INVALID);
+}
+
+Test(agent, constraints_prune_settings)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    int idx[KA_MAX_TUNABLES] = { 0 };
+    bool ok = true;
+    const char *why = NULL;
+
+    cr_assert_eq(bind("add", "128x300 128x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(sp.n, 1);
+    idx[0] = 6; /* TILE_F 8192 >> D */
+    cr_assert_eq(ka_space_legal(&sp, idx, &ok, &why, &err), KF_OK);
+    cr_assert(!ok && why && strstr(why, "TILE_F"), "%s", why ? why : "");
+    idx[0] = 2; /* 512 */
+    cr_assert_eq(ka_space_legal(&sp, idx, &ok, &why, &err), KF_OK);
+    cr_assert(ok);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+static int n_progress;
+static cJSON *iters;
+
+static void on_progress(void *ctx, const cJSON *it)
+{
+    (void)ctx;
+    n_progress++;
+    if (iters)
+        cJSON_AddItemToArray(iters, cJSON_Duplicate(it, true));
+}
+
+static cJSON *tune(const char *op, const char *shapes, ka_opts *o)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    ka_hooks h = { NULL, on_progress, NULL };
+    cJSON *res = NULL;
+    cr_assert_eq(bind(op, shapes, SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_tune(&pb, &sp, o, &h, &res, &err), KF_OK, "%s", err.msg);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    return res;
+}
+
+static const char *stop_reason(const cJSON *res)
+{
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "stop"), "reason")->valuestring;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "%s is a number", k);
+    return v->valuedouble;
+}
+
+Test(agent, loop_reaches_its_goal_and_records_each_iteration)
+{
+    ka_opts o = { 0 };
+    cJSON *res, *best, *it;
+    o.goal_fraction = 0.3;    /* small shapes pay the fixed DMA costs: 0.36 is the best here */
+    o.max_iterations = 30;
+    o.seed = 7;
+    n_progress = 0;
+    iters = cJSON_CreateArray();
+    res = tune("matmul", "512x512 512x1024", &o);
+    best = cJSON_GetObjectItemCaseSensitive(res, "best");
+    cr_assert_str_eq(stop_reason(res), "goal", "%s", cJSON_Print(cJSON_GetObjectItemCaseSensitive(res, "stop")));
+    cr_assert_not_null(best);
+    cr_assert_geq(num(best, "fraction_of_bound"), 0.3);
+    cr_assert(num(best, "latency_ns") < num(cJSON_GetObjectItemCaseSensitive(res, "default"), "latency_ns"),
+              "the tuned kernel beats the template's default");
+    cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "path")) >= 2, "the path shows the moves");
+    cr_assert_eq(n_progress, (int)num(res, "iterations"));
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(res, "report")->valuestring, "## Path"));
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(best, "source")->valuestring, "def matmul("));
+    /* every iteration carries the protocol's fields */
+    cJSON_ArrayForEach(it, iters)
+    {
+        static const char *const keys[] = { "params", "compile", "validation", "profile", "findings", "action",
+                                             "reason", "timings", NULL };
+        for (int k = 0; keys[k]; k++)
+            cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(it, keys[k]), "iteration field %s", keys[k]);
+        /* an accepted candidate was validated, on several seeds */
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(it, "action")->valuestring, "accept") == 0) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "validation");
+            cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(v, "status")->valuestring, "pass");
+            cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "correct")));
+        }
+    }
+    cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(iters, 0), "source"),
+                       "the first iteration keeps the source");
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(res);
+}
+
+Test(agent, stop_rules)
+{
+    ka_opts o = { 0 };
+    cJSON *res;
+
+    o.max_iterations = 2;
+    o.patience = -1;
+    res = tune("add", "256x2048 256x2048", &o);
+    cr_assert_str_eq(stop_reason(res), "budget_iterations");
+    cr_assert_eq(num(res, "iterations"), 2);
+    cJSON_Delete(res);
+
+    memset(&o, 0, sizeof(o));
+    o.max_seconds = 0.001;
+    res = tune("add", "256x2048 256x2048", &o);
+    cr_assert_str_eq(stop_reason(res), "budget_seconds");
+    cr_assert_eq(num(res, "iterations"), 1);
+    cJSON_Delete(res);
+
+    memset(&o, 0, sizeof(o));
+    o.patience = 1;
+    o.planner = KA_PLAN_EXHAUSTIVE;    /* lexicographic: starts at the smallest tile, improves, then stalls */
+    res = tune("add", "256x1024 256x1024", &o);
+    cr_assert_str_eq(stop_reason(res), "no_improvement");
+    cr_assert_lt(num(res, "iterations"), 7);
+    cJSON_Delete(res);
+
+    memset(&o, 0, sizeof(o));
+    o.goal_latency_ns = 1e12;          /* met by the first correct kernel */
+    res = tune("add", "256x1024 256x1024", &o);
+    cr_assert_str_eq(stop_reason(res), "goal");
+    cr_assert_eq(num(res, "iterations"), 1);
+    cJSON_Delete(res);
+}
+
+Test(agent, evaluations_are_cached_by_source_tunables_shape_and_target)
+{
+    ka_opts o = { 0 };
+    cJSON *a, *b, *c;
+    o.cache = ka_cache_new();
+    o.max_iterations = 6;
+    a = tune("add", "256x2048 256x2048", &o);
+    cr_assert_gt(num(a, "evaluations"), 0);
+    cr_assert_eq(num(a, "cache_hits"), 0);
+    b = tune("add", "256x2048 256x2048", &o);
+    cr_assert_eq(num(b, "evaluations"), 0, "the same candidates come from the cache");
+    cr_assert_eq(num(b, "cache_hits"), num(a, "evaluations"));
+    cr_assert_eq(num(b, "latency_ns"), num(a, "latency_ns"), "deterministic timing, same best");
+    c = tune("add", "256x1024 256x1024", &o);
+    cr_assert_gt(num(c, "evaluations"), 0, "another shape is another key");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(c);
+    ka_cache_free(o.cache);
+}
+
+/* A variant of the add template whose TILE_F=2048 setting skips the last
+ * column tile: it is faster (less work), and wrong. */
+static char *write_skipping_variant(void)
+{
+    char src[4096], *text, *p, *path;
+    FILE *f;
+    long n;
+    const char *loop = "for c in nl.affine_range(math.ceil(D / TILE_F)):";
+    snprintf(src, sizeof(src), "%s/add.py", kdir);
+    f = fopen(src, "rb");
+    cr_assert_not_null(f);
+    text = kf_malloc(1 << 16);
+    n = (long)fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    p = strstr(text, loop);
+    cr_assert_not_null(p);
+    path = kf_asprintf("/tmp/kforge-test-agent-skip-%d.py", (int)getpid());
+    f = fopen(path, "w");
+    fwrite(text, 1, (size_t)(p - text), f);
+    fputs("for c in nl.affine_range(math.ceil(D / TILE_F) - (1 if TILE_F == 2048 else 0)):", f);
+    fputs(p + strlen(loop), f);
+    fclose(f);
+    free(text);
+    return path;
+}
+
+Test(agent, a_faster_but_wrong_candidate_is_caught_and_never_best)
+{
+    char *path = write_skipping_variant();
+    cJSON *meta = NULL, *res = NULL, *it, *tun;
+    ka_problem pb;
+    ka_space sp;
+    ka_opts o = { 0 };
+    ka_hooks h = { NULL, on_progress, NULL };
+    kf_err err = KF_ERR_INIT;
+    int64_t sh[2][KA_MAX_DIMS] = { { 256, 8192 }, { 256, 8192 } };
+    int nd[2] = { 2, 2 };
+    bool seen_wrong = false;
+
+    cr_assert_eq(ka_lib_read_meta(path, &meta, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, 2, SIM_DT_BFLOAT16, "trn2", &pb, &sp,
+                             &err), KF_OK, "%s", err.msg);
+    o.planner = KA_PLAN_EXHAUSTIVE;
+    o.patience = -1;
+    o.seed = 3;
+    iters = cJSON_CreateArray();
+    cr_assert_eq(ka_tune(&pb, &sp, &o, &h, &res, &err), KF_OK, "%s", err.msg);
+    tun = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "best"), "params");
+    cr_assert_neq(cJSON_GetObjectItemCaseSensitive(tun, "TILE_F")->valueint, 2048, "the wrong variant is not best");
+    cr_assert_geq(num(res, "rejected"), 1);
+    cJSON_ArrayForEach(it, iters)
+    {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "params");
+        if (cJSON_GetObjectItemCaseSensitive(p, "TILE_F")->valueint != 2048)
+            continue;
+        seen_wrong = true;
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(it, "action")->valuestring, "reject");
+        cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "correct")));
+        cr_assert(strstr(cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(it, "validation")), "NaN") ||
+                  strstr(cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(it, "validation")), "nan"),
+                  "the unwritten tile shows as NaN");
+    }
+    cr_assert(seen_wrong, "the skipping setting was evaluated");
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(res);
+    cJSON_Delete(meta);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    unlink(path);
+    free(path);
+}
+
+Test(agent, specialized_source_sets_the_best_defaults)
+{
+    char path[4096];
+    cJSON *p = cJSON_Parse("{\"COLS\": 1024, \"NORM_ENGINE\": \"gpsimd\", \"BUFS\": 3}");
+    char *s;
+    snprintf(path, sizeof(path), "%s/softmax.py", kdir);
+    s = ka_specialize_source(path, "softmax", p);
+    cr_assert_not_null(s);
+    cr_assert(strstr(s, "def softmax(x, COLS=1024, EXP_BF16=0, NORM_ENGINE=\"gpsimd\", BUFS=3):"), "%.400s",
+              strstr(s, "def softmax(") ? strstr(s, "def softmax(") : s);
+    free(s);
+    cJSON_Delete(p);
+}
