@@ -247,7 +247,7 @@ void api_h_internal_result(api_req *r)
     static const char *const states[] = { "succeeded", "failed", NULL };
     kf_fields fe;
     int attempt = 0;
-    const char *token = NULL, *state = NULL, *error = NULL, *new_state;
+    const char *token = NULL, *state = NULL, *error = NULL, *worker = NULL, *new_state;
     const cJSON *result = NULL;
     bool retry = false;
     char *result_s = NULL, att[16];
@@ -261,6 +261,7 @@ void api_h_internal_result(api_req *r)
     kf_fields_obj(&fe, r->json, "", "result", false, false, &result);
     kf_fields_str(&fe, r->json, "", "error", false, 0, 8192, &error);
     kf_fields_bool(&fe, r->json, "", "retry", false, &retry);
+    kf_fields_str(&fe, r->json, "", "worker", false, 1, 128, &worker);
     if (fe.n) {
         api_reply_fields(r, 422, "validation", &fe);
         return;
@@ -325,9 +326,9 @@ void api_h_internal_result(api_req *r)
     params[5] = new_state;
     res = api_req_sql(r,
                       "INSERT INTO job_results (job_id, attempt, state, result, error, worker_id) "
-                      "SELECT $1::uuid, $2::int, $3, $4::jsonb, $5, worker_id FROM jobs WHERE id = $1::uuid "
-                      "ON CONFLICT (job_id) DO NOTHING RETURNING 1",
-                      5, params);
+                      "SELECT $1::uuid, $2::int, $3, $4::jsonb, $5, coalesce($6, worker_id) FROM jobs "
+                      "WHERE id = $1::uuid ON CONFLICT (job_id) DO NOTHING RETURNING 1",
+                      6, (const char *const[]){ params[0], params[1], params[2], params[3], params[4], worker });
     if (!res)
         goto out;
     if (PQntuples(res) == 1) {

@@ -707,7 +707,7 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     cr_assert_eq(fx_sql_int(&fx, "SELECT best_iteration FROM jobs WHERE id = $1", id), 3);
 
     /* The result lands once; a repeat is a 200 no-op; anything else is 409. */
-    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000}}", &r),
+    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000},\"worker\":\"w2b\"}", &r),
                  200, "%s", r.body);
     kf_http_resp_release(&r);
     cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000}}", &r), 200);
@@ -717,6 +717,9 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     cr_assert_eq(report_s("result", id, "{\"attempt\":3,\"lease_token\":\"c\",\"state\":\"succeeded\"}"), 409);
     cr_assert_eq(report_s("start", id, "{\"attempt\":3,\"lease_token\":\"c\",\"worker\":\"w3\"}"), 409);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1", id), 1);
+    st = fx_sql(&fx, "SELECT worker_id FROM job_results WHERE job_id = $1", id);
+    cr_assert_str_eq(st, "w2b");
+    free(st);
     st = job_state(id);
     cr_assert_str_eq(st, "succeeded");
     free(st);
