@@ -10,6 +10,7 @@ int nki_opnd_from(PyObject *obj, const char *api, const char *what, nki_opnd *o)
 {
     o->t = NULL;
     o->s = 0;
+    o->s_int = obj && PyLong_Check(obj);
     if (obj && nki_tensor_check(obj)) {
         o->t = (nki_tensor *)obj;
         return 0;
@@ -172,20 +173,12 @@ static int dtype_rank(sim_dtype dt)
 
 sim_dtype nki_promote(const nki_opnd *a, const nki_opnd *b)
 {
-    sim_dtype da, db;
-    bool fa, fb;
+    sim_dtype da = a->t ? a->t->v.dtype : a->s_int ? SIM_DT_INT32 : SIM_DT_FLOAT32;
+    sim_dtype db = b->t ? b->t->v.dtype : b->s_int ? SIM_DT_INT32 : SIM_DT_FLOAT32;
+    bool fa = simc_dtype_is_float(da), fb = simc_dtype_is_float(db);
 
-    /* Python scalars are weak: they count as fp32 when fractional, else int32. */
-    da = a->t ? a->t->v.dtype : (a->s == floorf(a->s) ? SIM_DT_INT32 : SIM_DT_FLOAT32);
-    db = b->t ? b->t->v.dtype : (b->s == floorf(b->s) ? SIM_DT_INT32 : SIM_DT_FLOAT32);
-    if (!a->t && b->t && simc_dtype_is_float(db))
-        return db;
-    if (!b->t && a->t && simc_dtype_is_float(da))
-        return da;
     if (da == db)
         return da;
-    fa = simc_dtype_is_float(da);
-    fb = simc_dtype_is_float(db);
     if (fa && !fb)
         return da;
     if (fb && !fa)

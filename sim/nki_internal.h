@@ -238,6 +238,7 @@ int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine 
 typedef struct nki_opnd {
     nki_tensor *t;     /* borrowed, NULL for a scalar */
     float       s;
+    bool        s_int; /* the scalar was a Python int (promotes as int32, else fp32) */
 } nki_opnd;
 
 /* Parse a tensor or a Python number; -1 with the error raised. */
@@ -261,7 +262,8 @@ sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const si
 nki_tensor *nki_new_tile(sim_mem mem, sim_dtype dt, int nd, const int64_t *shape, const char *api);
 /* dtype= argument or `dflt` when absent/None; -1 with the error raised. */
 int nki_dtype_arg(PyObject *obj, sim_dtype dflt, const char *api);
-/* Promote two operand dtypes (float wins; mixed floats -> fp32). */
+/* Promote two operand dtypes (nki-subset.md: float wins over int, mixed
+ * floats widen to fp32, Python scalars count as fp32 (float) or int32 (int)). */
 sim_dtype nki_promote(const nki_opnd *a, const nki_opnd *b);
 /* Copy src (tensor or scalar, broadcast) into dst view with cast and mask;
  * records `op` on `eng`.  -1 with the error raised. */

@@ -734,3 +734,33 @@ Test(nki, launch_grids_are_bounded)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, dtype_promotion_follows_the_documented_rules)
+{
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    i = nl.zeros((4, 4), dtype=nl.int32)\n"
+        "    i8 = nl.zeros((4, 4), dtype=nl.int8)\n"
+        "    b = nl.zeros((4, 4), dtype=nl.bfloat16)\n"
+        "    h = nl.zeros((4, 4), dtype=nl.float16)\n"
+        "    assert (i + 2).dtype == nl.int32\n"
+        "    assert (i * 0.5).dtype == nl.float32\n"
+        "    assert (i8 + i).dtype == nl.int32\n"
+        "    assert (b + b).dtype == nl.bfloat16\n"
+        "    assert (b + h).dtype == nl.float32\n"
+        "    assert (b + i).dtype == nl.bfloat16\n"
+        "    assert nl.add(b, h, dtype=nl.bfloat16).dtype == nl.bfloat16\n"
+        "    assert nl.exp(b).dtype == nl.bfloat16\n"
+        "    assert nl.matmul(b, b, transpose_x=True).dtype == nl.float32\n"
+        "    return x\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
