@@ -1001,3 +1001,73 @@ Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
     }
     free(a);
 }
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(api_cli, migrations_apply_in_order_each_in_its_own_transaction, .timeout = 60)
+{
+    char *bin = kf_test_bin("kforge-api");
+    char *dsn = kf_test_fresh_db();
+    char *dir = kf_test_tmpdir("mig");
+    char *p1 = kf_asprintf("%s/0001_init.sql", dir), *p2 = kf_asprintf("%s/0002_extra.sql", dir);
+    char *p10 = kf_asprintf("%s/0010_bad.sql", dir), *pn = kf_asprintf("%s/notes.txt", dir);
+    char *env[] = { kf_asprintf("KFORGE_PG_DSN=%s", dsn), kf_asprintf("KFORGE_MIGRATIONS_DIR=%s", dir), NULL };
+    char *argv[] = { bin, "migrate", NULL };
+    char *out = NULL;
+    PGconn *c;
+    PGresult *res;
+
+    write_file(p1, "CREATE TABLE m_one (id int);");
+    write_file(p2, "CREATE TABLE m_two (id int); INSERT INTO m_two VALUES (2);");
+    /* Applied in numeric order; the failing one stops the run and leaves nothing. */
+    write_file(p10, "CREATE TABLE m_ten (id int); SELECT 1/0;");
+    write_file(pn, "not a migration");
+    cr_assert_eq(run_capture(argv, env, &out), 1, "a failing migration fails migrate: %s", out);
+    cr_assert(strstr(out, "0010_bad.sql") && strstr(out, "division by zero"), "%s", out);
+    free(out);
+    c = PQconnectdb(dsn);
+    res = PQexec(c, "SELECT string_agg(version::text || ':' || name, ',' ORDER BY version) FROM schema_migrations");
+    cr_assert_str_eq(PQgetvalue(res, 0, 0), "1:0001_init.sql,2:0002_extra.sql");
+    PQclear(res);
+    res = PQexec(c, "SELECT to_regclass('m_ten') IS NULL, to_regclass('m_two') IS NOT NULL");
+    cr_assert_str_eq(PQgetvalue(res, 0, 0), "t", "the failed migration left nothing behind");
+    cr_assert_str_eq(PQgetvalue(res, 0, 1), "t");
+    PQclear(res);
+
+    write_file(p10, "CREATE TABLE m_ten (id int);");
+    cr_assert_eq(run_capture(argv, env, &out), 0, "%s", out);
+    cr_assert(strstr(out, "applied 0010_bad.sql") && strstr(out, "1 migration applied"), "%s", out);
+    free(out);
+    cr_assert_eq(run_capture(argv, env, &out), 0, "%s", out);
+    cr_assert(strstr(out, "0 migrations applied"), "%s", out);
+    free(out);
+    res = PQexec(c, "SELECT count(*) FROM schema_migrations");
+    cr_assert_str_eq(PQgetvalue(res, 0, 0), "3");
+    PQclear(res);
+    PQfinish(c);
+
+    /* Two files with one number are refused before anything runs. */
+    {
+        char *dup = kf_asprintf("%s/0002_again.sql", dir);
+        write_file(dup, "SELECT 1;");
+        cr_assert_eq(run_capture(argv, env, &out), 1);
+        cr_assert(strstr(out, "share number 2"), "%s", out);
+        free(out);
+        free(dup);
+    }
+    for (int i = 0; env[i]; i++)
+        free(env[i]);
+    free(bin);
+    free(dsn);
+    free(dir);
+    free(p1);
+    free(p2);
+    free(p10);
+    free(pn);
+}
