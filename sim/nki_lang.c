@@ -453,6 +453,9 @@ static PyObject *ew_binary(simn_op op, const char *api, PyObject *x, PyObject *y
     if (dt < 0)
         return NULL;
     if (into) {
+        if (into->v.ndim != nd ||
+            memcmp(into->v.shape, shape, sizeof(int64_t) * (size_t)nd) != 0)
+            return shape_error(api, &a, &b);   /* t op= v cannot grow t */
         out = into;
         Py_INCREF(out);
     } else {

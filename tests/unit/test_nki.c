@@ -764,3 +764,50 @@ Test(nki, dtype_promotion_follows_the_documented_rules)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, iota_select_and_legacy_isa_forms)
+{
+    const char *src =
+        "import numpy as np\n"
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "import nki.isa as cisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray((8, 24), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    ip, jf = nl.mgrid[0:8, 0:8]\n"
+        "    io = nisa.iota(ip * 8 + jf, dtype=nl.float32)\n"
+        "    ones = nisa.memset((8, 8), 1.0, nl.float32)\n"
+        "    low = nisa.affine_select(ip >= jf, ones, -1.0)\n"
+        "    ts = nisa.tensor_scalar(io, np.subtract, 1.0, reverse0=True, op1=np.multiply, operand1=2.0)\n"
+        "    res = nl.ndarray((8, 24), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    res[:, 0:8] = io\n"
+        "    res[:, 8:16] = low\n"
+        "    cio = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    cisa.iota(dst=cio, pattern=[[1, 8]], offset=3, channel_multiplier=8)\n"
+        "    sel = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    cisa.affine_select(dst=sel, pattern=[[-1, 8]], channel_multiplier=1, on_true_tile=ts,\n"
+        "                       on_false_value=0.0, cmp_op=nl.greater_equal)\n"
+        "    res[:, 16:24] = sel + cio * 0.0\n"
+        "    nl.store(out, res)\n"
+        "    return out\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 8; p++)
+        for (int f = 0; f < 8; f++) {
+            const float *o = f32(&r.out[0]) + p * 24;
+            float ts = (1.0f - (float)(p * 8 + f)) * 2.0f;
+            cr_assert_eq(o[f], (float)(p * 8 + f));
+            cr_assert_eq(o[8 + f], p >= f ? 1.0f : -1.0f);
+            cr_assert_eq(o[16 + f], p - f >= 0 ? ts : 0.0f, "p=%d f=%d", p, f);
+        }
+    cr_assert_eq(count_op(&r.rec, SIM_OP_IOTA), 2);
+    cr_assert_eq(count_op(&r.rec, SIM_OP_AFFINE_SELECT), 2);
+    cr_assert_eq(first_op(&r.rec, SIM_OP_IOTA)->engine, SIM_ENG_GPSIMD);
+    done(&r);
+    sim_array_release(&in);
+}
