@@ -28,7 +28,7 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int bench(const char *label, const sim_record *r, const sim_target *t)
@@ -71,7 +71,7 @@ static int bench(const char *label, const sim_record *r, const sim_target *t)
     }
     printf("%-32s %7zu insns  simulated %8.3f ms  timing %7.2f ms = %5.2f M insns/s  "
            "profile %7.2f ms (%.1fx)  +json+trace+table %7.2f ms\n",
-           label, r->n_insns, sim_ms, best_t * 1e3, r->n_insns / best_t / 1e6, best_b * 1e3,
+           label, r->n_insns, sim_ms, best_t * 1e3, (double)r->n_insns / best_t / 1e6, best_b * 1e3,
            best_b / best_t, best_p * 1e3);
     return 0;
 }
@@ -88,6 +88,7 @@ static double run_real(const char *tn, const char *path, const char *entry, cons
     kf_err e = KF_ERR_INIT;
 
     memset(in, 0, sizeof(in));
+    sim_record_init(rec, tn);
     for (size_t i = 0; i < n && i < 4; i++) {
         sim_npy_array a;
         char *name = NULL;
@@ -109,7 +110,6 @@ static double run_real(const char *tn, const char *path, const char *entry, cons
     o.target = tn;
     o.numerics = numerics != 0;
     o.kwargs_json = kwargs;
-    sim_record_init(rec, tn);
     double t0 = now();
     kf_code rc = sim_run_kernel(&o, in, n, &outs, &n_outs, rec, &serr, &e);
     double t1 = now();
@@ -129,11 +129,19 @@ static int bench_real(const char *label, const sim_target *t, const char *path, 
                       const char *kwargs, const char *const *specs, size_t n)
 {
     sim_record on, off;
+    sim_record_init(&on, t->name);
     double s_off = run_real(t->name, path, entry, kwargs, specs, n, 0, &off);
-    double s_on = s_off >= 0 ? run_real(t->name, path, entry, kwargs, specs, n, 1, &on) : -1;
+    double s_on = -1;
     kf_err e = KF_ERR_INIT;
-    if (s_off < 0 || s_on < 0)
+    if (s_off >= 0) {
+        sim_record_release(&on);
+        s_on = run_real(t->name, path, entry, kwargs, specs, n, 1, &on);
+    }
+    if (s_off < 0 || s_on < 0) {
+        sim_record_release(&on);
+        sim_record_release(&off);
         return 1;
+    }
     sim_profile *p = NULL;
     double t0 = now();
     if (sim_profile_build(&off, t, &p, &e) != KF_OK) {

@@ -113,7 +113,7 @@ static int cmp_loc_key(const void *a, const void *b)
 static void fmt_lines(const sim_profile *p, const uint32_t *locs, unsigned n, char *out,
                       size_t len)
 {
-    loc_key k[SIM_FINDING_MAX_LOCS];
+    loc_key k[SIM_FINDING_MAX_LOCS] = { { 0, 0, 0 } };
     kf_buf b = KF_BUF_INIT;
     const sim_record *r = p->rec;
     unsigned m = 0;
@@ -126,7 +126,8 @@ static void fmt_lines(const sim_profile *p, const uint32_t *locs, unsigned n, ch
         k[m].line = r->locs[locs[i]].line;
         m++;
     }
-    qsort(k, m, sizeof(k[0]), cmp_loc_key);
+    if (m > 1)
+        qsort(k, m, sizeof(k[0]), cmp_loc_key);
     for (unsigned i = 0; i < m;) {
         unsigned j = i;
         while (j + 1 < m && k[j + 1].file == k[i].file && k[j + 1].line <= k[j].line + 1)
@@ -264,7 +265,7 @@ static void find_dma_small(fctx *c)
     double cost = extra * dma_frac(p);
     if (!n || !worth(p, cost))
         return;
-    double avg = chunk_sum / n;
+    double avg = chunk_sum / (double)n;
     sim_finding *f = finding_add(c, SIM_FIND_DMA_SMALL, cost);
     fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
     if (avg < t->dma_efficient_chunk)
@@ -284,7 +285,7 @@ static void find_dma_small(fctx *c)
              "{\"transfers\":%llu,\"average_chunk_bytes\":%.0f,\"efficient_chunk_bytes\":%.0f,"
              "\"saturating_chunk_bytes\":%.0f,\"bytes\":%llu,\"share_of_dma_bytes\":%.3f}",
              (unsigned long long)n, avg, t->dma_efficient_chunk, t->dma_saturating_chunk,
-             (unsigned long long)bytes, p->dma_bytes ? (double)bytes / p->dma_bytes : 0.0);
+             (unsigned long long)bytes, p->dma_bytes ? (double)bytes / (double)p->dma_bytes : 0.0);
 }
 
 static void find_hbm_reload(fctx *c)
@@ -305,7 +306,7 @@ static void find_hbm_reload(fctx *c)
         uint64_t uniq = al->bytes_per_part;
         if (al->mem != SIM_MEM_HBM || !al->is_input || !uniq || loaded[a] < uniq * 3 / 2)
             continue;
-        double ratio = (double)loaded[a] / uniq;
+        double ratio = (double)loaded[a] / (double)uniq;
         double cost = (double)(loaded[a] - uniq) / bw * dma_frac(p);
         if (!worth(p, cost))
             continue;
@@ -434,13 +435,13 @@ static void find_pe(fctx *c)
         msgf(f->message, sizeof(f->message),
                  "matmul tiles average K=%.0f M=%.0f N=%.0f on a %.0fx%.0f array (%llu with K<%.0f, "
                  "%llu with M<%.0f, %llu with N<512): fill K and M to %.0f and N to 512: %s",
-                 ksum / n, msum / n, nsum / n, t->te_rows, t->te_cols, (unsigned long long)nk,
+                 ksum / (double)n, msum / (double)n, nsum / (double)n, t->te_rows, t->te_cols, (unsigned long long)nk,
                  t->te_rows, (unsigned long long)nm, t->te_cols, (unsigned long long)nn,
                  t->te_rows, lines);
         msgf(f->evidence, sizeof(f->evidence),
                  "{\"matmuls\":%llu,\"avg_k\":%.1f,\"avg_m\":%.1f,\"avg_n\":%.1f,\"k_under\":%llu,"
                  "\"m_under\":%llu,\"n_under_512\":%llu,\"wasted_pe_ns\":%.0f}",
-                 (unsigned long long)n, ksum / n, msum / n, nsum / n, (unsigned long long)nk,
+                 (unsigned long long)n, ksum / (double)n, msum / (double)n, nsum / (double)n, (unsigned long long)nk,
                  (unsigned long long)nm, (unsigned long long)nn, waste);
     }
     if (n32 && worth(p, fp32_waste * crit)) {
@@ -624,11 +625,11 @@ static void find_overhead(fctx *c)
              "takes scale/bias and reduces) or work on larger tiles: %s",
              sim_engine_name(e), human_ns(over, tb, sizeof(tb)), 100.0 * over / busy,
              p->tgt.access_bubble_cycles, p->tgt.min_ii_cycles, (unsigned long long)n,
-             elems / n, lines);
+             elems / (double)n, lines);
         msgf(f->evidence, sizeof(f->evidence),
              "{\"engine\":\"%s\",\"overhead_ns\":%.0f,\"busy_ns\":%.0f,\"instructions\":%llu,"
              "\"avg_elems_per_partition\":%.1f}",
-             sim_engine_name(e), over, busy, (unsigned long long)n, elems / n);
+             sim_engine_name(e), over, busy, (unsigned long long)n, elems / (double)n);
     }
 }
 
@@ -705,12 +706,12 @@ static void count(sim_profile *p)
             p->matmul_count++;
             p->matmul_flops += in->flops ? in->flops : hw;
             p->hardware_flops += hw;
-            p->adjusted_hardware_flops += hw * f;
+            p->adjusted_hardware_flops += (double)hw * f;
         } else if (in->opcode == SIM_OP_PE_TRANSPOSE) {
             uint64_t hw = insn_pe_flops(in);
             p->transpose_flops += hw;
             p->hardware_flops += hw;
-            p->adjusted_hardware_flops += hw;
+            p->adjusted_hardware_flops += (double)hw;
         }
         if (in->opcode == SIM_OP_ACTIVATION || in->opcode == SIM_OP_ACTIVATION_REDUCE) {
             p->activate_count++;
@@ -920,7 +921,7 @@ static cJSON *summary_obj(const sim_profile *p)
     cJSON_AddNumberToObject(s, "dma_transfer_count", (double)p->dma_count);
     cJSON_AddNumberToObject(s, "dma_transfer_total_bytes", (double)p->dma_bytes);
     cJSON_AddNumberToObject(s, "dma_transfer_average_bytes",
-                            p->dma_count ? (double)p->dma_bytes / p->dma_count : 0);
+                            p->dma_count ? (double)p->dma_bytes / (double)p->dma_count : 0);
     cJSON_AddNumberToObject(s, "dma_transfer_time", dma_time * 1e-9);
     cJSON_AddNumberToObject(s, "dma_queue_count", (double)p->dma_queues_used);
     cJSON_AddNumberToObject(s, "hbm_read_bytes", (double)p->hbm_read);
@@ -1070,7 +1071,7 @@ void sim_profile_print(FILE *f, const sim_profile *p)
     fprintf(f, "dma %.1f%%\n", T > 0 ? 100.0 * p->dma_active_ns / T : 0.0);
     fprintf(f, "dma %llu transfers, %s (avg %s), hbm read %s write %s\n",
             (unsigned long long)p->dma_count, human_bytes((double)p->dma_bytes, t1, sizeof(t1)),
-            human_bytes(p->dma_count ? (double)p->dma_bytes / p->dma_count : 0, t2, sizeof(t2)),
+            human_bytes(p->dma_count ? (double)p->dma_bytes / (double)p->dma_count : 0, t2, sizeof(t2)),
             human_bytes((double)p->hbm_read, t3, sizeof(t3)),
             human_bytes((double)p->hbm_write, t4, sizeof(t4)));
     fprintf(f, "bounds: compute %s | memory %s | necessary IO %s | pipeline %s (%s)\n",

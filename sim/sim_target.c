@@ -208,7 +208,7 @@ static kf_code sim_target_parse(const char *path, const char *text, sim_target *
                             path, f->section, f->key, val->valuedouble, f->lo, f->hi);
             goto out;
         }
-        *(double *)((char *)t + f->offset) = val->valuedouble;
+        memcpy((char *)t + f->offset, &val->valuedouble, sizeof(double));
     }
     rc = sim_target_parse_eff(root, path, t, err);
     if (rc)

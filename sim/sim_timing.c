@@ -467,10 +467,11 @@ static uint64_t tensor_ps(model *m, const sim_insn *in, uint64_t start, uint64_t
     if (in->nsrc > 0) {
         const sim_region *st = &in->src[0];
         uint32_t w = st->alloc < m->rec->n_allocs ? m->alloc_writes[st->alloc] : 0;
-        if (m->te_have_prev && same_region(st, &m->te_prev_stat) && w == m->te_prev_stat_writes)
-            ls = 0;
-        else if (m->te_have_prev && start == track_free &&
-                 (double)m->te_prev_mm_ps >= cyc_ps(ls, t->te_clock_ghz))
+        int same = m->te_have_prev && same_region(st, &m->te_prev_stat) &&
+                   w == m->te_prev_stat_writes;
+        int hidden = m->te_have_prev && start == track_free &&
+                     m->te_prev_mm_ps >= cyc_ps(ls, t->te_clock_ghz);
+        if (same || hidden)
             ls = 0;
         m->te_prev_stat = *st;
         m->te_prev_stat_writes = w;
@@ -566,7 +567,8 @@ static uint64_t dma_end(model *m, const sim_insn *in, uint64_t start, uint64_t *
         eff *= (s && s->mem == SIM_MEM_HBM) ? t->dma_transpose_hbm_eff : t->dma_transpose_sbuf_eff;
     if (hbm && t->hbm_bpns / m->n_pipes < bpns)
         bpns = t->hbm_bpns / m->n_pipes;
-    uint32_t ne = desc < m->n_pipes ? (uint32_t)desc : m->n_pipes;
+    uint32_t np = m->n_pipes ? m->n_pipes : 1;   /* the target loader guarantees >= 1 */
+    uint32_t ne = desc < np ? (uint32_t)desc : np;
     if (ne == 0)
         ne = 1;
     double share = bytes / ne;
@@ -574,12 +576,12 @@ static uint64_t dma_end(model *m, const sim_insn *in, uint64_t start, uint64_t *
     uint64_t share_ideal = (uint64_t)ceil(share / bpns * 1000.0);
     uint64_t data0 = start + fixed, end = data0;
     for (uint32_t k = 0; k < ne; k++) {
-        pipe *p = &m->pipes[(m->dma_rr + k) % m->n_pipes];
+        pipe *p = &m->pipes[(m->dma_rr + k) % np];
         uint64_t s0 = pipe_place(p, data0, share_ps);
         if (s0 + share_ps > end)
             end = s0 + share_ps;
     }
-    m->dma_rr = (m->dma_rr + ne) % m->n_pipes;
+    m->dma_rr = (m->dma_rr + ne) % np;
     *ideal = fixed + share_ideal;
     return end;
 }

@@ -116,7 +116,7 @@ static void mm_loop(sim_record *r, unsigned bufs, unsigned iters, unsigned k, si
     for (unsigned b = 0; b < nb; b++)
         buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", dt, k, 512, 4096 + b * 4096);
     for (unsigned b = 0; b < 2; b++)
-        ps[b] = syn_tile(r, SIM_MEM_PSUM, "ps", SIM_DT_FLOAT32, 128, 512, b * 2048);
+        ps[b] = syn_tile(r, SIM_MEM_PSUM, "ps", SIM_DT_FLOAT32, 128, 512, (uint64_t)b * 2048);
     for (unsigned i = 0; i < iters; i++) {
         uint32_t t = buf[i % nb];
         if (bufs || i == 0)
@@ -184,7 +184,7 @@ static void psum_loop(sim_record *r, unsigned nps)
     uint32_t o = syn_tile(r, SIM_MEM_SBUF, "o", SIM_DT_FLOAT32, 128, 512, 8192);
     uint32_t ps[2];
     for (unsigned b = 0; b < nps; b++)
-        ps[b] = syn_tile(r, SIM_MEM_PSUM, "acc", SIM_DT_FLOAT32, 128, 512, b * 2048);
+        ps[b] = syn_tile(r, SIM_MEM_PSUM, "acc", SIM_DT_FLOAT32, 128, 512, (uint64_t)b * 2048);
     for (unsigned i = 0; i < 64; i++) {
         uint32_t p = ps[i % nps];
         for (unsigned k = 0; k < 8; k++)

@@ -448,13 +448,13 @@ static void pipeline_record(sim_record *r, unsigned bufs, unsigned iters)
     for (unsigned b = 0; b < bufs; b++)
         buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", SIM_DT_BFLOAT16, 128, 2048, 256 + b * 4096);
     for (unsigned b = 0; b < 2; b++)
-        ps[b] = syn_tile(r, SIM_MEM_PSUM, "ps", SIM_DT_FLOAT32, 128, 512, b * 2048);
+        ps[b] = syn_tile(r, SIM_MEM_PSUM, "ps", SIM_DT_FLOAT32, 128, 512, (uint64_t)b * 2048);
     for (unsigned i = 0; i < iters; i++) {
         uint32_t t = buf[i % bufs];
         syn_dma(r, syn_tile_all(r, t), syn_hbm_region(r, x, 2048, 128ull * i, 128, 0, 2048), loc_load);
         for (unsigned k = 0; k < 32; k++)
             syn_matmul(r, syn_tile_all(r, ps[k % 2]), syn_tile_all(r, st),
-                       syn_tile_region(r, t, 0, 128, (k % 4) * 512, 512, 1), 0, loc_mm);
+                       syn_tile_region(r, t, 0, 128, (uint64_t)(k % 4) * 512, 512, 1), 0, loc_mm);
     }
 }
 
