@@ -3,6 +3,8 @@
  * promote, the registry, the leader lock, NOSCRIPT and reconnects. */
 #include <criterion/criterion.h>
 #include <hiredis/hiredis.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -512,4 +514,76 @@ Test(queue, wait_wakes_on_enqueue_and_times_out_otherwise)
     cr_assert_eq(kf_queue_wait(q, t, 2, 2000, &woken, &e), KF_OK, "%s", e.msg);
     cr_assert(woken);
     cr_assert(kf_test_now_ms() - t0 < 100, "a signal wakes at once");
+}
+
+/* A Redis of our own that wants a password: AUTH from the URL (with and
+ * without a user name), SELECT of the database, and a clear error when the
+ * password is wrong. */
+Test(queue, url_password_user_and_database_are_used)
+{
+    int port = kf_test_free_port();
+    char portarg[16];
+    snprintf(portarg, sizeof(portarg), "%d", port);
+    char *const argv[] = { "/usr/bin/redis-server", "--port", portarg, "--bind", "127.0.0.1", "--requirepass",
+                           "s3cret", "--save", "", "--appendonly", "no", NULL };
+    char *dir = kf_test_tmpdir("authredis");
+    char *log = kf_asprintf("%s/redis.log", dir);
+    pid_t pid = kf_test_spawn(argv, NULL, log);
+    kf_err e = KF_ERR_INIT;
+    char *good = kf_asprintf("redis://:s3cret@127.0.0.1:%d/4", port);
+    char *user = kf_asprintf("redis://default:s3cret@127.0.0.1:%d/4", port);
+    char *bad = kf_asprintf("redis://:wrong@127.0.0.1:%d/4", port);
+    kf_queue *g = NULL, *u = NULL, *b = NULL;
+    long long end = kf_test_now_ms() + 5000;
+
+    g = kf_queue_connect(good, &e);
+    cr_assert_not_null(g, "%s", e.msg);
+    while (kf_queue_ping(g, &e) != KF_OK && kf_test_now_ms() < end)
+        kf_test_sleep_ms(50);
+    kf_code rc_good = kf_queue_ping(g, &e);
+    bool created = false;
+    kf_queue_job j = { .id = "auth1", .kind = "diag", .target = "trn2", .backend = "diag", .priority = 5,
+                       .attempt = 0, .max_attempts = 1, .payload = "{}" };
+    kf_code rc_enq = kf_queue_enqueue(g, &j, &created, &e);
+    u = kf_queue_connect(user, &e);
+    kf_code rc_user = kf_queue_ping(u, &e);
+    kf_queue_stats st;
+    kf_code rc_stats = kf_queue_stats_get(u, NULL, &st, &e);
+    b = kf_queue_connect(bad, &e);
+    kf_err be = KF_ERR_INIT;
+    kf_code rc_bad = kf_queue_ping(b, &be);
+
+    /* the job went to DB 4 of that Redis, not DB 0 */
+    redisContext *c = redisConnect("127.0.0.1", port);
+    redisReply *r = redisCommand(c, "AUTH s3cret");
+    freeReplyObject(r);
+    r = redisCommand(c, "EXISTS kf:job:auth1");
+    long long in_db0 = r ? r->integer : -1;
+    freeReplyObject(r);
+    r = redisCommand(c, "SELECT 4");
+    freeReplyObject(r);
+    r = redisCommand(c, "EXISTS kf:job:auth1");
+    long long in_db4 = r ? r->integer : -1;
+    freeReplyObject(r);
+    redisFree(c);
+
+    kf_queue_free(g);
+    kf_queue_free(u);
+    kf_queue_free(b);
+    kf_test_stop(pid, SIGTERM, 5000);
+    cr_assert_eq(rc_good, KF_OK, "AUTH with the URL's password");
+    cr_assert_eq(rc_enq, KF_OK);
+    cr_assert(created);
+    cr_assert_eq(rc_user, KF_OK, "AUTH with user and password");
+    cr_assert_eq(rc_stats, KF_OK);
+    cr_assert_eq(st.waiting, 1);
+    cr_assert_eq(rc_bad, KF_REDIS);
+    cr_assert(strstr(be.msg, "AUTH") != NULL, "the error names AUTH: %s", be.msg);
+    cr_assert_eq(in_db0, 0);
+    cr_assert_eq(in_db4, 1);
+    free(good);
+    free(user);
+    free(bad);
+    free(log);
+    free(dir);
 }
