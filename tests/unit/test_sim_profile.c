@@ -111,7 +111,7 @@ static void mm_loop(sim_record *r, unsigned bufs, unsigned iters, unsigned k, si
     uint32_t ll = sim_record_loc(r, "k.py", 30, "k"), lm = sim_record_loc(r, "k.py", 31, "k");
     uint32_t x = syn_hbm(r, "x", dt, 128ull * iters, 512, 1, 0);
     uint32_t w = syn_tile(r, SIM_MEM_SBUF, "w", dt, k, 128, 0);
-    uint32_t buf[2], ps[2];
+    uint32_t buf[2] = { 0, 0 }, ps[2] = { 0, 0 };
     unsigned nb = bufs ? bufs : 1;
     for (unsigned b = 0; b < nb; b++)
         buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", dt, k, 512, 4096 + b * 4096);
@@ -182,7 +182,7 @@ static void psum_loop(sim_record *r, unsigned nps)
     uint32_t w = syn_tile(r, SIM_MEM_SBUF, "w", SIM_DT_BFLOAT16, 128, 128, 0);
     uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_BFLOAT16, 128, 512, 4096);
     uint32_t o = syn_tile(r, SIM_MEM_SBUF, "o", SIM_DT_FLOAT32, 128, 512, 8192);
-    uint32_t ps[2];
+    uint32_t ps[2] = { 0, 0 };
     for (unsigned b = 0; b < nps; b++)
         ps[b] = syn_tile(r, SIM_MEM_PSUM, "acc", SIM_DT_FLOAT32, 128, 512, (uint64_t)b * 2048);
     for (unsigned i = 0; i < 64; i++) {

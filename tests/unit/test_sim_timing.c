@@ -444,7 +444,7 @@ static void pipeline_record(sim_record *r, unsigned bufs, unsigned iters)
     uint32_t loc_load = sim_record_loc(r, "k.py", 10, "k"), loc_mm = sim_record_loc(r, "k.py", 11, "k");
     uint32_t x = syn_hbm(r, "x", SIM_DT_BFLOAT16, 128ull * iters, 2048, 1, 0);
     uint32_t st = syn_tile(r, SIM_MEM_SBUF, "w", SIM_DT_BFLOAT16, 128, 128, 0);
-    uint32_t buf[4], ps[2];
+    uint32_t buf[4] = { 0, 0, 0, 0 }, ps[2] = { 0, 0 };
     for (unsigned b = 0; b < bufs; b++)
         buf[b] = syn_tile(r, SIM_MEM_SBUF, "xt", SIM_DT_BFLOAT16, 128, 2048, 256 + b * 4096);
     for (unsigned b = 0; b < 2; b++)
