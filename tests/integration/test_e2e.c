@@ -20,6 +20,7 @@ static void teardown(void)
     kf_stack_stop(&S);
 }
 
+/* cppcheck-suppress unknownMacro */
 TestSuite(e2e, .fini = teardown, .timeout = 90);
 
 static long events(const char *id, const char *type)

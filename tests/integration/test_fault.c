@@ -29,6 +29,7 @@ static void teardown(void)
     kf_stack_stop(&S);
 }
 
+/* cppcheck-suppress unknownMacro */
 TestSuite(fault, .fini = teardown, .timeout = 120);
 
 static void start(int workers, int schedulers)

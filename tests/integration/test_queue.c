@@ -40,6 +40,7 @@ static void teardown(void)
     redisFree(raw);
 }
 
+/* cppcheck-suppress unknownMacro */
 TestSuite(queue, .init = setup, .fini = teardown, .timeout = 30);
 
 static void put(const char *id, const char *target, int prio, int max_attempts)

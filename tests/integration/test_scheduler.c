@@ -22,6 +22,7 @@ static void teardown(void)
     kf_stack_stop(&S);
 }
 
+/* cppcheck-suppress unknownMacro */
 TestSuite(scheduler, .fini = teardown, .timeout = 60);
 
 static int log_count(int i, const char *needle)
