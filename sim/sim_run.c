@@ -145,6 +145,31 @@ static void py_error(sim_error *serr, const char *filename, sim_error_code code)
     Py_XDECREF(tb);
 }
 
+/* Drop the modules the kernel imported from its own folder, so the next run
+ * (another kernel with a helper of the same name) imports its own.  Library
+ * modules (NumPy, ...) stay: extension modules cannot be imported twice. */
+static void forget_kernel_modules(PyObject *dir)
+{
+    PyObject *mods = PyImport_GetModuleDict(), *keys;
+    const char *d = dir ? PyUnicode_AsUTF8(dir) : NULL;
+    size_t dl = d ? strlen(d) : 0;
+
+    if (!d || dl == 0 || !(keys = PyDict_Keys(mods))) {
+        PyErr_Clear();
+        return;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i), *m = PyDict_GetItem(mods, k);
+        PyObject *file = m && PyModule_Check(m) ? PyObject_GetAttrString(m, "__file__") : NULL;
+        const char *f = file && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
+        if (f && strncmp(f, d, dl) == 0 && f[dl] == '/' && !strchr(f + dl + 1, '/'))
+            PyDict_DelItem(mods, k);
+        Py_XDECREF(file);
+        PyErr_Clear();
+    }
+    Py_DECREF(keys);
+}
+
 static int set_str(PyObject *dict, const char *key, const char *val)
 {
     PyObject *v = PyUnicode_FromString(val);
@@ -501,6 +526,7 @@ out:
     if (dir && sys_path && PyList_Check(sys_path) && PyList_GET_SIZE(sys_path) > 0 &&
         PyList_GET_ITEM(sys_path, 0) == dir)
         PySequence_DelItem(sys_path, 0);
+    forget_kernel_modules(dir);
     Py_XDECREF(dir);
     Py_XDECREF(sys_path);
     Py_XDECREF(items);

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
@@ -809,5 +811,76 @@ Test(nki, iota_select_and_legacy_isa_forms)
     cr_assert_eq(count_op(&r.rec, SIM_OP_AFFINE_SELECT), 2);
     cr_assert_eq(first_op(&r.rec, SIM_OP_IOTA)->engine, SIM_ENG_GPSIMD);
     done(&r);
+    sim_array_release(&in);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(nki, kernel_helper_modules_come_from_each_kernels_folder)
+{
+    const char *kernel =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "from helper import VAL\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.memset(dst=t, value=VAL)\n"
+        "    nisa.dma_copy(dst=out, src=t)\n"
+        "    return out\n";
+    char tmpl[] = "/tmp/kforge-nki-XXXXXX", path[256];
+    const char *base = mkdtemp(tmpl);
+    sim_array in = mk("x", SIM_DT_FLOAT32, 1, 1);
+
+    cr_assert_not_null(base);
+    for (int i = 1; i <= 2; i++) {
+        char helper[64];
+        snprintf(path, sizeof(path), "%s/k%d", base, i);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/k%d/helper.py", base, i);
+        snprintf(helper, sizeof(helper), "VAL = %d.0\n", i);
+        write_file(path, helper);
+        snprintf(path, sizeof(path), "%s/k%d/kernel.py", base, i);
+        write_file(path, kernel);
+    }
+    for (int i = 1; i <= 2; i++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+        sim_array *out = NULL;
+        size_t n_out = 0;
+
+        memset(&o, 0, sizeof(o));
+        snprintf(path, sizeof(path), "%s/k%d/kernel.py", base, i);
+        o.source_path = path;
+        o.entry = "k";
+        o.target = "trn2";
+        o.numerics = true;
+        sim_record_init(&rec, "trn2");
+        cr_assert_eq(sim_run_kernel(&o, &in, 1, &out, &n_out, &rec, &se, &err), KF_OK, "%s", err.msg);
+        cr_assert_eq(f32(&out[0])[0], (float)i, "run %d read the other kernel's helper", i);
+        cr_assert_str_eq(rec.strs[rec.locs[rec.insns[0].loc].file], path);
+        sim_array_release(&out[0]);
+        free(out);
+        sim_record_release(&rec);
+    }
+    for (int i = 1; i <= 2; i++) {
+        snprintf(path, sizeof(path), "%s/k%d/helper.py", base, i);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/k%d/kernel.py", base, i);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/k%d", base, i);
+        rmdir(path);
+    }
+    rmdir(base);
     sim_array_release(&in);
 }
