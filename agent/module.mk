@@ -8,3 +8,8 @@ $(AGENT_LIB): $(AGENT_SRCS:%.c=$(BUILD)/obj/%.o)
 	$(AR) rcs $@ $^
 $(BUILD)/obj/agent/%.o: CFLAGS += -Iagent -Isim
 LIBS += $(AGENT_LIB)
+# The agent's benchmark links the agent library too (bench/module.mk's rule
+# links only the simulator and common).
+$(BUILD)/bench/agent_bench: $(BUILD)/obj/bench/agent_bench.o $(AGENT_LIB) $(BUILD)/lib/libkfsim.a $(BUILD)/lib/libkfcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)

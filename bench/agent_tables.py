@@ -1,0 +1,48 @@
+"""Tables for bench/agent_bench.sh: agent_tables.py quality|search FILE.jsonl"""
+import json
+import statistics
+import sys
+
+TARGET_OPS = {"matmul", "softmax", "rmsnorm", "layernorm", "swiglu"}
+
+
+def rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def quality(path):
+    rs = rows(path)
+    print(f"   {'op':<17}{'target':<7}{'shapes':<34}{'default':>8}{'tuned':>7}{'speedup':>8}  {'iters':>5}  limit / status")
+    ovh, outside = [], []
+    for r in rs:
+        speed = r["default_us"] / r["best_us"] if r["best_us"] else 0
+        goal = ""
+        if r["op"] in TARGET_OPS:
+            goal = "meets 0.85" if r["best_fraction"] >= 0.85 else "BELOW 0.85"
+        limit = r["limiting_finding"] if r["limiting_finding"] != "none" else f"{r['pipeline_engine']} engine busy"
+        print(f"   {r['op']:<17}{r['target']:<7}{r['shapes'][:33]:<34}{r['default_fraction']:>8.2f}{r['best_fraction']:>7.2f}"
+              f"{speed:>7.2f}x  {int(r['iterations']):>5}  {limit} {goal}")
+        ovh.append(r["timings"]["loop_overhead_fraction"])
+        outside.append(r["timings"]["outside_sim_fraction"])
+    if ovh:
+        print(f"   loop overhead (agent code outside the sandboxed evaluations): median {100 * statistics.median(ovh):.3f}% "
+              f"of wall, max {100 * max(ovh):.3f}% (target <= 5%)")
+        print(f"   outside the simulator (sandbox, inputs, NumPy reference, comparison): median "
+              f"{100 * statistics.median(outside):.1f}% of wall")
+
+
+def search(path):
+    rs = rows(path)
+    print(f"   {'op':<17}{'space':>6}{'exhaustive':>11}{'guided':>8}{'random med':>11}  guided/exh  guided<random")
+    for r in rs:
+        g, e, m = r["guided_evals"], r["space"], r["random_median_evals"]
+        gtxt = str(int(g)) if g > 0 else "never"
+        ratio = f"{g / e:.2f}" if g > 0 and e else "-"
+        print(f"   {r['op']:<17}{int(e):>6}{int(r['exhaustive_evals']):>11}{gtxt:>8}{m:>11.1f}  {ratio:>10}  "
+              f"{'yes' if 0 < g < m else 'no'}")
+    print("   (exhaustive column: evaluations exhaustive order needed; space = all legal settings it ran)")
+
+
+if __name__ == "__main__":
+    {"quality": quality, "search": search}[sys.argv[1]](sys.argv[2])
