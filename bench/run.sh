@@ -87,6 +87,8 @@ bench_sim_timing() {
 
 # Queue and pipeline parts (queue_*) live in their own file.
 . bench/queue.sh
+# Agent parts (agent_*: quality, search efficiency, loop overhead).
+. bench/agent_bench.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
