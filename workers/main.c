@@ -698,11 +698,11 @@ int main(int argc, char **argv)
         snprintf(w.id, sizeof(w.id), "%s", id);
     else
         snprintf(w.id, sizeof(w.id), "%.40s-%d", w.host, (int)getpid());
-    for (char *c = w.id; *c; c++) {
-        if (*c <= ' ' || *c == '{' || *c == '}' || *c == '*' || *c == '/' || *c == '"' || *c == '\\' ||
-            (unsigned char)*c >= 0x7f) {
-            fprintf(stderr, "kforge-worker: KFORGE_WORKER_ID '%s' may only hold printable characters "
-                            "without spaces, quotes, slashes or braces\n", w.id);
+    for (const char *c = w.id; *c; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              strchr("_.:-", *c))) {
+            fprintf(stderr, "kforge-worker: KFORGE_WORKER_ID '%s' may only hold letters, digits and _ . : -\n",
+                    w.id);
             return 2;
         }
     }
