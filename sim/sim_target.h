@@ -76,6 +76,7 @@
     XX(hbm,      bytes_per_ns,            hbm_bpns,               0.1,    100000)  \
     XX(core,     clock_ghz,               nc_clock_ghz,           0.1,    10)      \
     XX(core,     vector_gpsimd_share_sbuf, conflict_ve_pool_sbuf, 0,      1)      \
+    XX(core,     vector_scalar_share_psum, conflict_ve_act_psum,  0,      1)      \
     XX(alloc,    rotating_buffers,        alloc_rotate,           1,      8)
 
 enum { SIM_TARGET_MAX_EFF = 16 };

@@ -304,6 +304,8 @@ typedef struct model {
     uint16_t *qof;               /* DMA queue of each instruction */
     uint64_t  port_free;         /* NC-v2 VectorE/GpSimd SBUF port */
     uint32_t  port_idx;
+    uint64_t  pport_free;        /* NC-v2 VectorE/ScalarE PSUM port */
+    uint32_t  pport_idx;
     /* TensorE state */
     uint64_t  te_warm_start;
     int       te_started;
@@ -878,6 +880,18 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
         if (port)
             note_wait(m->port_free, m->port_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
     }
+    int pport = m->t->conflict_ve_act_psum >= 0.5 &&
+                (eng == SIM_ENG_VECTOR || eng == SIM_ENG_SCALAR);
+    if (pport) {
+        int psum = 0;
+        for (unsigned k = 0; k < in->nsrc; k++)
+            psum |= in->src[k].mem == SIM_MEM_PSUM;
+        for (unsigned k = 0; k < in->ndst; k++)
+            psum |= in->dst[k].mem == SIM_MEM_PSUM;
+        pport = psum;
+        if (pport)
+            note_wait(m->pport_free, m->pport_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
+    }
     start = ready > tfree ? ready : tfree;
     if (ready <= tfree) {
         widx = UINT32_MAX;
@@ -899,6 +913,10 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     if (port) {
         m->port_free = end;
         m->port_idx = (uint32_t)i;
+    }
+    if (pport) {
+        m->pport_free = end;
+        m->pport_idx = (uint32_t)i;
     }
     /* Record the accesses that a later instruction can depend on. */
     uint64_t avail = end + result_latency_ps(m->t, eng);

@@ -52,7 +52,7 @@
     XX(WAR,   "war",   "waited for earlier reads of the region it overwrites") \
     XX(WAW,   "waw",   "waited for an earlier write of the region it writes")  \
     XX(REUSE, "reuse", "waited for the previous user of its SBUF/PSUM memory") \
-    XX(PORT,  "port",  "waited for the SBUF port VectorE and GpSimd share")
+    XX(PORT,  "port",  "waited for an NC-v2 shared port (SBUF: Vector/GpSimd; PSUM: Vector/Scalar)")
 
 typedef enum sim_wait {
 #define XX(id, name, doc) SIM_WAIT_##id,

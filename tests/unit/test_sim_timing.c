@@ -294,6 +294,24 @@ Test(sim_timing_cost, vector_and_gpsimd_share_sbuf_on_nc_v2_only)
     sim_record_release(&f.r);
 }
 
+Test(sim_timing_cost, vector_and_scalar_share_psum_on_nc_v2_only)
+{
+    sim_target t1 = load("trn1"), t2 = load("trn2");
+    fixture f;
+    sim_timing a, b;
+    fx_init(&f, "trn1", SIM_DT_FLOAT32);
+    syn_op(&f.r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(&f.r, f.v2), syn_tile_all(&f.r, f.ps), NULL, f.loc);
+    syn_op(&f.r, SIM_OP_ACTIVATION, -1, syn_tile_all(&f.r, f.v3), syn_tile_all(&f.r, f.ps2), NULL, f.loc);
+    timing(&f.r, &t1, &a);
+    timing(&f.r, &t2, &b);
+    cr_assert_eq(a.t[1].start_ps, a.t[0].end_ps);      /* trn1: ScalarE waits for PSUM */
+    cr_assert_eq(a.t[1].wait, SIM_WAIT_PORT);
+    cr_assert_eq(b.t[1].start_ps, 0);
+    sim_timing_release(&a);
+    sim_timing_release(&b);
+    sim_record_release(&f.r);
+}
+
 Test(sim_timing_cost, dma_casts_move_fp32_and_transposes_are_slower)
 {
     sim_target t = load("trn2");
