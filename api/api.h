@@ -285,6 +285,7 @@ void api_h_job_create(api_req *r);
 void api_h_job_get(api_req *r);
 void api_h_job_list(api_req *r);
 void api_h_job_cancel(api_req *r);
+void api_h_job_requeue(api_req *r);
 void api_h_job_events(api_req *r);
 void api_h_internal_start(api_req *r);
 void api_h_internal_iteration(api_req *r);

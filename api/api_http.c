@@ -26,6 +26,7 @@ const api_route api_routes[] = {
     { "GET", "/v1/jobs", api_h_job_list, R_USERS, 0 },
     { "GET", "/v1/jobs/{id}", api_h_job_get, R_USERS, 0 },
     { "POST", "/v1/jobs/{id}/cancel", api_h_job_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
+    { "POST", "/v1/jobs/{id}/requeue", api_h_job_requeue, API_ROLE_ADMIN, API_F_JSON_OPT | API_F_IDEM },
     { "GET", "/v1/jobs/{id}/events", api_h_job_events, R_USERS, 0 },
     { "POST", "/v1/internal/jobs/{id}/start", api_h_internal_start, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/iterations", api_h_internal_iteration, API_ROLE_WORKER, API_F_JSON },

@@ -391,6 +391,72 @@ out:
     api_req_rollback(r);
 }
 
+/* ---- requeue (admin) -------------------------------------------------------------- */
+
+/* A dead job goes back to queued with more attempts; the scheduler's relay
+ * puts it on Redis (it drops the dead letter first, docs/protocol.md), so
+ * there is no fast path here: Redis may still hold the job's hash. */
+void api_h_job_requeue(api_req *r)
+{
+    static const char *const allowed[] = { "extra_attempts", "reason", NULL };
+    int64_t extra = 1;
+    const char *reason = NULL, *params[4];
+    char ex[24], by[24];
+    kf_fields fe;
+    PGresult *res = NULL;
+
+    if (!api_job_id_ok(r))
+        return;
+    kf_fields_init(&fe);
+    if (r->json) {
+        kf_fields_refuse_unknown(&fe, r->json, "", allowed);
+        kf_fields_int(&fe, r->json, "", "extra_attempts", false, 1, 20, &extra);
+        kf_fields_str(&fe, r->json, "", "reason", false, 0, 512, &reason);
+        if (fe.n) {
+            api_reply_fields(r, 422, "validation", &fe);
+            return;
+        }
+    }
+    params[0] = r->param;
+    if (!api_req_begin(r))
+        return;
+    res = api_req_sql(r, "SELECT state FROM jobs WHERE id = $1::uuid FOR UPDATE", 1, params);
+    if (!res)
+        return;
+    if (PQntuples(res) == 0) {
+        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        goto out;
+    }
+    if (strcmp(PQgetvalue(res, 0, 0), "dead") != 0) {
+        api_reply_problem(r, 409, "job-not-dead", "Conflict", "job %s is %s; only dead jobs are re-queued", r->param,
+                          PQgetvalue(res, 0, 0));
+        goto out;
+    }
+    PQclear(res);
+    snprintf(ex, sizeof(ex), "%lld", (long long)extra);
+    snprintf(by, sizeof(by), "%lld", (long long)r->who.token_id);
+    params[1] = ex;
+    params[2] = reason;
+    params[3] = by;
+    res = api_req_sql(r,
+                      "WITH u AS (UPDATE jobs SET state = 'queued', max_attempts = attempt + $2::int, "
+                      "  cancel_requested = false, finished_at = NULL, updated_at = now() "
+                      "  WHERE id = $1::uuid RETURNING *), "
+                      "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
+                      "  SELECT id, attempt, 'requeued', 'dead', 'queued', jsonb_build_object('by_token', $4::bigint, "
+                      "  'extra_attempts', $2::int, 'reason', $3::text) FROM u), "
+                      "o AS (INSERT INTO outbox (job_id) VALUES ($1::uuid)) "
+                      "SELECT " API_JOB_JSON "::text FROM u j",
+                      4, params);
+    if (!res || !api_req_commit(r))
+        goto out;
+    api_reply_json_text(r, 202, PQgetvalue(res, 0, 0));
+    kf_log_info("dead job re-queued job=%s extra_attempts=%s by=%s req=%s", r->param, ex, by, r->request_id);
+out:
+    PQclear(res);
+    api_req_rollback(r);
+}
+
 /* ---- events -------------------------------------------------------------------- */
 
 void api_h_job_events(api_req *r)

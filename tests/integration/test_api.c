@@ -764,6 +764,42 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     free(id);
 }
 
+Test(api, admins_requeue_dead_jobs_for_the_relay)
+{
+    kf_http_resp r;
+    char *id = fx_submit(&fx, fx.user, NULL);
+    char *path = kf_asprintf("/v1/jobs/%s/requeue", id);
+    char *v;
+
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, NULL, &r), 409, "a queued job is not dead: %s", r.body);
+    cr_assert(strstr(r.body, "job-not-dead"), "%s", r.body);
+    kf_http_resp_release(&r);
+    /* What the scheduler records when attempts run out. */
+    free(fx_sql(&fx, "UPDATE jobs SET state = 'dead', attempt = 3, max_attempts = 3, finished_at = now() "
+                     "WHERE id = $1 RETURNING id", id));
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.user, NULL, &r), 403);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, "{\"extra_attempts\":0}", &r), 422);
+    cr_assert(strstr(r.body, "extra_attempts"), "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, "{\"extra_attempts\":2,\"reason\":\"fixed the host\"}", &r), 202,
+                 "%s", r.body);
+    cr_assert(strstr(r.body, "\"state\" : \"queued\""), "%s", r.body);
+    kf_http_resp_release(&r);
+    v = fx_sql(&fx, "SELECT state || ':' || attempt || '/' || max_attempts || ':' || (finished_at IS NULL) "
+                    "FROM jobs WHERE id = $1", id);
+    cr_assert_str_eq(v, "queued:3/5:true");
+    free(v);
+    /* The relay (not the API) puts it back on Redis: its new outbox row waits. */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND action = 'enqueue' AND sent_at IS NULL", id), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'requeued' "
+                                 "AND detail->>'reason' = 'fixed the host'", id), 1);
+    cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, NULL, &r), 409, "only once: %s", r.body);
+    kf_http_resp_release(&r);
+    free(path);
+    free(id);
+}
+
 Test(api, heartbeats_upsert_workers)
 {
     kf_http_resp r;
