@@ -138,7 +138,29 @@ static PyObject *dtype_name(PyObject *o, void *u)
     return dtype_repr(o);
 }
 
+/* .dtype: the NumPy dtype of the same name, so legacy kernels can hand NKI
+ * dtypes to NumPy at trace time (np.zeros(..., dtype=nl.float32)).  NumPy
+ * is imported only when a kernel asks; bfloat16 and fp8 have no NumPy dtype. */
+static PyObject *dtype_numpy(PyObject *o, void *u)
+{
+    sim_dtype dt = ((nki_dtype_obj *)o)->dt;
+    PyObject *np, *r;
+    (void)u;
+    if (dt == SIM_DT_BFLOAT16 || dt == SIM_DT_TFLOAT32 || dt == SIM_DT_FLOAT8_E4M3 ||
+        dt == SIM_DT_FLOAT8_E5M2 || dt == SIM_DT_FLOAT8_E4M3FN) {
+        PyErr_Format(PyExc_AttributeError, "%s has no NumPy dtype", sim_dtype_name(dt));
+        return NULL;
+    }
+    np = PyImport_ImportModule("numpy");
+    if (!np)
+        return NULL;
+    r = PyObject_CallMethod(np, "dtype", "s", sim_dtype_name(dt));
+    Py_DECREF(np);
+    return r;
+}
+
 static PyGetSetDef dtype_getset[] = {
+    { "dtype", dtype_numpy, NULL, "the NumPy dtype of the same name", NULL },
     { "itemsize", dtype_itemsize, NULL, "bytes per element", NULL },
     { "name", dtype_name, NULL, "dtype name", NULL },
     { "min", dtype_min, NULL, "lowest finite value", NULL },

@@ -420,6 +420,8 @@ Test(nki, view_rules_and_dtypes)
         "    assert nl.bfloat16 == 'bfloat16' and nl.float32 != nl.bfloat16\n"
         "    assert x.dtype == nl.float32 and x.dtype == np.dtype(np.float32)\n"
         "    assert lnl.float32 == nl.float32 and nl.float32.itemsize == 4\n"
+        "    assert np.zeros((2, 2), dtype=nl.float32).dtype == np.float32\n"
+        "    assert np.dtype(nl.int8) == np.int8 and nl.fp32.min < -3e38\n"
         "    assert nl.tile_size.pmax == 128 and nl.tile_size.gemm_moving_fmax == 512\n"
         "    assert nl.tile_size.total_available_sbuf_size == 224 * 1024\n"
         "    assert nisa.get_nc_version() >= nisa.nc_version.gen2\n"
