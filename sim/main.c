@@ -150,7 +150,7 @@ static int parse_grid(const char *s, int grid[3])
     int n = 0;
     if (strlen(s) >= sizeof(buf))
         return -1;
-    strcpy(buf, s);
+    memcpy(buf, s, strlen(s) + 1);
     for (tok = strtok_r(buf, "x,", &save); tok; tok = strtok_r(NULL, "x,", &save)) {
         long v;
         if (n == 3 || parse_long(tok, 1, 65536, &v) < 0)
@@ -163,9 +163,14 @@ static int parse_grid(const char *s, int grid[3])
 static void file_name(const char *name, size_t idx, char *buf, size_t len)
 {
     size_t o = 0;
-    for (const char *p = name; *p && o + 1 < len; p++)
-        buf[o++] = (*p == '_' || *p == '-' || *p == '.' || (*p >= '0' && *p <= '9') ||
-                    (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) ? *p : '_';
+    for (const char *p = name; *p && o + 1 < len; p++) {
+        bool ok = *p == '_' || *p == '-' || *p == '.' || (*p >= '0' && *p <= '9') ||
+                  (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z');
+        char ch = '_';
+        if (ok)
+            ch = *p;
+        buf[o++] = ch;
+    }
     buf[o] = '\0';
     if (!o || buf[0] == '.')
         snprintf(buf, len, "out%zu", idx);
@@ -314,7 +319,7 @@ static int do_run(const run_args *a)
         kf_buf_addf(&text, "%s%d", g ? "x" : " grid ", a->grid[g]);
     kf_buf_addf(&text, "%s\n  sandbox: %s, %.2f s wall, %.2f s CPU, %.0f MiB peak\n",
                 a->no_numerics ? " (no numerics)" : "", ev.sb.isolation, ev.sb.wall_seconds,
-                ev.sb.cpu_seconds, ev.sb.max_rss_kib / 1024.0);
+                ev.sb.cpu_seconds, (double)ev.sb.max_rss_kib / 1024.0);
     cJSON_AddStringToObject(doc, "kernel", a->kernel);
     cJSON_AddStringToObject(doc, "entry", a->entry);
     cJSON_AddStringToObject(doc, "target", a->target);
@@ -391,7 +396,7 @@ static int do_run(const run_args *a)
         cJSON_AddNumberToObject(ji, sim_engine_name((sim_engine)k), (double)ev.by_engine[k]);
     }
     kf_buf_addf(&text, ")\n  DMA: %llu transfers, %.3f MiB; %.3g FLOPs; kernel %.3f s\n",
-                (unsigned long long)ev.dma_count, ev.dma_bytes / 1048576.0, (double)ev.flops,
+                (unsigned long long)ev.dma_count, (double)ev.dma_bytes / 1048576.0, (double)ev.flops,
                 ev.kernel_seconds);
     cJSON *jd = cJSON_AddObjectToObject(doc, "dma");
     cJSON_AddNumberToObject(jd, "count", (double)ev.dma_count);

@@ -46,7 +46,7 @@ static void format_shape(const sim_array *a, char *buf, size_t len)
 
 void sim_check_format_index(const sim_array *a, uint64_t i, char *buf, size_t len)
 {
-    uint64_t idx[8];
+    uint64_t idx[8] = { 0 };
     size_t o;
     for (int d = a->ndim - 1; d >= 0; d--) {
         uint64_t n = a->shape[d] > 0 ? (uint64_t)a->shape[d] : 1;

@@ -125,7 +125,8 @@ kf_code sim_check_evaluate(const sim_sandbox_limits *lim, const sim_eval_spec *s
 
     memset(ev, 0, sizeof(*ev));
     sim_error_clear(&ev->serr);
-    rc = sim_sandbox_run(lim, sim_check_eval_child, (void *)(uintptr_t)spec, &ev->sb, err);
+    sim_eval_spec copy = *spec;      /* the child reads it; the sandbox API takes void * */
+    rc = sim_sandbox_run(lim, sim_check_eval_child, &copy, &ev->sb, err);
     if (rc != KF_OK)
         return rc;
     if (ev->sb.json)

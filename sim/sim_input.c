@@ -156,7 +156,7 @@ static kf_code parse_shape(const char *s, const char *spec, int *ndim, uint64_t 
         return KF_OK;
     if (strlen(s) >= sizeof(buf) || !*s)
         return kf_err_set(err, KF_INVALID, "input '%s': the shape must look like 4096x512", spec);
-    strcpy(buf, s);
+    memcpy(buf, s, strlen(s) + 1);
     for (tok = strtok_r(buf, "x", &save); tok; tok = strtok_r(NULL, "x", &save)) {
         uint64_t d;
         if (*ndim == SIM_NPY_MAX_DIMS)

@@ -317,7 +317,7 @@ static int parse_frames(const kf_buf *b, sim_sandbox_result *r, int *have_result
                 (uint64_t)(fe - q) < 8ull * (uint64_t)a.ndim)
                 return snprintf(msg, msgcap, "bad array header"), -1;
             memcpy(a.shape, q, 8 * (size_t)a.ndim);
-            q += 8 * a.ndim;
+            q += (size_t)8 * (size_t)a.ndim;
             uint64_t count = 1;
             for (int i = 0; i < a.ndim; i++) {
                 if (a.shape[i] < 0 || (a.shape[i] && count > UINT64_MAX / 16 / (uint64_t)a.shape[i]))
@@ -469,8 +469,7 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
         if (poll(pf, (nfds_t)n, SB_POLL_MS) < 0 && errno != EINTR) {
             kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
-            if (wait4(pid, &status, 0, &ru) == pid)
-                exited = 1;
+            wait4(pid, &status, 0, &ru);
             break;
         }
         if (ires >= 0 && pf[ires].revents) {
@@ -516,8 +515,8 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
             snprintf(res->isolation, sizeof(res->isolation), "%s", iso);
     }
     res->wall_seconds = now_s() - t0;
-    res->cpu_seconds = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-                       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    res->cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
     res->max_rss_kib = ru.ru_maxrss;
     if (lbuf.len > SIM_SANDBOX_LOG_TAIL) {
         memmove(lbuf.data, lbuf.data + lbuf.len - SIM_SANDBOX_LOG_TAIL, SIM_SANDBOX_LOG_TAIL);

@@ -20,7 +20,7 @@ static sim_array mk(sim_dtype dt, int rows, int cols, const double *v)
     a.ndim = 2;
     a.shape[0] = rows;
     a.shape[1] = cols;
-    a.data = kf_calloc((size_t)(rows * cols), sim_dtype_size(dt));
+    a.data = kf_calloc((size_t)rows * (size_t)cols, sim_dtype_size(dt));
     for (int i = 0; i < rows * cols; i++)
         sim_npy_store_elem(dt, a.data, (uint64_t)i, v[i]);
     return a;

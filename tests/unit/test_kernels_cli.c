@@ -48,7 +48,7 @@ static run_out sim(const char *dir, const char *first, ...)
     argv[n++] = bin;
     va_start(ap, first);
     for (const char *a = first; a && n < 63; a = va_arg(ap, const char *))
-        argv[n++] = (char *)(uintptr_t)a;
+        argv[n++] = kf_strdup(a);
     va_end(ap);
     argv[n] = NULL;
     pid = fork();
@@ -64,6 +64,8 @@ static run_out sim(const char *dir, const char *first, ...)
     r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     r.out = slurp(op);
     r.err = slurp(ep);
+    for (int i = 1; i < n; i++)
+        free(argv[i]);
     free(bin);
     free(op);
     free(ep);
@@ -88,7 +90,7 @@ Test(kforge_sim, run_check_pass_writes_npy_outputs)
     char *ref = kernel_path("ref_tensor_add.py"), *od = kf_asprintf("%s/out", dir);
     run_out r = sim(dir, "run", k, "--entry", "tensor_add", "--target", "trn2", "--grid", "2x2",
                     "--input", "a_input=shape:200x700:fp32:seed=1", "--input", "b_input=shape:200x700:fp32:seed=2",
-                    "--check", ref, "--output-dir", od, "--save-inputs", NULL);
+                    "--check", ref, "--output-dir", od, "--save-inputs", (char *)NULL);
     cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.out, "PASS") != NULL, "%s", r.out);
     cr_assert(strstr(r.out, "(200, 700)") != NULL, "%s", r.out);
@@ -118,7 +120,7 @@ Test(kforge_sim, mismatch_exits_1_and_json_tells_why)
     char *dir = kf_test_tmpdir("cli"), *k = kernel_path("current/softmax.py");
     char *ref = kernel_path("ref_softmax.py"), *od = kf_asprintf("%s/out", dir);
     run_out r = sim(dir, "run", k, "--entry", "softmax", "--input", "x=shape:200x300:fp32:seed=3",
-                    "--check", ref, "--rtol", "0", "--atol", "0", "--output-dir", od, "--json", NULL);
+                    "--check", ref, "--rtol", "0", "--atol", "0", "--output-dir", od, "--json", (char *)NULL);
     cr_assert_eq(r.status, 1, "exit %d\n%s%s", r.status, r.out, r.err);
     cJSON *j = cJSON_Parse(r.out);
     cr_assert_not_null(j, "--json printed no JSON: %s", r.out);
@@ -137,7 +139,7 @@ Test(kforge_sim, kernel_errors_exit_2_with_file_line_and_rule)
 {
     char *dir = kf_test_tmpdir("cli"), *k = kernel_path("negative/partition_limit.py");
     char *od = kf_asprintf("%s/out", dir);
-    run_out r = sim(dir, "run", k, "--entry", "kernel", "--input", "x=shape:256x64:fp32", "--output-dir", od, NULL);
+    run_out r = sim(dir, "run", k, "--entry", "kernel", "--input", "x=shape:256x64:fp32", "--output-dir", od, (char *)NULL);
     cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.err, "partition_limit.py:10:") != NULL, "%s", r.err);
     cr_assert(strstr(r.err, "SIM_E_PARTITION_LIMIT") != NULL, "%s", r.err);
@@ -163,18 +165,18 @@ Test(kforge_sim, hanging_and_network_kernels_are_failed_evaluations)
     char *net = write_kernel(dir, "net.py", "    import socket\n    socket.create_connection(('127.0.0.1', 9))\n    return x\n");
 
     run_out r = sim(dir, "run", loop, "--entry", "kernel", "--input", "x=shape:4x4:fp32", "--timeout", "30",
-                    "--cpu", "1", "--output-dir", od, NULL);
+                    "--cpu", "1", "--output-dir", od, (char *)NULL);
     cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.err, "CPU time limit of 1 s exceeded") != NULL, "%s", r.err);
     run_free(&r);
 
     r = sim(dir, "run", loop, "--entry", "kernel", "--input", "x=shape:4x4:fp32", "--timeout", "1",
-            "--output-dir", od, NULL);
+            "--output-dir", od, (char *)NULL);
     cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.err, "limit") != NULL, "%s", r.err);
     run_free(&r);
 
-    r = sim(dir, "run", net, "--entry", "kernel", "--input", "x=shape:4x4:fp32", "--output-dir", od, NULL);
+    r = sim(dir, "run", net, "--entry", "kernel", "--input", "x=shape:4x4:fp32", "--output-dir", od, (char *)NULL);
     cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.err, "Operation not permitted") != NULL, "%s", r.err);
     cr_assert(strstr(r.err, "net.py:9") != NULL, "%s", r.err);
@@ -195,7 +197,7 @@ Test(kforge_sim, npy_inputs_and_usage_errors)
         v[i] = (float)i / 7.0f;
     cr_assert_eq(sim_npy_write(xp, SIM_DT_FLOAT32, 2, shape, v, 0, &e), KF_OK);
     run_out r = sim(dir, "run", k, "--entry", "transpose2d", "--input", spec, "--kwargs", "{\"F1\": 4, \"F2\": 6}",
-                    "--check", ref, "--output-dir", od, "--keep-dtype", NULL);
+                    "--check", ref, "--output-dir", od, "--keep-dtype", (char *)NULL);
     cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
     cr_assert(strstr(r.out, "bfloat16") != NULL, "%s", r.out);
     run_free(&r);
@@ -215,17 +217,17 @@ Test(kforge_sim, npy_inputs_and_usage_errors)
     static const char *bad_val[] = { NULL, "0x2", "[1]", "x=shape:4:quad" };
     for (size_t i = 0; i < 4; i++) {
         if (bad_val[i])
-            r = sim(dir, "run", k, bad[i][0], bad[i][1], bad[i][2], bad_val[i], "--output-dir", od, NULL);
+            r = sim(dir, "run", k, bad[i][0], bad[i][1], bad[i][2], bad_val[i], "--output-dir", od, (char *)NULL);
         else
-            r = sim(dir, "run", k, bad[i][0], bad[i][1], "--output-dir", od, NULL);
+            r = sim(dir, "run", k, bad[i][0], bad[i][1], "--output-dir", od, (char *)NULL);
         cr_assert_eq(r.status, 3, "case %zu: exit %d\n%s", i, r.status, r.err);
         cr_assert(strstr(r.err, bad[i][3]) != NULL, "case %zu: %s", i, r.err);
         run_free(&r);
     }
-    r = sim(dir, "frobnicate", NULL);
+    r = sim(dir, "frobnicate", (char *)NULL);
     cr_assert_eq(r.status, 3);
     run_free(&r);
-    r = sim(dir, "--help", NULL);
+    r = sim(dir, "--help", (char *)NULL);
     cr_assert_eq(r.status, 0);
     cr_assert(strstr(r.out, "run ") != NULL && strstr(r.out, "KFORGE_SIM_TIMEOUT_S") != NULL, "%s", r.out);
     run_free(&r);

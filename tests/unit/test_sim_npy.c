@@ -327,8 +327,8 @@ Test(sim_input, random_specs_are_deterministic_and_distributed)
     cr_assert_eq(sim_input_parse("w=shape:200x500:fp32:seed=7", 0, MAXB, &n2, &b, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(sim_input_parse("w=shape:200x500:fp32:seed=6", 1, MAXB, &n3, &c, &e), KF_OK, "%s", e.msg);
     cr_assert_str_eq(n1, "w");
-    cr_assert_eq(memcmp(a.data, b.data, 100000 * 4), 0, "same seed, same data");
-    cr_assert_eq(memcmp(a.data, c.data, 100000 * 4), 0, "seed offset adds to the seed");
+    cr_assert_eq(memcmp(a.data, b.data, sizeof(float) * 100000), 0, "same seed, same data");
+    cr_assert_eq(memcmp(a.data, c.data, sizeof(float) * 100000), 0, "seed offset adds to the seed");
     double s = 0, s2 = 0;
     for (int i = 0; i < 100000; i++) {
         double v = ((float *)a.data)[i];
@@ -355,7 +355,7 @@ Test(sim_input, random_specs_are_deterministic_and_distributed)
     cr_assert_eq(sim_input_parse("k=shape:4x4x4:int8:lo=-2:hi=2", 0, MAXB, &n1, &a, &e), KF_OK, "%s", e.msg);
     int seen[5] = { 0 };
     for (int i = 0; i < 64; i++) {
-        int v = ((int8_t *)a.data)[i];
+        int v = (int)sim_npy_load_elem(SIM_DT_INT8, a.data, (uint64_t)i);
         cr_assert(v >= -2 && v <= 2, "%d", v);
         seen[v + 2] = 1;
     }
