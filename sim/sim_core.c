@@ -327,6 +327,11 @@ void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi)
     *hi = h;
 }
 
+static int64_t clamp_u32(int64_t x)
+{
+    return x > (int64_t)UINT32_MAX ? (int64_t)UINT32_MAX : x;
+}
+
 void simc_view_region(const simc_view *v, sim_region *r)
 {
     simc_store *s = v->st;
@@ -361,7 +366,7 @@ void simc_view_region(const simc_view *v, sim_region *r)
         r->part_count = 1;
         r->byte_lo = (uint64_t)lo * es;
         r->byte_hi = (uint64_t)(hi + 1) * es;
-        r->elems_per_part = (uint32_t)(free_elems * parts);
+        r->elems_per_part = (uint32_t)clamp_u32(free_elems * parts);
     } else {
         int64_t pe = s->part_elems ? s->part_elems : 1;
         int64_t flo = lo % pe;
@@ -372,9 +377,10 @@ void simc_view_region(const simc_view *v, sim_region *r)
         r->elems_per_part = (uint32_t)free_elems;
     }
     r->bytes = (uint64_t)(free_elems * parts) * es;
-    r->contig_bytes = (uint32_t)(run * es);
-    r->inner_stride = (int32_t)((inner ? inner : 1) * (int64_t)es);
-    r->descriptors = (uint32_t)((free_elems * parts) / run);
+    r->contig_bytes = (uint32_t)clamp_u32(run * es);
+    inner = (inner ? inner : 1) * (int64_t)es;
+    r->inner_stride = (int32_t)(inner > INT32_MAX ? INT32_MAX : inner < INT32_MIN ? INT32_MIN : inner);
+    r->descriptors = (uint32_t)clamp_u32((free_elems * parts) / run);
 }
 
 /* ===== gather / scatter ===== */
