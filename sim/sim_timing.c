@@ -601,6 +601,13 @@ static int cmp_died(const void *a, const void *b, void *ctx)
 
 static kf_code check_record(const sim_record *rec, kf_err *err)
 {
+    if (rec->n_insns >= UINT32_MAX || rec->n_allocs >= UINT32_MAX)
+        return kf_err_set(err, KF_INVALID, "the record holds more than 2^32 instructions or "
+                                           "allocations; split the kernel");
+    for (size_t a = 0; a < rec->n_allocs; a++)
+        if (rec->allocs[a].mem > SIM_MEM_PSUM)
+            return kf_err_set(err, KF_INVALID, "allocation %zu has an unknown memory kind %u", a,
+                              rec->allocs[a].mem);
     for (size_t i = 0; i < rec->n_insns; i++) {
         const sim_insn *in = &rec->insns[i];
         if (in->engine >= SIM_ENG__COUNT || in->opcode >= SIM_OP__COUNT ||
@@ -609,15 +616,15 @@ static kf_code check_record(const sim_record *rec, kf_err *err)
                               "instruction %zu has an unknown engine/opcode or too many operands",
                               i);
         for (unsigned k = 0; k < in->nsrc; k++)
-            if (in->src[k].alloc >= rec->n_allocs)
+            if (in->src[k].alloc >= rec->n_allocs || in->src[k].mem > SIM_MEM_PSUM)
                 return kf_err_set(err, KF_INVALID,
-                                  "instruction %zu reads allocation %u, which the record lacks",
-                                  i, in->src[k].alloc);
+                                  "instruction %zu reads allocation %u (memory %u), which the "
+                                  "record lacks", i, in->src[k].alloc, in->src[k].mem);
         for (unsigned k = 0; k < in->ndst; k++)
-            if (in->dst[k].alloc >= rec->n_allocs)
+            if (in->dst[k].alloc >= rec->n_allocs || in->dst[k].mem > SIM_MEM_PSUM)
                 return kf_err_set(err, KF_INVALID,
-                                  "instruction %zu writes allocation %u, which the record lacks",
-                                  i, in->dst[k].alloc);
+                                  "instruction %zu writes allocation %u (memory %u), which the "
+                                  "record lacks", i, in->dst[k].alloc, in->dst[k].mem);
     }
     return KF_OK;
 }
