@@ -253,8 +253,8 @@ static void *w_api_heartbeat_thread(void *arg)
             warned = false;
         }
         pthread_mutex_lock(&w->mu);
-        if (w->quit)
-            break;
+        /* The condition variable is also broadcast on every lease change:
+         * sleep out the whole interval unless told to quit. */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += w->heartbeat_ms / 1000;
@@ -263,7 +263,8 @@ static void *w_api_heartbeat_thread(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        while (!w->quit && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {
+        }
     }
     pthread_mutex_unlock(&w->mu);
     kf_buf_release(&body);
