@@ -157,8 +157,37 @@ Test(sim_profile_kernels, tiled_matmul_findings_name_the_reloaded_input_and_its_
     run_release(&b);
 }
 
-/* Every current-API kernel of the corpus (first case of each op) profiles,
- * with its time on TensorE/VectorE/ScalarE/DMA and a valid trace. */
+/* Profiles one corpus kernel and checks the profile is whole. */
+static void profile_corpus_kernel(const char *path, const char *entry, const char *kw,
+                                  const int *grid, const char *const *specs, size_t ns)
+{
+    run r;
+    run_kernel(&r, "trn2", path, entry, kw, grid, 0, specs, ns);
+    cr_assert(r.prof->total_ns > 0, "%s", path);
+    cr_assert(r.prof->n_lines > 0, "%s: lines attributed", path);
+    cr_assert(r.prof->bounds.achieved_fraction > 0 && r.prof->bounds.achieved_fraction <= 1.0001,
+              "%s: achieved %f", path, r.prof->bounds.achieved_fraction);
+    char *summary = sim_profile_summary_json(r.prof);
+    cJSON *s = cJSON_Parse(summary);
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(s, "total_time")));
+    cJSON_Delete(s);
+    free(summary);
+    FILE *tf = tmpfile();
+    kf_err e = KF_ERR_INIT;
+    cr_assert_eq(sim_trace_write(r.prof, tf, &e), KF_OK);
+    fclose(tf);
+    char *screen = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&screen, &len);
+    sim_profile_print(m, r.prof);
+    fclose(m);
+    fprintf(stderr, "%s\n%s\n", path, screen);
+    free(screen);
+    run_release(&r);
+}
+
+/* Every kernel of the corpus, both API generations (first case of each op),
+ * profiles, with lines attributed, bounds, a summary and a trace. */
 Test(sim_profile_kernels, every_corpus_kernel_has_a_profile)
 {
     FILE *f = fopen("tests/kernels/corpus.json", "r");
@@ -171,7 +200,7 @@ Test(sim_profile_kernels, every_corpus_kernel_has_a_profile)
     cr_assert_not_null(root);
     int profiled = 0;
     cJSON_ArrayForEach(op, cJSON_GetObjectItem(root, "ops")) {
-        cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(op, "cases"), 0), *it;
+        cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(op, "cases"), 0), *it, *gen;
         if (cJSON_GetObjectItem(op, "pending") || !c || cJSON_GetObjectItem(c, "pending"))
             continue;
         const char *specs[8];
@@ -185,36 +214,16 @@ Test(sim_profile_kernels, every_corpus_kernel_has_a_profile)
                 grid[gi++] = it->valueint;
         char *kw = cJSON_GetObjectItem(c, "kwargs")
                        ? cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "kwargs")) : NULL;
-        char path[256];
-        snprintf(path, sizeof(path), "tests/kernels/current/%s",
-                 cJSON_GetObjectItem(op, "kernel")->valuestring);
-        run r;
-        run_kernel(&r, "trn2", path, cJSON_GetObjectItem(op, "entry")->valuestring, kw,
-                   gi ? grid : NULL, 0, specs, ns);
-        cr_assert(r.prof->total_ns > 0, "%s", path);
-        cr_assert(r.prof->n_lines > 0, "%s: lines attributed", path);
-        cr_assert(r.prof->bounds.achieved_fraction > 0 && r.prof->bounds.achieved_fraction <= 1.0001,
-                  "%s: achieved %f", path, r.prof->bounds.achieved_fraction);
-        char *summary = sim_profile_summary_json(r.prof);
-        cJSON *s = cJSON_Parse(summary);
-        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(s, "total_time")));
-        cJSON_Delete(s);
-        free(summary);
-        FILE *tf = tmpfile();
-        kf_err e = KF_ERR_INIT;
-        cr_assert_eq(sim_trace_write(r.prof, tf, &e), KF_OK);
-        fclose(tf);
-        char *screen = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&screen, &len);
-        sim_profile_print(m, r.prof);
-        fclose(m);
-        fprintf(stderr, "%s\n%s\n", path, screen);
-        free(screen);
+        cJSON_ArrayForEach(gen, cJSON_GetObjectItem(op, "generations")) {
+            char path[256];
+            snprintf(path, sizeof(path), "tests/kernels/%s/%s", gen->valuestring,
+                     cJSON_GetObjectItem(op, "kernel")->valuestring);
+            profile_corpus_kernel(path, cJSON_GetObjectItem(op, "entry")->valuestring, kw,
+                                  gi ? grid : NULL, specs, ns);
+            profiled++;
+        }
         free(kw);
-        run_release(&r);
-        profiled++;
     }
-    cr_assert(profiled >= 10, "profiled %d corpus kernels", profiled);
+    cr_assert(profiled >= 20, "profiled %d corpus kernels (both API generations)", profiled);
     cJSON_Delete(root);
 }
