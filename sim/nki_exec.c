@@ -211,6 +211,11 @@ int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *
 
     if (nki_opnd_from(src, api, "the assigned value", &o) < 0)
         return -1;
+    if (n > NKI_MAX_OP_ELEMS) {
+        nki_fail(SIM_E_LIMIT, api, "one copy of %lld elements, at most %lld (split it)",
+                 (long long)n, (long long)NKI_MAX_OP_ELEMS);
+        return -1;
+    }
     if (o.t) {
         if (same_view(&o.t->v, dv))
             return 0;   /* t[idx] += v wrote in place already */

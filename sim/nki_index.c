@@ -147,9 +147,16 @@ static PyObject *pred_from_compare(PyObject *a, PyObject *b, int op)
         return NULL;
     }
     p->ndim = e->ndim;
+    p->data = NULL;
     for (int k = 0; k < e->ndim; k++) {
         p->shape[k] = e->shape[k];
         n *= e->shape[k];
+    }
+    if (n > NKI_MAX_OP_ELEMS) {
+        Py_DECREF(p);
+        Py_DECREF(diff);
+        return nki_fail(SIM_E_LIMIT, "index comparison", "a predicate over %lld index points, at most %lld",
+                        (long long)n, (long long)NKI_MAX_OP_ELEMS);
     }
     p->data = kf_malloc((size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) {
@@ -262,10 +269,16 @@ static PyObject *pred_new_like(int nd, const int64_t *shape, int64_t *n)
     if (!p)
         return NULL;
     p->ndim = nd;
+    p->data = NULL;
     *n = 1;
     for (int k = 0; k < nd; k++) {
         p->shape[k] = shape[k];
         *n *= shape[k];
+    }
+    if (*n > NKI_MAX_OP_ELEMS) {
+        Py_DECREF(p);
+        return nki_fail(SIM_E_LIMIT, "mask", "a predicate over %lld index points, at most %lld",
+                        (long long)*n, (long long)NKI_MAX_OP_ELEMS);
     }
     p->data = kf_malloc((size_t)(*n ? *n : 1));
     return (PyObject *)p;
@@ -283,6 +296,11 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
         return 0;
     for (int k = 0; k < ndim; k++)
         n *= shape[k];
+    if (n > NKI_MAX_OP_ELEMS) {
+        nki_fail(SIM_E_LIMIT, api, "a mask over %lld elements, at most %lld", (long long)n,
+                 (long long)NKI_MAX_OP_ELEMS);
+        return -1;
+    }
     m = (uint8_t *)nki_scratch(5, (n + 3) / 4);
     if (obj == Py_False) {
         memset(m, 0, (size_t)n);

@@ -31,6 +31,9 @@
  * 16 GiB, far above any tier-1 kernel; the sandbox's memory limit applies
  * on top. */
 #define SIM_HBM_LIMIT_BYTES ((uint64_t)16 << 30)
+/* Elements one call may process at once (DMAs between HBM tensors, index
+ * grids of masks): 2^28, far above any tile; bounds the FP32 scratch. */
+#define NKI_MAX_OP_ELEMS ((int64_t)1 << 28)
 
 typedef struct nki_iv {          /* an on-chip allocation interval [off, off+len) */
     uint64_t off, len;

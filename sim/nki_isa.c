@@ -139,6 +139,9 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
     if (simc_view_elems(&dst->v) != simc_view_elems(&src->v))
         return nki_fail(SIM_E_SHAPE_MISMATCH, api, "dst has %lld elements, src %lld",
                         (long long)simc_view_elems(&dst->v), (long long)simc_view_elems(&src->v));
+    if (simc_view_elems(&dst->v) > NKI_MAX_OP_ELEMS)
+        return nki_fail(SIM_E_LIMIT, api, "one DMA of %lld elements, at most %lld (split it)",
+                        (long long)simc_view_elems(&dst->v), (long long)NKI_MAX_OP_ELEMS);
     if (mask_for(a[2], dst, api, &mask) < 0 || nki_check_bounds(dst, mask, api) < 0 ||
         nki_check_bounds(src, NULL, api) < 0)
         return NULL;
@@ -1370,6 +1373,9 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     if (src->v.ndim != 2 || dst->v.ndim != 2 || dst->v.shape[0] != src->v.shape[1] ||
         dst->v.shape[1] != src->v.shape[0])
         return nki_fail(SIM_E_SHAPE_MISMATCH, api, "a 2-D (a, b) src needs a (b, a) dst");
+    if (simc_view_elems(&src->v) > NKI_MAX_OP_ELEMS)
+        return nki_fail(SIM_E_LIMIT, api, "one DMA of %lld elements, at most %lld (split it)",
+                        (long long)simc_view_elems(&src->v), (long long)NKI_MAX_OP_ELEMS);
     if (a[2] && a[2] != Py_None)
         return nki_fail(SIM_E_UNSUPPORTED_API, api, "axes= other than the 2-D default");
     if (dst->v.st->mem == SIM_MEM_PSUM || src->v.st->mem == SIM_MEM_PSUM)

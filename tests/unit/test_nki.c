@@ -886,3 +886,37 @@ Test(nki, kernel_helper_modules_come_from_each_kernels_folder)
     rmdir(base);
     sim_array_release(&in);
 }
+
+Test(nki, huge_index_grids_and_copies_are_limits_not_crashes)
+{
+    const char *grid =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    i, j = nl.mgrid[0:100000, 0:100000]\n"
+        "    m = i < j\n"
+        "    return x\n";
+    const char *copy =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    a = nl.ndarray((4,), dtype=nl.int8, buffer=nl.shared_hbm)\n"
+        "    big = a.ap(pattern=[[0, 1 << 15], [0, 1 << 14]], offset=0)\n"
+        "    nisa.dma_copy(dst=big, src=big)\n"
+        "    return x\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    run(&r, grid, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 6);
+    done(&r);
+    run(&r, copy, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 8);
+    done(&r);
+    sim_array_release(&in);
+}
