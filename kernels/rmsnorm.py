@@ -50,12 +50,13 @@ def _engine(name):
 
 
 def _spread_rows(vec, D, P):
-    """(D,) HBM vector -> (P, D) float32 SBUF tile holding it in every row."""
+    """(D,) HBM vector -> (P, D) SBUF tile, in the vector's own dtype (exact:
+    the matmul only copies it), holding it in every row."""
     row = nl.ndarray((1, D), dtype=vec.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=row, src=vec.reshape((1, D)))
     ones = nl.ndarray((1, P), dtype=vec.dtype, buffer=nl.sbuf)
     nisa.memset(dst=ones, value=1.0)
-    full = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf)
+    full = nl.ndarray((P, D), dtype=vec.dtype, buffer=nl.sbuf)
     F = nl.tile_size.psum_fmax
     for c in nl.affine_range(math.ceil(D / F)):
         c0 = c * F
