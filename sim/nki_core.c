@@ -108,11 +108,23 @@ float *nki_scratch(int slot, int64_t n)
     return c->scratch[slot];
 }
 
+int nki_need_run(const char *api)
+{
+    if (nki_cur)
+        return 0;
+    /* NKI calls only mean something inside a kernel run (sim_run) */
+    PyErr_Format(PyExc_RuntimeError, "%s called outside a kforge kernel run", api);
+    return -1;
+}
+
 int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
               const char *const *names, int n_names, PyObject **out)
 {
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     int npos = 0;
+
+    if (nki_need_run(api) < 0)
+        return -1;
 
     for (int i = 0; i < n_names; i++)
         out[i] = NULL;

@@ -90,6 +90,8 @@ float *nki_scratch(int slot, int64_t n);
 
 /* An int (not a bool) from a Python object: 1 and *out set, or 0. */
 int nki_get_int(PyObject *o, int64_t *out);
+/* 0 inside a kernel run; -1 with RuntimeError raised outside one. */
+int nki_need_run(const char *api);
 /* Argument parsing for METH_FASTCALL|METH_KEYWORDS: names[] lists every
  * parameter in positional order; out[] receives borrowed refs or NULL.
  * Names starting with '*' are accepted and ignored.  Returns -1 (error

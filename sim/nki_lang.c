@@ -1167,6 +1167,8 @@ static PyObject *tile_binop(simn_op op, const char *api, PyObject *a, PyObject *
 {
     if (!nki_tensor_check(a) && !nki_tensor_check(b))
         Py_RETURN_NOTIMPLEMENTED;
+    if (nki_need_run(api) < 0)
+        return NULL;
     if ((!nki_tensor_check(a) && !PyNumber_Check(a)) || (!nki_tensor_check(b) && !PyNumber_Check(b)))
         Py_RETURN_NOTIMPLEMENTED;
     return ew_binary(op, api, a, b, NULL, NULL, NULL);
@@ -1204,6 +1206,8 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
     nki_tensor *t;
     if (!nki_tensor_check(a))
         Py_RETURN_NOTIMPLEMENTED;
+    if (nki_need_run(api) < 0)
+        return NULL;
     t = (nki_tensor *)a;
     if (op == SIMN_OP_ADD && nki_tensor_check(b) && ((nki_tensor *)b)->mm_result &&
         t->v.st->mem == SIM_MEM_PSUM) {
@@ -1277,6 +1281,8 @@ int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     PyObject *view;
     int rc;
 
+    if (nki_need_run("tensor[...] =") < 0)
+        return -1;
     if (!value) {
         nki_fail(SIM_E_BAD_ARGUMENT, "tensor[...]", "tensor elements cannot be deleted");
         return -1;

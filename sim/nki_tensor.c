@@ -963,7 +963,7 @@ static PyObject *tensor_astype(nki_tensor *t, PyObject *arg)
     const char *api = "tensor.astype";
     int dt = nki_dtype_from(arg, api);
     nki_tensor *out;
-    if (dt < 0)
+    if (dt < 0 || nki_need_run(api) < 0)
         return NULL;
     out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, t->v.ndim, t->v.shape, api);
     if (!out)
