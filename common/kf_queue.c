@@ -875,26 +875,6 @@ kf_code kf_queue_ping(kf_queue *q, kf_err *err)
     return kq_simple(q, err, "PING", 1, argv);
 }
 
-kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err)
-{
-    const char *argv[1] = { "TIME" };
-    redisReply *r;
-    kf_code rc = kq_ensure(q, err);
-
-    *now_ms = 0;
-    if (rc != KF_OK)
-        return rc;
-    r = redisCommandArgv(q->c, 1, argv, NULL);
-    if (!r)
-        return kq_transport_err(q, err, "TIME");
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
-        *now_ms = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
-    else
-        rc = kf_err_set(err, KF_REDIS, "Redis TIME: unexpected reply");
-    freeReplyObject(r);
-    return rc;
-}
-
 kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
                       kf_err *err)
 {

@@ -187,9 +187,6 @@ kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, in
  * everysec) even though the kf:epoch marker survived. */
 kf_code kf_queue_server_id(kf_queue *q, char out[41], kf_err *err);
 
-/* Redis server time in ms. */
-kf_code kf_queue_time(kf_queue *q, int64_t *now_ms, kf_err *err);
-
 /* A fresh random 128-bit token as 32 hex characters + NUL. */
 void kf_queue_new_token(char out[33]);
 
