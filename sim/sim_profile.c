@@ -778,6 +778,7 @@ static void lines(sim_profile *p)
         sim_line *l = &all[in->loc];
         l->count++;
         l->time_ns += sim_ps_to_ns(tm->end_ps - tm->start_ps);
+        l->engine_ns[in->engine] += sim_ps_to_ns(tm->end_ps - tm->start_ps);
         l->stall_ns += sim_ps_to_ns(tm->start_ps - tm->free_ps);
         l->flops += in->flops;
         if (in->engine == SIM_ENG_DMA)
@@ -786,6 +787,10 @@ static void lines(sim_profile *p)
     for (size_t l = 0; l < r->n_locs; l++)
         if (all[l].count) {
             all[l].loc = (uint32_t)l;
+            all[l].engine = 0;
+            for (int e = 1; e < SIM_ENG__COUNT; e++)
+                if (all[l].engine_ns[e] > all[l].engine_ns[all[l].engine])
+                    all[l].engine = e;
             all[n++] = all[l];
         }
     qsort(all, n, sizeof(*all), cmp_line);
@@ -1002,8 +1007,13 @@ char *sim_profile_json(const sim_profile *p)
         const sim_line *l = &p->lines[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "nki_source_location", sim_profile_loc(p, l->loc, lb, sizeof(lb)));
+        cJSON_AddStringToObject(o, "engine", sim_engine_name((sim_engine)l->engine));
         cJSON_AddNumberToObject(o, "instructions", (double)l->count);
         cJSON_AddNumberToObject(o, "time_ns", l->time_ns);
+        cJSON *be = cJSON_AddObjectToObject(o, "time_ns_by_engine");
+        for (int e = 0; e < SIM_ENG__COUNT; e++)
+            if (l->engine_ns[e] > 0)
+                cJSON_AddNumberToObject(be, sim_engine_name((sim_engine)e), l->engine_ns[e]);
         cJSON_AddNumberToObject(o, "stall_ns", l->stall_ns);
         cJSON_AddNumberToObject(o, "dma_bytes", (double)l->dma_bytes);
         cJSON_AddNumberToObject(o, "flops", (double)l->flops);
@@ -1102,8 +1112,36 @@ void sim_profile_print(FILE *f, const sim_profile *p)
     fprintf(f, "top lines (busy time; stall = waits before starting):\n");
     for (size_t i = 0; i < p->n_lines && i < 5; i++) {
         const sim_line *l = &p->lines[i];
-        fprintf(f, "  %-28s %8llu insns  busy %s  stall %s\n",
-                sim_profile_loc(p, l->loc, lb, sizeof(lb)), (unsigned long long)l->count,
-                human_ns(l->time_ns, t1, sizeof(t1)), human_ns(l->stall_ns, t2, sizeof(t2)));
+        fprintf(f, "  %-28s %-6s %7llu insns  busy %s  stall %s\n",
+                sim_profile_loc(p, l->loc, lb, sizeof(lb)), sim_engine_name((sim_engine)l->engine),
+                (unsigned long long)l->count, human_ns(l->time_ns, t1, sizeof(t1)),
+                human_ns(l->stall_ns, t2, sizeof(t2)));
+    }
+    /* The lines that keep the bottleneck engine busy. */
+    int pe = -1;
+    for (int e = 0; e < SIM_ENG__COUNT; e++)
+        if (b->pipeline_engine && strcmp(b->pipeline_engine, sim_engine_name((sim_engine)e)) == 0)
+            pe = e;
+    if (pe >= 0 && p->n_lines) {
+        uint32_t top[3] = { 0, 0, 0 };
+        double tv[3] = { 0, 0, 0 };
+        for (size_t i = 0; i < p->n_lines; i++) {
+            double v = p->lines[i].engine_ns[pe];
+            for (int k = 0; k < 3; k++)
+                if (v > tv[k]) {
+                    for (int j = 2; j > k; j--) {
+                        tv[j] = tv[j - 1];
+                        top[j] = top[j - 1];
+                    }
+                    tv[k] = v;
+                    top[k] = p->lines[i].loc;
+                    break;
+                }
+        }
+        fprintf(f, "busiest engine %s:", b->pipeline_engine);
+        for (int k = 0; k < 3 && tv[k] > 0; k++)
+            fprintf(f, "%s %s %s", k ? "," : "", sim_profile_loc(p, top[k], lb, sizeof(lb)),
+                    human_ns(tv[k], t1, sizeof(t1)));
+        fprintf(f, "\n");
     }
 }

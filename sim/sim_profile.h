@@ -66,6 +66,8 @@ typedef struct sim_line {
     double   stall_ns;                  /* sum of waits before starting */
     uint64_t dma_bytes;
     uint64_t flops;
+    double   engine_ns[SIM_ENG__COUNT]; /* busy time by engine (DMA: all queues) */
+    int      engine;                    /* sim_engine with the most busy time */
 } sim_line;
 
 typedef struct sim_bounds {
