@@ -304,6 +304,47 @@ Test(fault, api_down_during_a_job_result_is_spooled_and_delivered)
     free(id);
 }
 
+/* Invariant: a queued job cancelled while Redis is down never runs: the
+ * cancel commits in PostgreSQL (its Redis half waits in the outbox), and
+ * once Redis is back either the scheduler's relay removes the job, or a
+ * worker that leased it first is refused at start (409) and drops it. */
+static void cancel_while_redis_down(bool with_scheduler)
+{
+    start(0, with_scheduler ? 1 : 0);
+    char *id = submit(0, false, false, 3);
+    char url[160], key[80];
+    kf_http_resp r;
+
+    kf_stack_redis_stop();
+    snprintf(url, sizeof(url), "%s/v1/jobs/%s/cancel", S.api_url, id);
+    long st = kf_http_json("POST", url, S.user, NULL, &r);
+    kf_http_resp_release(&r);
+    kf_stack_redis_start();
+    if (with_scheduler)
+        kf_test_sleep_ms(500);   /* the relay goes first */
+    kf_stack_worker(&S, 0, NULL);
+    cr_assert_eq(st, 200, "cancel of a queued job answered %ld", st);
+    snprintf(key, sizeof(key), "kf:job:%s", id);
+    long long end = kf_test_now_ms() + 5000;
+    while (kf_test_now_ms() < end && kf_stack_redis_int(&S, "EXISTS %s", key) != 0)
+        kf_test_sleep_ms(50);
+    kf_test_sleep_ms(300);
+    cr_assert_eq(count_events(id, "started"), 0, "a cancelled job never starts");
+    cr_assert_str_eq(kf_stack_state(&S, id), "cancelled");
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+}
+
+Test(fault, cancel_while_redis_is_down_relay_removes_the_job)
+{
+    cancel_while_redis_down(true);
+}
+
+Test(fault, cancel_while_redis_is_down_worker_drops_the_job_at_start)
+{
+    cancel_while_redis_down(false);
+}
+
 /* Invariant: the same job delivered to two workers at once (a duplicate
  * injected into Redis) produces one result row and one terminal event. */
 Test(fault, same_job_delivered_twice_has_one_result)
