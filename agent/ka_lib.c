@@ -384,6 +384,23 @@ kf_code ka_space_from_tunables(const cJSON *tunables, const cJSON *meta, const k
         if (cJSON_IsArray(c))
             sp->constraints = cJSON_Duplicate(c, true);
     }
+    if (meta) {
+        /* the block's dim names, bound to the given inputs by position */
+        const cJSON *in;
+        int i = 0;
+        cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(meta, "inputs"))
+        {
+            const cJSON *dims = cJSON_GetObjectItemCaseSensitive(in, "dims");
+            if (i >= pb->n_inputs)
+                break;
+            for (int d = 0; d < pb->inputs[i].ndim && d < cJSON_GetArraySize(dims); d++) {
+                const cJSON *dn = cJSON_GetArrayItem(dims, d);
+                if (cJSON_IsString(dn))
+                    ka_space_env_set(sp, dn->valuestring, (double)pb->inputs[i].shape[d]);
+            }
+            i++;
+        }
+    }
     if (pb->n_inputs > 0) {
         for (int d = 0; d < pb->inputs[0].ndim; d++) {
             char nm[16];

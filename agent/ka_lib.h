@@ -106,8 +106,9 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
 
 /* A space from a user's tunables ({"NAME": [values...]}), optionally with
  * the declarations of a KFORGE block in the user's source (addresses,
- * constraints, defaults).  Env gets DTYPE_BYTES/SBUF_BYTES/PMAX and the
- * first input's dims as D0, D1, ... */
+ * constraints, defaults).  Env gets DTYPE_BYTES/SBUF_BYTES/PMAX, the
+ * block's dim names bound to the inputs by position, and the first input's
+ * dims as D0, D1, ... */
 kf_code ka_space_from_tunables(const cJSON *tunables, const cJSON *meta, const ka_problem *pb,
                                ka_space *sp, kf_err *err);
 

@@ -1,0 +1,155 @@
+/* The worker's sim backend driven directly (no services): an optimize job
+ * without tunables is one diagnosed iteration with findings per line, a
+ * generate job honours its budget and goal, a cancel stops it between
+ * evaluations (retryable), and spec problems are final errors. */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "kf_config.h"
+#include "kf_job.h"
+#include "workers/kf_backend.h"
+
+static void setup(void)
+{
+    const char *root = getenv("KFORGE_TEST_ROOT");
+    char kdir[3072];
+    kf_err err = KF_ERR_INIT;
+    snprintf(kdir, sizeof(kdir), "%s/kernels", root && *root ? root : ".");
+    setenv("KFORGE_KERNELS_DIR", kdir, 1);
+    cr_assert_eq(kf_config_load(&err), KF_OK, "%s", err.msg);
+}
+
+TestSuite(agent_backend, .init = setup, .timeout = 300);
+
+typedef struct rec {
+    int    n;
+    cJSON *last;
+    int    cancel_after;    /* cancelled() answers true after this many progress calls; -1 never */
+} rec;
+
+static void progress(void *ctx, const char *json)
+{
+    rec *r = ctx;
+    r->n++;
+    cJSON_Delete(r->last);
+    r->last = cJSON_Parse(json);
+    cr_assert_not_null(r->last, "iteration JSON parses");
+}
+
+static bool cancelled(void *ctx)
+{
+    rec *r = ctx;
+    return r->cancel_after >= 0 && r->n >= r->cancel_after;
+}
+
+static kf_code run(const char *payload_json, rec *r, char **result, bool *retryable, kf_err *err)
+{
+    kf_job_payload p;
+    const kf_backend *b;
+    kf_backend_hooks h = { r, progress, cancelled };
+    kf_err perr = KF_ERR_INIT;
+    kf_code rc;
+    cr_assert_eq(kf_job_payload_parse(payload_json, &p, &perr), KF_OK, "%s", perr.msg);
+    b = kf_backend_find("sim", kf_job_kind_name(p.kind));
+    cr_assert_not_null(b, "sim runs %s", kf_job_kind_name(p.kind));
+    rc = b->run(b, &p, &h, result, retryable, err);
+    kf_job_payload_release(&p);
+    return rc;
+}
+
+#define ID "\"id\":\"3f1c2d4e-1111-4222-8333-444455556666\""
+
+static const char *SRC =
+    "import math\\nimport nki\\nimport nki.language as nl\\nimport nki.isa as nisa\\n\\n"
+    "@nki.jit\\ndef scale(x):\\n    N, D = x.shape\\n"
+    "    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)\\n"
+    "    for c in nl.affine_range(math.ceil(D / 64)):\\n"
+    "        w = min(64, D - c * 64)\\n"
+    "        t = nl.ndarray((N, 64), dtype=x.dtype, buffer=nl.sbuf)\\n"
+    "        nisa.dma_copy(dst=t[0:N, 0:w], src=x[0:N, c * 64:c * 64 + w])\\n"
+    "        nisa.tensor_scalar(dst=t[0:N, 0:w], data=t[0:N, 0:w], op0=nl.multiply, operand0=3.0)\\n"
+    "        nisa.dma_copy(dst=out[0:N, c * 64:c * 64 + w], src=t[0:N, 0:w])\\n"
+    "    return out\\n";
+
+Test(agent_backend, optimize_without_tunables_is_one_diagnosed_iteration)
+{
+    char *payload = kf_asprintf("{" ID ",\"kind\":\"optimize\",\"target\":\"trn2\",\"backend\":\"sim\",\"budget\":{},"
+                                "\"goal\":{},\"spec\":{\"source\":\"%s\",\"entry\":\"scale\","
+                                "\"reference\":\"import numpy as np\\ndef scale(x):\\n    return 3.0 * np.asarray(x, np.float64)\\n\","
+                                "\"inputs\":{\"x\":{\"shape\":[128,1000],\"dtype\":\"bfloat16\"}}}}", SRC);
+    rec r = { 0, NULL, -1 };
+    char *result = NULL;
+    bool retry = true;
+    kf_err err = KF_ERR_INIT;
+    cJSON *res, *f;
+    cr_assert_eq(run(payload, &r, &result, &retry, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(r.n, 1, "one iteration");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(r.last, "action")->valuestring, "diagnose");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r.last, "correct")));
+    res = cJSON_Parse(result);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "correct")), "%s", result);
+    f = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "profile"), "findings"), 0);
+    cr_assert_not_null(f, "64-column DMAs are diagnosed: %s", result);
+    cr_assert(strstr(cJSON_PrintUnformatted(f), "kernel.py:"), "findings name the source lines: %s",
+              cJSON_PrintUnformatted(f));
+    cJSON_Delete(res);
+    cJSON_Delete(r.last);
+    free(result);
+    free(payload);
+}
+
+Test(agent_backend, generate_honours_budget_and_cancel)
+{
+    const char *body = "{" ID ",\"kind\":\"generate\",\"target\":\"trn1\",\"backend\":\"sim\",\"budget\":{\"iterations\":3},"
+                       "\"goal\":{},\"spec\":{\"op\":\"rmsnorm\",\"shapes\":[[200,700]],\"dtype\":\"bfloat16\"}}";
+    rec r = { 0, NULL, -1 };
+    char *result = NULL;
+    bool retry = true;
+    kf_err err = KF_ERR_INIT;
+    cJSON *res;
+
+    cr_assert_eq(run(body, &r, &result, &retry, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(r.n, 3);
+    res = cJSON_Parse(result);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(res, "iterations")->valueint, 3);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(res, "target")->valuestring, "trn1");
+    cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(res, "best"));
+    cJSON_Delete(res);
+    free(result);
+    cJSON_Delete(r.last);
+
+    r.n = 0;
+    r.last = NULL;
+    r.cancel_after = 1;
+    result = NULL;
+    cr_assert_eq(run(body, &r, &result, &retry, &err), KF_UNAVAILABLE);
+    cr_assert(retry, "a cancel is not the job's fault");
+    cr_assert_eq(r.n, 1, "stopped before the second evaluation");
+    cr_assert_null(result);
+    cJSON_Delete(r.last);
+}
+
+Test(agent_backend, spec_problems_are_final)
+{
+    rec r = { 0, NULL, -1 };
+    char *result = NULL;
+    bool retry = true;
+    kf_err err = KF_ERR_INIT;
+    char *bad = kf_asprintf("{" ID ",\"kind\":\"validate\",\"target\":\"trn2\",\"backend\":\"sim\",\"budget\":{},\"goal\":{},"
+                            "\"spec\":{\"source\":\"%s\",\"entry\":\"scale\","
+                            "\"inputs\":{\"x\":{\"shape\":[128,100],\"dtype\":\"bfloat16\"}}}}", SRC);
+    cr_assert_neq(run("{" ID ",\"kind\":\"generate\",\"target\":\"trn2\",\"backend\":\"sim\",\"budget\":{},\"goal\":{},"
+                      "\"spec\":{\"op\":\"softmax\",\"shapes\":[[8,8,8]],\"dtype\":\"bfloat16\"}}",
+                      &r, &result, &retry, &err), KF_OK);
+    cr_assert(!retry);
+    cr_assert(strstr(err.msg, "softmax input x has shape NxD"), "%s", err.msg);
+    cr_assert_neq(run(bad, &r, &result, &retry, &err), KF_OK);
+    cr_assert(!retry);
+    cr_assert(strstr(err.msg, "needs a NumPy reference"), "%s", err.msg);
+    free(bad);
+    cJSON_Delete(r.last);
+}

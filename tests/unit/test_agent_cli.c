@@ -1,0 +1,136 @@
+/* kforge tune from the command line: a library op tuned locally writes the
+ * kernel, report, result and iterations and prints a line per iteration; a
+ * user kernel with its own tunables; usage and job errors exit 2. */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "tests/lib/kf_test.h"
+
+static char *root(void)
+{
+    const char *r = getenv("KFORGE_TEST_ROOT");
+    return kf_strdup(r && *r ? r : ".");
+}
+
+/* kforge of the build under test (build/ or build-asan/), absolute. */
+static char *kforge(void)
+{
+    char *b = kf_test_bin("kforge"), *abs = realpath(b, NULL);
+    cr_assert_not_null(abs, "%s exists", b);
+    free(b);
+    return abs;
+}
+
+/* Run a shell command; exit status, output (stdout+stderr) in *out. */
+static int sh(const char *cmd, char **out)
+{
+    char buf[4096];
+    size_t len = 0, n;
+    FILE *p = popen(cmd, "r");
+    char *o = kf_malloc(1 << 20);
+    int st;
+    cr_assert_not_null(p);
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0 && len + n < (1 << 20) - 1) {
+        memcpy(o + len, buf, n);
+        len += n;
+    }
+    o[len] = '\0';
+    st = pclose(p);
+    *out = o;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    struct stat st;
+    char *p = kf_asprintf("%s/%s", dir, name);
+    bool ok = stat(p, &st) == 0 && st.st_size > 0;
+    free(p);
+    return ok;
+}
+
+TestSuite(agent_cli, .timeout = 300);
+
+Test(agent_cli, tunes_a_library_op_and_writes_the_results)
+{
+    char *r = root(), *k = kforge(), *out = NULL;
+    char *dir = kf_asprintf("/tmp/kforge-test-tune-%d", (int)getpid());
+    char *cmd = kf_asprintf("cd %s && KFORGE_KERNELS_DIR=%s/kernels %s tune softmax --shape 200x700 "
+                            "--dtype bf16 --target trn2 --iterations 3 --output-dir %s 2>&1", r, r, k, dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert(strstr(out, "[  1] baseline") && strstr(out, "[  3]"), "a line per iteration: %s", out);
+    cr_assert(strstr(out, "# kforge tune: softmax on trn2"), "%s", out);
+    cr_assert(exists(dir, "kernel.py") && exists(dir, "report.md") && exists(dir, "result.json") &&
+              exists(dir, "iterations.jsonl"));
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("rm -rf %s", dir);
+    cr_assert_eq(sh(cmd, &out), 0);
+    free(out);
+    free(cmd);
+    free(dir);
+    free(r);
+    free(k);
+}
+
+Test(agent_cli, tunes_a_user_kernel_over_its_tunables)
+{
+    char *r = root(), *k = kforge(), *out = NULL;
+    char *dir = kf_asprintf("/tmp/kforge-test-tune-user-%d", (int)getpid());
+    char *cmd = kf_asprintf("cd %s && %s tune kernels/add.py --entry add --reference kernels/add.py "
+                            "--ref-entry add_ref --input a=shape:130x300:fp32 --input b=shape:130x300:fp32 "
+                            "--tunables '{\"TILE_F\":[128,256]}' --quiet --json --output-dir %s 2>&1",
+                            r, k, dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    {
+        cJSON *res = cJSON_Parse(out), *best = cJSON_GetObjectItemCaseSensitive(res, "best");
+        cr_assert_not_null(res, "--json prints the result: %s", out);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "correct")));
+        cr_assert_eq(cJSON_GetObjectItemCaseSensitive(res, "iterations")->valueint, 2, "both values tried");
+        cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(best, "params"), "TILE_F"));
+        cJSON_Delete(res);
+    }
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("rm -rf %s", dir);
+    sh(cmd, &out);
+    free(out);
+    free(cmd);
+    free(dir);
+    free(r);
+    free(k);
+}
+
+Test(agent_cli, usage_and_job_errors)
+{
+    char *r = root(), *k = kforge(), *out = NULL, *cmd;
+    cmd = kf_asprintf("cd %s && %s tune --help 2>&1", r, k);
+    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert(strstr(out, "--shape") && strstr(out, "--tunables") && strstr(out, "--planner") &&
+              strstr(out, "--output-dir") && strstr(out, "Exit status"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("cd %s && %s tune conv9d --shape 8x8 --output-dir /tmp/kforge-test-none 2>&1", r, k);
+    cr_assert_eq(sh(cmd, &out), 2);
+    cr_assert(strstr(out, "unknown op \"conv9d\""), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("cd %s && %s tune softmax 2>&1", r, k);
+    cr_assert_eq(sh(cmd, &out), 2);
+    cr_assert(strstr(out, "--shape"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --planner magic 2>&1", r, k);
+    cr_assert_eq(sh(cmd, &out), 2);
+    free(out);
+    free(cmd);
+    free(r);
+    free(k);
+}
