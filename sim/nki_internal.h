@@ -10,6 +10,14 @@
  * Errors: a broken rule fills nki_cur->serr (first error wins) with the
  * calling kernel line and raises nki.SimError; functions return NULL / -1
  * as CPython expects.
+ *
+ * Files: nki_core.c (run context, errors, locations, argument parsing,
+ * SBUF/PSUM allocators), nki_tensor.c (the tensor type and its views),
+ * nki_index.c (legacy index expressions, predicates, mgrid), nki_exec.c
+ * (operands, reads/writes, promotion, assignment, instruction emission),
+ * nki_lang.c (nki.language), nki_isa.c (nki.isa), nki_module.c (module
+ * objects, dtypes, buffers, decorators, registration).  Numerics live in
+ * sim_numerics.c and storage/views/conversions in sim_core.c.
  */
 #ifndef NKI_INTERNAL_H
 #define NKI_INTERNAL_H
