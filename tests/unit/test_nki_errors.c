@@ -180,3 +180,46 @@ Test(nki_errors, docs_list_every_code)
     }
     free(doc);
 }
+
+Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
+{
+    static const struct {
+        const char *src, *api, *needle;
+        int line;
+    } cs[] = {
+        { HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)\n"
+              "    nisa.memset(dst=t, value=0.0, fancy=1)\n    return x\n",
+          "nisa.memset", "keyword argument 'fancy'", 7 },
+        { "import nki\nfrom nki.isa import nc_find_index8\n@nki.jit\ndef k(x):\n    return x\n",
+          "nki.isa.nc_find_index8", "nc_find_index8", 2 },
+        { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
+          "def k(x):\n    return nl.dropout(x, rate=0.1)\n",
+          "nki.language.dropout", "dropout", 5 },
+    };
+    sim_array in;
+
+    memset(&in, 0, sizeof(in));
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 1;
+    in.shape[0] = 4;
+    in.data = kf_calloc(4, 4);
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+
+        memset(&o, 0, sizeof(o));
+        o.entry = "k";
+        o.target = "trn2";
+        sim_record_init(&rec, "trn2");
+        cr_expect_eq(sim_run_source(&o, cs[i].src, "u.py", &in, 1, NULL, NULL, &rec, &se, &err),
+                     KF_INVALID, "case %zu ran", i);
+        cr_expect_eq(se.code, SIM_E_UNSUPPORTED_API, "case %zu: %s", i, err.msg);
+        cr_expect_str_eq(se.api, cs[i].api, "case %zu: %s", i, err.msg);
+        cr_expect(strstr(err.msg, cs[i].needle) != NULL, "case %zu: %s", i, err.msg);
+        cr_expect_eq(se.line, cs[i].line, "case %zu: %s", i, err.msg);
+        sim_record_release(&rec);
+    }
+    free(in.data);
+}
