@@ -32,9 +32,11 @@
  * trace, timings (loop overhead outside the sandboxed evaluations) and a
  * Markdown report.
  *
- * Failure: KF_INVALID for a bad space/problem, KF_CANCELLED when the hook
- * says so before any result exists; otherwise the loop returns KF_OK with
- * the result (a candidate that fails is a recorded iteration, not an error).
+ * Failure: KF_INVALID for a bad space, KF_IO for an unreadable source,
+ * KF_INTERNAL when a sandbox cannot be started; otherwise KF_OK with the
+ * result (a candidate that fails is a recorded iteration, not an error; a
+ * cancel from the hook, checked before every evaluation, ends the loop with
+ * stop reason "cancelled").
  * When not even the starting setting validates, the result has no "best"
  * and "correct": false.
  */
