@@ -291,7 +291,7 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
     const char *tmp = getenv("TMPDIR");
     ka_problem pb;
     ka_space sp;
-    cJSON *meta = NULL, *res = NULL, *tun;
+    cJSON *meta = NULL, *tun;
     kf_code rc;
 
     memset(&pb, 0, sizeof(pb));
@@ -402,7 +402,6 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
         goto out;
     }
     rc = bs_tune(job, hooks, &pb, &sp, result_json, retryable, err);
-    (void)res;
 out:
     cJSON_Delete(meta);
     ka_space_release(&sp);
