@@ -101,6 +101,17 @@ Test(sim_target, bad_names_and_files_are_refused_with_the_key)
     cr_assert_eq(sim_target_load("nosrc", dir, &t, &e), KF_CONFIG);
     cr_assert(strstr(e.msg, "tensor.clock_ghz") != NULL, "%s", e.msg);
 
+    /* the efficiency table must ascend (5e3 B before 2048 B) */
+    memcpy(src, "\"source\"", 8);
+    char *tab = strstr(text, "[\n          256,");
+    cr_assert_not_null(tab, "trn2.json's chunk_efficiency table");
+    memcpy(tab + strlen("[\n          "), "5e3", 3);
+    snprintf(path, sizeof(path), "%s/badtab.json", dir);
+    write_file(path, text);
+    cr_assert_eq(sim_target_load("badtab", dir, &t, &e), KF_CONFIG);
+    cr_assert(strstr(e.msg, "chunk_efficiency") != NULL, "%s", e.msg);
+    unlink(path);
+
     snprintf(path, sizeof(path), "%s/unk.json", dir);
     write_file(path, "{\"tensor\": {\"clock_gz\": {\"value\": 1, \"source\": \"S7\"}}}");
     cr_assert_eq(sim_target_load("unk", dir, &t, &e), KF_CONFIG);
