@@ -6,7 +6,9 @@
  * ones (the norm kernels' engine placements) are tested on a covering set:
  * every value of every tunable at least once (with the others at their
  * defaults, moved to the nearest legal setting), plus EXTRA seeded random
- * legal settings; the number tested is printed. */
+ * legal settings; the number tested is printed.  KFORGE_TEST_ALL_SETTINGS=1
+ * validates every legal setting of every op instead (minutes, not for make
+ * test). */
 #include <cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -105,7 +107,7 @@ static void test_op(const char *op)
                 idx[i] = sp.t[i].def;
             check(&pb, &sp, legal(&sp, idx) ? idx : all[0]);
             tested++;
-        } else if (nl <= FULL_SPACE) {
+        } else if (nl <= FULL_SPACE || getenv("KFORGE_TEST_ALL_SETTINGS")) {
             for (int k = 0; k < nl; k++)
                 check(&pb, &sp, all[k]);
             tested += nl;
@@ -145,7 +147,7 @@ static void test_op(const char *op)
     cJSON_Delete(meta);
 }
 
-TestSuite(kernels_lib, .init = setup, .timeout = 600);
+TestSuite(kernels_lib, .init = setup, .timeout = 3600);
 
 Test(kernels_lib, add) { test_op("add"); }
 Test(kernels_lib, transpose2d) { test_op("transpose2d"); }
