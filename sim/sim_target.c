@@ -258,10 +258,16 @@ kf_code sim_target_load(const char *name, const char *dir, sim_target *out, kf_e
                           "base name of a file in the targets folder", name ? name : "");
     if (!dir)
         dir = sim_target_default_dir();
-    if (!dir)
+    if (!dir) {
+        const char *cfg = kf_config_str(KF_CFG_SIM_TARGETS);
+        if (cfg && *cfg)
+            return kf_err_set(err, KF_CONFIG,
+                              "KFORGE_SIM_TARGETS='%.200s' is not a folder: point it at the "
+                              "folder that holds <target>.json", cfg);
         return kf_err_set(err, KF_NOT_FOUND,
                           "no targets folder found: set KFORGE_SIM_TARGETS to the folder that "
                           "holds <target>.json (sim/targets in the source tree)");
+    }
     if (snprintf(path, sizeof(path), "%s/%s.json", dir, name) >= (int)sizeof(path))
         return kf_err_set(err, KF_INVALID, "targets folder path is too long: %.64s...", dir);
     if (access(path, R_OK) != 0)
