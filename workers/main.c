@@ -151,7 +151,7 @@ static void *w_lease_thread(void *arg)
     kf_err err = KF_ERR_INIT;
     kf_queue *tq = kf_queue_connect(w->redis_url, &err);
     long long next_hb = 0;
-    bool redis_warned = false;
+    bool redis_warned = false, renew_warned = false;
 
     pthread_mutex_lock(&w->mu);
     while (!w->quit) {
@@ -194,8 +194,14 @@ static void *w_lease_thread(void *arg)
                     kf_log_warn("lease lost; stopping the job (a newer attempt owns it) job=%s", id);
                     w->lease_lost = true;
                 } else {
-                    kf_log_warn("lease renewal failed, retrying job=%s err=\"%s\"", id, err.msg);
+                    if (!renew_warned)
+                        kf_log_warn("lease renewal failed, retrying every 200 ms job=%s err=\"%s\"", id, err.msg);
+                    renew_warned = true;
                     w->next_renew_ms = w_now_ms() + 200;
+                }
+                if (rc == KF_OK && renew_warned) {
+                    kf_log_info("lease renewed again job=%s", id);
+                    renew_warned = false;
                 }
             }
         }
