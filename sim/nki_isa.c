@@ -1393,6 +1393,103 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* dst = src where predicate is non-zero (dst keeps its values elsewhere). */
+static PyObject *isa_tensor_copy_predicated(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                            PyObject *kwnames)
+{
+    static const char *const names[] = { "dst", "src", "predicate", "reverse_pred", "mask",
+                                         "*name", "*engine", "*dtype" };
+    const char *api = "nisa.tensor_copy_predicated";
+    PyObject *a[NKI_NARGS(names)];
+    nki_tensor *dst, *src, *pred;
+    float *vs, *vp;
+    uint8_t *sel;
+    int64_t n;
+    bool rev;
+    sim_insn *in;
+    (void)m;
+
+    if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0 ||
+        !(dst = nki_as_tensor(a[0], api, "dst")) || !(src = nki_as_tensor(a[1], api, "src")) ||
+        !(pred = nki_as_tensor(a[2], api, "predicate")))
+        return NULL;
+    if (a[4] && a[4] != Py_None)
+        return nki_fail(SIM_E_UNSUPPORTED_API, api, "mask= (use the predicate)");
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "src", src) < 0 ||
+        want_onchip(api, "predicate", pred) < 0 || same_layout(api, src, "src", dst, "dst") < 0 ||
+        same_layout(api, pred, "predicate", dst, "dst") < 0 ||
+        nki_check_bounds(src, NULL, api) < 0 || nki_check_bounds(pred, NULL, api) < 0)
+        return NULL;
+    rev = a[3] && PyObject_IsTrue(a[3]) == 1;
+    n = simc_view_elems(&dst->v);
+    vs = nki_read(&src->v, 1);
+    vp = nki_read(&pred->v, 2);
+    sel = (uint8_t *)nki_scratch(6, (n + 3) / 4);
+    if (nki_cur->numerics)
+        for (int64_t i = 0; i < n; i++)
+            sel[i] = (vp[i] != 0.0f) != rev;
+    nki_write(&dst->v, vs, nki_cur->numerics ? sel : NULL);
+    in = nki_emit(SIM_OP_SELECT, SIM_ENG_VECTOR, &dst->v, &src->v, &pred->v, NULL);
+    (void)in;
+    Py_RETURN_NONE;
+}
+
+/* Reduce across partitions: data (P, F) -> (1, F) (legacy form returns it). */
+static PyObject *isa_tensor_partition_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                             PyObject *kwnames)
+{
+    static const char *const cur[] = { "dst", "op", "data", "*name", "*engine" };
+    static const char *const leg[] = { "op", "data", "dtype", "mask", "*name", "*engine" };
+    const char *api = "nisa.tensor_partition_reduce";
+    bool legacy = legacy_form(m, kwnames);
+    PyObject *a[6];
+    nki_tensor *dst, *data;
+    simn_op op, bin;
+    int64_t P, F;
+    float *x, *out;
+
+    if (nki_parse(api, args, nargs, kwnames, legacy ? leg : cur,
+                  legacy ? NKI_NARGS(leg) : NKI_NARGS(cur), a) < 0 ||
+        !(data = nki_as_tensor(legacy ? a[1] : a[2], api, "data")))
+        return NULL;
+    op = nki_op_from(legacy ? a[0] : a[1], api, "op", false);
+    bin = simn_op_binary(op);
+    if (op == SIMN_OP_NONE)
+        return NULL;
+    if (bin == SIMN_OP_NONE)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "op %s does not combine values", simn_op_name(op));
+    P = nki_view_parts(data);
+    F = P ? simc_view_elems(&data->v) / P : 0;
+    if (legacy) {
+        int64_t shape[2] = { 1, F };
+        int dt = nki_dtype_arg(a[2], data->v.dtype, api);
+        if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, 2, shape, api)))
+            return NULL;
+    } else {
+        if (!(dst = nki_as_tensor(a[0], api, "dst")))
+            return NULL;
+        Py_INCREF(dst);
+    }
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
+        nki_check_bounds(data, NULL, api) < 0)
+        return finish(dst, legacy, -1);
+    if (simc_view_elems(&dst->v) != F)
+        return finish(dst, legacy, FAILI(SIM_E_SHAPE_MISMATCH, api, "dst must hold %lld elements (1, %lld)",
+                                         (long long)F, (long long)F));
+    x = nki_read(&data->v, 1);
+    out = nki_scratch(3, F);
+    if (nki_cur->numerics)
+        for (int64_t f = 0; f < F; f++) {
+            float r = simn_op_identity(bin);
+            for (int64_t p = 0; p < P; p++)
+                r = simn_alu(bin, r, x[p * F + f]);
+            out[f] = op == SIMN_OP_MEAN && P ? r / (float)P : r;
+        }
+    nki_write(&dst->v, out, NULL);
+    nki_emit(SIM_OP_TENSOR_REDUCE, SIM_ENG_GPSIMD, &dst->v, &data->v, NULL, NULL);
+    return finish(dst, legacy, 0);
+}
+
 PyMethodDef nki_isa_methods[] = {
     { "dma_copy", FASTKW(isa_dma_copy), "DMA copy between HBM and SBUF" },
     { "tensor_copy", FASTKW(isa_tensor_copy), "on-chip copy" },
@@ -1414,6 +1511,8 @@ PyMethodDef nki_isa_methods[] = {
     { "scalar_tensor_tensor", FASTKW(isa_scalar_tensor_tensor), "(data op0 s) op1 tensor" },
     { "tensor_tensor_scan", FASTKW(isa_tensor_tensor_scan), "scan along the free axis" },
     { "dma_transpose", FASTKW(isa_dma_transpose), "2-D transpose by DMA" },
+    { "tensor_copy_predicated", FASTKW(isa_tensor_copy_predicated), "copy where a predicate holds" },
+    { "tensor_partition_reduce", FASTKW(isa_tensor_partition_reduce), "reduce across partitions" },
     { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },
     { NULL, NULL, 0, NULL },
 };

@@ -713,6 +713,12 @@ static int fill_language(PyObject *m)
     if (add_ref(m, "par_dim", (PyObject *)&nki_ParDimType) < 0 ||
         add_obj(m, "mgrid", PyObject_New(PyObject, &nki_MgridType)) < 0)
         return -1;
+    /* nl.NKIObject: the base class kernels derive their config classes from. */
+    if (add_obj(m, "NKIObject",
+                PyObject_CallFunction((PyObject *)&PyType_Type, "s(O){ss}", "NKIObject",
+                                      (PyObject *)&PyBaseObject_Type, "__module__",
+                                      "nki.language")) < 0)
+        return -1;
     ts = make_ns("nki.language.tile_size", ts_keys, ts_vals,
                  (int)(sizeof(ts_vals) / sizeof(ts_vals[0])));
     if (!ts)

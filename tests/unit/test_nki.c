@@ -920,3 +920,49 @@ Test(nki, huge_index_grids_and_copies_are_limits_not_crashes)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, predicated_copy_partition_reduce_and_nkiobject)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "class Cfg(nl.NKIObject):\n"
+        "    def __init__(self, s):\n"
+        "        self.scale = s\n"
+        "@nki.jit\n"
+        "def k(x, cfg=None):\n"
+        "    cfg = cfg or Cfg(2.0)\n"
+        "    out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    s = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    r = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.memset(dst=r, value=-1.0)\n"
+        "    nisa.tensor_copy_predicated(dst=r, src=t, predicate=t)\n"
+        "    p = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.tensor_partition_reduce(dst=p, op=nl.add, data=t)\n"
+        "    nisa.tensor_scalar(dst=p, data=p, op0=nl.multiply, operand0=cfg.scale)\n"
+        "    nisa.dma_copy(dst=out, src=r)\n"
+        "    nisa.dma_copy(dst=s, src=p)\n"
+        "    return out, s\n";
+    sim_array in = mk("x", SIM_DT_FLOAT32, 8, 8);
+    run_result r;
+
+    fill(&in, 12);
+    for (int i = 0; i < 64; i += 3)
+        f32(&in)[i] = 0.0f;
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int f = 0; f < 8; f++) {
+        double col = 0;
+        for (int p = 0; p < 8; p++) {
+            float x = f32(&in)[p * 8 + f];
+            col += x;
+            cr_assert_eq(f32(&r.out[0])[p * 8 + f], x != 0.0f ? x : -1.0f);
+        }
+        cr_assert(fabs(f32(&r.out[1])[f] - 2 * col) < 1e-5);
+    }
+    done(&r);
+    sim_array_release(&in);
+}
