@@ -263,9 +263,14 @@ int sim_profile_cli_main(int argc, char **argv)
     pcli_child child;
     sim_target tgt;
     kf_err err = KF_ERR_INIT;
-    int status = PCLI_OK, pr = pcli_parse(argc, argv, &a);
+    int status = PCLI_OK, pr;
 
     memset(&res, 0, sizeof(res));
+    if (kf_config_load(&err) != KF_OK) {
+        fprintf(stderr, "kforge-sim profile: %s\n", err.msg);
+        return PCLI_USAGE;
+    }
+    pr = pcli_parse(argc, argv, &a);
     if (pr != 0)
         return pr > 0 ? PCLI_OK : PCLI_USAGE;
     /* a bad target is a usage error, found before any user code runs */
