@@ -181,6 +181,33 @@ Test(fault, redis_restart_with_aof_loses_nothing)
         free(ids[i]);
 }
 
+/* Invariant: Redis down for longer than the lease while a job runs: the
+ * job still finishes and its result is recorded (PostgreSQL is up); the
+ * ack cannot reach Redis, so when Redis returns the reaper finds the
+ * expired lease, sees the job has ended in PostgreSQL and drops it: no
+ * second run, nothing stuck. */
+Test(fault, redis_down_past_the_lease_while_a_job_finishes)
+{
+    start(1, 1);
+    char *id = submit(1000, false, false, 3);
+
+    cr_assert(wait_started(id, 1, 10000), "attempt 1 never started; see %s", S.dir);
+    kf_stack_redis_stop();
+    bool done = kf_stack_wait_state(&S, id, "succeeded", 5000);
+    kf_test_sleep_ms(LEASE_MS + 500);   /* the lease expires while Redis is away */
+    kf_stack_redis_start();
+    cr_assert(done, "the job did not finish while Redis was down: %s", kf_stack_state(&S, id));
+    char key[80];
+    snprintf(key, sizeof(key), "kf:job:%s", id);
+    long long end = kf_test_now_ms() + 5000;
+    while (kf_test_now_ms() < end && kf_stack_redis_int(&S, "EXISTS %s", key) != 0)
+        kf_test_sleep_ms(50);
+    kf_test_sleep_ms(500);
+    cr_assert_eq(count_events(id, "started"), 1, "no second run of a finished job");
+    kf_stack_assert_settled(&S, &id, 1);
+    free(id);
+}
+
 /* Invariant: after Redis loses everything (FLUSHDB), reconciliation puts
  * every job PostgreSQL still calls queued/running back on the queue:
  * none lost, none stuck, at most one result each. */
