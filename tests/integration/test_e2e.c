@@ -167,3 +167,32 @@ Test(e2e, cancel_reaches_a_running_job_within_seconds_whatever_the_lease)
     free(id);
     free(body);
 }
+
+/* An admin re-queues a dead job (POST /v1/jobs/{id}/requeue): the relay
+ * drops the dead letter from Redis and queues the job again, which runs
+ * once more with the next attempt number. */
+Test(e2e, an_admin_requeue_of_a_dead_job_runs_it_again)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(0, false, true, 1);
+    char *id = kf_stack_submit(&S, body);
+    char url[160];
+    kf_http_resp r;
+
+    cr_assert(kf_stack_wait_state(&S, id, "dead", 15000), "job is %s; see %s", kf_stack_state(&S, id), S.dir);
+    snprintf(url, sizeof(url), "%s/v1/jobs/%s/requeue", S.api_url, id);
+    long st = kf_http_json("POST", url, S.admin, "{\"extra_attempts\":1}", &r);
+    cr_assert_eq(st, 202, "requeue answered %ld: %s", st, r.body);
+    kf_http_resp_release(&r);
+    long long end = kf_test_now_ms() + 15000;
+    while (kf_test_now_ms() < end && events(id, "started") < 2)
+        kf_test_sleep_ms(50);
+    cr_assert_eq(events(id, "started"), 2, "the re-queued job ran again; see %s", S.dir);
+    cr_assert(kf_stack_wait_state(&S, id, "dead", 15000), "job is %s", kf_stack_state(&S, id));
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", id), 2);
+    cr_assert_eq(events(id, "dead"), 2, "one death per life");
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:dead"), 1, "one dead letter, not two");
+    free(id);
+    free(body);
+}
