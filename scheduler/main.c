@@ -512,6 +512,14 @@ static void s_reconcile(sched *s, const char *why)
         }
         if (stop || n < 200)
             break;
+        /* A long scan must not outlive the lock: extend it between batches,
+         * and stop if another scheduler has taken over. */
+        bool still = false;
+        if (kf_queue_leader(s->q, s->token, s->ttl_ms, &still, &err) != KF_OK || !still) {
+            kf_log_warn("reconcile stopped: leadership lost or Redis away after %d jobs", scanned);
+            s->leader = false;
+            break;
+        }
     }
     if (requeued || recorded)
         kf_log_warn("reconciled Redis with PostgreSQL why=%s scanned=%d requeued=%d recorded=%d", why, scanned,
