@@ -75,7 +75,7 @@ done
 cat <<MSG
 
 kforge is running.
-  API:          $KFORGE_API_URL   (dashboard at /, OpenAPI at /v1/openapi.json)
+  API:          $KFORGE_API_URL   (OpenAPI description at /v1/openapi.json)
   admin token:  $ADMIN_TOKEN
   logs:         $VAR/log/
   try:          curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \\
