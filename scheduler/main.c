@@ -429,7 +429,8 @@ static void s_promote(sched *s)
 
 /* ---- reconcile ------------------------------------------------------------------ */
 
-static void s_reconcile(sched *s, const char *why)
+/* True when every non-terminal job was looked at. */
+static bool s_reconcile(sched *s, const char *why)
 {
     char last[40] = "00000000-0000-0000-0000-000000000000";
     int requeued = 0, recorded = 0, scanned = 0;
@@ -442,7 +443,7 @@ static void s_reconcile(sched *s, const char *why)
         bool stop = false;
 
         if (!s_exec(s, "BEGIN", 0, NULL))
-            return;
+            return false;
         r = s_sql(s,
                   "SELECT j.state, j.cancel_requested, " S_JOB_COLS " FROM jobs j "
                   "WHERE j.state IN ('queued','running','retrying') AND j.id > $1::uuid "
@@ -451,7 +452,7 @@ static void s_reconcile(sched *s, const char *why)
                   1, p);
         if (!r) {
             s_rollback(s);
-            return;
+            return false;
         }
         n = PQntuples(r);
         for (int i = 0; i < n && !stop; i++) {
@@ -508,9 +509,11 @@ static void s_reconcile(sched *s, const char *why)
         PQclear(r);
         if (!s->pg || !s_exec(s, "COMMIT", 0, NULL)) {
             s_rollback(s);
-            return;
+            return false;
         }
-        if (stop || n < 200)
+        if (stop)
+            return false;
+        if (n < 200)
             break;
         /* A long scan must not outlive the lock: extend it between batches,
          * and stop if another scheduler has taken over. */
@@ -518,7 +521,7 @@ static void s_reconcile(sched *s, const char *why)
         if (kf_queue_leader(s->q, s->token, s->ttl_ms, &still, &err) != KF_OK || !still) {
             kf_log_warn("reconcile stopped: leadership lost or Redis away after %d jobs", scanned);
             s->leader = false;
-            break;
+            return false;
         }
     }
     if (requeued || recorded)
@@ -526,6 +529,7 @@ static void s_reconcile(sched *s, const char *why)
                     requeued, recorded);
     else
         kf_log_debug("reconcile found nothing to fix why=%s scanned=%d", why, scanned);
+    return true;
 }
 
 /* ---- retention --------------------------------------------------------------------- */
@@ -595,10 +599,9 @@ static void s_tick(sched *s)
     if (!present)
         s->pending_reconcile = "redis-data-lost";
     if (s->pg && (s->pending_reconcile || now >= s->next_reconcile)) {
-        s_reconcile(s, s->pending_reconcile ? s->pending_reconcile
-                       : s->next_reconcile == 0 ? "leader-start" : "periodic");
-        if (s->pg)   /* done (not cut short by PostgreSQL going away) */
-            s->pending_reconcile = NULL;
+        if (s_reconcile(s, s->pending_reconcile ? s->pending_reconcile
+                           : s->next_reconcile == 0 ? "leader-start" : "periodic"))
+            s->pending_reconcile = NULL;   /* otherwise owed until it completes */
         s->next_reconcile = now + S_RECONCILE_MS;
     }
     if (s->pg && now >= s->next_retain) {
