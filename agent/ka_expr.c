@@ -65,11 +65,24 @@ static ka_value kx_call(kx *x, const char *name, int len)
 {
     bool is_min = len == 3 && strncmp(name, "min", 3) == 0;
     bool is_max = len == 3 && strncmp(name, "max", 3) == 0;
+    bool is_sqrt = len == 4 && strncmp(name, "sqrt", 4) == 0;
     ka_value acc = kx_num(0);
     int n = 0;
 
+    if (is_sqrt) {
+        acc = kx_or(x);
+        if (x->failed || !kx_need_num(x, &acc))
+            return acc;
+        if (acc.num < 0)
+            kx_fail(x, "sqrt of a negative number");
+        else
+            acc.num = sqrt(acc.num);
+        if (!kx_eat(x, ")"))
+            kx_fail(x, "expected ')'");
+        return acc;
+    }
     if (!is_min && !is_max) {
-        kx_fail(x, "unknown function (min and max are allowed)");
+        kx_fail(x, "unknown function (min, max and sqrt are allowed)");
         return acc;
     }
     if (!kx_eat(x, ")")) {

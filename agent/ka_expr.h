@@ -6,7 +6,7 @@
  * few target figures ("TILE_F <= D", "BUFS * D * DTYPE_BYTES <= SBUF_BYTES"):
  *   numbers, "strings", names, ( ), unary -, * / // %, + -, comparisons
  *   (< <= > >= == !=, chains allowed), not, and, or, min(a, b, ...),
- *   max(a, b, ...).
+ *   max(a, b, ...), sqrt(a).
  * Numbers are doubles (integers are exact up to 2^53); // and % follow
  * Python (floor).  Strings compare with == and != only.
  *

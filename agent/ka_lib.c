@@ -522,6 +522,15 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
         snprintf(pi->name, sizeof(pi->name), "%s", cJSON_IsString(name) ? name->valuestring : "x");
         pi->dtype = dtype;
         pi->std = cJSON_IsNumber(std) ? std->valuedouble : 1.0;
+        if (cJSON_IsString(std)) {
+            /* an expression over the dims, e.g. "1 / sqrt(H)" (fan-in scaled weights) */
+            ka_value v;
+            ka_lookup_ctx lc = { sp, NULL };
+            rc = ka_expr_eval(std->valuestring, ka_lookup, &lc, &v, err);
+            if (rc)
+                return rc;
+            pi->std = v.is_str || v.num <= 0 ? 1.0 : v.num;
+        }
         pi->ndim = cJSON_GetArraySize(dims);
         if (pi->ndim < 1 || pi->ndim > KA_MAX_DIMS)
             return kf_err_set(err, KF_INVALID, "%s: input %s needs 1..%d dims", path, pi->name, KA_MAX_DIMS);

@@ -5,7 +5,8 @@
  * Every library template declares itself in its own file with a module-level
  * `KFORGE = {...}` literal that is both a Python dict and JSON (strings,
  * numbers, lists, objects): op, entry, reference (the NumPy function in the
- * same file), inputs (name, dims as names), supports (conditions on the
+ * same file), inputs (name, dims as names, optional std of the random
+ * inputs: a number or an expression over the dims), supports (conditions on the
  * dims), reference_shapes, test_shapes, tunables ({NAME: {values, default,
  * addresses: {finding: "up"|"down"|"any"}}}) and constraints (ka_expr.h
  * expressions over tunables, dims, DTYPE_BYTES, SBUF_BYTES and PMAX).  The

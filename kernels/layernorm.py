@@ -26,7 +26,7 @@ KFORGE = {
     "summary": "layer norm of (N, D) rows with gamma, beta (D,)",
     "inputs": [{"name": "x", "dims": ["N", "D"]}, {"name": "gamma", "dims": ["D"]},
                {"name": "beta", "dims": ["D"]}],
-    "supports": ["N >= 1", "D >= 2", "D * (2 * DTYPE_BYTES + 12) <= SBUF_BYTES // 2"],
+    "supports": ["N >= 1", "D >= 2", "D * (4 * DTYPE_BYTES + 4) <= SBUF_BYTES - 8192"],
     "reference_shapes": [[4096, 8192], [8192], [8192]],
     "test_shapes": [[200, 700], [700], [700]],
     "tunables": {
@@ -43,7 +43,7 @@ KFORGE = {
         "MID_BF16": {"values": [0, 1], "default": 0,
                      "addresses": {"buffer_pressure": "up", "slow_engine": "up"}}
     },
-    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 8 * D <= SBUF_BYTES - 8192"]
+    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 2 * D * DTYPE_BYTES <= SBUF_BYTES - 8192"]
 }
 
 

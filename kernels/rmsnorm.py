@@ -24,7 +24,7 @@ KFORGE = {
     "reference": "rmsnorm_ref",
     "summary": "RMS norm of (N, D) rows scaled by g (D,)",
     "inputs": [{"name": "x", "dims": ["N", "D"]}, {"name": "g", "dims": ["D"]}],
-    "supports": ["N >= 1", "D >= 1", "D * (2 * DTYPE_BYTES + 8) <= SBUF_BYTES // 2"],
+    "supports": ["N >= 1", "D >= 1", "D * (3 * DTYPE_BYTES + 4) <= SBUF_BYTES - 8192"],
     "reference_shapes": [[4096, 8192], [8192]],
     "test_shapes": [[200, 700], [700]],
     "tunables": {
@@ -40,7 +40,7 @@ KFORGE = {
         "MID_BF16": {"values": [0, 1], "default": 0,
                      "addresses": {"buffer_pressure": "up", "slow_engine": "up"}}
     },
-    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 4 * D <= SBUF_BYTES - 8192",
+    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + D * DTYPE_BYTES <= SBUF_BYTES - 8192",
                     "G_ENGINE != SCALE_ENGINE or BUFS > 1", "G_ENGINE != \"split\" or D >= 2"]
 }
 

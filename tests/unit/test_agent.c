@@ -69,6 +69,7 @@ Test(agent, expressions_follow_python)
     cr_assert_eq(ev("min(D, 512, 1024) + max(1, 2)"), 514);
     cr_assert_eq(ev("ENG == \"gpsimd\" and ENG != 'vector'"), 1);
     cr_assert_eq(ev("True + False"), 1);
+    cr_assert_eq(ev("1 / sqrt(D - 636)"), 0.125);
 }
 
 Test(agent, expression_errors_name_the_problem)
@@ -83,6 +84,7 @@ Test(agent, expression_errors_name_the_problem)
     cr_assert_eq(ka_expr_eval("D 3", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("ENG < 3", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("pow(2, 3)", env_lookup, NULL, &v, &err), KF_INVALID);
+    cr_assert_eq(ka_expr_eval("sqrt(-D)", env_lookup, NULL, &v, &err), KF_INVALID);
 }
 
 /* ---- library -------------------------------------------------------------- */

@@ -96,6 +96,7 @@ static void test_op(const char *op)
     for (int pass = 0; pass < 2; pass++) {
         sim_dtype dt = pass == 0 ? SIM_DT_BFLOAT16 : SIM_DT_FLOAT32;
         int nl;
+        tested = 0;
         cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])shapes, nd, n, dt, "trn2", &pb, &sp, &err),
                      KF_OK, "%s", err.msg);
         nl = count_legal(&sp, all, 20000);
