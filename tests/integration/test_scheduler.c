@@ -141,6 +141,10 @@ Test(scheduler, redis_restart_triggers_reconciliation)
     while (kf_test_now_ms() < end && kf_stack_redis_int(&S, "EXISTS %s", key) != 1)
         kf_test_sleep_ms(50);
     cr_assert_eq(kf_stack_redis_int(&S, "EXISTS %s", key), 1, "the job is back in Redis; see %s", S.dir);
+    /* the log line follows the commit that ends the reconcile pass */
+    end = kf_test_now_ms() + 3000;
+    while (kf_test_now_ms() < end && log_count(0, "why=redis-restarted") == 0)
+        kf_test_sleep_ms(50);
     cr_assert(log_count(0, "why=redis-restarted") >= 1, "reconciled because Redis restarted; see %s", S.dir);
     cr_assert_str_eq(kf_stack_state(&S, id), "queued");
     free(id);
