@@ -426,6 +426,19 @@ static void ka_plan_pairs(ka_tuner *t)
     int idx[KA_MAX_TUNABLES];
     char why[400], m1[200], m2[200];
     t->pairs_done = true;
+    /* line search: every other value of each tunable, nearest first */
+    for (int a = 0; a < sp->n; a++) {
+        for (int j = 0; j < sp->t[a].n_values; j++) {
+            int dist = abs(j - t->best[a]);
+            if (dist < 2)
+                continue;
+            memcpy(idx, t->best, sizeof(idx));
+            idx[a] = j;
+            snprintf(why, sizeof(why), "every single move from the best was tried; a longer jump along one "
+                     "tunable: %s", ka_move_text(sp, a, t->best[a], j, m1, sizeof(m1)));
+            ka_push(t, idx, 0, 2.0 / dist, why);
+        }
+    }
     for (int a = 0; a < sp->n; a++) {
         for (int b = a + 1; b < sp->n; b++) {
             for (int da = -1; da <= 1; da += 2) {
