@@ -62,7 +62,7 @@ static PyObject *index_lin(PyObject *a, int64_t sa, PyObject *b, int64_t sb)
         } else if (ops[i] == Py_None && sc[i] == 0) {
             continue;   /* the unused operand of a scaling */
         } else {
-            Py_RETURN_NOTIMPLEMENTED;
+            return Py_NewRef(Py_NotImplemented);
         }
     }
     return nki_index_new(nd, shape, coef, c);
@@ -88,7 +88,7 @@ static PyObject *index_mul(PyObject *a, PyObject *b)
     if (Py_TYPE(a) == &nki_IndexType && Py_TYPE(b) == &nki_IndexType)
         return nki_fail(SIM_E_UNSUPPORTED_API, "index expression",
                         "the product of two index expressions is not affine");
-    Py_RETURN_NOTIMPLEMENTED;
+    return Py_NewRef(Py_NotImplemented);
 }
 
 static PyObject *index_floordiv(PyObject *a, PyObject *b)
@@ -96,7 +96,7 @@ static PyObject *index_floordiv(PyObject *a, PyObject *b)
     int64_t k;
     nki_index *e = (nki_index *)a;
     if (Py_TYPE(a) != &nki_IndexType || !nki_get_int(b, &k))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     if (k == 0)
         return nki_fail(SIM_E_BAD_ARGUMENT, "index expression", "division by zero");
     for (int i = 0; i < e->ndim; i++)
@@ -136,7 +136,7 @@ static PyObject *pred_from_compare(PyObject *a, PyObject *b, int op)
 
     if (!(Py_TYPE(a) == &nki_IndexType || nki_get_int(a, &iv)) ||
         !(Py_TYPE(b) == &nki_IndexType || nki_get_int(b, &iv)))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     diff = index_lin(a, 1, b, -1);
     if (!diff || Py_TYPE(diff) != &nki_IndexType)
         return diff;
@@ -292,6 +292,10 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
     uint8_t *m;
 
     *mask = NULL;
+    if (ndim < 0 || ndim > SIMC_MAX_DIMS) {
+        nki_fail(SIM_E_BAD_ARGUMENT, api, "a mask over %d dims, at most %d", ndim, SIMC_MAX_DIMS);
+        return -1;
+    }
     if (!obj || obj == Py_None || obj == Py_True)
         return 0;
     for (int k = 0; k < ndim; k++)
@@ -354,7 +358,7 @@ static PyObject *pred_binop(PyObject *a, PyObject *b, int op)
         PyObject *p = Py_TYPE(a) == &nki_PredType ? a : b;
         PyObject *o = p == a ? b : a;
         if (Py_TYPE(p) != &nki_PredType || !PyBool_Check(o))
-            Py_RETURN_NOTIMPLEMENTED;
+            return Py_NewRef(Py_NotImplemented);
         if ((op == 0 && o == Py_True) || (op == 1 && o == Py_False)) {
             Py_INCREF(p);
             return p;
@@ -362,7 +366,7 @@ static PyObject *pred_binop(PyObject *a, PyObject *b, int op)
         pa = (nki_pred *)p;
         r = (nki_pred *)pred_new_like(pa->ndim, pa->shape, &n);
         if (r)
-            memset(r->data, op == 1 ? 1 : (op == 0 ? 0 : 0), (size_t)n);
+            memset(r->data, op == 1 ? 1 : 0, (size_t)n);
         if (r && op == 2)
             for (int64_t i = 0; i < n; i++)
                 r->data[i] = pa->data[i] ^ (o == Py_True);
@@ -384,14 +388,19 @@ static PyObject *pred_binop(PyObject *a, PyObject *b, int op)
     r = (nki_pred *)pred_new_like(nd, shape, &n);
     if (!r)
         return NULL;
-    memcpy(r->data, ma, (size_t)n);
+    if (ma)
+        memcpy(r->data, ma, (size_t)n);
+    else
+        memset(r->data, 1, (size_t)n);
     if (nki_mask_dense(b, nd, shape, "mask", &mb) < 0) {
         Py_DECREF(r);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++)
-        r->data[i] = op == 0 ? (r->data[i] && mb[i]) : op == 1 ? (r->data[i] || mb[i])
-                                                               : (r->data[i] != mb[i]);
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t bv = mb ? mb[i] : 1;   /* no dense mask: everything selected */
+        r->data[i] = op == 0 ? (r->data[i] && bv) : op == 1 ? (r->data[i] || bv)
+                                                            : (r->data[i] != bv);
+    }
     return (PyObject *)r;
 }
 

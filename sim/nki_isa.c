@@ -103,7 +103,7 @@ static PyObject *finish(nki_tensor *out, bool legacy, int rc)
     if (legacy)
         return (PyObject *)out;
     Py_XDECREF(out);
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static int mask_for(PyObject *mask_obj, nki_tensor *dst, const char *api, uint8_t **mask)
@@ -160,7 +160,7 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
     }
     if (mask)
         in->flags |= SIM_F_MASKED;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static int copy_core(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng,
@@ -208,7 +208,7 @@ static PyObject *isa_tensor_copy(PyObject *m, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (copy_core(api, dst, src, nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static int memset_core(const char *api, nki_tensor *dst, PyObject *value, sim_engine eng,
@@ -255,7 +255,7 @@ static PyObject *isa_memset(PyObject *m, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     if (memset_core(api, dst, a[1], nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* ===== elementwise ===== */
@@ -332,7 +332,7 @@ static PyObject *isa_tensor_tensor(PyObject *m, PyObject *const *args, Py_ssize_
         return NULL;
     if (tt_core(api, dst, d1, d2, op, nki_engine_from(a[4], SIM_ENG_VECTOR), NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 typedef struct ts_args {
@@ -449,7 +449,7 @@ static PyObject *isa_tensor_scalar(PyObject *m, PyObject *const *args, Py_ssize_
         return NULL;
     if (ts_core(api, dst, data, &t, nki_engine_from(a[8], SIM_ENG_VECTOR), NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static int unary_core(const char *api, nki_tensor *dst, nki_tensor *data, simn_op op,
@@ -498,7 +498,7 @@ static PyObject *isa_reciprocal(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (unary_core(api, dst, data, SIMN_OP_RECIPROCAL, SIM_OP_RECIPROCAL,
                    nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* ===== reductions ===== */
@@ -585,7 +585,7 @@ static PyObject *isa_tensor_reduce(PyObject *m, PyObject *const *args, Py_ssize_
         return NULL;
     if (reduce_core(api, dst, op, data, a[3], a[4] && PyObject_IsTrue(a[4]) == 1, NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* ===== activation ===== */
@@ -730,7 +730,7 @@ static PyObject *activation_call(PyObject *m, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (act_core(api, dst, data, &t, SIM_OP_ACTIVATION, NULL) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static PyObject *isa_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -851,9 +851,10 @@ static int bn_stats_core(const char *api, nki_tensor *dst, nki_tensor *data, con
                 mean = cnt ? sum / (double)cnt : 0;
                 for (int64_t f = half; f < F; f += 2)
                     m2 += ((double)x[p * F + f] - mean) * ((double)x[p * F + f] - mean);
-                out[p * 6 + half * 3 + 0] = (float)cnt;
-                out[p * 6 + half * 3 + 1] = (float)mean;
-                out[p * 6 + half * 3 + 2] = (float)m2;
+                float *o3 = out + p * 6 + (int64_t)half * 3;
+                o3[0] = (float)cnt;
+                o3[1] = (float)mean;
+                o3[2] = (float)m2;
             }
     nki_write(&dst->v, out, mask);
     nki_emit(SIM_OP_BN_STATS, SIM_ENG_VECTOR, &dst->v, &data->v, NULL, NULL);
@@ -925,7 +926,7 @@ static PyObject *bn_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
         return NULL;
     if ((aggr ? bn_aggr_core(api, dst, data, NULL) : bn_stats_core(api, dst, data, NULL)) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static PyObject *isa_bn_stats(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -974,7 +975,7 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
         acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
     if (nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -1012,7 +1013,7 @@ static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t
                       nki_engine_from(a[2], dst->v.st->mem == SIM_MEM_PSUM ? SIM_ENG_TENSOR
                                                                            : SIM_ENG_VECTOR)) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* ===== select and iota ===== */
@@ -1390,7 +1391,7 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     vals = nki_read(&tv, 0);
     nki_write(&dst->v, vals, NULL);
     nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* dst = src where predicate is non-zero (dst keeps its values elsewhere). */
@@ -1431,7 +1432,7 @@ static PyObject *isa_tensor_copy_predicated(PyObject *m, PyObject *const *args, 
     nki_write(&dst->v, vs, nki_cur->numerics ? sel : NULL);
     in = nki_emit(SIM_OP_SELECT, SIM_ENG_VECTOR, &dst->v, &src->v, &pred->v, NULL);
     (void)in;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* Reduce across partitions: data (P, F) -> (1, F) (legacy form returns it). */

@@ -74,7 +74,7 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
         t->v.st->shared_slot = (int)c->n_shared;
         if (c->n_shared == c->cap_shared) {
             c->cap_shared = c->cap_shared ? c->cap_shared * 2 : 8;
-            c->shared = kf_realloc(c->shared, c->cap_shared * sizeof(*c->shared));
+            c->shared = kf_realloc(c->shared, c->cap_shared * sizeof(simc_store *));
         }
         simc_store_ref(t->v.st);
         c->shared[c->n_shared++] = t->v.st;
@@ -138,10 +138,12 @@ static PyObject *nl_full(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     (void)m;
     if (PARSE("nl.full", names, a) < 0)
         return NULL;
-    if (!a[1] || nki_opnd_from(a[1], "nl.full", "fill_value", &v) < 0 || v.t)
-        return v.t ? nki_fail(SIM_E_BAD_ARGUMENT, "nl.full", "fill_value must be a number")
-                   : (a[1] ? NULL
-                           : nki_fail(SIM_E_BAD_ARGUMENT, "nl.full", "fill_value is required"));
+    if (!a[1])
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.full", "fill_value is required");
+    if (nki_opnd_from(a[1], "nl.full", "fill_value", &v) < 0)
+        return NULL;
+    if (v.t)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.full", "fill_value must be a number");
     return alloc_common("nl.full", a[0], a[2], a[3], a[4], true, v.s);
 }
 
@@ -168,7 +170,9 @@ static PyObject *nl_shared_constant(PyObject *m, PyObject *const *args, Py_ssize
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.shared_constant",
                         "the constant must be a NumPy array (a C-contiguous buffer)");
     }
-    kind = view.format ? view.format[strlen(view.format) - 1] : 'B';
+    kind = 'B';
+    if (view.format && view.format[0])
+        kind = view.format[strlen(view.format) - 1];
     if (view.ndim > SIMC_MAX_DIMS || view.ndim < 1 || !strchr("fdebBhHiIlLqQ?", kind)) {
         PyBuffer_Release(&view);
         return nki_fail(SIM_E_DTYPE, "nl.shared_constant",
@@ -384,11 +388,12 @@ static bool bcast_shapes(const nki_opnd *a, const nki_opnd *b, int *nd, int64_t 
  * not broadcast. */
 static bool bcast_merge(const nki_opnd *o, int *nd, int64_t *shape)
 {
-    int64_t out[SIMC_MAX_DIMS];
+    int64_t out[SIMC_MAX_DIMS] = { 0 };
+    const int64_t *os = o->t ? o->t->v.shape : NULL;
     int n = o->t ? o->t->v.ndim : 0, m = n > *nd ? n : *nd;
     for (int d = 0; d < m; d++) {
         int da = d - (m - *nd), db = d - (m - n);
-        int64_t sa = da >= 0 ? shape[da] : 1, sb = db >= 0 ? o->t->v.shape[db] : 1;
+        int64_t sa = da >= 0 ? shape[da] : 1, sb = (db >= 0 && os) ? os[db] : 1;
         if (sa != sb && sa != 1 && sb != 1)
             return false;
         out[d] = sa == 1 ? sb : sa;
@@ -787,7 +792,7 @@ static PyObject *nl_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     if (nki_assign(dst, a[1], mask, "nl.store") < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 static PyObject *nl_load_transpose2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -895,7 +900,7 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
     first = s->open[dv->offset];
     if (accumulate == 0)
         for (int64_t m = 0; m < M; m++)
-            if (memchr(s->open + dv->offset + m * ldc, !first, (size_t)N))
+            if (memchr(s->open + dv->offset + m * ldc, first ? 0 : 1, (size_t)N))
                 return false;
     acc = accumulate > 0 || (accumulate == 0 && first);
     A = stat_is_mk ? blas_operand(sv, M, K, &lda) : blas_operand(sv, K, M, &lda);
@@ -1111,7 +1116,7 @@ static PyObject *nl_device_print(PyObject *m, PyObject *const *args, Py_ssize_t 
     (void)args;
     (void)nargs;
     (void)kwnames;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* nl.where(condition, x, y): x where condition is non-zero, else y (tiles
@@ -1166,11 +1171,11 @@ static PyObject *nl_where(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 static PyObject *tile_binop(simn_op op, const char *api, PyObject *a, PyObject *b)
 {
     if (!nki_tensor_check(a) && !nki_tensor_check(b))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     if (nki_need_run(api) < 0)
         return NULL;
     if ((!nki_tensor_check(a) && !PyNumber_Check(a)) || (!nki_tensor_check(b) && !PyNumber_Check(b)))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     return ew_binary(op, api, a, b, NULL, NULL, NULL);
 }
 
@@ -1205,7 +1210,7 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
 {
     nki_tensor *t;
     if (!nki_tensor_check(a))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     if (nki_need_run(api) < 0)
         return NULL;
     t = (nki_tensor *)a;
@@ -1239,7 +1244,7 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
         return a;
     }
     if (!nki_tensor_check(b) && !PyNumber_Check(b))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     return ew_binary(op, api, a, b, NULL, NULL, t);
 }
 
@@ -1271,7 +1276,7 @@ PyObject *nki_tensor_richcompare(PyObject *a, PyObject *b, int op)
                                    SIMN_OP_NOT_EQUAL, SIMN_OP_GREATER, SIMN_OP_GREATER_EQUAL };
     if ((op == Py_EQ || op == Py_NE) && (!nki_tensor_check(a) || !nki_tensor_check(b)) &&
         !PyNumber_Check(nki_tensor_check(a) ? b : a))
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     return tile_binop(map[op], "tile comparison", a, b);
 }
 

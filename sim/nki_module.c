@@ -78,7 +78,7 @@ static PyObject *dtype_richcompare(PyObject *a, PyObject *b, int op)
 {
     int da, db;
     if (op != Py_EQ && op != Py_NE)
-        Py_RETURN_NOTIMPLEMENTED;
+        return Py_NewRef(Py_NotImplemented);
     da = dtype_lookup(a);
     db = dtype_lookup(b);
     if (da < 0 || db < 0)
@@ -533,7 +533,7 @@ static PyObject *mod_none(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     (void)args;
     (void)nargs;
     (void)kwnames;
-    Py_RETURN_NONE;
+    return Py_NewRef(Py_None);
 }
 
 /* nki.simulate(kernel) / simulate_kernel(kernel, *args): run inline. */
@@ -692,7 +692,7 @@ static int fill_language(PyObject *m)
                                            "psum_fmax", "bn_stats_fmax", "psum_bank_fmax",
                                            "psum_num_banks", "total_available_sbuf_size",
                                            "bn_aggr_fmax" };
-    static const long ts_vals[] = { 128, 128, 512, 512, 512, 512, 8, 192 * 1024, 512 };
+    static const long ts_vals[] = { 128, 128, 512, 512, 512, 512, 8, 192L * 1024, 512 };
     static const char *const bufnames[] = { "sbuf", "psum", "hbm", "shared_hbm", "private_hbm" };
     PyObject *ts;
 

@@ -83,20 +83,21 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
             else if (d > pdim)
                 free_elems *= shape[d];
         }
-        if (mem == SIM_MEM_PSUM && free_elems * es > SIMC_PSUM_BANK_BYTES)
+        int64_t part_bytes = free_elems * (int64_t)es;
+        if (mem == SIM_MEM_PSUM && part_bytes > SIMC_PSUM_BANK_BYTES)
             return (nki_tensor *)nki_fail(SIM_E_PSUM_TILE, api,
                                           "PSUM tile of %lld bytes per partition > %d",
-                                          (long long)(free_elems * es), SIMC_PSUM_BANK_BYTES);
+                                          (long long)part_bytes, SIMC_PSUM_BANK_BYTES);
         free_elems *= blocks;
     }
     /* Capacity first, so an oversized tile fails before any memory is taken. */
     if (mem == SIM_MEM_HBM) {
-        uint64_t bytes = (uint64_t)total * es;
-        if (c->hbm_bytes + bytes > SIM_HBM_LIMIT_BYTES)
+        uint64_t bytes = (uint64_t)total * es, in_all = c->hbm_bytes + bytes;
+        if (in_all > SIM_HBM_LIMIT_BYTES)
             return (nki_tensor *)nki_fail(SIM_E_LIMIT, api,
                                           "HBM tensors of %llu bytes in all exceed the "
                                           "simulator's %llu bytes",
-                                          (unsigned long long)(c->hbm_bytes + bytes),
+                                          (unsigned long long)in_all,
                                           (unsigned long long)SIM_HBM_LIMIT_BYTES);
         c->hbm_bytes += bytes;
         st = simc_store_new(mem, dt, (int)parts, free_elems, true);

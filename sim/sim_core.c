@@ -313,7 +313,8 @@ bool simc_view_contiguous(const simc_view *v)
 
 void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi)
 {
-    int64_t l = v->offset, h = v->offset;
+    int64_t l = v->offset;
+    int64_t h = l;
     for (int d = 0; d < v->ndim; d++) {
         int64_t span = (v->shape[d] - 1) * v->strides[d];
         if (v->shape[d] == 0)
@@ -396,15 +397,15 @@ void simc_view_region(const simc_view *v, sim_region *r)
             rows_ *= (v)->shape[d_];                                            \
         if (nd_ == 0 || (v)->shape[nd_ - 1] == 0)                               \
             rows_ = nd_ == 0 ? 1 : 0;                                           \
-        int64_t base = (v)->offset;                                             \
-        for (int64_t rows_i = 0; rows_i < rows_; rows_i++) {
+        int64_t base = (v)->offset; /* NOLINT(bugprone-macro-parentheses) */    \
+        for (int64_t rows_i = 0; rows_i < rows_; rows_i++) { /* NOLINT */
 
 #define SIMC_ROWS_END(v, base)                                                  \
             for (int d_ = nd_ - 2; d_ >= 0; d_--) {                             \
-                base += (v)->strides[d_];                                       \
+                base += (v)->strides[d_]; /* NOLINT(bugprone-macro-parentheses) */ \
                 if (++idx_[d_] < (v)->shape[d_])                                \
                     break;                                                      \
-                base -= (v)->strides[d_] * (v)->shape[d_];                      \
+                base -= (v)->strides[d_] * (v)->shape[d_]; /* NOLINT */         \
                 idx_[d_] = 0;                                                   \
             }                                                                   \
         }                                                                       \

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,11 @@ float simn_op_identity(simn_op op)
     }
 }
 
+static float b2f(bool x)
+{
+    return x ? 1.0f : 0.0f;
+}
+
 static int32_t as_int(float x)
 {
     if (isnan(x))
@@ -70,15 +76,15 @@ float simn_alu(simn_op op, float a, float b)
     case SIMN_OP_MAXIMUM: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
     case SIMN_OP_MINIMUM: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
     case SIMN_OP_POWER: return powf(a, b);
-    case SIMN_OP_EQUAL: return a == b;
-    case SIMN_OP_NOT_EQUAL: return a != b;
-    case SIMN_OP_LESS: return a < b;
-    case SIMN_OP_LESS_EQUAL: return a <= b;
-    case SIMN_OP_GREATER: return a > b;
-    case SIMN_OP_GREATER_EQUAL: return a >= b;
-    case SIMN_OP_LOGICAL_AND: return (a != 0) && (b != 0);
-    case SIMN_OP_LOGICAL_OR: return (a != 0) || (b != 0);
-    case SIMN_OP_LOGICAL_XOR: return (a != 0) != (b != 0);
+    case SIMN_OP_EQUAL: return b2f(a == b);
+    case SIMN_OP_NOT_EQUAL: return b2f(a != b);
+    case SIMN_OP_LESS: return b2f(a < b);
+    case SIMN_OP_LESS_EQUAL: return b2f(a <= b);
+    case SIMN_OP_GREATER: return b2f(a > b);
+    case SIMN_OP_GREATER_EQUAL: return b2f(a >= b);
+    case SIMN_OP_LOGICAL_AND: return b2f((a != 0) && (b != 0));
+    case SIMN_OP_LOGICAL_OR: return b2f((a != 0) || (b != 0));
+    case SIMN_OP_LOGICAL_XOR: return b2f((a != 0) != (b != 0));
     case SIMN_OP_BITWISE_AND: return (float)(as_int(a) & as_int(b));
     case SIMN_OP_BITWISE_OR: return (float)(as_int(a) | as_int(b));
     case SIMN_OP_BITWISE_XOR: return (float)(as_int(a) ^ as_int(b));
@@ -175,6 +181,15 @@ static sgemm_fn blas_sgemm;
 static corename_fn blas_corename;
 static int blas_state;   /* 0 not tried, 1 loaded, -1 failed */
 
+static void sym_fn(void *h, const char *name, void *fn, size_t size)
+{
+    void *sym = h ? dlsym(h, name) : NULL;
+    if (sym && size == sizeof(sym))
+        memcpy(fn, &sym, size);
+    else
+        memset(fn, 0, size);
+}
+
 static const char *cpu_coretype(void)
 {
     __builtin_cpu_init();
@@ -204,9 +219,10 @@ int simn_init(void)
         setenv("OPENBLAS_NUM_THREADS", "1", 0);
     for (size_t i = 0; !h && i < sizeof(libs) / sizeof(libs[0]); i++)
         h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
-    blas_sgemm = h ? (sgemm_fn)(uintptr_t)dlsym(h, "cblas_sgemm") : NULL;
-    set_threads = h ? (threads_fn)(uintptr_t)dlsym(h, "openblas_set_num_threads") : NULL;
-    blas_corename = h ? (corename_fn)(uintptr_t)dlsym(h, "openblas_get_corename") : NULL;
+    /* POSIX: a function pointer from dlsym is copied, not cast */
+    sym_fn(h, "cblas_sgemm", &blas_sgemm, sizeof(blas_sgemm));
+    sym_fn(h, "openblas_set_num_threads", &set_threads, sizeof(set_threads));
+    sym_fn(h, "openblas_get_corename", &blas_corename, sizeof(blas_corename));
     if (!blas_sgemm) {
         blas_state = -1;
         return -1;

@@ -93,7 +93,7 @@ Test(nki_errors, each_rule_stops_the_kernel_with_code_line_and_values)
     in.ndim = 2;
     in.shape[0] = 128;
     in.shape[1] = 64;
-    in.data = kf_calloc(128 * 64, 4);
+    in.data = kf_calloc((size_t)128 * 64, 4);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const neg_case *nc = &cases[i];
         sim_run_opts o;
