@@ -1232,7 +1232,9 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
             simn_alu_vec(SIMN_OP_ADD, va, vb, 1, va, n);
             simc_scatter_accum(&t->v, va, -1, NULL);
         }
-        if (r->mm_insn >= 0 && (size_t)r->mm_insn < rec->n_insns &&
+        /* Retarget only when the MATMUL is the last instruction (nothing read
+         * its result tile meanwhile): `acc += nl.matmul(...)`. */
+        if (r->mm_insn >= 0 && (size_t)r->mm_insn + 1 == rec->n_insns &&
             rec->insns[r->mm_insn].dst[0].alloc == r->v.st->alloc_id) {
             sim_insn *in = &rec->insns[r->mm_insn];
             simc_view_region(&t->v, &in->dst[0]);
