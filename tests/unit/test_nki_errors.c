@@ -223,3 +223,74 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
     }
     free(in.data);
 }
+
+/* More rules, each with the code, line and a fragment of the values. */
+Test(nki_errors, more_rules_have_precise_messages)
+{
+#define T "    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+#define P "    p = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)\n"
+    static const neg_case more[] = {
+        { SIM_E_WRONG_BUFFER, 7, "src must be in HBM",
+          LHDR "def k(x):\n" T "    u = nl.load(t)\n    return x\n", 1 },
+        { SIM_E_WRONG_BUFFER, 7, "cannot write PSUM",
+          HDR "def k(x):\n" P "    nisa.dma_copy(dst=p, src=x)\n    return x\n", 1 },
+        { SIM_E_WRONG_BUFFER, 8, "at most one input",
+          HDR "def k(x):\n" P "    q = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.tensor_tensor(dst=p, data1=p, data2=q, op=nl.add)\n    return x\n", 1 },
+        { SIM_E_SHAPE_MISMATCH, 7, "dst has 4096 elements, src 8192",
+          HDR "def k(x):\n    t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+              "    nisa.dma_copy(dst=t, src=x)\n    return x\n", 1 },
+        { SIM_E_SHAPE_MISMATCH, 9, "stationary K=128, moving K=64",
+          HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
+              "    b = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)\n"
+              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.nc_matmul(dst=r, stationary=a, moving=b)\n    return x\n", 1 },
+        { SIM_E_BAD_ARGUMENT, 7, "partition axis 0 cannot be reduced",
+          LHDR "def k(x):\n" T "    s = nl.sum(t, axis=0)\n    return x\n", 1 },
+        { SIM_E_SHAPE_MISMATCH, 7, "not contiguous",
+          HDR "def k(x):\n" T "    u = t[:, 0:64:2].reshape((128, 2, 16))\n    return x\n", 1 },
+        { SIM_E_BAD_ARGUMENT, 7, "partition step is 1",
+          HDR "def k(x):\n" T "    u = t.ap(pattern=[[1, 128], [1, 64]], offset=0)\n    return x\n", 1 },
+        { SIM_E_UNSUPPORTED_API, 8, "not affine",
+          LHDR "def k(x):\n    i = nl.arange(4)[:, None]\n    j = nl.arange(4)[None, :]\n"
+               "    e = i * j\n    return x\n", 1 },
+        { SIM_E_SHAPE_MISMATCH, 8, "operand shapes 128x64 and 64x128 do not broadcast",
+          LHDR "def k(x):\n" T "    u = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
+               "    w = t + u\n    return x\n", 1 },
+        { SIM_E_DTYPE, 6, "unknown dtype 'float64'",
+          HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype='float64', buffer=nl.sbuf)\n    return x\n", 1 },
+        { SIM_E_INDEX_OUT_OF_BOUNDS, 8, "index expression spans [0, 127] on dimension 1 of size 64",
+          LHDR "def k(x):\n    i_p = nl.arange(128)[:, None]\n    i_f = nl.arange(128)[None, :]\n"
+               "    u = nl.load(x[i_p, i_f])\n    return x\n", 1 },
+    };
+#undef T
+#undef P
+    sim_array in;
+    memset(&in, 0, sizeof(in));
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 2;
+    in.shape[0] = 128;
+    in.shape[1] = 64;
+    in.data = kf_calloc((size_t)128 * 64, 4);
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+
+        memset(&o, 0, sizeof(o));
+        o.entry = "k";
+        o.target = "trn2";
+        o.numerics = true;
+        sim_record_init(&rec, "trn2");
+        cr_expect_eq(sim_run_source(&o, more[i].src, "m.py", &in, 1, NULL, NULL, &rec, &se, &err),
+                     KF_INVALID, "case %zu ran", i);
+        cr_expect_eq(se.code, more[i].code, "case %zu: expected SIM_E_%s: %s", i,
+                     sim_error_name(more[i].code), err.msg);
+        cr_expect_eq(se.line, more[i].line, "case %zu: line %d: %s", i, se.line, err.msg);
+        cr_expect(strstr(err.msg, more[i].needle) != NULL, "case %zu: '%s' not in %s", i,
+                  more[i].needle, err.msg);
+        sim_record_release(&rec);
+    }
+    free(in.data);
+}
