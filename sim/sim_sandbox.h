@@ -16,7 +16,10 @@
  *     and always a seccomp filter that makes socket() fail with EPERM for any
  *     family but AF_UNIX and io_uring_setup() fail with EPERM (io_uring can
  *     open sockets).  If neither can be installed the child refuses to run
- *     the function (status FAILED, reason says why);
+ *     the function (status FAILED, reason says why).  The same filter stops
+ *     new processes (fork, vfork and clone without CLONE_THREAD fail with
+ *     EPERM; threads still start), so a kernel cannot fork-bomb the machine
+ *     or leave processes behind;
  *   - runs fn(arg, out), which sends arrays and a JSON summary through
  *     sim_sandbox_send_*(), and _exit()s.  Its stdout and stderr go to a pipe
  *     whose last SIM_SANDBOX_LOG_TAIL bytes the parent keeps.

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,4 +316,37 @@ Test(sim_sandbox, an_evaluation_dies_with_its_caller)
         usleep(20000);
     cr_assert(dead, "evaluation %d outlived its killed caller", (int)child);
     unlink(path);
+}
+
+static void *thread_main(void *arg)
+{
+    *(int *)arg = 42;
+    return NULL;
+}
+
+static kf_code spawn_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg; (void)err;
+    pid_t p = fork();
+    int e_fork = p < 0 ? errno : 0;
+    if (p == 0)
+        _exit(0);
+    int value = 0;
+    pthread_t t;
+    int thr = pthread_create(&t, NULL, thread_main, &value) == 0 && pthread_join(t, NULL) == 0;
+    char *json = kf_asprintf("{\"e_fork\":%d,\"thread\":%d}", e_fork, thr && value == 42);
+    sim_sandbox_send_json(out, json);
+    free(json);
+    return KF_OK;
+}
+
+Test(sim_sandbox, no_new_processes_but_threads_work)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+    cr_assert_eq(sim_sandbox_run(&l, spawn_fn, NULL, &r, NULL), KF_OK);
+    cr_assert_eq(r.status, SIM_SB_OK, "%s", r.reason);
+    cr_assert(strstr(r.json, "\"e_fork\":1,") != NULL, "fork must fail with EPERM: %s", r.json);
+    cr_assert(strstr(r.json, "\"thread\":1") != NULL, "threads must still start: %s", r.json);
+    sim_sandbox_result_release(&r);
 }
