@@ -130,6 +130,10 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim);
  * capacity.  NULL with the error raised on failure. */
 nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
                              int pdim, const char *name, const char *api);
+/* Same, with psum_banks: a PSUM tensor placed with address= may span whole
+ * banks (each matmul into it must still stay inside one bank). */
+nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
+                                int pdim, const char *name, const char *api, bool psum_banks);
 /* Borrow the tensor in obj or fail with BAD_ARGUMENT naming `what`. */
 nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what);
 /* Check the deferred bounds of an index-expression view under an optional

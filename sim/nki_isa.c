@@ -1377,8 +1377,16 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     if (simc_view_elems(&src->v) > NKI_MAX_OP_ELEMS)
         return nki_fail(SIM_E_LIMIT, api, "one DMA of %lld elements, at most %lld (split it)",
                         (long long)simc_view_elems(&src->v), (long long)NKI_MAX_OP_ELEMS);
-    if (a[2] && a[2] != Py_None)
-        return nki_fail(SIM_E_UNSUPPORTED_API, api, "axes= other than the 2-D default");
+    if (a[2] && a[2] != Py_None) {   /* only the 2-D swap, axes=(1, 0) */
+        PyObject *t = PySequence_Check(a[2]) ? PySequence_Tuple(a[2]) : NULL;
+        int64_t a0 = -1, a1 = -1;
+        bool ok = t && PyTuple_GET_SIZE(t) == 2 && nki_get_int(PyTuple_GET_ITEM(t, 0), &a0) &&
+                  nki_get_int(PyTuple_GET_ITEM(t, 1), &a1) && a0 == 1 && a1 == 0;
+        Py_XDECREF(t);
+        PyErr_Clear();
+        if (!ok)
+            return nki_fail(SIM_E_UNSUPPORTED_API, api, "axes= other than (1, 0)");
+    }
     if (dst->v.st->mem == SIM_MEM_PSUM || src->v.st->mem == SIM_MEM_PSUM)
         return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA neither reads nor writes PSUM");
     if (nki_check_bounds(src, NULL, api) < 0 || nki_check_bounds(dst, NULL, api) < 0)

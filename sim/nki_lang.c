@@ -17,7 +17,8 @@
 /* ===== allocation ===== */
 
 static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dtype_obj,
-                              PyObject *buffer_obj, PyObject *name_obj, bool fill, float value)
+                              PyObject *buffer_obj, PyObject *name_obj, bool fill, float value,
+                              bool placed)
 {
     nki_ctx *c = nki_cur;
     int64_t shape[SIMC_MAX_DIMS];
@@ -67,7 +68,7 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
         shape[1] = 1;
         nd = 2;
     }
-    t = nki_tensor_alloc((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api);
+    t = nki_tensor_alloc_ex((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api, placed);
     if (!t)
         return NULL;
     if (mem == SIM_MEM_HBM && shared) {
@@ -97,13 +98,15 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
 static PyObject *nl_ndarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
-    static const char *const names[] = { "shape", "dtype", "buffer", "name", "*address",
+    static const char *const names[] = { "shape", "dtype", "buffer", "name", "address",
                                          "*lazy_initialization" };
     PyObject *a[NKI_NARGS(names)];
     (void)m;
     if (PARSE("nl.ndarray", names, a) < 0)
         return NULL;
-    return alloc_common("nl.ndarray", a[0], a[1], a[2], a[3], false, 0);
+    /* address= (manual placement) lets a PSUM tensor span banks */
+    return alloc_common("nl.ndarray", a[0], a[1], a[2], a[3], false, 0,
+                        a[4] && a[4] != Py_None);
 }
 
 static PyObject *fill_call(const char *api, float value, PyObject *const *args, Py_ssize_t nargs,
@@ -114,7 +117,7 @@ static PyObject *fill_call(const char *api, float value, PyObject *const *args, 
     PyObject *a[NKI_NARGS(names)];
     if (PARSE(api, names, a) < 0)
         return NULL;
-    return alloc_common(api, a[0], a[1], a[2], a[3], true, value);
+    return alloc_common(api, a[0], a[1], a[2], a[3], true, value, false);
 }
 
 static PyObject *nl_zeros(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -144,7 +147,7 @@ static PyObject *nl_full(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
         return NULL;
     if (v.t)
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.full", "fill_value must be a number");
-    return alloc_common("nl.full", a[0], a[2], a[3], a[4], true, v.s);
+    return alloc_common("nl.full", a[0], a[2], a[3], a[4], true, v.s, false);
 }
 
 /* nl.shared_constant(ndarray, dtype=None): an HBM constant from a host array
@@ -965,6 +968,16 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
                         (long long)M, (long long)N, (long long)K, (long long)M, (long long)N), -1);
     if (nki_check_bounds(dst, NULL, api) < 0)
         return -1;
+    {
+        sim_region dr;
+        simc_view_region(&dst->v, &dr);
+        if (dr.byte_hi > dr.byte_lo &&
+            dr.byte_lo / SIMC_PSUM_BANK_BYTES != (dr.byte_hi - 1) / SIMC_PSUM_BANK_BYTES)
+            return (nki_fail(SIM_E_PSUM_TILE, api,
+                             "the matmul result spans bytes [%llu, %llu) of a partition, across "
+                             "a 2048-byte bank boundary",
+                             (unsigned long long)dr.byte_lo, (unsigned long long)dr.byte_hi), -1);
+    }
     if (!nki_cur->numerics || !matmul_direct(dst, sv, mv, M, N, K, accumulate, stat_is_mk, &any_acc)) {
         A = nki_read(sv, 1);
         B = nki_read(mv, 2);
@@ -1302,6 +1315,24 @@ int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     return rc;
 }
 
+/* nl.no_reorder(): a scheduling hint used as a context manager; the
+ * simulator issues instructions in program order anyway. */
+static PyObject *nl_no_reorder(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    PyObject *ctx, *r;
+    (void)m;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    ctx = PyImport_ImportModule("contextlib");
+    if (!ctx)
+        return NULL;
+    r = PyObject_CallMethod(ctx, "nullcontext", NULL);
+    Py_DECREF(ctx);
+    return r;
+}
+
 /* ===== method table ===== */
 
 PyMethodDef nki_language_methods[] = {
@@ -1327,6 +1358,7 @@ PyMethodDef nki_language_methods[] = {
     { "transpose", FASTKW(nl_transpose), "transpose into a new PSUM tile" },
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
     { "where", FASTKW(nl_where), "select x or y by a condition tile" },
+    { "no_reorder", FASTKW(nl_no_reorder), "scheduling hint (a no-op context manager)" },
 #define XX(id, name, kind) { name, FASTKW(nl_op_##id), "nl." name },
     SIMN_OP_MAP(XX)
 #undef XX

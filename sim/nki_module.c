@@ -536,6 +536,24 @@ static PyObject *mod_none(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     return Py_NewRef(Py_None);
 }
 
+/* Scheduling hints (no_reorder()): a no-op context manager, usable as a
+ * `with` block or passed as a value (directives=). */
+static PyObject *mod_nullcontext(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    PyObject *ctx, *r;
+    (void)m;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    ctx = PyImport_ImportModule("contextlib");
+    if (!ctx)
+        return NULL;
+    r = PyObject_CallMethod(ctx, "nullcontext", NULL);
+    Py_DECREF(ctx);
+    return r;
+}
+
 /* nki.simulate(kernel) / simulate_kernel(kernel, *args): run inline. */
 static PyObject *mod_simulate_kernel(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                      PyObject *kwnames)
@@ -617,7 +635,7 @@ static PyMethodDef nki_compiler_methods[] = {
     { "enable_stack_allocator", FASTKW(mod_noop_decorator), "no-op" },
     { "multi_buffer", FASTKW(mod_noop_decorator), "no-op" },
     { "force_auto_alloc", FASTKW(mod_noop_decorator), "no-op" },
-    { "no_reorder", FASTKW(mod_none), "scheduling hint (ignored)" },
+    { "no_reorder", FASTKW(mod_nullcontext), "scheduling hint (a no-op context manager)" },
     { "tile_position", FASTKW(mod_none), "scheduling hint (ignored)" },
     { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },
     { NULL, NULL, 0, NULL },

@@ -45,6 +45,12 @@ static const char *mem_name(int mem)
 nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
                              int pdim, const char *name, const char *api)
 {
+    return nki_tensor_alloc_ex(mem, dt, ndim, shape, pdim, name, api, false);
+}
+
+nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
+                                int pdim, const char *name, const char *api, bool psum_banks)
+{
     nki_ctx *c = nki_cur;
     simc_store *st;
     simc_view v;
@@ -84,7 +90,7 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
                 free_elems *= shape[d];
         }
         int64_t part_bytes = free_elems * (int64_t)es;
-        if (mem == SIM_MEM_PSUM && part_bytes > SIMC_PSUM_BANK_BYTES)
+        if (mem == SIM_MEM_PSUM && part_bytes > SIMC_PSUM_BANK_BYTES && !psum_banks)
             return (nki_tensor *)nki_fail(SIM_E_PSUM_TILE, api,
                                           "PSUM tile of %lld bytes per partition > %d",
                                           (long long)part_bytes, SIMC_PSUM_BANK_BYTES);
@@ -104,7 +110,10 @@ nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t 
     } else {
         nki_arena *a = mem == SIM_MEM_SBUF ? &c->sbuf : &c->psum;
         uint64_t bytes = (uint64_t)free_elems * es, off = 0, window = 0;
-        if (mem == SIM_MEM_PSUM && blocks > 1) {
+        if (mem == SIM_MEM_PSUM && psum_banks) {
+            /* a placed multi-bank PSUM tensor: whole banks */
+            bytes = (bytes + SIMC_PSUM_BANK_BYTES - 1) / SIMC_PSUM_BANK_BYTES * SIMC_PSUM_BANK_BYTES;
+        } else if (mem == SIM_MEM_PSUM && blocks > 1) {
             bytes = (uint64_t)blocks * SIMC_PSUM_BANK_BYTES;   /* a bank per block */
         } else {
             /* a PSUM tile lies inside one bank; small tiles share banks */

@@ -980,3 +980,69 @@ Test(nki, predicated_copy_partition_reduce_and_nkiobject)
     done(&r);
     sim_array_release(&in);
 }
+
+Test(nki, placed_psum_spans_banks_but_each_matmul_stays_in_one)
+{
+    /* Manual allocation as in the attention tutorial v10: a PSUM tensor placed
+     * with address= spans 4 banks, matmuls write one bank each, the
+     * accumulate flag is explicit, no_reorder is a context manager. */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "import nki.compiler as ncc\n"
+        "class Mem(nl.NKIObject):\n"
+        "    def psum(self, bank, size):\n"
+        "        return nl.ndarray((128, size), dtype=nl.float32, buffer=nl.psum, address=(0, bank * 2048))\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    sa = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))\n"
+        "    sb = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=sa, src=a)\n"
+        "    nisa.dma_copy(dst=sb, src=b)\n"
+        "    ps = Mem().psum(0, 4 * 512)\n"
+        "    with nl.no_reorder():\n"
+        "        for j in range(4):\n"
+        "            for rep in range(2):\n"
+        "                nisa.nc_matmul(dst=ps[:, nl.ds(j * 512, 512)], stationary=sa,\n"
+        "                               moving=sb[:, nl.ds(j * 512, 512)], accumulate=(rep != 0))\n"
+        "    with ncc.no_reorder():\n"
+        "        res = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        nisa.tensor_copy(dst=res, src=ps)\n"
+        "    nisa.dma_copy(dst=out, src=res)\n"
+        "    return out\n";
+    const char *straddle =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    sa = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    sb = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    ps = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum, address=(0, 0))\n"
+        "    nisa.nc_matmul(dst=ps[:, 256:768], stationary=sa, moving=sb)\n"
+        "    return a\n";
+    sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 128, 128), mk("b", SIM_DT_FLOAT32, 128, 2048) };
+    run_result r;
+
+    fill(&in[0], 13);
+    fill(&in[1], 14);
+    run(&r, src, "k", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int m = 0; m < 128; m += 17)
+        for (int n = 0; n < 2048; n += 101) {
+            double s = 0;
+            for (int k = 0; k < 128; k++)
+                s += (double)f32(&in[0])[k * 128 + m] * f32(&in[1])[k * 2048 + n];
+            cr_assert(fabs(f32(&r.out[0])[m * 2048 + n] - 2 * s) < 1e-3, "m=%d n=%d", m, n);
+        }
+    cr_assert_eq(count_op(&r.rec, SIM_OP_MATMUL), 8);
+    done(&r);
+    run(&r, straddle, "k", in, 2, 0, 0, true);
+    cr_assert_eq(r.serr.code, SIM_E_PSUM_TILE, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 9);
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
