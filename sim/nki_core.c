@@ -63,24 +63,27 @@ uint32_t nki_loc(void)
     PyCodeObject *code;
     int line, lasti;
     uint32_t id;
+    size_t slot;
 
     if (!f || !nki_cur)
         return 0;
     code = PyFrame_GetCode(f);
     lasti = PyFrame_GetLasti(f);
     /* Cache by (code, instruction offset): computing the line number walks
-     * the line table, and kernels call from the same spot in loops. */
-    if ((void *)code == nki_cur->loc_code && lasti == nki_cur->loc_lasti) {
+     * the line table and interning compares strings, while kernels call
+     * from the same few spots in their loops.  Code objects live as long as
+     * the kernel's functions, i.e. the whole run. */
+    slot = (((uintptr_t)code >> 4) ^ (uintptr_t)lasti * 2654435761u) % NKI_LOC_CACHE;
+    if (nki_cur->loc_code[slot] == (const void *)code && nki_cur->loc_lasti[slot] == lasti) {
         Py_DECREF(code);
-        return nki_cur->loc_id;
+        return nki_cur->loc_id[slot];
     }
     line = PyFrame_GetLineNumber(f);
     id = sim_record_loc(nki_cur->rec, PyUnicode_AsUTF8(code->co_filename), (uint32_t)line,
                         PyUnicode_AsUTF8(code->co_name));
-    /* The cache compares pointers only; the record holds the strings. */
-    nki_cur->loc_code = code;
-    nki_cur->loc_lasti = lasti;
-    nki_cur->loc_id = id;
+    nki_cur->loc_code[slot] = code;
+    nki_cur->loc_lasti[slot] = lasti;
+    nki_cur->loc_id[slot] = id;
     Py_DECREF(code);
     return id;
 }

@@ -43,6 +43,8 @@
  * grids of masks): 2^28, far above any tile; bounds the FP32 scratch. */
 #define NKI_MAX_OP_ELEMS ((int64_t)1 << 28)
 
+enum { NKI_LOC_CACHE = 256 };
+
 typedef struct nki_iv {          /* an on-chip allocation interval [off, off+len) */
     uint64_t off, len;
 } nki_iv;
@@ -68,9 +70,10 @@ typedef struct nki_ctx {
     float              act_acc[SIMC_PMAX]; /* ScalarE reduce registers */
     float             *scratch[8];
     size_t             scratch_cap[8];
-    void              *loc_code;      /* cache of the last (code object, offset) -> loc */
-    int                loc_lasti;
-    uint32_t           loc_id;
+    /* direct-mapped cache (code object, instruction offset) -> location id */
+    const void        *loc_code[NKI_LOC_CACHE];
+    int                loc_lasti[NKI_LOC_CACHE];
+    uint32_t           loc_id[NKI_LOC_CACHE];
     uint64_t           calls;         /* NKI calls made */
     uint64_t           hbm_bytes;     /* HBM tensors allocated by the kernel (inputs excluded) */
 } nki_ctx;
