@@ -145,7 +145,7 @@ int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject
         int found = -1;
         for (int i = 0; kw && i < n_names; i++) {
             const char *n = names[i][0] == '*' ? names[i] + 1 : names[i];
-            if (strcmp(n, kw) == 0) {
+            if (n[0] == kw[0] && strcmp(n, kw) == 0) {
                 found = i;
                 break;
             }
