@@ -457,6 +457,8 @@ Test(nki, view_rules_and_dtypes)
         "    assert tuple(g.broadcast_to((128, 16)).shape) == (128, 16)\n"
         "    i_p, i_f = nl.mgrid[0:128, 0:16]\n"
         "    assert tuple(t[i_p, 2, i_f].shape) == (128, 16)\n"
+        "    g = nl.mgrid[0:128, 0:16]\n"
+        "    assert tuple(t[g.p, 2, g.x].shape) == (128, 16) and tuple(g.x.shape) == (1, 16)\n"
         "    ip = nl.arange(128)[:, None]\n"
         "    assert tuple(t[ip, 0, 0].shape) == (128, 1)\n"
         "    assert nisa.engine.vector != nisa.engine.scalar\n"
