@@ -12,7 +12,10 @@ def rows(path):
 
 
 def quality(path):
-    rs = rows(path)
+    last = {}
+    for r in rows(path):            # a re-run of an (op, target) replaces the earlier row
+        last[(r["op"], r["target"])] = r
+    rs = list(last.values())
     print(f"   {'op':<17}{'target':<7}{'shapes':<34}{'default':>8}{'tuned':>7}{'speedup':>8}  {'iters':>5}  limit / status")
     ovh, outside = [], []
     for r in rs:
