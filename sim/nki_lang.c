@@ -1315,6 +1315,40 @@ int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     return rc;
 }
 
+/* nl.nc(n) and nl.spmd_dim(g, nl.nc(n)): a launch dimension of g programs
+ * spread over n NeuronCores.  One simulated core runs all g programs, so a
+ * spmd_dim is its program count (program ids are the same). */
+static PyObject *nl_nc(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = { "n" };
+    PyObject *a[1];
+    int64_t n;
+    (void)m;
+    if (PARSE("nl.nc", names, a) < 0)
+        return NULL;
+    if (!a[0] || !nki_get_int(a[0], &n) || n < 1)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.nc", "the core count must be a positive int");
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *nl_spmd_dim(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    int64_t n = 1, v;
+    (void)m;
+    if (nki_need_run("nl.spmd_dim") < 0)
+        return NULL;
+    if (kwnames && PyTuple_GET_SIZE(kwnames))
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "spmd_dim takes positional sizes");
+    if (nargs < 1 || !nki_get_int(args[0], &v) || v < 1)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "the first argument must be a positive int");
+    n = v;
+    for (Py_ssize_t i = 1; i < nargs; i++)
+        if (!nki_get_int(args[i], &v) || v < 1)
+            return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "sizes must be positive ints");
+    return PyLong_FromLongLong(n);
+}
+
 /* nl.no_reorder(): a scheduling hint used as a context manager; the
  * simulator issues instructions in program order anyway. */
 static PyObject *nl_no_reorder(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -1359,6 +1393,8 @@ PyMethodDef nki_language_methods[] = {
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
     { "where", FASTKW(nl_where), "select x or y by a condition tile" },
     { "no_reorder", FASTKW(nl_no_reorder), "scheduling hint (a no-op context manager)" },
+    { "nc", FASTKW(nl_nc), "a NeuronCore count for spmd_dim" },
+    { "spmd_dim", FASTKW(nl_spmd_dim), "a launch dimension spread over cores" },
 #define XX(id, name, kind) { name, FASTKW(nl_op_##id), "nl." name },
     SIMN_OP_MAP(XX)
 #undef XX

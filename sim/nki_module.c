@@ -457,8 +457,8 @@ static PyObject *kernel_getitem(PyObject *o, PyObject *key)
         if (!PyLong_Check(PyTuple_GET_ITEM(grid, i))) {
             /* nl.spmd_dim(...) and friends: not implemented. */
             Py_DECREF(grid);
-            return nki_fail(SIM_E_UNSUPPORTED_API, "kernel[grid]",
-                            "grid entries must be ints (spmd_dim / nc() are not implemented)");
+            return nki_fail(SIM_E_BAD_ARGUMENT, "kernel[grid]",
+                            "grid entries must be ints or nl.spmd_dim(...)");
         }
     r = kernel_new(k->func, grid);
     Py_DECREF(grid);
