@@ -588,16 +588,24 @@ static PyObject *tensor_reshape(nki_tensor *t, PyObject *const *args, Py_ssize_t
     if (nd < 0)
         return NULL;
     total = simc_view_elems(&t->v);
+    for (int d = 0; d < nd; d++)
+        if (shape[d] < -1 || (shape[d] == -1 && neg >= 0 && neg != d))
+            return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.reshape",
+                            "dimension %d is %lld (sizes are >= 0, with at most one -1)", d,
+                            (long long)shape[d]);
+        else if (shape[d] == -1)
+            neg = d;
+    neg = -1;
     for (int d = 0; d < nd; d++) {
         if (shape[d] == -1 && neg < 0)
             neg = d;
         else
             known *= shape[d];
     }
-    if (neg >= 0 && known > 0)
-        shape[neg] = total / known;
-    if (neg >= 0)
+    if (neg >= 0) {
+        shape[neg] = known > 0 ? total / known : 0;
         known *= shape[neg];
+    }
     if (known != total)
         return nki_fail(SIM_E_SHAPE_MISMATCH, "tensor.reshape",
                         "cannot reshape %lld elements into %lld", (long long)total,
@@ -653,6 +661,9 @@ PyObject *nki_broadcast_view(nki_tensor *t, PyObject *shape_obj, const char *api
 
     if (nd < 0)
         return NULL;
+    for (int d = 0; d < nd; d++)
+        if (shape[d] < 0)
+            return nki_fail(SIM_E_BAD_ARGUMENT, api, "dimension %d of the shape is negative", d);
     if (nd < t->v.ndim)
         return nki_fail(SIM_E_SHAPE_MISMATCH, api, "cannot broadcast %d dims to %d", t->v.ndim, nd);
     off = nd - t->v.ndim;
@@ -722,6 +733,10 @@ static PyObject *tensor_ap(nki_tensor *t, PyObject *const *args, Py_ssize_t narg
             return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern entry %zd must be [step, count]", i);
         }
         Py_DECREF(ps);
+        if (r.shape[i] < 0) {
+            Py_DECREF(seq);
+            return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern entry %zd has a negative count", i);
+        }
     }
     Py_DECREF(seq);
     if (a[1] && a[1] != Py_None && !nki_get_int(a[1], &r.offset))

@@ -294,3 +294,40 @@ Test(nki_errors, more_rules_have_precise_messages)
     }
     free(in.data);
 }
+
+Test(nki_errors, negative_sizes_in_views_are_refused)
+{
+    static const char *const srcs[] = {
+        HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+            "    u = t.ap(pattern=[[64, 2], [1, -3]], offset=0)\n    return x\n",
+        HDR "def k(x):\n    u = x.reshape((-2, -4096))\n    return x\n",
+        HDR "def k(x):\n    u = x.reshape((-1, -1))\n    return x\n",
+        HDR "def k(x):\n    t = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+            "    u = t.broadcast_to((-128, 64))\n    return x\n",
+    };
+    sim_array in;
+
+    memset(&in, 0, sizeof(in));
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 2;
+    in.shape[0] = 128;
+    in.shape[1] = 64;
+    in.data = kf_calloc((size_t)128 * 64, 4);
+    for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+
+        memset(&o, 0, sizeof(o));
+        o.entry = "k";
+        o.target = "trn2";
+        sim_record_init(&rec, "trn2");
+        cr_expect_eq(sim_run_source(&o, srcs[i], "n.py", &in, 1, NULL, NULL, &rec, &se, &err),
+                     KF_INVALID, "case %zu ran", i);
+        cr_expect(se.code == SIM_E_BAD_ARGUMENT || se.code == SIM_E_SHAPE_MISMATCH,
+                  "case %zu: %s", i, err.msg);
+        sim_record_release(&rec);
+    }
+    free(in.data);
+}
