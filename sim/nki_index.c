@@ -32,7 +32,7 @@ static void index_dealloc(PyObject *o)
 /* Combine a and b (index or int) as a*sa + b*sb. */
 static PyObject *index_lin(PyObject *a, int64_t sa, PyObject *b, int64_t sb)
 {
-    int64_t shape[SIMC_MAX_DIMS], coef[SIMC_MAX_DIMS] = { 0 }, c = 0, iv;
+    int64_t shape[SIMC_MAX_DIMS], coef[SIMC_MAX_DIMS] = { 0 }, c = 0, iv, t;
     int nd = 0;
     PyObject *ops[2] = { a, b };
     int64_t sc[2] = { sa, sb };
@@ -54,11 +54,15 @@ static PyObject *index_lin(PyObject *a, int64_t sa, PyObject *b, int64_t sb)
                                     "sizes %lld and %lld do not broadcast", (long long)shape[gk],
                                     (long long)e->shape[k]);
                 shape[gk] = e->shape[k];
-                coef[gk] += sc[i] * e->coef[k];
+                if (__builtin_mul_overflow(sc[i], e->coef[k], &t) ||
+                    __builtin_add_overflow(coef[gk], t, &coef[gk]))
+                    return nki_fail(SIM_E_LIMIT, "index expression", "coefficients overflow 64 bits");
             }
-            c += sc[i] * e->c;
+            if (__builtin_mul_overflow(sc[i], e->c, &t) || __builtin_add_overflow(c, t, &c))
+                return nki_fail(SIM_E_LIMIT, "index expression", "offsets overflow 64 bits");
         } else if (nki_get_int(ops[i], &iv)) {
-            c += sc[i] * iv;
+            if (__builtin_mul_overflow(sc[i], iv, &t) || __builtin_add_overflow(c, t, &c))
+                return nki_fail(SIM_E_LIMIT, "index expression", "offsets overflow 64 bits");
         } else if (ops[i] == Py_None && sc[i] == 0) {
             continue;   /* the unused operand of a scaling */
         } else {
@@ -160,10 +164,10 @@ static PyObject *pred_from_compare(PyObject *a, PyObject *b, int op)
     }
     p->data = kf_malloc((size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) {
-        int64_t v = e->c;
+        __int128 v = e->c;   /* exact: kernels' coefficients are unbounded */
         bool r;
         for (int k = 0; k < e->ndim; k++)
-            v += e->coef[k] * idx[k];
+            v += (__int128)e->coef[k] * idx[k];
         switch (op) {
         case Py_LT: r = v < 0; break;
         case Py_LE: r = v <= 0; break;

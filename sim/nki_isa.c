@@ -1090,10 +1090,10 @@ static PyObject *isa_affine_select(PyObject *m, PyObject *const *args, Py_ssize_
         n = simc_view_elems(&dst->v);
         pred = (uint8_t *)nki_scratch(5, (n + 3) / 4);
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = off + idx[0] * cm;
+            __int128 v = off + (__int128)idx[0] * cm;
             for (int d = 1; d < dst->v.ndim; d++)
-                v += steps[d] * idx[d];
-            pred[i] = simn_alu(cmp, (float)v, 0.0f) != 0;
+                v += (__int128)steps[d] * idx[d];
+            pred[i] = simn_alu(cmp, (float)(double)v, 0.0f) != 0;
             for (int d = dst->v.ndim - 1; d >= 0; d--) {
                 if (++idx[d] < dst->v.shape[d])
                     break;
@@ -1145,10 +1145,10 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         n = simc_view_elems(&dst->v);
         vals = nki_scratch(1, n);
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = e->c;
+            __int128 v = e->c;
             for (int k = 0; k < e->ndim; k++)
-                v += e->coef[k] * idx[k];
-            vals[i] = (float)v;
+                v += (__int128)e->coef[k] * idx[k];
+            vals[i] = (float)(double)v;
             for (int k = e->ndim - 1; k >= 0; k--) {
                 if (++idx[k] < e->shape[k])
                     break;
@@ -1181,10 +1181,10 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         n = simc_view_elems(&dst->v);
         vals = nki_scratch(1, n);
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = off + idx[0] * cm;
+            __int128 v = off + (__int128)idx[0] * cm;
             for (int d = 1; d < dst->v.ndim; d++)
-                v += steps[d] * idx[d];
-            vals[i] = (float)v;
+                v += (__int128)steps[d] * idx[d];
+            vals[i] = (float)(double)v;
             for (int d = dst->v.ndim - 1; d >= 0; d--) {
                 if (++idx[d] < dst->v.shape[d])
                     break;

@@ -187,9 +187,7 @@ int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
     n = simc_view_elems(v);
     for (int64_t i = 0; i < n; i++) {
         if (mask[i]) {
-            int64_t f = v->offset;
-            for (int d = 0; d < v->ndim; d++)
-                f += idx[d] * v->strides[d];
+            int64_t f = simc_elem_index(v, idx);
             if (f < 0 || f >= v->st->nelem) {
                 nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api, "%s (element %lld is selected by the mask)",
                          t->oob_msg, (long long)i);
@@ -281,19 +279,28 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
         if (it && Py_TYPE(it) == &nki_IndexType) {
             nki_index *e = (nki_index *)it;
             int64_t lo = e->c, hi = e->c;
+            bool of = false;
             for (int k = 0; k < e->ndim; k++) {
                 int gk = gnd - e->ndim + k;
-                int64_t span;
+                int64_t span, step;
                 if (e->shape[k] == 1)
                     continue;
-                r.strides[gk] += e->coef[k] * v->strides[d];
-                span = e->coef[k] * (e->shape[k] - 1);
+                of |= __builtin_mul_overflow(e->coef[k], v->strides[d], &step);
+                of |= __builtin_add_overflow(r.strides[gk], step, &r.strides[gk]);
+                of |= __builtin_mul_overflow(e->coef[k], e->shape[k] - 1, &span);
                 if (span < 0)
-                    lo += span;
+                    of |= __builtin_add_overflow(lo, span, &lo);
                 else
-                    hi += span;
+                    of |= __builtin_add_overflow(hi, span, &hi);
             }
-            r.offset += e->c * v->strides[d];
+            {
+                int64_t off;
+                of |= __builtin_mul_overflow(e->c, v->strides[d], &off);
+                of |= __builtin_add_overflow(r.offset, off, &r.offset);
+            }
+            if (of)
+                return nki_fail(SIM_E_LIMIT, "tensor[...]",
+                                "the index expression on dimension %d overflows 64-bit offsets", d);
             if ((lo < 0 || hi >= v->shape[d]) && !oob[0])
                 snprintf(oob, sizeof(oob), "index expression spans [%lld, %lld] on dimension %d of size %lld",
                          (long long)lo, (long long)hi, d, (long long)v->shape[d]);

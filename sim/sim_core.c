@@ -315,17 +315,29 @@ void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi)
 {
     int64_t l = v->offset;
     int64_t h = l;
+    bool of = false;
     for (int d = 0; d < v->ndim; d++) {
-        int64_t span = (v->shape[d] - 1) * v->strides[d];
-        if (v->shape[d] == 0)
+        int64_t span;
+        if (v->shape[d] <= 0)
             continue;
+        /* views come from kernels: an overflowing span means "reaches
+         * outside", never a wrapped-around small range */
+        of |= __builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &span);
         if (span < 0)
-            l += span;
+            of |= __builtin_add_overflow(l, span, &l);
         else
-            h += span;
+            of |= __builtin_add_overflow(h, span, &h);
     }
-    *lo = l;
-    *hi = h;
+    *lo = of ? INT64_MIN : l;
+    *hi = of ? INT64_MAX : h;
+}
+
+int64_t simc_elem_index(const simc_view *v, const int64_t *idx)
+{
+    __int128 f = v->offset;
+    for (int d = 0; d < v->ndim; d++)
+        f += (__int128)idx[d] * v->strides[d];
+    return f < 0 || f > INT64_MAX ? -1 : (int64_t)f;
 }
 
 static int64_t clamp_u32(int64_t x)
@@ -430,9 +442,7 @@ static void gather_checked(const simc_view *v, float *out, bool with_data)
     unsigned es = sim_dtype_size(v->dtype);
 
     for (int64_t i = 0; i < n; i++) {
-        int64_t f = v->offset;
-        for (int d = 0; d < v->ndim; d++)
-            f += idx[d] * v->strides[d];
+        int64_t f = simc_elem_index(v, idx);
         if (f >= 0 && f < s->nelem) {
             if (with_data)
                 out[i] = simc_to_f32(v->dtype, (const uint8_t *)s->data + f * (int64_t)es);
@@ -510,9 +520,7 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     if (!simc_view_in_store(v)) {
         int64_t total = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
         for (int64_t i = 0; i < total; i++) {
-            int64_t f = v->offset;
-            for (int d = 0; d < v->ndim; d++)
-                f += idx[d] * v->strides[d];
+            int64_t f = simc_elem_index(v, idx);
             if (f >= 0 && f < s->nelem && (!mask || mask[i])) {
                 simc_from_f32(v->dtype, in[i], (uint8_t *)s->data + f * (int64_t)es);
                 if (s->open)

@@ -84,6 +84,9 @@ int64_t simc_view_elems(const simc_view *v);
 bool simc_view_contiguous(const simc_view *v);
 /* Lowest and highest flat element index touched (over all elements). */
 void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi);
+/* Flat storage index of the element at idx (no overflow; -1 when negative
+ * or beyond int64). */
+int64_t simc_elem_index(const simc_view *v, const int64_t *idx);
 /* True when every element of v lies inside its storage. */
 bool simc_view_in_store(const simc_view *v);
 /* Fill a record region describing the bytes v touches. */

@@ -305,6 +305,13 @@ Test(nki_errors, negative_sizes_in_views_are_refused)
         HDR "def k(x):\n    t = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
             "    u = t.broadcast_to((-128, 64))\n    return x\n",
     };
+    /* offsets that overflow 64 bits are errors, never wrapped-around views */
+    static const char *const huge[] = {
+        LHDR "def k(x):\n    i = nl.arange(4)[:, None] * (1 << 62)\n"
+             "    u = nl.load(x[i, nl.arange(64)[None, :]])\n    return x\n",
+        HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+            "    u = t.ap(pattern=[[64, 2], [1 << 62, 4]], offset=0)\n    return x\n",
+    };
     sim_array in;
 
     memset(&in, 0, sizeof(in));
@@ -327,6 +334,23 @@ Test(nki_errors, negative_sizes_in_views_are_refused)
                      KF_INVALID, "case %zu ran", i);
         cr_expect(se.code == SIM_E_BAD_ARGUMENT || se.code == SIM_E_SHAPE_MISMATCH,
                   "case %zu: %s", i, err.msg);
+        sim_record_release(&rec);
+    }
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        sim_run_opts o;
+        sim_record rec;
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+
+        memset(&o, 0, sizeof(o));
+        o.entry = "k";
+        o.target = "trn2";
+        o.numerics = true;
+        sim_record_init(&rec, "trn2");
+        cr_expect_eq(sim_run_source(&o, huge[i], "h.py", &in, 1, NULL, NULL, &rec, &se, &err),
+                     KF_INVALID, "huge case %zu ran", i);
+        cr_expect(se.code == SIM_E_LIMIT || se.code == SIM_E_INDEX_OUT_OF_BOUNDS,
+                  "huge case %zu: %s", i, err.msg);
         sim_record_release(&rec);
     }
     free(in.data);
