@@ -21,9 +21,25 @@ static void tensor_dealloc(nki_tensor *t)
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
+/* Elements a view may address: HBM views as many as a tensor holds, on-chip
+ * views 128 partitions x 2^20 (engines stream at most 64K elements per
+ * partition; broadcasts may repeat more).  Keeps every element count well
+ * inside 64 bits and every scratch buffer bounded. */
+#define NKI_VIEW_MAX_HBM     ((int64_t)1 << 36)
+#define NKI_VIEW_MAX_ONCHIP  ((int64_t)1 << 27)
+
 nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim)
 {
-    nki_tensor *t = PyObject_New(nki_tensor, &nki_TensorType);
+    nki_tensor *t;
+    int64_t n = 1, limit = st->mem == SIM_MEM_HBM ? NKI_VIEW_MAX_HBM : NKI_VIEW_MAX_ONCHIP;
+
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->shape[d] < 0 || __builtin_mul_overflow(n, v->shape[d], &n) || n > limit)
+            return (nki_tensor *)nki_fail(SIM_E_LIMIT, "tensor view",
+                                          "a view of more than %lld elements of %s",
+                                          (long long)limit, st->mem == SIM_MEM_HBM ? "HBM" : "an on-chip tile");
+    }
+    t = PyObject_New(nki_tensor, &nki_TensorType);
     if (!t)
         return NULL;
     t->v = *v;

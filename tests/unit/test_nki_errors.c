@@ -311,6 +311,10 @@ Test(nki_errors, negative_sizes_in_views_are_refused)
              "    u = nl.load(x[i, nl.arange(64)[None, :]])\n    return x\n",
         HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
             "    u = t.ap(pattern=[[64, 2], [1 << 62, 4]], offset=0)\n    return x\n",
+        HDR "def k(x):\n    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)\n"
+            "    u = t.broadcast_to((128, 1 << 40))\n    return x\n",
+        HDR "def k(x):\n    u = x.ap(pattern=[[0, 1 << 32], [0, 1 << 32], [0, 1 << 32]], offset=0)\n"
+            "    return x\n",
     };
     sim_array in;
 
