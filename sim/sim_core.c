@@ -357,18 +357,29 @@ void simc_view_region(const simc_view *v, sim_region *r)
     r->mem = (uint8_t)s->mem;
     r->dtype = (uint8_t)v->dtype;
     simc_view_extent(v, &lo, &hi);
+    /* the record describes bytes inside the allocation (a masked view may
+     * reach outside; those elements are never touched) */
+    if (lo < 0)
+        lo = 0;
+    if (hi >= s->nelem)
+        hi = s->nelem > 0 ? s->nelem - 1 : 0;
+    if (hi < lo)
+        hi = lo;
     for (int d = v->ndim - 1; d >= 0; d--) {
-        int64_t st = v->strides[d], n = v->shape[d];
+        int64_t st = v->strides[d], n = v->shape[d], sp;
+        int64_t ast = st == INT64_MIN ? INT64_MAX : llabs(st);
         if (n == 1 || st == 0)
             continue;
-        if (s->mem != SIM_MEM_HBM && llabs(st) >= s->part_elems && st % s->part_elems == 0) {
+        if (s->mem != SIM_MEM_HBM && ast >= s->part_elems && st % s->part_elems == 0) {
             parts *= n;
             continue;
         }
         if (inner == 0)
             inner = st;
         free_elems *= n;
-        free_span += (n - 1) * llabs(st);
+        if (__builtin_mul_overflow(n - 1, ast, &sp) ||
+            __builtin_add_overflow(free_span, sp, &free_span))
+            free_span = INT64_MAX / 2;
         if (contig && st == run)
             run *= n;
         else
@@ -385,6 +396,8 @@ void simc_view_region(const simc_view *v, sim_region *r)
         int64_t flo = lo % pe;
         r->part_lo = (uint16_t)(lo / pe);
         r->part_count = (uint16_t)(parts > 0xffff ? 0xffff : parts);
+        if (free_span > pe - 1 - flo)
+            free_span = pe - 1 - flo;
         r->byte_lo = (uint64_t)flo * es;
         r->byte_hi = (uint64_t)(flo + free_span + 1) * es;
         r->elems_per_part = (uint32_t)free_elems;
