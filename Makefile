@@ -93,12 +93,13 @@ deps:
 	scripts/deps.sh
 
 LINT_SRCS = $(shell git ls-files '*.c' 2>/dev/null)
+LINT_INC  = -I. $(addprefix -I,$(sort $(dir $(wildcard */module.mk)))) -Itests/lib
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	  --std=c11 --inline-suppr --suppress=missingIncludeSystem \
-	  -I common -I . $(LINT_SRCS)
-	clang-tidy --quiet $(LINT_SRCS) -- -std=c11 -D_GNU_SOURCE -I. -Icommon \
-	  $(PKG_CFLAGS) $(CRIT_CFLAGS) $(SIM_PY_CFLAGS)
+	  --std=c11 --inline-suppr --suppress=missingIncludeSystem --library=.cppcheck/kforge.cfg \
+	  $(LINT_INC) $(LINT_SRCS)
+	printf '%s\n' $(LINT_SRCS) | xargs -P "$$(nproc)" -n 8 sh -c \
+	  'clang-tidy --quiet "$$@" -- -std=c11 -D_GNU_SOURCE $(LINT_INC) $(PKG_CFLAGS) $(CRIT_CFLAGS) $(SIM_PY_CFLAGS)' clang-tidy
 
 bench: all
 	BUILD=$(BUILD) bench/run.sh

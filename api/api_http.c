@@ -113,8 +113,12 @@ static void api_safe_path(const char *url, char *out, size_t cap)
 {
     size_t n = 0;
 
-    for (const char *p = url ? url : "/"; *p && n + 1 < cap; p++)
-        out[n++] = (*p > 0x20 && *p < 0x7f) ? *p : '?';
+    for (const char *p = url ? url : "/"; *p && n + 1 < cap; p++) {
+        char ch = '?';
+        if (*p > 0x20 && *p < 0x7f)
+            ch = *p;
+        out[n++] = ch;
+    }
     out[n] = '\0';
 }
 
@@ -279,7 +283,8 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
     if (quiet) {
         kf_err e = KF_ERR_INIT;
         c = api_req_pg_quiet(r, &e);
-        *fail_status = 503;
+        if (fail_status)
+            *fail_status = 503;
     } else {
         c = api_req_pg(r);
     }
@@ -321,14 +326,14 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
         r->pg_failed = true;
         if (api_pg_error_transient(c, res)) {
             kf_log_warn("postgres unavailable req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
-            if (quiet)
+            if (quiet && fail_status)
                 *fail_status = 503;
             else
                 api_reply_problem(r, 503, "unavailable", "Service unavailable",
                                   "the database is unavailable; retry after the number of seconds in Retry-After");
         } else {
             kf_log_error("query failed req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
-            if (quiet)
+            if (quiet && fail_status)
                 *fail_status = 500;
             else
                 api_reply_problem(r, 500, "internal", "Internal error",

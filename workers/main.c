@@ -44,7 +44,7 @@
 #define W_BACKOFF_MAX   5000
 #define W_STOP_GRACE_MS 1000      /* job process: SIGTERM, then SIGKILL after this */
 #define W_CANCEL_CHECK_MS 1000    /* longest gap between renewals (cancel checks) */
-#define W_MAX_REPORT_BYTES (512 * 1024)  /* result / iteration JSON; the API's body limit is larger */
+#define W_MAX_REPORT_BYTES ((size_t)512 * 1024)  /* result / iteration JSON; the API's body limit is larger */
 
 typedef struct worker {
     /* configuration */

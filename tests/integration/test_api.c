@@ -855,7 +855,7 @@ Test(api, health_readiness_metrics_and_openapi)
         char m[8];
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(paths, api_routes[i].pattern);
         size_t k;
-        for (k = 0; api_routes[i].method[k] && k < sizeof(m) - 1; k++)
+        for (k = 0; k < sizeof(m) - 1 && api_routes[i].method[k]; k++)
             m[k] = (char)(api_routes[i].method[k] - 'A' + 'a');
         m[k] = '\0';
         cr_assert_not_null(p, "openapi.json lacks %s", api_routes[i].pattern);
@@ -1018,11 +1018,11 @@ Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
         pthread_join(t[i], NULL);
     for (int i = 0; i < T; i++)
         cr_assert_eq(a[i].n_ok, 20, "thread %d: %s", i, a[i].err);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(DISTINCT id) FROM jobs", NULL), T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(DISTINCT id) FROM jobs", NULL), (long)T * 20);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE sent_at IS NULL", NULL), 0);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'created'", NULL), T * 20);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'enqueued'", NULL), T * 20);
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn1"), T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'created'", NULL), (long)T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'enqueued'", NULL), (long)T * 20);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn1"), (long long)T * 20);
     /* Each client's jobs are created (and queued) in the order it sent them. */
     for (int i = 0; i < T; i++) {
         for (int k = 1; k < 20; k++) {

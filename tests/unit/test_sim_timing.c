@@ -105,7 +105,7 @@ Test(sim_target, bad_names_and_files_are_refused_with_the_key)
     memcpy(src, "\"source\"", 8);
     char *tab = strstr(text, "[\n          256,");
     cr_assert_not_null(tab, "trn2.json's chunk_efficiency table");
-    memcpy(tab + strlen("[\n          "), "5e3", 3);
+    memcpy(tab + strlen("[\n          "), "5e3", 3); /* NOLINT(bugprone-not-null-terminated-result): overwrites digits in place */
     snprintf(path, sizeof(path), "%s/badtab.json", dir);
     write_file(path, text);
     cr_assert_eq(sim_target_load("badtab", dir, &t, &e), KF_CONFIG);
