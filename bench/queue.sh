@@ -44,7 +44,7 @@ bench_queue_recovery() {
 
 # Jobs/s end to end with 4 workers vs redis-benchmark LPUSH+RPOP (issue 5).
 bench_queue_throughput() {
-  local n=${KFORGE_BENCH_QUEUE_JOBS:-2000} out rate lp rp
+  local n=${KFB_QUEUE_JOBS:-2000} out rate lp rp
   echo "== queue_throughput: $n diag jobs of 0 ms, 4 workers, vs raw Redis LPUSH+RPOP"
   queue_prepare || return 1
   out=$("$BUILD/bench/queue_bench" throughput "$n" 4) || { echo "$out"; return 1; }
@@ -63,7 +63,7 @@ PY
 
 # Redis memory while 100,000 jobs finish (issue 5): must stay flat.
 bench_queue_memory() {
-  local n=${KFORGE_BENCH_QUEUE_MEMORY_JOBS:-100000}
+  local n=${KFB_QUEUE_MEMORY_JOBS:-100000}
   echo "== queue_memory: Redis used_memory over $n finished jobs (bounded)"
   queue_prepare || return 1
   "$BUILD/bench/queue_bench" memory "$n"
@@ -76,23 +76,46 @@ bench_queue_dispatch() {
   "$BUILD/bench/queue_bench" dispatch 1000
 }
 
-# Sustained POST /v1/jobs rate vs pgbench single-row INSERT on the same PostgreSQL (issue 2).
+# Sustained POST /v1/jobs rate vs pgbench single-row INSERT on the same PostgreSQL (issue 2),
+# side by side: for each server setting (the tests' fsync=off, then durable fsync=on +
+# synchronous_commit=on, switched with ALTER SYSTEM + reload on the same server) and each
+# client count, the API run and the pgbench run follow each other on a fresh database.
+# KFB_ENQUEUE_SECS (default 5) per measurement, KFB_ENQUEUE_CLIENTS (default "4 16").
 bench_queue_enqueue() {
-  local secs=${KFORGE_BENCH_ENQUEUE_SECS:-10} out rate tps
-  echo "== queue_enqueue: POST /v1/jobs for ${secs} s, 4 clients, vs pgbench one-INSERT script (target >= 0.5)"
-  queue_prepare || return 1
-  out=$("$BUILD/bench/queue_bench" enqueue "$secs" 4) || { echo "$out"; return 1; }
-  echo "$out" | grep -v '^KFB_'
-  rate=$(echo "$out" | sed -n 's/^KFB_ENQUEUE_RATE=//p')
-  "$KF_PG_BIN/psql" "$KFB_PG_DSN" -qAt -c \
-    "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" || return 1
-  echo "INSERT INTO bench_insert (body) VALUES ('{\"kind\":\"diag\",\"spec\":{\"sleep_ms\":0}}');" > "$KFB_DIR/insert.sql"
-  tps=$("$KF_PG_BIN/pgbench" -n -c 4 -j 4 -T "$secs" -f "$KFB_DIR/insert.sql" "$KFB_PG_DSN" 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
-  /usr/bin/python3 - "$rate" "$tps" <<'PY'
+  local secs=${KFB_ENQUEUE_SECS:-5} clients=${KFB_ENQUEUE_CLIENTS:-"4 16"} mode c out rate tps rows=""
+  echo "== queue_enqueue: POST /v1/jobs vs pgbench one-INSERT script, ${secs} s each, same clients (target >= 0.5)"
+  queue_services_up || return 1
+  for mode in test durable; do
+    if [ $mode = durable ]; then
+      "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$QB_PG_PORT" -U postgres -d postgres -qAt \
+        -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit = on" \
+        -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null || return 1
+      sleep 1
+    fi
+    for c in $clients; do
+      queue_fresh_db || return 1
+      out=$("$BUILD/bench/queue_bench" enqueue "$secs" "$c") || { echo "$out"; return 1; }
+      echo "$out" | grep -v '^KFB_'
+      rate=$(echo "$out" | sed -n 's/^KFB_ENQUEUE_RATE=//p')
+      "$KF_PG_BIN/psql" "$KFB_PG_DSN" -qAt -c \
+        "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" || return 1
+      echo "INSERT INTO bench_insert (body) VALUES ('{\"kind\":\"diag\",\"spec\":{\"sleep_ms\":0}}');" > "$KFB_DIR/insert.sql"
+      tps=$("$KF_PG_BIN/pgbench" -n -c "$c" -j "$c" -T "$secs" -f "$KFB_DIR/insert.sql" "$KFB_PG_DSN" 2>/dev/null \
+            | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+      rows="$rows $mode:$c:$rate:$tps"
+    done
+  done
+  "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$QB_PG_PORT" -U postgres -d postgres -qAt \
+    -c "ALTER SYSTEM RESET ALL" -c "SELECT pg_reload_conf()" >/dev/null
+  /usr/bin/python3 - $rows <<'PY'
 import sys
-rate, tps = float(sys.argv[1]), float(sys.argv[2])
-print(f"   pgbench single-row INSERT, 4 clients: {tps:,.0f} tps")
-print(f"   ratio POST /v1/jobs / raw INSERT: {rate / tps:.3f} (target >= 0.5; PostgreSQL runs with the test settings: fsync off)")
+names = {"test": "fsync=off, synchronous_commit=off (tests)",
+         "durable": "fsync=on, synchronous_commit=on (deployment)"}
+print(f"   {'PostgreSQL settings':<46} {'clients':>7} {'POST/s':>9} {'INSERT/s':>9} {'ratio':>6}")
+for row in sys.argv[1:]:
+    mode, c, rate, tps = row.split(":")
+    rate, tps = float(rate), float(tps)
+    print(f"   {names[mode]:<46} {c:>7} {rate:>9,.0f} {tps:>9,.0f} {rate / tps:>6.3f}")
+print("   target: ratio >= 0.5")
 PY
 }

@@ -199,9 +199,10 @@ static long qb_http(CURL *c, const char *method, const char *url, const char *bo
     return status;
 }
 
+/* Per thread: the enqueue clients build bodies at the same time. */
 static const char *qb_diag_body(int sleep_ms)
 {
-    static char body[256];
+    static _Thread_local char body[256];
     snprintf(body, sizeof(body),
              "{\"kind\":\"diag\",\"target\":\"trn2\",\"backend\":\"diag\",\"spec\":{\"sleep_ms\":%d}}", sleep_ms);
     return body;
