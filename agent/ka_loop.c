@@ -705,7 +705,7 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     double t0 = ka_now(), wall_eval = 0, wall_val = 0, sim = 0;
     char *kwargs = ka_space_kwargs(sp, c->idx, t->pb->fixed_kwargs);
     cJSON *timing = NULL, *val = NULL, *it = cJSON_CreateObject(), *compile, *tm, *tr;
-    bool cached = false, better = false, correct = false, validated = false;
+    bool cached = false, better = false, correct = false, validated = false, cancel_mid = false;
     double lat = 0, floor_ns = 0;
     char reason[1024], params_txt[512];
     ka_seen *s;
@@ -743,7 +743,10 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     s = ka_seen_add(t, c->idx, 2);
     s->latency = lat;
     better = !t->have_best || lat < t->best_lat * (1 - 1e-9);
-    if (better || t->o->validate_each) {
+    if ((better || t->o->validate_each) && t->h && t->h->cancelled && t->h->cancelled(t->h->ctx)) {
+        /* cancelled between the two evaluations: not validated, so not best */
+        cancel_mid = true;
+    } else if (better || t->o->validate_each) {
         double v0 = ka_now();
         rc = ka_validate(t, kwargs, t->iter, &val, err);
         if (rc)
@@ -759,12 +762,17 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         cJSON *v = val ? cJSON_Duplicate(val, true) : cJSON_CreateObject();
         cJSON_AddStringToObject(v, "status", validated ? (correct ? "pass" : "fail") : "skipped");
         if (!validated)
-            cJSON_AddStringToObject(v, "reason", "not faster than the best: explored timing-only, not validated");
+            cJSON_AddStringToObject(v, "reason", cancel_mid ? "the job was cancelled before validation"
+                                                            : "not faster than the best: explored timing-only, not validated");
         cJSON_AddItemToObject(it, "validation", v);
     }
     cJSON_AddItemToObject(it, "profile", ka_profile_part(timing, cached));
     cJSON_AddItemToObject(it, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(timing, "findings"), true));
-    if (better && correct) {
+    if (cancel_mid) {
+        snprintf(reason, sizeof(reason), "%s; %.1f us, but the job was cancelled before it could be validated",
+                 c->reason, ka_us(lat));
+        cJSON_AddStringToObject(it, "action", "explore");
+    } else if (better && correct) {
         int prev[KA_MAX_TUNABLES];
         bool had = t->have_best;
         double prev_lat = t->best_lat;
