@@ -9,7 +9,9 @@ matmuls on TensorE).  Per 128-row tile:
               otherwise one tensor_scalar (x - mean) * rstd on that engine
   gamma, beta G_ENGINE / B_ENGINE: VectorE, GpSimd, or half the columns each
 BUFS rotating buffer sets overlap the loads of the next tiles with compute;
-MID_BF16 keeps the intermediate in the input's 16-bit dtype.
+MID_BF16 keeps the intermediate in the input's 16-bit dtype; SKEW = 1
+software-pipelines the three stages (statistics, normalisation, gamma/beta
+and store) over consecutive tiles.
 """
 import math
 
@@ -30,7 +32,7 @@ KFORGE = {
     "reference_shapes": [[4096, 8192], [8192], [8192]],
     "test_shapes": [[200, 700], [700], [700]],
     "tunables": {
-        "BUFS": {"values": [1, 2, 3], "default": 1,
+        "BUFS": {"values": [1, 2, 3, 4], "default": 1,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
         "STATS": {"values": ["bn", "scalar"], "default": "bn",
                   "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}},
@@ -41,9 +43,13 @@ KFORGE = {
         "B_ENGINE": {"values": ["vector", "gpsimd", "split"], "default": "vector",
                      "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
         "MID_BF16": {"values": [0, 1], "default": 0,
-                     "addresses": {"buffer_pressure": "up", "slow_engine": "up"}}
+                     "addresses": {"buffer_pressure": "up", "slow_engine": "up"}},
+        "SKEW": {"values": [0, 1], "default": 0,
+                 "addresses": {"slow_engine": "up", "engine_waits_on_dma": "up",
+                               "buffer_pressure": "up"}}
     },
-    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 2 * D * DTYPE_BYTES <= SBUF_BYTES - 8192"]
+    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 2 * D * DTYPE_BYTES <= SBUF_BYTES - 8192",
+                    "SKEW == 0 or BUFS >= 3"]
 }
 
 
@@ -84,7 +90,7 @@ def _rowwise(engine, dst, a, b, op, nr, D):
 
 @nki.jit
 def layernorm(x, gamma, beta, eps=1e-5, BUFS=1, STATS="bn", NORM_ENGINE="vector",
-              G_ENGINE="vector", B_ENGINE="vector", MID_BF16=0):
+              G_ENGINE="vector", B_ENGINE="vector", MID_BF16=0, SKEW=0):
     N, D = x.shape
     assert tuple(gamma.shape) == (D,) and tuple(beta.shape) == (D,)
     P = nl.tile_size.pmax
@@ -97,16 +103,18 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=1, STATS="bn", NORM_ENGINE="vector"
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     mbufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(BUFS)]
     obufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
+    mvs = [nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS)]   # mean, var
+    rstds = [nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS)]
+    ntiles = math.ceil(N / P)
 
-    for t in nl.affine_range(math.ceil(N / P)):
-        r0 = t * P
-        nr = min(P, N - r0)
-        xt = xbufs[t % BUFS]
-        y = mbufs[t % BUFS]
-        yo = obufs[t % BUFS]
+    def rows(t):
+        return t * P, min(P, N - t * P)
+
+    def stage_stats(t):
+        """load tile t, mean and variance, rstd"""
+        r0, nr = rows(t)
+        xt, yo, mv, rstd = xbufs[t % BUFS], obufs[t % BUFS], mvs[t % BUFS], rstds[t % BUFS]
         nisa.dma_copy(dst=xt[0:nr, 0:D], src=x[r0:r0 + nr, 0:D])
-
-        mv = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)    # mean, var
         if STATS == "bn":
             stats = nl.ndarray((P, 6 * nst), dtype=nl.float32, buffer=nl.sbuf)
             for c in nl.affine_range(nst):
@@ -127,10 +135,13 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=1, STATS="bn", NORM_ENGINE="vector"
                                op=nl.multiply)
             nisa.tensor_tensor(dst=mv[0:nr, 1:2], data1=mv[0:nr, 1:2], data2=m2[0:nr, 0:1],
                                op=nl.subtract)
-        rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=rstd[0:nr, 0:1], data=mv[0:nr, 1:2], op0=nl.add, operand0=eps)
         nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=rstd[0:nr, 0:1])
 
+    def stage_norm(t):
+        """y = (x - mean) * rstd"""
+        r0, nr = rows(t)
+        xt, y, mv, rstd = xbufs[t % BUFS], mbufs[t % BUFS], mvs[t % BUFS], rstds[t % BUFS]
         if NORM_ENGINE == "scalar":
             nmr = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)     # -mean * rstd
             nisa.tensor_scalar(dst=nmr[0:nr, 0:1], data=mv[0:nr, 0:1], op0=nl.multiply,
@@ -141,9 +152,27 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=1, STATS="bn", NORM_ENGINE="vector"
             nisa.tensor_scalar(dst=y[0:nr, 0:D], data=xt[0:nr, 0:D], op0=nl.subtract,
                                operand0=mv[0:nr, 0:1], op1=nl.multiply, operand1=rstd[0:nr, 0:1],
                                engine=_engine(NORM_ENGINE))
+
+    def stage_out(t):
+        """* gamma + beta, store"""
+        r0, nr = rows(t)
+        y, yo = mbufs[t % BUFS], obufs[t % BUFS]
         _rowwise(G_ENGINE, y, y, g_all, nl.multiply, nr, D)
         _rowwise(B_ENGINE, yo, y, b_all, nl.add, nr, D)
         nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=yo[0:nr, 0:D])
+
+    # SKEW = 1 software-pipelines the three stages over consecutive tiles, so
+    # each engine's in-order queue holds work of different tiles (statistics
+    # of tile s, normalisation of s - 1, gamma/beta of s - 2) instead of
+    # waiting for the previous stage of the same tile.
+    lag = 1 if SKEW else 0
+    for s in range(ntiles + 2 * lag):
+        if s < ntiles:
+            stage_stats(s)
+        if 0 <= s - lag < ntiles:
+            stage_norm(s - lag)
+        if 0 <= s - 2 * lag < ntiles:
+            stage_out(s - 2 * lag)
     return out
 
 
