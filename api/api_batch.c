@@ -5,8 +5,8 @@
  * round trips), not per row.  So concurrent POST /v1/jobs requests meet
  * here: a request that arrives while fewer than API_BATCH_LEADERS batches
  * run becomes a leader, takes every waiting request (up to API_BATCH_MAX), writes them
- * all with one statement on its own connection, puts them on Redis, marks
- * their outbox rows sent with one more statement, and wakes the others.
+ * all with one statement on its own connection, puts them on Redis, deletes
+ * their (delivered) outbox rows with one more statement, and wakes the others.
  * A lone request is a batch of one, so nothing waits for a timer.
  *
  * Each job's rows are still one transaction (the statement), so a failure
@@ -54,11 +54,14 @@ static const api_stmt api_st_batch_create = {
     1,
 };
 
+/* Delivered: the outbox rows go.  Losing this commit in a crash only makes
+ * the relay enqueue the jobs again, which Redis ignores (enqueue is
+ * idempotent and the relay skips jobs no longer queued), so it does not
+ * wait for the WAL flush. */
 static const api_stmt api_st_batch_sent = {
-    4, "kf_outbox_sent_batch",
-    "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[]) AND sent_at IS NULL "
-    "  RETURNING job_id) "
-    "INSERT INTO job_events (job_id, type, from_state, to_state) SELECT job_id, 'enqueued', 'queued', 'queued' FROM o",
+    4, "kf_outbox_delivered_batch",
+    "WITH c AS (SELECT set_config('synchronous_commit', 'off', true)) "
+    "DELETE FROM outbox WHERE id = ANY($1::bigint[]) AND EXISTS (SELECT 1 FROM c)",
     1,
 };
 
@@ -94,7 +97,7 @@ static char *api_batch_json(api_new_job *batch)
     return s;
 }
 
-/* After the commit: Redis, then one statement marking the rows sent. */
+/* After the commit: Redis, then one statement deleting the delivered outbox rows. */
 static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24])
 {
     kf_err e = KF_ERR_INIT;
@@ -138,7 +141,7 @@ static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24
         int fail = 0;
         PGresult *res = api_req_stmt_quiet(r, &api_st_batch_sent, params, &fail);
         if (!res)
-            kf_log_warn("outbox rows not marked sent (the relay will resend; enqueue is idempotent) n=%d", n_sent);
+            kf_log_warn("outbox rows not deleted after delivery (the relay will resend; enqueue is idempotent) n=%d", n_sent);
         PQclear(res);
     }
     kf_buf_release(&ids);

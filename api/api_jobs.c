@@ -348,8 +348,7 @@ void api_h_job_cancel(api_req *r)
                           "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
                           "  SELECT id, attempt, 'cancelled', $2, 'cancelled', "
                           "  jsonb_build_object('reason', $3::text, 'by_token', $4::bigint) FROM u), "
-                          "s AS (UPDATE outbox SET sent_at = now() WHERE job_id = $1::uuid AND action = 'enqueue' "
-                          "  AND sent_at IS NULL), "
+                          "s AS (DELETE FROM outbox WHERE job_id = $1::uuid AND action = 'enqueue'), "
                           "o AS (INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'cancel') RETURNING id) "
                           "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
                           4, params);
@@ -378,7 +377,7 @@ void api_h_job_cancel(api_req *r)
         kf_queue_cancel_result cr;
         if (q && kf_queue_cancel(q, r->param, &cr, &e) == KF_OK) {
             const char *p1[1] = { outbox_id };
-            PGresult *u = PQexecParams(r->pg, "UPDATE outbox SET sent_at = now() WHERE id = $1::bigint", 1, NULL, p1,
+            PGresult *u = PQexecParams(r->pg, "DELETE FROM outbox WHERE id = $1::bigint", 1, NULL, p1,
                                        NULL, NULL, 0);
             PQclear(u);
         } else {

@@ -6,7 +6,7 @@
  * extended by compare-and-pexpire); a standby takes over within one
  * KFORGE_LEADER_TTL_MS of the leader's death.  The leader, each tick:
  *
- *   relay      unsent outbox rows → Redis (enqueue / cancel), then sent_at;
+ *   relay      pending outbox rows → Redis (enqueue / cancel), then deletes them;
  *   reap       expired leases → retrying or dead (a failed attempt) and
  *              the same in PostgreSQL with an event (workers hold no DB
  *              credentials, so the scheduler records what the queue did);
@@ -228,7 +228,7 @@ static void s_relay(sched *s)
         return;
     r = s_sql(s,
               "SELECT o.id, o.action, j.state, j.cancel_requested, " S_JOB_COLS " "
-              "FROM outbox o JOIN jobs j ON j.id = o.job_id WHERE o.sent_at IS NULL "
+              "FROM outbox o JOIN jobs j ON j.id = o.job_id "
               "ORDER BY o.id LIMIT 200 FOR UPDATE OF o, j SKIP LOCKED",
               0, NULL);
     if (!r) {
@@ -239,7 +239,7 @@ static void s_relay(sched *s)
     for (int i = 0; i < n; i++) {
         const char *oid = PQgetvalue(r, i, 0), *action = PQgetvalue(r, i, 1), *state = PQgetvalue(r, i, 2);
         const char *id = PQgetvalue(r, i, 4);
-        const char *p[2] = { oid, id };
+        const char *p[1] = { oid };
         kf_code rc = KF_OK;
         bool created = false;
 
@@ -257,12 +257,7 @@ static void s_relay(sched *s)
             s_redis_failed(s, &err);
             break;   /* Redis away: leave the rest unsent; commit what was sent */
         }
-        if (!s_exec(s,
-                    "WITH o AS (UPDATE outbox SET sent_at = now() WHERE id = $1::bigint RETURNING job_id, action) "
-                    "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                    "SELECT o.job_id, j.attempt, 'enqueued', j.state, j.state, '{\"via\":\"relay\"}'::jsonb "
-                    "FROM o JOIN jobs j ON j.id = o.job_id WHERE o.action = 'enqueue' AND j.state = 'queued'",
-                    1, p))
+        if (!s_exec(s, "DELETE FROM outbox WHERE id = $1::bigint", 1, p))
             break;
         sent++;
         if (created)
@@ -447,7 +442,7 @@ static bool s_reconcile(sched *s, const char *why)
         r = s_sql(s,
                   "SELECT j.state, j.cancel_requested, " S_JOB_COLS " FROM jobs j "
                   "WHERE j.state IN ('queued','running','retrying') AND j.id > $1::uuid "
-                  "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id AND o.sent_at IS NULL) "
+                  "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id) "
                   "ORDER BY j.id LIMIT 200 FOR UPDATE SKIP LOCKED",
                   1, p);
         if (!r) {

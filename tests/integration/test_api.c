@@ -257,7 +257,8 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     cJSON_Delete(j);
     kf_http_resp_release(&r);
 
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND sent_at IS NOT NULL", id), 1);
+    /* Delivered by the fast path: in Redis, and its outbox row is gone. */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", id), 0);
     cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", id), 1, "job not in Redis");
     cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 1);
 
@@ -266,16 +267,27 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
     j = fx_json(&r);
     evs = cJSON_GetObjectItem(j, "events");
-    cr_assert_eq(cJSON_GetArraySize(evs), 2, "%s", r.body);
+    /* One transition so far (none → queued); reaching Redis is not a state change. */
+    cr_assert_eq(cJSON_GetArraySize(evs), 1, "%s", r.body);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(evs, 0), "type"), "created");
-    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(evs, 1), "type"), "enqueued");
+    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(evs, 0), "to_state"), "queued");
     cJSON_Delete(j);
     kf_http_resp_release(&r);
 
-    /* Paging through events with after= and limit=. */
+    /* Paging through events with after= and limit=: a cancel adds the second event. */
     {
-        char *p2;
+        char *p2 = kf_asprintf("/v1/jobs/%s/cancel", id);
         long first_id;
+        cr_assert_eq(fx_req(&fx, "POST", p2, fx.user, NULL, &r), 200, "%s", r.body);
+        kf_http_resp_release(&r);
+        free(p2);
+        p2 = kf_asprintf("%s?limit=1", path);
+        cr_assert_eq(fx_req(&fx, "GET", p2, fx.user, NULL, &r), 200);
+        j = fx_json(&r);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 1, "%s", r.body);
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        free(p2);
         cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
         j = fx_json(&r);
         first_id = (long)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "events"), 0), "id")->valuedouble;
@@ -614,7 +626,8 @@ Test(api, cancel_in_each_state)
     kf_http_resp_release(&r);
     cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", q), 0);
     cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 3);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND action = 'cancel' AND sent_at IS NOT NULL", q), 1);
+    /* The cancel reached Redis at once: nothing left pending for the relay. */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", q), 0);
     cr_assert_eq(cancel(q, &r), 409, "%s", r.body);
     kf_http_resp_release(&r);
     /* A late start for a cancelled job is refused. */
@@ -750,7 +763,7 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
         cr_assert_eq(report_s("start", rt, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w1\"}"), 200);
         cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'requeued'", rt), 1);
         st = fx_sql(&fx, "SELECT string_agg(type || ':' || coalesce(from_state, '') || '>' || to_state, ',' ORDER BY id) "
-                         "FROM job_events WHERE job_id = $1 AND type <> 'enqueued'", rt);
+                         "FROM job_events WHERE job_id = $1", rt);
         cr_assert_str_eq(st, "created:>queued,started:queued>running,retrying:running>retrying,"
                              "requeued:retrying>queued,started:queued>running");
         free(st);
@@ -791,7 +804,7 @@ Test(api, admins_requeue_dead_jobs_for_the_relay)
     cr_assert_str_eq(v, "queued:3/5:true");
     free(v);
     /* The relay (not the API) puts it back on Redis: its new outbox row waits. */
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND action = 'enqueue' AND sent_at IS NULL", id), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1 AND action = 'enqueue'", id), 1);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'requeued' "
                                  "AND detail->>'reason' = 'fixed the host'", id), 1);
     cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, NULL, &r), 409, "only once: %s", r.body);
@@ -1019,9 +1032,9 @@ Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
     for (int i = 0; i < T; i++)
         cr_assert_eq(a[i].n_ok, 20, "thread %d: %s", i, a[i].err);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(DISTINCT id) FROM jobs", NULL), (long)T * 20);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE sent_at IS NULL", NULL), 0);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox", NULL), 0, "every job delivered and its outbox row deleted");
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'created'", NULL), (long)T * 20);
-    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'enqueued'", NULL), (long)T * 20);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events", NULL), (long)T * 20, "one event per job: created");
     cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn1"), (long long)T * 20);
     /* Each client's jobs are created (and queued) in the order it sent them. */
     for (int i = 0; i < T; i++) {
