@@ -260,6 +260,7 @@ typedef struct ka_seen {
 
 typedef struct ka_prop {
     int    idx[KA_MAX_TUNABLES];
+    int    moved;        /* the tunable the move is about (-1: several) */
     int    tier;         /* 3 pattern, 2 finding, 1 neighbour, 0 pair */
     double score;
     char   reason[400];
@@ -317,7 +318,19 @@ static ka_seen *ka_seen_add(ka_tuner *t, const int *idx, int state)
     return s;
 }
 
+static void ka_push_moved(ka_tuner *t, const int *idx, int moved, int tier, double score, const char *reason);
+
 static void ka_push(ka_tuner *t, const int *idx, int tier, double score, const char *reason)
+{
+    int moved = -1;
+    for (int i = 0; i < t->sp->n; i++) {
+        if (idx[i] != t->best[i])
+            moved = moved == -1 ? i : -2;
+    }
+    ka_push_moved(t, idx, moved < 0 ? -1 : moved, tier, score, reason);
+}
+
+static void ka_push_moved(ka_tuner *t, const int *idx, int moved, int tier, double score, const char *reason)
 {
     ka_prop *p;
     for (size_t i = 0; i < t->nq; i++) {
@@ -338,6 +351,7 @@ static void ka_push(ka_tuner *t, const int *idx, int tier, double score, const c
     }
     p = &t->q[t->nq++];
     memcpy(p->idx, idx, sizeof(int) * (size_t)t->sp->n);
+    p->moved = moved;
     p->tier = tier;
     p->score = score;
     snprintf(p->reason, sizeof(p->reason), "%s", reason);
@@ -520,6 +534,7 @@ static kf_code ka_next(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
             if (ka_seen_find(t, idx))
                 continue;
             memset(out, 0, sizeof(*out));
+            out->moved = -1;
             memcpy(out->idx, idx, sizeof(int) * (size_t)sp->n);
             snprintf(out->reason, sizeof(out->reason), "%s search: setting %zu of %zu",
                      ka_planner_name(t->o->planner), t->pos_order, t->n_order);
@@ -546,6 +561,57 @@ static kf_code ka_next(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
         if (!ok) {
             ka_seen_add(t, out->idx, 0);
             t->pruned++;
+            if (out->moved >= 0 && t->have_best) {
+                /* repair: keep the move, change one or two other tunables
+                 * as little as possible (sum of index steps) until the
+                 * constraints hold */
+                int fix[KA_MAX_TUNABLES], best_fix[KA_MAX_TUNABLES], best_d = 1 << 30;
+                bool found = false;
+                for (int j1 = 0; j1 < sp->n; j1++) {
+                    for (int j2 = j1; j2 < sp->n; j2++) {
+                        if (j1 == out->moved || j2 == out->moved)
+                            continue;
+                        for (int v1 = 0; v1 < sp->t[j1].n_values; v1++) {
+                            for (int v2 = 0; v2 < sp->t[j2].n_values; v2++) {
+                                int d;
+                                if (j1 == j2 && v2 != v1)
+                                    continue;
+                                memcpy(fix, out->idx, sizeof(fix));
+                                fix[j1] = v1;
+                                fix[j2] = v2;
+                                d = abs(v1 - out->idx[j1]) + (j2 != j1 ? abs(v2 - out->idx[j2]) : 0);
+                                if (d == 0 || d >= best_d || ka_seen_find(t, fix))
+                                    continue;
+                                rc = ka_space_legal(sp, fix, &ok, NULL, err);
+                                if (rc)
+                                    return rc;
+                                if (ok) {
+                                    best_d = d;
+                                    memcpy(best_fix, fix, sizeof(fix));
+                                    found = true;
+                                }
+                            }
+                        }
+                    }
+                }
+                if (found) {
+                    char why2[1200], mv[200];
+                    size_t o = (size_t)snprintf(why2, sizeof(why2), "%s, with", out->reason);
+                    for (int j = 0; j < sp->n && o < sizeof(why2); j++) {
+                        if (best_fix[j] != out->idx[j])
+                            o += (size_t)snprintf(why2 + o, sizeof(why2) - o, " %s",
+                                                  ka_move_text(sp, j, out->idx[j], best_fix[j], mv, sizeof(mv)));
+                    }
+                    if (o < sizeof(why2))
+                        snprintf(why2 + o, sizeof(why2) - o, " so that \"%s\" holds", why ? why : "");
+                    memcpy(out->idx, best_fix, sizeof(best_fix));
+                    snprintf(out->reason, sizeof(out->reason), "%.399s", why2);
+                }
+                if (found) {
+                    *have = true;
+                    return KF_OK;
+                }
+            }
             continue;
         }
         *have = true;
@@ -560,6 +626,7 @@ static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
     bool ok = true;
     kf_code rc;
     memset(out, 0, sizeof(*out));
+    out->moved = -1;
     for (int i = 0; i < sp->n; i++)
         out->idx[i] = sp->t[i].def;
     rc = ka_space_legal(sp, out->idx, &ok, NULL, err);
