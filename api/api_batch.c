@@ -5,9 +5,14 @@
  * round trips), not per row.  So concurrent POST /v1/jobs requests meet
  * here: a request that arrives while fewer than API_BATCH_LEADERS batches
  * run becomes a leader, takes every waiting request (up to API_BATCH_MAX), writes them
- * all with one statement on its own connection, puts them on Redis, deletes
- * their (delivered) outbox rows with one more statement, and wakes the others.
- * A lone request is a batch of one, so nothing waits for a timer.
+ * all with one statement on its own connection, puts them on Redis, and wakes
+ * the others.  A lone request is a batch of one, so nothing waits for a timer.
+ *
+ * Delivered outbox rows are deleted by the next batch's statement (one
+ * statement and one commit per batch under load); a leader that finds no
+ * request waiting deletes them itself right away.  Until then, or if the
+ * process dies first, the rows stay pending and the relay enqueues the
+ * jobs again, which Redis ignores (enqueue is idempotent).
  *
  * Each job's rows are still one transaction (the statement), so a failure
  * writes nothing for any job of the batch, and each answers 503/500.  Jobs
@@ -34,9 +39,11 @@ static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;
 static api_new_job *api_batch_head, *api_batch_tail;
 static int api_batch_leaders;
 static atomic_ulong api_batch_count, api_batch_jobs;
+/* Outbox ids delivered to Redis and not yet deleted, "1,2,3" (under api_batch_mu). */
+static kf_buf api_batch_delivered = KF_BUF_INIT;
 
 static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch",
+    3, "kf_job_create_batch_v2",
     "WITH input AS (SELECT t.*, clock_timestamp() AS ts FROM json_to_recordset($1::json) "
     "  AS t(id uuid, kind text, target text, backend text, priority int, spec jsonb, budget jsonb, goal jsonb, "
     "  labels jsonb, max_attempts int, owner bigint, ikey text, ord int)), "
@@ -49,9 +56,10 @@ static const api_stmt api_st_batch_create = {
     "x AS (SELECT j.id, " API_JOB_JSON "::text AS body FROM j), "
     "i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = x.body, "
     "  location = '/v1/jobs/' || x.id FROM x JOIN input ON input.id = x.id "
-    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
+    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey), "
+    "d AS (DELETE FROM outbox WHERE id = ANY($2::bigint[])) "
     "SELECT x.id::text, o.id, x.body FROM x JOIN o ON o.job_id = x.id",
-    1,
+    2,
 };
 
 /* Delivered: the outbox rows go.  Losing this commit in a crash only makes
@@ -97,15 +105,50 @@ static char *api_batch_json(api_new_job *batch)
     return s;
 }
 
-/* After the commit: Redis, then one statement deleting the delivered outbox rows. */
+/* The delivered ids as a PostgreSQL array literal, emptying the list; NULL
+ * when there are none.  Caller holds api_batch_mu. */
+static char *api_batch_take_delivered(void)
+{
+    char *ids;
+
+    if (api_batch_delivered.len == 0)
+        return NULL;
+    ids = kf_asprintf("{%s}", api_batch_delivered.data);
+    kf_buf_reset(&api_batch_delivered);
+    return ids;
+}
+
+/* Ids ("{1,2}" or "1,2") back on the list after a statement failed. */
+static void api_batch_give_back(const char *ids)
+{
+    size_t n;
+
+    if (!ids)
+        return;
+    if (*ids == '{')
+        ids++;
+    n = strlen(ids);
+    if (n > 0 && ids[n - 1] == '}')
+        n--;
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&api_batch_mu);
+    if (api_batch_delivered.len)
+        kf_buf_addc(&api_batch_delivered, ',');
+    kf_buf_add(&api_batch_delivered, ids, n);
+    pthread_mutex_unlock(&api_batch_mu);
+}
+
+/* After the commit: Redis, then the delivered ids go on the list; with no
+ * request waiting to lead the next batch, delete them now. */
 static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24])
 {
     kf_err e = KF_ERR_INIT;
     kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
     kf_buf ids = KF_BUF_INIT;
+    char *flush = NULL;
     int i = 0, n_sent = 0;
 
-    kf_buf_addc(&ids, '{');
     for (api_new_job *p = batch; p && q; p = p->next, i++) {
         kf_queue_job qj;
         bool created = false;
@@ -132,25 +175,38 @@ static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24
         p->queued = true;
         kf_buf_addf(&ids, "%s%s", n_sent++ ? "," : "", outbox_ids[i]);
     }
-    kf_buf_addc(&ids, '}');
     api_qpool_put(api_req_qpool(r), q);
     if (e.code != KF_OK)
         kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"", e.msg);
+    pthread_mutex_lock(&api_batch_mu);
     if (n_sent > 0) {
-        const char *params[1] = { ids.data };
+        if (api_batch_delivered.len)
+            kf_buf_addc(&api_batch_delivered, ',');
+        kf_buf_add(&api_batch_delivered, ids.data, ids.len);
+    }
+    if (!api_batch_head)
+        flush = api_batch_take_delivered();
+    pthread_mutex_unlock(&api_batch_mu);
+    if (flush) {
+        const char *params[1] = { flush };
         int fail = 0;
         PGresult *res = api_req_stmt_quiet(r, &api_st_batch_sent, params, &fail);
-        if (!res)
-            kf_log_warn("outbox rows not deleted after delivery (the relay will resend; enqueue is idempotent) n=%d", n_sent);
+        if (!res) {
+            kf_log_warn("delivered outbox rows not deleted yet (retried with the next batch; the relay may resend, "
+                        "enqueue is idempotent)");
+            api_batch_give_back(flush);
+        }
         PQclear(res);
     }
+    free(flush);
     kf_buf_release(&ids);
 }
 
-static void api_batch_run(api_req *r, api_new_job *batch, int n)
+/* delivered: outbox ids of earlier batches to delete ("{...}", or NULL). */
+static void api_batch_run(api_req *r, api_new_job *batch, int n, char *delivered)
 {
     char *json = api_batch_json(batch);
-    const char *params[1] = { json };
+    const char *params[2] = { json, delivered ? delivered : "{}" };
     char(*outbox_ids)[24] = kf_calloc((size_t)n, sizeof(*outbox_ids));
     int fail = 0, i;
     PGresult *res = api_req_stmt_quiet(r, &api_st_batch_create, params, &fail);
@@ -158,6 +214,7 @@ static void api_batch_run(api_req *r, api_new_job *batch, int n)
     if (!res) {
         for (api_new_job *p = batch; p; p = p->next)
             p->status = fail;
+        api_batch_give_back(delivered);
         goto out;
     }
     i = 0;
@@ -197,6 +254,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
     api_batch_tail = nj;
     while (!nj->done) {
         api_new_job *batch, *last, *p, *next;
+        char *delivered;
         int n = 0;
 
         if (api_batch_leaders >= API_BATCH_LEADERS || !api_batch_head) {
@@ -213,9 +271,11 @@ void api_job_insert(api_req *r, api_new_job *nj)
             api_batch_tail = NULL;
         last->next = NULL;
         api_batch_leaders++;
+        delivered = api_batch_take_delivered();
         pthread_mutex_unlock(&api_batch_mu);
 
-        api_batch_run(r, batch, n);
+        api_batch_run(r, batch, n, delivered);
+        free(delivered);
 
         pthread_mutex_lock(&api_batch_mu);
         for (p = batch; p; p = next) {

@@ -237,8 +237,11 @@ static void qb_start_api(void)
 
     qb_env_common(env, &n, 30000);
     env[n++] = kf_asprintf("KFORGE_API_LISTEN=%s", qb_listen);
-    env[n++] = kf_strdup("KFORGE_API_THREADS=8");
-    env[n++] = kf_strdup("KFORGE_PG_POOL=8");
+    /* KFB_API_THREADS / KFB_PG_POOL override kforge-api's defaults for experiments. */
+    if (getenv("KFB_API_THREADS"))
+        env[n++] = kf_asprintf("KFORGE_API_THREADS=%s", getenv("KFB_API_THREADS"));
+    if (getenv("KFB_PG_POOL"))
+        env[n++] = kf_asprintf("KFORGE_PG_POOL=%s", getenv("KFB_PG_POOL"));
     qb_spawn("kforge-api", "serve", (const char *const *)env, log);
     qb_env_free(env);
     snprintf(url, sizeof(url), "%s/healthz", qb_api_url);

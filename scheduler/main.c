@@ -229,6 +229,10 @@ static void s_relay(sched *s)
     r = s_sql(s,
               "SELECT o.id, o.action, j.state, j.cancel_requested, " S_JOB_COLS " "
               "FROM outbox o JOIN jobs j ON j.id = o.job_id "
+              /* Younger rows are the API's own, in flight (delivered, its
+               * delete not yet committed): leave them to it instead of
+               * locking rows its next statement deletes. */
+              "WHERE o.created_at < now() - interval '1 second' "
               "ORDER BY o.id LIMIT 200 FOR UPDATE OF o, j SKIP LOCKED",
               0, NULL);
     if (!r) {
