@@ -268,13 +268,14 @@ typedef struct api_new_job {
     bool        queued;         /* on Redis already (else the relay does it) */
     /* internal */
     bool        done;
+    pthread_cond_t cv;          /* signalled when done, or when it may lead */
     struct api_new_job *next;
 } api_new_job;
 
 /* Write the job, its outbox row, its created event and (with a key) its
  * stored idempotent response, in one statement together with the jobs of
  * concurrent requests (group commit); after the commit, put them on Redis
- * and mark their outbox rows sent.  Blocks until nj is done. */
+ * (their outbox rows are deleted once delivered).  Blocks until nj is done. */
 void api_job_insert(api_req *r, api_new_job *nj);
 /* Batch counters in Prometheus text format. */
 void api_batch_metrics(kf_buf *out);

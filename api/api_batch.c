@@ -35,7 +35,6 @@
 #define API_BATCH_LEADERS 2
 
 static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;
 static api_new_job *api_batch_head, *api_batch_tail;
 static int api_batch_leaders;
 static atomic_ulong api_batch_count, api_batch_jobs;
@@ -239,6 +238,15 @@ out:
     free(json);
 }
 
+/* Wake the first waiting job when a leader slot is free, so it leads the
+ * next batch.  Only that one thread wakes (not every waiter); caller holds
+ * api_batch_mu. */
+static void api_batch_wake_head(void)
+{
+    if (api_batch_head && api_batch_leaders < API_BATCH_LEADERS)
+        pthread_cond_signal(&api_batch_head->cv);
+}
+
 void api_job_insert(api_req *r, api_new_job *nj)
 {
     nj->done = false;
@@ -246,6 +254,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
     nj->status = 0;
     nj->body = NULL;
     nj->queued = false;
+    pthread_cond_init(&nj->cv, NULL);
     pthread_mutex_lock(&api_batch_mu);
     if (api_batch_tail)
         api_batch_tail->next = nj;
@@ -258,7 +267,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
         int n = 0;
 
         if (api_batch_leaders >= API_BATCH_LEADERS || !api_batch_head) {
-            pthread_cond_wait(&api_batch_cv, &api_batch_mu);
+            pthread_cond_wait(&nj->cv, &api_batch_mu);
             continue;
         }
         /* Lead: take up to API_BATCH_MAX waiting jobs (ours may be further back). */
@@ -272,6 +281,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
         last->next = NULL;
         api_batch_leaders++;
         delivered = api_batch_take_delivered();
+        api_batch_wake_head();
         pthread_mutex_unlock(&api_batch_mu);
 
         api_batch_run(r, batch, n, delivered);
@@ -282,11 +292,14 @@ void api_job_insert(api_req *r, api_new_job *nj)
             next = p->next;
             p->next = NULL;
             p->done = true;
+            if (p != nj)
+                pthread_cond_signal(&p->cv);
         }
         api_batch_leaders--;
-        pthread_cond_broadcast(&api_batch_cv);
+        api_batch_wake_head();
     }
     pthread_mutex_unlock(&api_batch_mu);
+    pthread_cond_destroy(&nj->cv);
 }
 
 void api_batch_metrics(kf_buf *out)
