@@ -481,17 +481,25 @@ kf_code kf_queue_renew(kf_queue *q, const char *id, const char *token, int64_t l
     return rc;
 }
 
-kf_code kf_queue_ack(kf_queue *q, const char *id, const char *token, kf_err *err)
+/* A fenced script with no arguments beyond the token and no result beyond
+ * OK/STALE (ack, release): KF_STALE when the lease is no longer ours. */
+static kf_code kq_fenced_plain(kf_queue *q, kf_queue_script s, const char *verb, const char *id,
+                               const char *token, kf_err *err)
 {
-    redisReply *r = kq_fenced(q, KF_QS_ACK, id, token, 0, NULL, err);
+    redisReply *r = kq_fenced(q, s, id, token, 0, NULL, err);
     kf_code rc = KF_OK;
 
     if (!r)
         return err ? err->code : KF_REDIS;
     if (kq_status_is(r, "STALE"))
-        rc = kq_stale(err, "ack", id);
+        rc = kq_stale(err, verb, id);
     freeReplyObject(r);
     return rc;
+}
+
+kf_code kf_queue_ack(kf_queue *q, const char *id, const char *token, kf_err *err)
+{
+    return kq_fenced_plain(q, KF_QS_ACK, "ack", id, token, err);
 }
 
 static kf_queue_fate kq_fate(const char *word)
@@ -531,15 +539,7 @@ kf_code kf_queue_fail(kf_queue *q, const char *id, const char *token, const char
 
 kf_code kf_queue_release(kf_queue *q, const char *id, const char *token, kf_err *err)
 {
-    redisReply *r = kq_fenced(q, KF_QS_RELEASE, id, token, 0, NULL, err);
-    kf_code rc = KF_OK;
-
-    if (!r)
-        return err ? err->code : KF_REDIS;
-    if (kq_status_is(r, "STALE"))
-        rc = kq_stale(err, "release", id);
-    freeReplyObject(r);
-    return rc;
+    return kq_fenced_plain(q, KF_QS_RELEASE, "release", id, token, err);
 }
 
 kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err)
