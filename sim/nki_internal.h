@@ -229,6 +229,9 @@ PyObject *nki_kernel_func(PyObject *obj);
 PyObject *nki_unsupported(const char *module, const char *name);
 /* PEP 562 module __getattr__ of every nki module (unsupported API). */
 PyObject *nki_mod_getattr(PyObject *m, PyObject *name);
+/* A contextlib.nullcontext() for scheduling hints (nl.no_reorder() and the
+ * module-level no_reorder()): the simulator issues in program order anyway. */
+PyObject *nki_nullcontext(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 /* ===== nki.language (nki_lang.c) and nki.isa (nki_isa.c) ===== */
 

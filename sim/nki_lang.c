@@ -725,6 +725,19 @@ SIMN_OP_MAP(XX)
 
 /* ===== data movement ===== */
 
+/* The tensor argument `what` of nl.load/nl.store, which must live in HBM;
+ * NULL with the error raised otherwise. */
+static nki_tensor *hbm_tensor(PyObject *o, const char *api, const char *what)
+{
+    nki_tensor *t = nki_as_tensor(o, api, what);
+    if (t && t->v.st->mem != SIM_MEM_HBM) {
+        nki_fail(SIM_E_WRONG_BUFFER, api, "%s must be in HBM, it is in %s", what,
+                 t->v.st->mem == SIM_MEM_SBUF ? "SBUF" : "PSUM");
+        return NULL;
+    }
+    return t;
+}
+
 static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = { "src", "mask", "dtype", "*name" };
@@ -734,14 +747,8 @@ static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     int dt;
     (void)m;
 
-    if (PARSE("nl.load", names, a) < 0)
+    if (PARSE("nl.load", names, a) < 0 || !(src = hbm_tensor(a[0], "nl.load", "src")))
         return NULL;
-    src = nki_as_tensor(a[0], "nl.load", "src");
-    if (!src)
-        return NULL;
-    if (src->v.st->mem != SIM_MEM_HBM)
-        return nki_fail(SIM_E_WRONG_BUFFER, "nl.load", "src must be in HBM, it is in %s",
-                        src->v.st->mem == SIM_MEM_SBUF ? "SBUF" : "PSUM");
     dt = nki_dtype_arg(a[2], src->v.dtype, "nl.load");
     if (dt < 0)
         return NULL;
@@ -781,14 +788,8 @@ static PyObject *nl_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     uint8_t *mask = NULL;
     (void)m;
 
-    if (PARSE("nl.store", names, a) < 0)
+    if (PARSE("nl.store", names, a) < 0 || !(dst = hbm_tensor(a[0], "nl.store", "dst")))
         return NULL;
-    dst = nki_as_tensor(a[0], "nl.store", "dst");
-    if (!dst)
-        return NULL;
-    if (dst->v.st->mem != SIM_MEM_HBM)
-        return nki_fail(SIM_E_WRONG_BUFFER, "nl.store", "dst must be in HBM, it is in %s",
-                        dst->v.st->mem == SIM_MEM_SBUF ? "SBUF" : "PSUM");
     if (!a[1])
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.store", "value is required");
     if (mask_arg(a[2], dst->v.ndim, dst->v.shape, "nl.store", &mask) < 0)
@@ -1349,24 +1350,6 @@ static PyObject *nl_spmd_dim(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromLongLong(n);
 }
 
-/* nl.no_reorder(): a scheduling hint used as a context manager; the
- * simulator issues instructions in program order anyway. */
-static PyObject *nl_no_reorder(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
-                               PyObject *kwnames)
-{
-    PyObject *ctx, *r;
-    (void)m;
-    (void)args;
-    (void)nargs;
-    (void)kwnames;
-    ctx = PyImport_ImportModule("contextlib");
-    if (!ctx)
-        return NULL;
-    r = PyObject_CallMethod(ctx, "nullcontext", NULL);
-    Py_DECREF(ctx);
-    return r;
-}
-
 /* ===== method table ===== */
 
 PyMethodDef nki_language_methods[] = {
@@ -1392,7 +1375,7 @@ PyMethodDef nki_language_methods[] = {
     { "transpose", FASTKW(nl_transpose), "transpose into a new PSUM tile" },
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
     { "where", FASTKW(nl_where), "select x or y by a condition tile" },
-    { "no_reorder", FASTKW(nl_no_reorder), "scheduling hint (a no-op context manager)" },
+    { "no_reorder", FASTKW(nki_nullcontext), "scheduling hint (a no-op context manager)" },
     { "nc", FASTKW(nl_nc), "a NeuronCore count for spmd_dim" },
     { "spmd_dim", FASTKW(nl_spmd_dim), "a launch dimension spread over cores" },
 #define XX(id, name, kind) { name, FASTKW(nl_op_##id), "nl." name },

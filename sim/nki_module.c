@@ -538,8 +538,7 @@ static PyObject *mod_none(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 /* Scheduling hints (no_reorder()): a no-op context manager, usable as a
  * `with` block or passed as a value (directives=). */
-static PyObject *mod_nullcontext(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
+PyObject *nki_nullcontext(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *ctx, *r;
     (void)m;
@@ -635,7 +634,7 @@ static PyMethodDef nki_compiler_methods[] = {
     { "enable_stack_allocator", FASTKW(mod_noop_decorator), "no-op" },
     { "multi_buffer", FASTKW(mod_noop_decorator), "no-op" },
     { "force_auto_alloc", FASTKW(mod_noop_decorator), "no-op" },
-    { "no_reorder", FASTKW(mod_nullcontext), "scheduling hint (a no-op context manager)" },
+    { "no_reorder", FASTKW(nki_nullcontext), "scheduling hint (a no-op context manager)" },
     { "tile_position", FASTKW(mod_none), "scheduling hint (ignored)" },
     { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },
     { NULL, NULL, 0, NULL },
