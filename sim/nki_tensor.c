@@ -475,15 +475,21 @@ PyObject *nki_tensor_subscript(PyObject *self, PyObject *key)
 
 /* --- attributes and methods --- */
 
-static PyObject *tensor_shape(nki_tensor *t, void *u)
+/* A tuple of ndim ints (.shape, .strides). */
+static PyObject *dims_tuple(int ndim, const int64_t *v)
 {
-    PyObject *tup = PyTuple_New(t->v.ndim);
-    (void)u;
+    PyObject *tup = PyTuple_New(ndim);
     if (!tup)
         return NULL;
-    for (int d = 0; d < t->v.ndim; d++)
-        PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(t->v.shape[d]));
+    for (int d = 0; d < ndim; d++)
+        PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(v[d]));
     return tup;
+}
+
+static PyObject *tensor_shape(nki_tensor *t, void *u)
+{
+    (void)u;
+    return dims_tuple(t->v.ndim, t->v.shape);
 }
 
 static PyObject *tensor_dtype(nki_tensor *t, void *u)
@@ -520,13 +526,8 @@ static PyObject *tensor_offset(nki_tensor *t, void *u)
 
 static PyObject *tensor_strides(nki_tensor *t, void *u)
 {
-    PyObject *tup = PyTuple_New(t->v.ndim);
     (void)u;
-    if (!tup)
-        return NULL;
-    for (int d = 0; d < t->v.ndim; d++)
-        PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(t->v.strides[d]));
-    return tup;
+    return dims_tuple(t->v.ndim, t->v.strides);
 }
 
 static PyObject *tensor_buffer(nki_tensor *t, void *u)
