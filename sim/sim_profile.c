@@ -660,45 +660,6 @@ static int cmp_line(const void *a, const void *b)
 
 /* ---- build --------------------------------------------------------------- */
 
-typedef struct span { uint64_t s, e; } span;
-
-static int cmp_span(const void *a, const void *b)
-{
-    const span *x = a, *y = b;
-    if (x->s != y->s)
-        return x->s < y->s ? -1 : 1;
-    return x->e < y->e ? -1 : (x->e > y->e);
-}
-
-static uint64_t union_ps(const sim_timing *tm)
-{
-    span *v;
-    uint64_t total = 0, cs, ce;
-
-    if (!tm->n)
-        return 0;
-    v = kf_malloc(tm->n * sizeof(*v));
-    for (size_t i = 0; i < tm->n; i++) {
-        v[i].s = tm->t[i].start_ps;
-        v[i].e = tm->t[i].end_ps;
-    }
-    qsort(v, tm->n, sizeof(*v), cmp_span);
-    cs = v[0].s;
-    ce = v[0].e;
-    for (size_t i = 1; i < tm->n; i++) {
-        if (v[i].s > ce) {
-            total += ce - cs;
-            cs = v[i].s;
-            ce = v[i].e;
-        } else if (v[i].e > ce) {
-            ce = v[i].e;
-        }
-    }
-    total += ce - cs;
-    free(v);
-    return total;
-}
-
 static void count(sim_profile *p)
 {
     const sim_record *r = p->rec;
@@ -847,7 +808,7 @@ kf_code sim_profile_build(const sim_record *rec, const sim_target *tgt, sim_prof
         return rc;
     }
     p->total_ns = sim_ps_to_ns(p->tm.total_ps);
-    p->active_ns = sim_ps_to_ns(union_ps(&p->tm));
+    p->active_ns = sim_ps_to_ns(sim_timing_union_ps(&p->tm, NULL, -1));
     p->dma_active_ns = sim_ps_to_ns(p->tm.dma_active_ps);
     count(p);
     lines(p);

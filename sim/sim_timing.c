@@ -990,23 +990,22 @@ static int cmp_ival(const void *a, const void *b)
     return x->e < y->e ? -1 : (x->e > y->e);
 }
 
-/* Time during which at least one DMA transfer was in flight. */
-static uint64_t dma_union(const sim_record *rec, const sim_timing *out)
+uint64_t sim_timing_union_ps(const sim_timing *tm, const sim_record *rec, int engine)
 {
     size_t n = 0;
     ival *v;
-    uint64_t total = 0, cs = 0, ce = 0;
+    uint64_t total = 0, cs, ce;
 
-    for (size_t i = 0; i < rec->n_insns; i++)
-        n += rec->insns[i].engine == SIM_ENG_DMA;
+    for (size_t i = 0; i < tm->n; i++)
+        n += engine < 0 || rec->insns[i].engine == engine;
     if (!n)
         return 0;
     v = kf_malloc(n * sizeof(*v));
     n = 0;
-    for (size_t i = 0; i < rec->n_insns; i++)
-        if (rec->insns[i].engine == SIM_ENG_DMA) {
-            v[n].s = out->t[i].start_ps;
-            v[n++].e = out->t[i].end_ps;
+    for (size_t i = 0; i < tm->n; i++)
+        if (engine < 0 || rec->insns[i].engine == engine) {
+            v[n].s = tm->t[i].start_ps;
+            v[n++].e = tm->t[i].end_ps;
         }
     qsort(v, n, sizeof(*v), cmp_ival);
     cs = v[0].s;
@@ -1080,7 +1079,7 @@ kf_code sim_timing_run(const sim_record *rec, const sim_target *tgt, sim_timing 
     for (uint32_t p = 0; p < m.n_pipes; p++)
         if (m.pipes[p].busy_ps > out->dma_engine_busy_max_ps)
             out->dma_engine_busy_max_ps = m.pipes[p].busy_ps;
-    out->dma_active_ps = dma_union(rec, out);
+    out->dma_active_ps = sim_timing_union_ps(out, rec, SIM_ENG_DMA);
     free(by_death);
     model_release(&m);
     return KF_OK;

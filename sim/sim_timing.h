@@ -108,6 +108,11 @@ uint64_t sim_timing_work_ps(const sim_target *tgt, const sim_insn *in);
  * sides: what the size efficiency is read at. */
 double sim_timing_dma_chunk(const sim_insn *in);
 
+/* Time during which at least one instruction was running: of those on
+ * `engine`, or of all when engine < 0 (rec may then be NULL).  tm->t[i] is
+ * rec->insns[i]'s timing, as sim_timing_run() fills it. */
+uint64_t sim_timing_union_ps(const sim_timing *tm, const sim_record *rec, int engine);
+
 /* "tensor", ..., "sync", "dma_q0", "dma_q1", ...; buf is used for queues. */
 const char *sim_timing_track_name(uint32_t track, char *buf, size_t len);
 
