@@ -94,6 +94,8 @@ static nki_tensor *legacy_tile(sim_mem mem, sim_dtype dt, const nki_tensor *like
     return nki_new_tile(mem, dt, like->v.ndim, like->v.shape, api);
 }
 
+/* What an nisa call returns after its core ran with result rc: NULL on error,
+ * else the new tile `out` (legacy form) or None (dst= form, out NULL). */
 static PyObject *finish(nki_tensor *out, bool legacy, int rc)
 {
     if (rc < 0) {
@@ -206,9 +208,7 @@ static PyObject *isa_tensor_copy(PyObject *m, PyObject *const *args, Py_ssize_t 
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(src = nki_as_tensor(a[1], api, "src")))
         return NULL;
-    if (copy_core(api, dst, src, nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, copy_core(api, dst, src, nki_engine_from(a[2], SIM_ENG_VECTOR), NULL));
 }
 
 static int memset_core(const char *api, nki_tensor *dst, PyObject *value, sim_engine eng,
@@ -253,9 +253,7 @@ static PyObject *isa_memset(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")))
         return NULL;
-    if (memset_core(api, dst, a[1], nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, memset_core(api, dst, a[1], nki_engine_from(a[2], SIM_ENG_VECTOR), NULL));
 }
 
 /* ===== elementwise ===== */
@@ -330,9 +328,7 @@ static PyObject *isa_tensor_tensor(PyObject *m, PyObject *const *args, Py_ssize_
     op = nki_op_from(a[3], api, "op", false);
     if (op == SIMN_OP_NONE)
         return NULL;
-    if (tt_core(api, dst, d1, d2, op, nki_engine_from(a[4], SIM_ENG_VECTOR), NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, tt_core(api, dst, d1, d2, op, nki_engine_from(a[4], SIM_ENG_VECTOR), NULL));
 }
 
 typedef struct ts_args {
@@ -447,9 +443,7 @@ static PyObject *isa_tensor_scalar(PyObject *m, PyObject *const *args, Py_ssize_
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")) ||
         ts_parse(api, a[2], a[3], a[4], a[5], a[6], a[7], &t) < 0)
         return NULL;
-    if (ts_core(api, dst, data, &t, nki_engine_from(a[8], SIM_ENG_VECTOR), NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, ts_core(api, dst, data, &t, nki_engine_from(a[8], SIM_ENG_VECTOR), NULL));
 }
 
 static int unary_core(const char *api, nki_tensor *dst, nki_tensor *data, simn_op op,
@@ -495,10 +489,8 @@ static PyObject *isa_reciprocal(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
         return NULL;
-    if (unary_core(api, dst, data, SIMN_OP_RECIPROCAL, SIM_OP_RECIPROCAL,
-                   nki_engine_from(a[2], SIM_ENG_VECTOR), NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, unary_core(api, dst, data, SIMN_OP_RECIPROCAL, SIM_OP_RECIPROCAL,
+                                         nki_engine_from(a[2], SIM_ENG_VECTOR), NULL));
 }
 
 /* ===== reductions ===== */
@@ -583,9 +575,8 @@ static PyObject *isa_tensor_reduce(PyObject *m, PyObject *const *args, Py_ssize_
     op = nki_op_from(a[1], api, "op", false);
     if (op == SIMN_OP_NONE)
         return NULL;
-    if (reduce_core(api, dst, op, data, a[3], a[4] && PyObject_IsTrue(a[4]) == 1, NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false,
+                  reduce_core(api, dst, op, data, a[3], a[4] && PyObject_IsTrue(a[4]) == 1, NULL));
 }
 
 /* ===== activation ===== */
@@ -728,9 +719,7 @@ static PyObject *activation_call(PyObject *m, PyObject *const *args, Py_ssize_t 
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[2], api, "data")) ||
         act_parse(api, a[1], a[3], a[4], a[5], a[6], a[7], force_reduce, &t) < 0)
         return NULL;
-    if (act_core(api, dst, data, &t, SIM_OP_ACTIVATION, NULL) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, act_core(api, dst, data, &t, SIM_OP_ACTIVATION, NULL));
 }
 
 static PyObject *isa_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -924,9 +913,8 @@ static PyObject *bn_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
         return NULL;
-    if ((aggr ? bn_aggr_core(api, dst, data, NULL) : bn_stats_core(api, dst, data, NULL)) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false,
+                  aggr ? bn_aggr_core(api, dst, data, NULL) : bn_stats_core(api, dst, data, NULL));
 }
 
 static PyObject *isa_bn_stats(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -973,9 +961,7 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
         return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
     if (a[6] && a[6] != Py_None)
         acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
-    if (nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false, nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1));
 }
 
 static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -1009,11 +995,10 @@ static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
         return NULL;
-    if (nki_transpose(api, dst, data,
-                      nki_engine_from(a[2], dst->v.st->mem == SIM_MEM_PSUM ? SIM_ENG_TENSOR
-                                                                           : SIM_ENG_VECTOR)) < 0)
-        return NULL;
-    return Py_NewRef(Py_None);
+    return finish(NULL, false,
+                  nki_transpose(api, dst, data,
+                                nki_engine_from(a[2], dst->v.st->mem == SIM_MEM_PSUM ? SIM_ENG_TENSOR
+                                                                                     : SIM_ENG_VECTOR)));
 }
 
 /* ===== select and iota ===== */
