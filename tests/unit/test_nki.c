@@ -88,6 +88,19 @@ static void done(run_result *r)
     sim_record_release(&r->rec);
 }
 
+/* Run src's kernel k with numerics on one fp32 input x (rows x cols): its
+ * Python asserts are the test, so it must succeed. */
+static void run_k_ok(const char *src, int64_t rows, int64_t cols)
+{
+    sim_array in = mk("x", SIM_DT_FLOAT32, rows, cols);
+    run_result r;
+
+    run(&r, src, "k", &in, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
 static size_t count_op(const sim_record *rec, sim_opcode op)
 {
     size_t n = 0;
@@ -464,13 +477,7 @@ Test(nki, view_rules_and_dtypes)
         "    assert nisa.engine.vector != nisa.engine.scalar\n"
         "    assert nl.program_ndim() == 0 and nl.num_programs(0) == 1\n"
         "    return x\n";
-    sim_array in = mk("x", SIM_DT_FLOAT32, 64, 64);
-    run_result r;
-
-    run(&r, src, "k", &in, 1, 0, 0, true);
-    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
-    sim_array_release(&in);
+    run_k_ok(src, 64, 64);
 }
 
 Test(nki, legacy_ops_promote_and_reduce)
@@ -776,13 +783,7 @@ Test(nki, dtype_promotion_follows_the_documented_rules)
         "    assert nl.exp(b).dtype == nl.bfloat16\n"
         "    assert nl.matmul(b, b, transpose_x=True).dtype == nl.float32\n"
         "    return x\n";
-    sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
-
-    run(&r, src, "k", &in, 1, 0, 0, true);
-    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
-    sim_array_release(&in);
+    run_k_ok(src, 2, 2);
 }
 
 Test(nki, iota_select_and_legacy_isa_forms)
