@@ -21,6 +21,38 @@ typedef struct neg_case {
 #define LHDR "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n" \
              "import neuronxcc.nki.isa as nisa\n@nki.jit\n"
 
+/* A zeroed fp32 input of shape (d0,) or (d0, d1); the caller frees in->data. */
+static void fp32_zeros(sim_array *in, int ndim, int64_t d0, int64_t d1)
+{
+    memset(in, 0, sizeof(*in));
+    in->dtype = SIM_DT_FLOAT32;
+    in->ndim = ndim;
+    in->shape[0] = d0;
+    if (ndim == 2)
+        in->shape[1] = d1;
+    in->data = kf_calloc((size_t)(d0 * (ndim == 2 ? d1 : 1)), 4);
+}
+
+/* Run kernel k of src (as file) on target; the record is dropped, the
+ * result code, error and outputs are the caller's to check. */
+static kf_code run_k(const char *target, const char *src, const char *file, bool numerics,
+                     const sim_array *in, size_t n_in, sim_array **out, size_t *n_out,
+                     sim_error *se, kf_err *err)
+{
+    sim_run_opts o;
+    sim_record rec;
+    kf_code rc;
+
+    memset(&o, 0, sizeof(o));
+    o.entry = "k";
+    o.target = target;
+    o.numerics = numerics;
+    sim_record_init(&rec, target);
+    rc = sim_run_source(&o, src, file, in, n_in, out, n_out, &rec, se, err);
+    sim_record_release(&rec);
+    return rc;
+}
+
 static const neg_case cases[] = {
     { SIM_E_PYTHON, 7, "ValueError: N=128",
       HDR "def k(x):\n    N, D = x.shape\n    raise ValueError(f'N={N} is wrong')\n", 1 },
@@ -87,30 +119,17 @@ Test(nki_errors, every_code_has_a_negative_case)
 Test(nki_errors, each_rule_stops_the_kernel_with_code_line_and_values)
 {
     sim_array in;
-    memset(&in, 0, sizeof(in));
+    fp32_zeros(&in, 2, 128, 64);
     snprintf(in.name, sizeof(in.name), "x");
-    in.dtype = SIM_DT_FLOAT32;
-    in.ndim = 2;
-    in.shape[0] = 128;
-    in.shape[1] = 64;
-    in.data = kf_calloc((size_t)128 * 64, 4);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const neg_case *nc = &cases[i];
-        sim_run_opts o;
-        sim_record rec;
         sim_error se;
         kf_err err = KF_ERR_INIT;
         sim_array *out = NULL;
         size_t n_out = 0;
-        kf_code rc;
+        kf_code rc = run_k("trn2", nc->src, "neg.py", true, &in, (size_t)nc->n_inputs, &out, &n_out,
+                           &se, &err);
 
-        memset(&o, 0, sizeof(o));
-        o.entry = "k";
-        o.target = "trn2";
-        o.numerics = true;
-        sim_record_init(&rec, "trn2");
-        rc = sim_run_source(&o, nc->src, "neg.py", &in, (size_t)nc->n_inputs, &out, &n_out, &rec,
-                            &se, &err);
         cr_expect_eq(rc, KF_INVALID, "case %zu (SIM_E_%s) ran", i, sim_error_name(nc->code));
         cr_expect_eq(se.code, nc->code, "case %zu: expected SIM_E_%s, got SIM_E_%s: %s", i,
                      sim_error_name(nc->code), sim_error_name(se.code), err.msg);
@@ -122,7 +141,6 @@ Test(nki_errors, each_rule_stops_the_kernel_with_code_line_and_values)
         cr_expect(strstr(err.msg, sim_error_name(nc->code)) != NULL, "case %zu: %s", i, err.msg);
         cr_expect(strstr(err.msg, sim_error_rule(nc->code)) != NULL, "case %zu: %s", i, err.msg);
         cr_expect_null(out);
-        sim_record_release(&rec);
     }
     free(in.data);
 }
@@ -131,26 +149,15 @@ Test(nki_errors, unknown_language_attribute_names_the_api)
 {
     const char *src = HDR "def k(x):\n    y = nl.softmax_v9(x)\n    return x\n";
     sim_array in;
-    sim_run_opts o;
-    sim_record rec;
     sim_error se;
     kf_err err = KF_ERR_INIT;
 
-    memset(&in, 0, sizeof(in));
-    in.dtype = SIM_DT_FLOAT32;
-    in.ndim = 1;
-    in.shape[0] = 4;
-    in.data = kf_calloc(4, 4);
-    memset(&o, 0, sizeof(o));
-    o.entry = "k";
-    o.target = "trn1";
-    sim_record_init(&rec, "trn1");
-    cr_assert_eq(sim_run_source(&o, src, "u.py", &in, 1, NULL, NULL, &rec, &se, &err), KF_INVALID);
+    fp32_zeros(&in, 1, 4, 0);
+    cr_assert_eq(run_k("trn1", src, "u.py", false, &in, 1, NULL, NULL, &se, &err), KF_INVALID);
     cr_assert_eq(se.code, SIM_E_UNSUPPORTED_API);
     cr_assert_str_eq(se.api, "nki.language.softmax_v9");
     cr_assert_eq(se.line, 6);
     cr_assert_str_eq(se.file, "u.py");
-    sim_record_release(&rec);
     free(in.data);
 }
 
@@ -198,28 +205,17 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
     };
     sim_array in;
 
-    memset(&in, 0, sizeof(in));
-    in.dtype = SIM_DT_FLOAT32;
-    in.ndim = 1;
-    in.shape[0] = 4;
-    in.data = kf_calloc(4, 4);
+    fp32_zeros(&in, 1, 4, 0);
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
-        sim_run_opts o;
-        sim_record rec;
         sim_error se;
         kf_err err = KF_ERR_INIT;
 
-        memset(&o, 0, sizeof(o));
-        o.entry = "k";
-        o.target = "trn2";
-        sim_record_init(&rec, "trn2");
-        cr_expect_eq(sim_run_source(&o, cs[i].src, "u.py", &in, 1, NULL, NULL, &rec, &se, &err),
+        cr_expect_eq(run_k("trn2", cs[i].src, "u.py", false, &in, 1, NULL, NULL, &se, &err),
                      KF_INVALID, "case %zu ran", i);
         cr_expect_eq(se.code, SIM_E_UNSUPPORTED_API, "case %zu: %s", i, err.msg);
         cr_expect_str_eq(se.api, cs[i].api, "case %zu: %s", i, err.msg);
         cr_expect(strstr(err.msg, cs[i].needle) != NULL, "case %zu: %s", i, err.msg);
         cr_expect_eq(se.line, cs[i].line, "case %zu: %s", i, err.msg);
-        sim_record_release(&rec);
     }
     free(in.data);
 }
@@ -266,31 +262,18 @@ Test(nki_errors, more_rules_have_precise_messages)
 #undef T
 #undef P
     sim_array in;
-    memset(&in, 0, sizeof(in));
-    in.dtype = SIM_DT_FLOAT32;
-    in.ndim = 2;
-    in.shape[0] = 128;
-    in.shape[1] = 64;
-    in.data = kf_calloc((size_t)128 * 64, 4);
+    fp32_zeros(&in, 2, 128, 64);
     for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) {
-        sim_run_opts o;
-        sim_record rec;
         sim_error se;
         kf_err err = KF_ERR_INIT;
 
-        memset(&o, 0, sizeof(o));
-        o.entry = "k";
-        o.target = "trn2";
-        o.numerics = true;
-        sim_record_init(&rec, "trn2");
-        cr_expect_eq(sim_run_source(&o, more[i].src, "m.py", &in, 1, NULL, NULL, &rec, &se, &err),
+        cr_expect_eq(run_k("trn2", more[i].src, "m.py", true, &in, 1, NULL, NULL, &se, &err),
                      KF_INVALID, "case %zu ran", i);
         cr_expect_eq(se.code, more[i].code, "case %zu: expected SIM_E_%s: %s", i,
                      sim_error_name(more[i].code), err.msg);
         cr_expect_eq(se.line, more[i].line, "case %zu: line %d: %s", i, se.line, err.msg);
         cr_expect(strstr(err.msg, more[i].needle) != NULL, "case %zu: '%s' not in %s", i,
                   more[i].needle, err.msg);
-        sim_record_release(&rec);
     }
     free(in.data);
 }
@@ -318,44 +301,24 @@ Test(nki_errors, negative_sizes_in_views_are_refused)
     };
     sim_array in;
 
-    memset(&in, 0, sizeof(in));
-    in.dtype = SIM_DT_FLOAT32;
-    in.ndim = 2;
-    in.shape[0] = 128;
-    in.shape[1] = 64;
-    in.data = kf_calloc((size_t)128 * 64, 4);
+    fp32_zeros(&in, 2, 128, 64);
     for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
-        sim_run_opts o;
-        sim_record rec;
         sim_error se;
         kf_err err = KF_ERR_INIT;
 
-        memset(&o, 0, sizeof(o));
-        o.entry = "k";
-        o.target = "trn2";
-        sim_record_init(&rec, "trn2");
-        cr_expect_eq(sim_run_source(&o, srcs[i], "n.py", &in, 1, NULL, NULL, &rec, &se, &err),
+        cr_expect_eq(run_k("trn2", srcs[i], "n.py", false, &in, 1, NULL, NULL, &se, &err),
                      KF_INVALID, "case %zu ran", i);
         cr_expect(se.code == SIM_E_BAD_ARGUMENT || se.code == SIM_E_SHAPE_MISMATCH,
                   "case %zu: %s", i, err.msg);
-        sim_record_release(&rec);
     }
     for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
-        sim_run_opts o;
-        sim_record rec;
         sim_error se;
         kf_err err = KF_ERR_INIT;
 
-        memset(&o, 0, sizeof(o));
-        o.entry = "k";
-        o.target = "trn2";
-        o.numerics = true;
-        sim_record_init(&rec, "trn2");
-        cr_expect_eq(sim_run_source(&o, huge[i], "h.py", &in, 1, NULL, NULL, &rec, &se, &err),
+        cr_expect_eq(run_k("trn2", huge[i], "h.py", true, &in, 1, NULL, NULL, &se, &err),
                      KF_INVALID, "huge case %zu ran", i);
         cr_expect(se.code == SIM_E_LIMIT || se.code == SIM_E_INDEX_OUT_OF_BOUNDS,
                   "huge case %zu: %s", i, err.msg);
-        sim_record_release(&rec);
     }
     free(in.data);
 }
