@@ -19,6 +19,13 @@ static sim_target load(const char *name)
     return t;
 }
 
+/* A trn2 record of the synthetic matmul kernel p (bench/sim_timing_synth.h). */
+static void mm_record(sim_record *r, syn_mm p)
+{
+    sim_record_init(r, "trn2");
+    syn_matmul_kernel(r, &p, "mm.py");
+}
+
 static sim_profile *profile(const sim_record *r, const char *tgt)
 {
     sim_target t = load(tgt);
@@ -308,9 +315,7 @@ Test(sim_profile_findings, per_instruction_overhead_of_small_instructions)
 Test(sim_profile_findings, findings_are_ranked_by_cost)
 {
     sim_record r;
-    sim_record_init(&r, "trn2");
-    syn_mm p = { SYN_MM_TILED, 1024, 1024, 1024, 128, 512, 1, 1, 1, SIM_DT_BFLOAT16 };
-    syn_matmul_kernel(&r, &p, "mm.py");
+    mm_record(&r, (syn_mm){ SYN_MM_TILED, 1024, 1024, 1024, 128, 512, 1, 1, 1, SIM_DT_BFLOAT16 });
     sim_profile *pr = profile(&r, "trn2");
     cr_assert(pr->n_findings >= 3);
     for (size_t i = 1; i < pr->n_findings; i++)
@@ -324,9 +329,7 @@ Test(sim_profile_findings, findings_are_ranked_by_cost)
 Test(sim_profile_summary, fields_and_bounds_of_a_blocked_matmul)
 {
     sim_record r;
-    sim_record_init(&r, "trn2");
-    syn_mm p = { SYN_MM_RESIDENT, 2048, 2048, 2048, 128, 512, 16, 2, 3, SIM_DT_BFLOAT16 };
-    syn_matmul_kernel(&r, &p, "mm.py");
+    mm_record(&r, (syn_mm){ SYN_MM_RESIDENT, 2048, 2048, 2048, 128, 512, 16, 2, 3, SIM_DT_BFLOAT16 });
     sim_profile *pr = profile(&r, "trn2");
     char *js = sim_profile_summary_json(pr);
     cJSON *s = cJSON_Parse(js);
@@ -423,9 +426,7 @@ Test(sim_profile_summary, fields_and_bounds_of_a_blocked_matmul)
 Test(sim_profile_summary, same_record_same_profile)
 {
     sim_record r;
-    sim_record_init(&r, "trn2");
-    syn_mm p = { SYN_MM_BLOCKED, 1024, 1024, 1024, 128, 512, 2, 2, 2, SIM_DT_BFLOAT16 };
-    syn_matmul_kernel(&r, &p, "mm.py");
+    mm_record(&r, (syn_mm){ SYN_MM_BLOCKED, 1024, 1024, 1024, 128, 512, 2, 2, 2, SIM_DT_BFLOAT16 });
     sim_profile *a = profile(&r, "trn2"), *b = profile(&r, "trn2");
     char *ja = sim_profile_json(a), *jb = sim_profile_json(b);
     cr_assert_str_eq(ja, jb);
