@@ -36,7 +36,10 @@ def quality(path):
 
 
 def search(path):
-    rs = rows(path)
+    last = {}
+    for r in rows(path):
+        last[r["op"]] = r
+    rs = list(last.values())
     print(f"   {'op':<17}{'space':>6}{'exhaustive':>11}{'guided':>8}{'random med':>11}  guided/exh  guided<random")
     for r in rs:
         g, e, m = r["guided_evals"], r["space"], r["random_median_evals"]
