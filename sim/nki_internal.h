@@ -254,6 +254,9 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
 nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk);
 /* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
+/* dst = the transpose of 2-D src (checked by the caller), written under
+ * mask and recorded as one DMA_TRANSPOSE (nl.load_transpose2d, nisa.dma_transpose). */
+void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask);
 
 /* ===== execution helpers (nki_exec.c) ===== */
 

@@ -1349,8 +1349,6 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     const char *api = "nisa.dma_transpose";
     PyObject *a[6];
     nki_tensor *dst, *src;
-    simc_view tv;
-    float *vals;
     (void)m;
 
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
@@ -1376,14 +1374,7 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
         return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA neither reads nor writes PSUM");
     if (nki_check_bounds(src, NULL, api) < 0 || nki_check_bounds(dst, NULL, api) < 0)
         return NULL;
-    tv = src->v;
-    tv.shape[0] = src->v.shape[1];
-    tv.shape[1] = src->v.shape[0];
-    tv.strides[0] = src->v.strides[1];
-    tv.strides[1] = src->v.strides[0];
-    vals = nki_read(&tv, 0);
-    nki_write(&dst->v, vals, NULL);
-    nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
+    nki_dma_transpose(dst, src, NULL);
     return Py_NewRef(Py_None);
 }
 

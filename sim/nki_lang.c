@@ -805,10 +805,8 @@ static PyObject *nl_load_transpose2d(PyObject *m, PyObject *const *args, Py_ssiz
     static const char *const names[] = { "src", "mask", "dtype", "*name" };
     PyObject *a[NKI_NARGS(names)];
     nki_tensor *src, *out;
-    simc_view tv;
     int64_t shape[2];
     int dt;
-    float *vals;
     uint8_t *mask = NULL;
     (void)m;
 
@@ -834,14 +832,7 @@ static PyObject *nl_load_transpose2d(PyObject *m, PyObject *const *args, Py_ssiz
         Py_DECREF(out);
         return NULL;
     }
-    tv = src->v;
-    tv.shape[0] = src->v.shape[1];
-    tv.shape[1] = src->v.shape[0];
-    tv.strides[0] = src->v.strides[1];
-    tv.strides[1] = src->v.strides[0];
-    vals = nki_read(&tv, 0);
-    nki_write(&out->v, vals, mask);
-    nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &out->v, &src->v, NULL, NULL);
+    nki_dma_transpose(out, src, mask);
     return (PyObject *)out;
 }
 
@@ -1053,6 +1044,20 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
 }
 
 /* Transpose data (P, F) into dst (F, P); PE (into PSUM) or Vector engine. */
+void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask)
+{
+    simc_view tv = src->v;
+    float *vals;
+
+    tv.shape[0] = src->v.shape[1];
+    tv.shape[1] = src->v.shape[0];
+    tv.strides[0] = src->v.strides[1];
+    tv.strides[1] = src->v.strides[0];
+    vals = nki_read(&tv, 0);
+    nki_write(&dst->v, vals, mask);
+    nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
+}
+
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng)
 {
     int64_t P = nki_view_parts(src), F = simc_view_elems(&src->v) / (P ? P : 1);
