@@ -24,6 +24,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_log.h"
+#include "sim_check.h"
 #include "sim_eval.h"
 #include "sim_input.h"
 #include "sim_npy.h"
@@ -203,15 +204,6 @@ static stats array_stats(const sim_array *a)
     return s;
 }
 
-static void shape_str(const sim_array *a, char *buf, size_t len)
-{
-    size_t o = (size_t)snprintf(buf, len, "(");
-    for (int i = 0; i < a->ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, a->ndim == 1 ? ",)" : ")");
-}
-
 static cJSON *shape_json(const sim_array *a)
 {
     cJSON *s = cJSON_CreateArray();
@@ -368,7 +360,7 @@ static int do_run(const run_args *a)
             fprintf(stderr, "kforge-sim run: %s\n", err.msg);
             status = EXIT_USAGE;
         }
-        shape_str(o, shp, sizeof(shp));
+        sim_check_format_shape(o, shp, sizeof(shp));
         kf_buf_addf(&text, "    %-12s %-14s %-9s min %-11.5g max %-11.5g mean %-11.5g -> %s\n",
                     fname, shp, sim_dtype_name(o->dtype), st.min, st.max, st.mean, path);
         if (st.nan || st.inf)

@@ -35,7 +35,7 @@ static uint64_t elems(const sim_array *a)
     return n;
 }
 
-static void format_shape(const sim_array *a, char *buf, size_t len)
+void sim_check_format_shape(const sim_array *a, char *buf, size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "(");
     for (int i = 0; i < a->ndim && o < len; i++)
@@ -71,8 +71,8 @@ void sim_check_compare(const sim_array *got, const sim_array *want, sim_check_to
     for (int i = 0; same && i < got->ndim; i++)
         same = got->shape[i] == want->shape[i];
     if (!same) {
-        format_shape(got, gs, sizeof(gs));
-        format_shape(want, ws, sizeof(ws));
+        sim_check_format_shape(got, gs, sizeof(gs));
+        sim_check_format_shape(want, ws, sizeof(ws));
         snprintf(c->msg, sizeof(c->msg), "shape %s differs from the reference's %s", gs, ws);
         return;
     }

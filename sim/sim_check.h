@@ -65,6 +65,8 @@ typedef struct sim_check_cmp {
 void sim_check_compare(const sim_array *got, const sim_array *want, sim_check_tol tol,
                        sim_check_cmp *c);
 
+/* "(128, 64)" (NumPy's form: "(4,)" for one dimension) for an array's shape. */
+void sim_check_format_shape(const sim_array *a, char *buf, size_t len);
 /* "[3, 17]" for flat index i of an array's shape. */
 void sim_check_format_index(const sim_array *a, uint64_t i, char *buf, size_t len);
 
