@@ -811,6 +811,19 @@ static void model_release(model *m)
     free(m->alloc_writes);
 }
 
+/* Whether one of the instruction's sources or destinations is in mem (the
+ * shared SBUF / PSUM access ports of NeuronCore v2). */
+static int touches_mem(const sim_insn *in, sim_mem mem)
+{
+    for (unsigned k = 0; k < in->nsrc; k++)
+        if (in->src[k].mem == mem)
+            return 1;
+    for (unsigned k = 0; k < in->ndst; k++)
+        if (in->dst[k].mem == mem)
+            return 1;
+    return 0;
+}
+
 static void note_wait(uint64_t t, uint32_t idx, sim_wait kind, uint64_t *ready, uint32_t *widx,
                       sim_wait *wkind)
 {
@@ -877,28 +890,14 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     uint64_t tfree = m->track_free[track];
     int port = m->t->conflict_ve_pool_sbuf >= 0.5 &&
                (eng == SIM_ENG_VECTOR || eng == SIM_ENG_GPSIMD);
-    if (port) {
-        int sbuf = 0;
-        for (unsigned k = 0; k < in->nsrc; k++)
-            sbuf |= in->src[k].mem == SIM_MEM_SBUF;
-        for (unsigned k = 0; k < in->ndst; k++)
-            sbuf |= in->dst[k].mem == SIM_MEM_SBUF;
-        port = sbuf;
-        if (port)
-            note_wait(m->port_free, m->port_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
-    }
+    port = port && touches_mem(in, SIM_MEM_SBUF);
+    if (port)
+        note_wait(m->port_free, m->port_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
     int pport = m->t->conflict_ve_act_psum >= 0.5 &&
                 (eng == SIM_ENG_VECTOR || eng == SIM_ENG_SCALAR);
-    if (pport) {
-        int psum = 0;
-        for (unsigned k = 0; k < in->nsrc; k++)
-            psum |= in->src[k].mem == SIM_MEM_PSUM;
-        for (unsigned k = 0; k < in->ndst; k++)
-            psum |= in->dst[k].mem == SIM_MEM_PSUM;
-        pport = psum;
-        if (pport)
-            note_wait(m->pport_free, m->pport_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
-    }
+    pport = pport && touches_mem(in, SIM_MEM_PSUM);
+    if (pport)
+        note_wait(m->pport_free, m->pport_idx, SIM_WAIT_PORT, &ready, &widx, &wkind);
     start = ready > tfree ? ready : tfree;
     if (ready <= tfree) {
         widx = UINT32_MAX;
