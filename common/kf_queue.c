@@ -542,20 +542,32 @@ kf_code kf_queue_release(kf_queue *q, const char *id, const char *token, kf_err 
     return kq_fenced_plain(q, KF_QS_RELEASE, "release", id, token, err);
 }
 
-kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err)
+/* Run script s with the job's key and its id as the only argument (cancel,
+ * forget); *out is the reply to free when KF_OK. */
+static kf_code kq_job_eval(kf_queue *q, kf_queue_script s, const char *id, redisReply **out,
+                           kf_err *err)
 {
     char jk[96];
     const char *keys[1] = { jk };
     const char *args[1] = { id };
-    redisReply *r;
     kf_code rc;
 
     if ((rc = kq_check_name("job id", id, err)) != KF_OK)
         return rc;
     kq_job_key(jk, sizeof(jk), id);
-    r = kq_eval(q, KF_QS_CANCEL, 1, keys, 1, args, err);
-    if (!r)
+    *out = kq_eval(q, s, 1, keys, 1, args, err);
+    if (!*out)
         return err ? err->code : KF_REDIS;
+    return KF_OK;
+}
+
+kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err)
+{
+    redisReply *r;
+    kf_code rc = kq_job_eval(q, KF_QS_CANCEL, id, &r, err);
+
+    if (rc != KF_OK)
+        return rc;
     if (res) {
         if (kq_status_is(r, "REMOVED"))
             *res = KF_CANCEL_REMOVED;
@@ -570,20 +582,12 @@ kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res
 
 kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err)
 {
-    char jk[96];
-    const char *keys[1] = { jk };
-    const char *args[1] = { id };
     redisReply *r;
-    kf_code rc;
+    kf_code rc = kq_job_eval(q, KF_QS_FORGET, id, &r, err);
 
-    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
-        return rc;
-    kq_job_key(jk, sizeof(jk), id);
-    r = kq_eval(q, KF_QS_FORGET, 1, keys, 1, args, err);
-    if (!r)
-        return err ? err->code : KF_REDIS;
-    freeReplyObject(r);
-    return KF_OK;
+    if (rc == KF_OK)
+        freeReplyObject(r);
+    return rc;
 }
 
 void kf_queue_moved_free(kf_queue_moved *m, int n)
