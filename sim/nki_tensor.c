@@ -889,6 +889,16 @@ static PyObject *tensor_permute(nki_tensor *t, PyObject *const *args, Py_ssize_t
     return view_with(t, &r, 0);
 }
 
+/* Remove dimension d of a view (.select, .squeeze_dim). */
+static void drop_dim(simc_view *r, int d)
+{
+    for (int k = d; k < r->ndim - 1; k++) {
+        r->shape[k] = r->shape[k + 1];
+        r->strides[k] = r->strides[k + 1];
+    }
+    r->ndim--;
+}
+
 /* .select(dim, index): drop dim at index. */
 static PyObject *tensor_select(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -906,11 +916,7 @@ static PyObject *tensor_select(nki_tensor *t, PyObject *const *args, Py_ssize_t 
     if (t->pdim >= 0 && d == t->pdim)
         return nki_fail(SIM_E_BAD_ARGUMENT, api, "the partition dim cannot be selected away");
     r.offset += i * t->v.strides[d];
-    for (int k = d; k < r.ndim - 1; k++) {
-        r.shape[k] = r.shape[k + 1];
-        r.strides[k] = r.strides[k + 1];
-    }
-    r.ndim--;
+    drop_dim(&r, d);
     return view_with(t, &r, 0);
 }
 
@@ -967,11 +973,7 @@ static PyObject *tensor_squeeze_dim(nki_tensor *t, PyObject *arg)
     if (t->v.shape[d] != 1 || d == t->pdim)
         return nki_fail(SIM_E_SHAPE_MISMATCH, api, "dim %d has size %lld (must be a size-1 free dim)",
                         d, (long long)t->v.shape[d]);
-    for (int k = d; k < r.ndim - 1; k++) {
-        r.shape[k] = r.shape[k + 1];
-        r.strides[k] = r.strides[k + 1];
-    }
-    r.ndim--;
+    drop_dim(&r, d);
     return view_with(t, &r, t->pdim > d ? t->pdim - 1 : t->pdim);
 }
 
