@@ -660,6 +660,17 @@ static int cmp_line(const void *a, const void *b)
 
 /* ---- build --------------------------------------------------------------- */
 
+/* Add a region's bytes to the counter of its memory (reads or writes). */
+static void add_bytes(const sim_region *g, uint64_t *hbm, uint64_t *sbuf, uint64_t *psum)
+{
+    if (g->mem == SIM_MEM_HBM)
+        *hbm += g->bytes;
+    else if (g->mem == SIM_MEM_SBUF)
+        *sbuf += g->bytes;
+    else
+        *psum += g->bytes;
+}
+
 static void count(sim_profile *p)
 {
     const sim_record *r = p->rec;
@@ -687,24 +698,10 @@ static void count(sim_profile *p)
             p->activate_count++;
             p->activate_ns += sim_ps_to_ns(tm->end_ps - tm->start_ps);
         }
-        for (unsigned k = 0; k < in->nsrc; k++) {
-            const sim_region *g = &in->src[k];
-            if (g->mem == SIM_MEM_HBM)
-                p->hbm_read += g->bytes;
-            else if (g->mem == SIM_MEM_SBUF)
-                p->sbuf_read += g->bytes;
-            else
-                p->psum_read += g->bytes;
-        }
-        for (unsigned k = 0; k < in->ndst; k++) {
-            const sim_region *g = &in->dst[k];
-            if (g->mem == SIM_MEM_HBM)
-                p->hbm_write += g->bytes;
-            else if (g->mem == SIM_MEM_SBUF)
-                p->sbuf_write += g->bytes;
-            else
-                p->psum_write += g->bytes;
-        }
+        for (unsigned k = 0; k < in->nsrc; k++)
+            add_bytes(&in->src[k], &p->hbm_read, &p->sbuf_read, &p->psum_read);
+        for (unsigned k = 0; k < in->ndst; k++)
+            add_bytes(&in->dst[k], &p->hbm_write, &p->sbuf_write, &p->psum_write);
         if (in->nsrc && in->ndst && in->src[0].mem == SIM_MEM_PSUM &&
             in->dst[0].mem == SIM_MEM_SBUF) {
             p->psum_to_sbuf_count++;
