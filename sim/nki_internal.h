@@ -110,6 +110,9 @@ int nki_need_run(const char *api);
 int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
               const char *const *names, int n_names, PyObject **out);
 #define NKI_NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* A PyMethodDef's function and flags for a vectorcall-style (fastcall with
+ * keywords) implementation: the method tables of nki_isa/lang/module.c. */
+#define FASTKW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
 
 /* ===== tensors ===== */
 

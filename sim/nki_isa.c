@@ -8,7 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-#define FASTKW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
 #define FAILI(...) (nki_fail(__VA_ARGS__), -1)
 
 static bool has_kw(PyObject *kwnames, const char *name)

@@ -10,7 +10,6 @@
 
 #include "kf_alloc.h"
 
-#define FASTKW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
 #define PARSE(api, names, a) \
     nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a)
 

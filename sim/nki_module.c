@@ -615,8 +615,6 @@ bool nki_module_is_legacy(PyObject *module)
     return st && st->legacy;
 }
 
-#define FASTKW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
-
 static PyMethodDef nki_top_methods[] = {
     { "jit", FASTKW(mod_jit), "compile a kernel (the simulator traces it)" },
     { "baremetal", FASTKW(mod_noop_decorator), "no-op in the simulator" },
