@@ -327,7 +327,8 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
     lim.max_result_bytes = 64u << 20;
     if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
         return kf_err_set(err, KF_INVALID, "validation needs a NumPy reference");
-    rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err);
+    /* The sandbox API takes a mutable context; the child only reads req. */
+    rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err); /* NOLINT(performance-no-int-to-ptr) */
     if (rc)
         return rc;
     if (sb.json)

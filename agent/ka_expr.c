@@ -308,6 +308,7 @@ kf_code ka_expr_eval(const char *expr, ka_expr_lookup lookup, void *ctx, ka_valu
     kx x = { expr, expr, lookup, ctx, err, 0, false };
     ka_value v;
 
+    *out = kx_num(0);
     if (!expr)
         return kf_err_set(err, KF_INVALID, "empty constraint");
     v = kx_or(&x);

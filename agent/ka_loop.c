@@ -92,7 +92,7 @@ static void ka_sha256_hex(const void *data, size_t len, char out[65])
     unsigned int n = 0;
     EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
     for (unsigned i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+        snprintf(out + (size_t)2 * i, 3, "%02x", md[i]);
 }
 
 static const cJSON *ka_cache_get(ka_cache *c, const char *key)
@@ -400,7 +400,7 @@ static void ka_plan_from_best(ka_tuner *t)
         for (int i = 0; i < sp->n; i++) {
             const cJSON *dir = sp->t[i].addresses ? cJSON_GetObjectItemCaseSensitive(sp->t[i].addresses, kind) : NULL;
             int cur = t->best[i];
-            if (!cJSON_IsString(dir))
+            if (!dir || !cJSON_IsString(dir))
                 continue;
             for (int j = 0; j < sp->t[i].n_values; j++) {
                 int step = j - cur;
@@ -792,7 +792,7 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(timing, "error");
         cJSON_AddBoolToObject(compile, "ok", false);
         cJSON_AddItemToObject(compile, "error", cJSON_Duplicate(e, true));
-        s = ka_seen_add(t, c->idx, 1);
+        (void)ka_seen_add(t, c->idx, 1);
         t->compile_errors++;
         t->since_improve++;
         snprintf(reason, sizeof(reason), "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
@@ -974,8 +974,7 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
                     jstr(t->best_timing, "bound_kind", "?"), ka_us(t->best_floor),
                     jnum(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "achieved_fraction", 0),
                     jstr(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "tightest", "?"));
-        kf_buf_addf(&md, "Tunables: `%s`%s\n\n", t->sp->n ? params : "(none)",
-                    dl > 0 ? "" : "");
+        kf_buf_addf(&md, "Tunables: `%s`\n\n", t->sp->n ? params : "(none)");
         if (dl > 0)
             kf_buf_addf(&md, "Starting point: %.1f us (%.2f of the bound); speed-up %.2fx.\n\n", ka_us(dl),
                         jnum(t->default_info, "fraction_of_bound", 0), dl / t->best_lat);

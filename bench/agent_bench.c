@@ -207,7 +207,13 @@ static int search(const char *target, const char *op, int scale, int n_random)
     cJSON_AddNumberToObject(out, "guided_evals", evals_to(gd, goal));
     cJSON_AddNumberToObject(out, "guided_iterations", num(gd, "iterations"));
     cJSON_AddNumberToObject(out, "guided_best_us", num(cJSON_GetObjectItemCaseSensitive(gd, "best"), "latency_ns") / 1e3);
-    cJSON_AddNumberToObject(out, "random_median_evals", nr ? (nr % 2 ? r_evals[nr / 2] : (r_evals[nr / 2 - 1] + r_evals[nr / 2]) / 2.0) : 0);
+    double median = 0;
+    int mid = nr / 2;
+    if (nr % 2)
+        median = r_evals[mid];
+    else if (nr)
+        median = (r_evals[mid - 1] + r_evals[mid]) / 2.0;
+    cJSON_AddNumberToObject(out, "random_median_evals", median);
     cJSON_AddItemToObject(out, "random_evals", rnd);
     cJSON_AddNumberToObject(out, "simulator_runs", (double)ka_cache_size(cache));
     txt = cJSON_PrintUnformatted(out);
