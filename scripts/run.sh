@@ -26,14 +26,18 @@ chmod 755 "$VAR"
 pids=()
 stop_all() {
   trap - INT TERM EXIT
-  echo
-  echo "stopping kforge..."
+  # The terminal or a pipe reading our output may be gone already: a write
+  # must not kill the script before Redis and PostgreSQL are stopped.
+  trap '' PIPE
+  echo >&2 || true
+  echo "stopping kforge..." >&2 || true
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   kf_stop_services
-  echo "stopped; data kept in $VAR"
+  echo "stopped; data kept in $VAR" >&2 || true
 }
-trap stop_all INT TERM EXIT
+trap 'stop_all; exit 0' INT TERM
+trap stop_all EXIT
 
 kf_start_redis "$VAR/redis" "$REDIS_PORT"
 kf_start_pg "$VAR/pg" "$PG_PORT"
