@@ -39,39 +39,17 @@ static char *fx_env(const char *k, const char *v)
 }
 
 /* Run a kforge-api subcommand to completion; returns its exit status and
- * the last line it printed on stdout (caller frees) in *last. */
+ * the last stdout line starting with "kf_" (a token; caller frees) in *last. */
 static int fx_run(api_fx *f, char *const argv[], char **last)
 {
     char *out = kf_asprintf("%s/cmd.out", f->dir);
-    char *env[4];
-    int st = 0;
-    pid_t pid;
-    FILE *fp;
-    char line[512];
+    char *env[3] = { fx_env("KFORGE_PG_DSN", f->dsn), fx_env("KFORGE_REDIS_URL", f->redis_url), NULL };
+    int st = kf_test_run_cmd(argv, env, out, last);
 
-    env[0] = fx_env("KFORGE_PG_DSN", f->dsn);
-    env[1] = fx_env("KFORGE_REDIS_URL", f->redis_url);
-    env[2] = NULL;
-    unlink(out);
-    pid = kf_test_spawn(argv, env, out);
-    waitpid(pid, &st, 0);
-    if (last) {
-        *last = NULL;
-        fp = fopen(out, "r");
-        while (fp && fgets(line, sizeof(line), fp)) {
-            line[strcspn(line, "\n")] = '\0';
-            if (strncmp(line, "kf_", 3) == 0) {
-                free(*last);
-                *last = kf_strdup(line);
-            }
-        }
-        if (fp)
-            fclose(fp);
-    }
     free(env[0]);
     free(env[1]);
     free(out);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return st;
 }
 
 static char *fx_token(api_fx *f, const char *role, const char *name)

@@ -90,6 +90,30 @@ pid_t kf_test_spawn(char *const argv[], char *const env[], const char *log_path)
     return pid;
 }
 
+int kf_test_run_cmd(char *const argv[], char *const env[], const char *out_path, char **token)
+{
+    char line[512];
+    int status = 0;
+    FILE *f;
+
+    unlink(out_path);
+    waitpid(kf_test_spawn(argv, env, out_path), &status, 0);
+    if (token) {
+        *token = NULL;
+        f = fopen(out_path, "r");
+        while (f && fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (strncmp(line, "kf_", 3) == 0) {
+                free(*token);
+                *token = kf_strdup(line);
+            }
+        }
+        if (f)
+            fclose(f);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 int kf_test_stop(pid_t pid, int sig, int timeout_ms)
 {
     int status = 0;

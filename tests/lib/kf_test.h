@@ -34,6 +34,13 @@ char *kf_test_bin(const char *name);
  * stdout/stderr appended to log_path.  Returns the pid. */
 pid_t kf_test_spawn(char *const argv[], char *const env[], const char *log_path);
 
+/* Run argv to completion with extra environment entries, its output in
+ * out_path (truncated first).  Returns the exit status (128 if it did not
+ * exit normally); when token is not NULL, *token is the last output line
+ * starting with "kf_" (a token printed by `kforge-api token create`), or
+ * NULL (caller frees). */
+int kf_test_run_cmd(char *const argv[], char *const env[], const char *out_path, char **token);
+
 /* Send sig and wait up to timeout_ms for the child; SIGKILL after that.
  * Returns the wait status. */
 int kf_test_stop(pid_t pid, int sig, int timeout_ms);

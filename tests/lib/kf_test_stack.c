@@ -31,31 +31,12 @@ static int st_api_cmd(kf_stack *s, char *const argv[], char **token)
 {
     char *out = kf_asprintf("%s/cmd.out", s->dir);
     char *env[3] = { st_env("KFORGE_PG_DSN", s->dsn), st_env("KFORGE_REDIS_URL", s->redis_url), NULL };
-    char line[512];
-    int status = 0;
-    pid_t pid;
-    FILE *f;
+    int status = kf_test_run_cmd(argv, env, out, token);
 
-    unlink(out);
-    pid = kf_test_spawn(argv, env, out);
-    waitpid(pid, &status, 0);
-    if (token) {
-        *token = NULL;
-        f = fopen(out, "r");
-        while (f && fgets(line, sizeof(line), f)) {
-            line[strcspn(line, "\n")] = '\0';
-            if (strncmp(line, "kf_", 3) == 0) {
-                free(*token);
-                *token = kf_strdup(line);
-            }
-        }
-        if (f)
-            fclose(f);
-    }
     free(env[0]);
     free(env[1]);
     free(out);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    return status;
 }
 
 static char *st_token(kf_stack *s, const char *role)
