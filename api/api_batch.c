@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define API_BATCH_MAX 64
+#define API_BATCH_MAX KF_QUEUE_ENQUEUE_MAX   /* one Redis script run per batch */
 /* Batches written at the same time (each on its own connection): one
  * would leave PostgreSQL idle during each batch's Redis step. */
 #define API_BATCH_LEADERS 2
@@ -138,47 +138,54 @@ static void api_batch_give_back(const char *ids)
     pthread_mutex_unlock(&api_batch_mu);
 }
 
-/* After the commit: Redis, then the delivered ids go on the list; with no
- * request waiting to lead the next batch, delete them now. */
-static void api_batch_queue(api_req *r, api_new_job *batch, char outbox_ids[][24])
+/* After the commit: Redis (one script run for the batch), then the
+ * delivered ids go on the list; with no request waiting to lead the next
+ * batch, delete them now. */
+static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_ids[][24])
 {
     kf_err e = KF_ERR_INIT;
     kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
+    kf_queue_job *qj = kf_calloc((size_t)n, sizeof(*qj));
+    char **payloads = kf_calloc((size_t)n, sizeof(*payloads));
+    api_new_job **of = kf_calloc((size_t)n, sizeof(*of));
     kf_buf ids = KF_BUF_INIT;
     char *flush = NULL;
-    int i = 0, n_sent = 0;
+    int i = 0, m = 0;
 
     for (api_new_job *p = batch; p && q; p = p->next, i++) {
-        kf_queue_job qj;
-        bool created = false;
-        char *payload;
-
         if (p->status != 202)
             continue;
-        payload = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
-        if (!payload)
+        payloads[m] = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
+        if (!payloads[m])
             break;
-        memset(&qj, 0, sizeof(qj));
-        qj.id = p->id;
-        qj.kind = p->kind;
-        qj.target = p->target;
-        qj.backend = p->backend;
-        qj.priority = p->priority;
-        qj.max_attempts = p->max_attempts;
-        qj.payload = payload;
-        if (kf_queue_enqueue(q, &qj, &created, &e) != KF_OK) {
-            free(payload);
-            break;   /* Redis is away: the relay takes the rest */
-        }
-        free(payload);
-        p->queued = true;
-        kf_buf_addf(&ids, "%s%s", n_sent++ ? "," : "", outbox_ids[i]);
+        qj[m].id = p->id;
+        qj[m].kind = p->kind;
+        qj[m].target = p->target;
+        qj[m].backend = p->backend;
+        qj[m].priority = p->priority;
+        qj[m].max_attempts = p->max_attempts;
+        qj[m].payload = payloads[m];
+        of[m] = p;
+        kf_buf_addf(&ids, "%s%s", m ? "," : "", outbox_ids[i]);
+        m++;
     }
+    /* Redis away: the relay queues them all (enqueue is idempotent). */
+    if (m > 0 && kf_queue_enqueue_many(q, qj, m, NULL, &e) == KF_OK) {
+        for (i = 0; i < m; i++)
+            of[i]->queued = true;
+    } else {
+        kf_buf_reset(&ids);
+    }
+    for (i = 0; i < m; i++)
+        free(payloads[i]);
+    free(payloads);
+    free(qj);
+    free(of);
     api_qpool_put(api_req_qpool(r), q);
     if (e.code != KF_OK)
         kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"", e.msg);
     pthread_mutex_lock(&api_batch_mu);
-    if (n_sent > 0) {
+    if (ids.len > 0) {
         if (api_batch_delivered.len)
             kf_buf_addc(&api_batch_delivered, ',');
         kf_buf_add(&api_batch_delivered, ids.data, ids.len);
@@ -232,7 +239,7 @@ static void api_batch_run(api_req *r, api_new_job *batch, int n, char *delivered
     atomic_fetch_add(&api_batch_count, 1);
     atomic_fetch_add(&api_batch_jobs, (unsigned long)n);
     PQclear(res);
-    api_batch_queue(r, batch, outbox_ids);
+    api_batch_queue(r, batch, n, outbox_ids);
 out:
     free(outbox_ids);
     free(json);

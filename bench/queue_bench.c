@@ -445,6 +445,27 @@ static void *qb_enqueue_thread(void *arg)
     return NULL;
 }
 
+/* The API's group commit: statements and the jobs they wrote, from /metrics. */
+static void qb_print_batches(void)
+{
+    CURL *c = curl_easy_init();
+    kf_buf out = KF_BUF_INIT;
+    char url[128];
+    const char *b, *j;
+
+    snprintf(url, sizeof(url), "%s/metrics", qb_api_url);
+    if (qb_http(c, "GET", url, NULL, &out) == 200 && out.data &&
+        (b = strstr(out.data, "\nkforge_api_job_batches_total ")) != NULL &&
+        (j = strstr(out.data, "\nkforge_api_job_batch_jobs_total ")) != NULL) {
+        double nb = strtod(b + strlen("\nkforge_api_job_batches_total "), NULL);
+        double nj = strtod(j + strlen("\nkforge_api_job_batch_jobs_total "), NULL);
+        printf("   group commit: %.0f statements wrote %.0f jobs (%.1f per statement)\n", nb, nj,
+               nb > 0 ? nj / nb : 0.0);
+    }
+    kf_buf_release(&out);
+    curl_easy_cleanup(c);
+}
+
 static int qb_enqueue(int secs, int clients)
 {
     pthread_t th[32];
@@ -468,6 +489,7 @@ static int qb_enqueue(int secs, int clients)
             last_bad = e[i].last_bad;
     }
     double dt = qb_now() - t0;
+    qb_print_batches();
     qb_stop_all();
     printf("   POST /v1/jobs: %ld accepted (202) in %.1f s with %d clients: %.0f jobs/s (%ld not 202, last status %ld)\n",
            ok, dt, clients, (double)ok / dt, bad, last_bad);

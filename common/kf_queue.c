@@ -23,7 +23,8 @@
 #include <sys/random.h>
 
 #define KQ_MAX_TARGETS  16
-#define KQ_MAX_ARGS     (KQ_MAX_TARGETS + 8)
+/* a script's keys + arguments: the largest is an enqueue of KF_QUEUE_ENQUEUE_MAX jobs */
+#define KQ_MAX_ARGS     (KF_QUEUE_ENQUEUE_MAX * 10)
 #define KQ_CONNECT_MS   2000
 #define KQ_COMMAND_MS   5000
 
@@ -213,19 +214,21 @@ void kf_queue_free(kf_queue *q)
 static redisReply *kq_eval(kf_queue *q, kf_queue_script s, int nkeys, const char *const *keys, int nargs,
                            const char *const *args, kf_err *err)
 {
-    const char *argv[3 + KQ_MAX_ARGS];
-    size_t lens[3 + KQ_MAX_ARGS];
+    const char **argv;
+    size_t *lens;
     char nk[12];
     int argc = 0;
     redisReply *r = NULL;
 
-    if (nkeys + nargs > KQ_MAX_ARGS) {
+    if (nkeys < 0 || nargs < 0 || nkeys + nargs > KQ_MAX_ARGS) {
         kf_err_set(err, KF_INTERNAL, "queue script %s: too many arguments", kf_queue_lua_name(s));
         return NULL;
     }
+    argv = kf_calloc((size_t)(3 + nkeys + nargs), sizeof(*argv));
+    lens = kf_calloc((size_t)(3 + nkeys + nargs), sizeof(*lens));
     for (int attempt = 0; attempt < 2; attempt++) {
         if (kq_ensure(q, err) != KF_OK)
-            return NULL;
+            goto out;
         snprintf(nk, sizeof(nk), "%d", nkeys);
         argc = 0;
         argv[argc++] = "EVALSHA";
@@ -240,14 +243,14 @@ static redisReply *kq_eval(kf_queue *q, kf_queue_script s, int nkeys, const char
         r = redisCommandArgv(q->c, argc, argv, lens);
         if (!r) {
             kq_transport_err(q, err, kf_queue_lua_name(s));
-            return NULL;
+            goto out;
         }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
             kf_log_info("queue scripts missing in Redis (restarted?); loading them again");
             freeReplyObject(r);
             r = NULL;
             if (kq_load_script(q, s, err) != KF_OK)
-                return NULL;
+                goto out;
             continue;
         }
         break;
@@ -255,13 +258,15 @@ static redisReply *kq_eval(kf_queue *q, kf_queue_script s, int nkeys, const char
     if (r->type == REDIS_REPLY_ERROR) {
         kf_err_set(err, KF_REDIS, "queue script %s failed in Redis: %s", kf_queue_lua_name(s), r->str);
         freeReplyObject(r);
-        return NULL;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING) {
+        r = NULL;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING) {
         kf_err_set(err, KF_REDIS, "queue script %s: unexpected reply shape", kf_queue_lua_name(s));
         freeReplyObject(r);
-        return NULL;
+        r = NULL;
     }
+out:
+    free(argv);
+    free(lens);
     return r;
 }
 
@@ -336,40 +341,73 @@ void kf_queue_new_token(char out[33])
 
 kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf_err *err)
 {
-    char jk[96], wk[96], prio[12], att[12], maxa[12];
-    const char *keys[2] = { jk, wk };
-    const char *args[8];
-    redisReply *r;
-    kf_code rc;
+    return kf_queue_enqueue_many(q, job, 1, created, err);
+}
 
+/* The per-job strings a script call needs: keys and formatted numbers. */
+typedef struct kq_enq_strs {
+    char jk[96], wk[96], prio[12], att[12], maxa[12];
+} kq_enq_strs;
+
+kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool *created, kf_err *err)
+{
+    kq_enq_strs *st = NULL;
+    const char **keys = NULL, **args = NULL;
+    redisReply *r = NULL;
+    kf_code rc = KF_OK;
+
+    if (n < 1 || n > KF_QUEUE_ENQUEUE_MAX)
+        return kf_err_set(err, KF_INVALID, "queue: enqueue takes 1..%d jobs at once, not %d", KF_QUEUE_ENQUEUE_MAX,
+                          n);
     if (created)
-        *created = false;
-    if ((rc = kq_check_name("job id", job->id, err)) != KF_OK ||
-        (rc = kq_check_name("target", job->target, err)) != KF_OK)
-        return rc;
-    if (job->priority < 0 || job->priority > 9 || job->max_attempts < 1 || job->attempt < 0)
-        return kf_err_set(err, KF_INVALID, "queue: job %s has priority %d, attempt %d, max_attempts %d "
-                          "(need 0..9, >= 0, >= 1)", job->id, job->priority, job->attempt, job->max_attempts);
-    kq_job_key(jk, sizeof(jk), job->id);
-    snprintf(wk, sizeof(wk), "kf:wait:%s", job->target);
-    snprintf(prio, sizeof(prio), "%d", job->priority);
-    snprintf(att, sizeof(att), "%d", job->attempt);
-    snprintf(maxa, sizeof(maxa), "%d", job->max_attempts);
-    args[0] = job->id;
-    args[1] = job->kind ? job->kind : "";
-    args[2] = job->target;
-    args[3] = job->backend ? job->backend : "";
-    args[4] = prio;
-    args[5] = att;
-    args[6] = maxa;
-    args[7] = job->payload ? job->payload : "{}";
-    r = kq_eval(q, KF_QS_ENQUEUE, 2, keys, 8, args, err);
-    if (!r)
-        return err ? err->code : KF_REDIS;
-    if (created)
-        *created = kq_status_is(r, "OK");
+        memset(created, 0, (size_t)n * sizeof(*created));
+    for (int i = 0; i < n; i++) {
+        const kf_queue_job *job = &jobs[i];
+        if ((rc = kq_check_name("job id", job->id, err)) != KF_OK ||
+            (rc = kq_check_name("target", job->target, err)) != KF_OK)
+            return rc;
+        if (job->priority < 0 || job->priority > 9 || job->max_attempts < 1 || job->attempt < 0)
+            return kf_err_set(err, KF_INVALID, "queue: job %s has priority %d, attempt %d, max_attempts %d "
+                              "(need 0..9, >= 0, >= 1)", job->id, job->priority, job->attempt, job->max_attempts);
+    }
+    st = kf_calloc((size_t)n, sizeof(*st));
+    keys = kf_calloc((size_t)n * 2, sizeof(*keys));
+    args = kf_calloc((size_t)n * 8, sizeof(*args));
+    for (int i = 0; i < n; i++) {
+        const kf_queue_job *job = &jobs[i];
+        kq_job_key(st[i].jk, sizeof(st[i].jk), job->id);
+        snprintf(st[i].wk, sizeof(st[i].wk), "kf:wait:%s", job->target);
+        snprintf(st[i].prio, sizeof(st[i].prio), "%d", job->priority);
+        snprintf(st[i].att, sizeof(st[i].att), "%d", job->attempt);
+        snprintf(st[i].maxa, sizeof(st[i].maxa), "%d", job->max_attempts);
+        keys[2 * i] = st[i].jk;
+        keys[2 * i + 1] = st[i].wk;
+        args[8 * i] = job->id;
+        args[8 * i + 1] = job->kind ? job->kind : "";
+        args[8 * i + 2] = job->target;
+        args[8 * i + 3] = job->backend ? job->backend : "";
+        args[8 * i + 4] = st[i].prio;
+        args[8 * i + 5] = st[i].att;
+        args[8 * i + 6] = st[i].maxa;
+        args[8 * i + 7] = job->payload ? job->payload : "{}";
+    }
+    r = kq_eval(q, KF_QS_ENQUEUE, 2 * n, keys, 8 * n, args, err);
+    if (!r) {
+        rc = err ? err->code : KF_REDIS;
+        goto out;
+    }
+    if (r->elements != (size_t)n + 1) {
+        rc = kf_err_set(err, KF_REDIS, "queue script ENQUEUE: %zu replies for %d jobs", r->elements - 1, n);
+        goto out;
+    }
+    for (int i = 0; created && i < n; i++)
+        created[i] = r->element[i + 1]->type == REDIS_REPLY_INTEGER && r->element[i + 1]->integer == 1;
+out:
     freeReplyObject(r);
-    return KF_OK;
+    free(st);
+    free(keys);
+    free(args);
+    return rc;
 }
 
 kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,

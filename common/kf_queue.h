@@ -67,6 +67,16 @@ void kf_queue_free(kf_queue *q);
 /* Idempotent: a job already in Redis is left as it is (*created = false). */
 kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf_err *err);
 
+/* Most jobs kf_queue_enqueue_many() takes at once. */
+#define KF_QUEUE_ENQUEUE_MAX 64
+
+/* n jobs (1..KF_QUEUE_ENQUEUE_MAX) in one round trip and one script run,
+ * the same as n kf_queue_enqueue() calls in order, but all or nothing: a
+ * job that fails validation fails the call before Redis is asked, and a
+ * Redis failure leaves every job to be enqueued again (enqueue is
+ * idempotent).  created (n entries, may be NULL) says which were new. */
+kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool *created, kf_err *err);
+
 /* Lease the best waiting job among `targets` (n_targets names) for
  * `worker_id`, for lease_ms.  *got = false when nothing is waiting.
  * (Named kf_queue_lease_job because C does not allow a function and the

@@ -49,20 +49,37 @@
     "  return {'DEAD', now, attempt}\n"                                                \
     "end\n"
 
-/* KEYS[1] job hash, KEYS[2] waiting set.
- * ARGV: id kind target backend priority attempt max_attempts payload */
+/* One or more jobs, in order: KEYS[2i-1] job hash, KEYS[2i] waiting set;
+ * ARGV[8i-7..8i]: id kind target backend priority attempt max_attempts
+ * payload.  Replies {'OK', c1, ..., cn}: ci is 1 when job i was created, 0
+ * when it was already in Redis (left as it was).  One TIME for the batch;
+ * each target's wake-up list gets one signal per new job (at most 64). */
 static const char lua_enqueue[] = PRELUDE
-    "if redis.call('EXISTS', KEYS[1]) == 1 then return {'EXISTS'} end\n"
     "local now = now_ms()\n"
-    "redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', ARGV[2], 'target', ARGV[3],\n"
-    "  'backend', ARGV[4], 'priority', ARGV[5], 'attempt', ARGV[6], 'max_attempts', ARGV[7],\n"
-    "  'released', '0', 'state', 'queued', 'lease_token', '', 'worker', '',\n"
-    "  'lease_expires_ms', '0', 'cancel', '0', 'payload', ARGV[8], 'last_error', '',\n"
-    "  'enqueued_ms', n2s(now))\n"
-    "redis.call('ZADD', KEYS[2], n2s(wait_score(tonumber(ARGV[5]), now)), ARGV[1])\n"
-    "redis.call('SADD', 'kf:targets', ARGV[3])\n"
-    "signal(ARGV[3])\n"
-    "return {'OK'}\n";
+    "local out, woken = {'OK'}, {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local jk, wk, a = KEYS[2 * i - 1], KEYS[2 * i], 8 * (i - 1)\n"
+    "  if redis.call('EXISTS', jk) == 1 then\n"
+    "    out[i + 1] = 0\n"
+    "  else\n"
+    "    local target = ARGV[a + 3]\n"
+    "    redis.call('HSET', jk, 'id', ARGV[a + 1], 'kind', ARGV[a + 2], 'target', target,\n"
+    "      'backend', ARGV[a + 4], 'priority', ARGV[a + 5], 'attempt', ARGV[a + 6],\n"
+    "      'max_attempts', ARGV[a + 7], 'released', '0', 'state', 'queued', 'lease_token', '',\n"
+    "      'worker', '', 'lease_expires_ms', '0', 'cancel', '0', 'payload', ARGV[a + 8],\n"
+    "      'last_error', '', 'enqueued_ms', n2s(now))\n"
+    "    redis.call('ZADD', wk, n2s(wait_score(tonumber(ARGV[a + 5]), now)), ARGV[a + 1])\n"
+    "    woken[target] = (woken[target] or 0) + 1\n"
+    "    out[i + 1] = 1\n"
+    "  end\n"
+    "end\n"
+    "for target, n in pairs(woken) do\n"
+    "  redis.call('SADD', 'kf:targets', target)\n"
+    "  local k, ones = 'kf:signal:' .. target, {}\n"
+    "  for j = 1, math.min(n, 64) do ones[j] = '1' end\n"
+    "  if redis.call('RPUSH', k, unpack(ones)) > 64 then redis.call('LTRIM', k, -64, -1) end\n"
+    "end\n"
+    "return out\n";
 
 /* KEYS[1] kf:active, KEYS[2..] waiting sets.  ARGV: worker lease_ms token */
 static const char lua_lease[] = PRELUDE

@@ -125,6 +125,68 @@ Test(queue, enqueue_is_idempotent)
     cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_INVALID);
 }
 
+/* A batch is the same as its jobs one by one, in order; a bad job refuses
+ * the whole batch before Redis sees any of it; wake-ups count new jobs. */
+Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_job j[KF_QUEUE_ENQUEUE_MAX + 1];
+    char ids[KF_QUEUE_ENQUEUE_MAX + 1][16];
+    bool created[KF_QUEUE_ENQUEUE_MAX + 1];
+    kf_queue_lease l;
+    kf_queue_stats st;
+    redisReply *r;
+
+    put("m2", "trn2", 5, 3);   /* already there: left as it is */
+    for (int i = 0; i < 5; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "m%d", i);
+        j[i] = (kf_queue_job){ .id = ids[i], .kind = "diag", .target = i == 4 ? "trn1" : "trn2",
+                               .backend = "diag", .priority = 5, .attempt = 0, .max_attempts = 2,
+                               .payload = "{}" };
+    }
+    cr_assert_eq(kf_queue_enqueue_many(q, j, 5, created, &e), KF_OK, "%s", e.msg);
+    cr_assert(created[0] && created[1] && !created[2] && created[3] && created[4]);
+    r = redisCommand(raw, "LLEN kf:signal:trn2");
+    cr_assert_eq(r->integer, 4, "one wake-up per new trn2 job (m2 by put, m0 m1 m3 by the batch)");
+    freeReplyObject(r);
+    /* Same priority and (here) the same millisecond: FIFO ties go by id.
+     * The pre-existing m2 kept its own fields. */
+    const char *order[4] = { "m0", "m1", "m2", "m3" };
+    for (int i = 0; i < 4; i++) {
+        cr_assert(take("trn2", &l));
+        cr_assert_str_eq(l.id, order[i]);
+        cr_assert_eq(l.max_attempts, i == 2 ? 3 : 2, "%s", l.id);
+        kf_queue_lease_release(&l);
+    }
+    cr_assert(take("trn1", &l));
+    cr_assert_str_eq(l.id, "m4");
+    kf_queue_lease_release(&l);
+
+    /* One bad job: nothing of the batch is written. */
+    j[0].id = "n0";
+    j[1].id = "n1";
+    j[1].priority = 10;
+    cr_assert_eq(kf_queue_enqueue_many(q, j, 2, created, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "n1") != NULL, "%s", e.msg);
+    r = redisCommand(raw, "EXISTS kf:job:n0");
+    cr_assert_eq(r->integer, 0);
+    freeReplyObject(r);
+    /* Sizes outside 1..max are refused; the largest batch works. */
+    cr_assert_eq(kf_queue_enqueue_many(q, j, 0, NULL, &e), KF_INVALID);
+    cr_assert_eq(kf_queue_enqueue_many(q, j, KF_QUEUE_ENQUEUE_MAX + 1, NULL, &e), KF_INVALID);
+    for (int i = 0; i < KF_QUEUE_ENQUEUE_MAX; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "big%d", i);
+        j[i] = (kf_queue_job){ .id = ids[i], .kind = "diag", .target = "trn3", .backend = "diag",
+                               .priority = i % 10, .attempt = 0, .max_attempts = 1, .payload = "{}" };
+    }
+    cr_assert_eq(kf_queue_enqueue_many(q, j, KF_QUEUE_ENQUEUE_MAX, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_stats_get(q, "trn3", &st, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(st.waiting, KF_QUEUE_ENQUEUE_MAX);
+    r = redisCommand(raw, "LLEN kf:signal:trn3");
+    cr_assert_eq(r->integer, 64, "wake-ups are capped at 64 per target");
+    freeReplyObject(r);
+}
+
 Test(queue, lease_order_is_priority_then_arrival_across_targets)
 {
     kf_queue_lease l;
