@@ -41,10 +41,22 @@ int api_role_parse(const char *s)
     return 0;
 }
 
+/* SHA-256 fetched once: EVP_sha256() makes OpenSSL 3 look the algorithm
+ * up in its provider tables on every digest, which cost more than hashing
+ * the token itself on each request. */
+static EVP_MD *api_sha256;
+static pthread_once_t api_sha256_once = PTHREAD_ONCE_INIT;
+
+static void api_sha256_fetch(void)
+{
+    api_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void api_token_hash(const char *secret, unsigned char out[32])
 {
     unsigned int n = 32;
-    EVP_Digest(secret, strlen(secret), out, &n, EVP_sha256(), NULL);
+    pthread_once(&api_sha256_once, api_sha256_fetch);
+    EVP_Digest(secret, strlen(secret), out, &n, api_sha256 ? api_sha256 : EVP_sha256(), NULL);
 }
 
 static void api_hex(const unsigned char *p, size_t n, char *out)
