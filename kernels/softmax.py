@@ -5,6 +5,8 @@ sum need all of it).  The row is loaded, reduced, exponentiated, scaled and
 stored in COLS-wide column chunks, so the DMA of one chunk overlaps the
 compute of the previous one and stores start before the row is done.
 Partial maxima and sums per chunk are combined at the end of each pass.
+With BUFS >= 2 the three stages (load + max, exp + sum, normalise + store)
+are software-pipelined over consecutive tiles.
 With EXP_BF16 = 1 the unnormalised exponentials are kept in the input's
 16-bit dtype (half the SBUF traffic; for float32 inputs it has no effect).
 """
@@ -50,14 +52,21 @@ def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
     out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
     nch = math.ceil(D / COLS)
     edt = x.dtype if EXP_BF16 else nl.float32
+    ntiles = math.ceil(N / P)
 
-    # BUFS rotating sets of row buffers: the load of tile t + BUFS - 1 can
-    # start while tile t is still being computed.
+    # BUFS rotating sets of row buffers: the load of tile t + BUFS can start
+    # once tile t's exponentials have read its buffer.
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     nbufs = [nl.ndarray((P, D), dtype=edt, buffer=nl.sbuf) for _ in range(BUFS)]
-    for t in nl.affine_range(math.ceil(N / P)):
-        r0 = t * P
-        nr = min(P, N - r0)
+    neg_maxes = {}
+    invs = {}
+
+    def rows(t):
+        return t * P, min(P, N - t * P)
+
+    def stage_max(t):
+        """load tile t chunk by chunk, -max of each row"""
+        r0, nr = rows(t)
         xt = xbufs[t % BUFS]
         pmax = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(nch):
@@ -69,8 +78,13 @@ def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
         neg_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=neg_max[0:nr, 0:1], op=nl.maximum, data=pmax[0:nr, 0:nch], axis=1,
                            negate=True, keepdims=True)
+        neg_maxes[t] = neg_max
 
-        num = nbufs[t % BUFS]
+    def stage_exp(t):
+        """exp(x - max) with its row sums on ScalarE, 1 / sum"""
+        r0, nr = rows(t)
+        xt, num = xbufs[t % BUFS], nbufs[t % BUFS]
+        neg_max = neg_maxes.pop(t)
         psum_ = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(nch):
             c0 = c * COLS
@@ -83,7 +97,13 @@ def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
                            keepdims=True)
         inv = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.reciprocal(dst=inv[0:nr, 0:1], data=den[0:nr, 0:1])
+        invs[t] = inv
 
+    def stage_out(t):
+        """exp * (1 / sum) on NORM_ENGINE, store"""
+        r0, nr = rows(t)
+        num = nbufs[t % BUFS]
+        inv = invs.pop(t)
         for c in nl.affine_range(nch):
             c0 = c * COLS
             w = min(COLS, D - c0)
@@ -96,6 +116,23 @@ def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
                 nisa.tensor_scalar(dst=prob[0:nr, 0:w], data=num[0:nr, c0:c0 + w],
                                    op0=nl.multiply, operand0=inv[0:nr, 0:1], engine=eng)
             nisa.dma_copy(dst=out[r0:r0 + nr, c0:c0 + w], src=prob[0:nr, 0:w])
+
+    # Software pipeline (BUFS >= 2): iteration s issues the loads and maxima
+    # of tile s, the normalisation of tile s - 2 and the exponentials of tile
+    # s - 1, so no engine's in-order queue (nor, on NC-v2, the VectorE/GpSimd
+    # SBUF port) waits for an earlier stage of the same tile.  With one
+    # buffer set the load of tile s would overwrite tile s - 1 before its
+    # exponentials read it, so BUFS = 1 runs the stages tile by tile.
+    lag = 1 if BUFS >= 2 else 0
+    for s in range(ntiles + 2 * lag):
+        if s < ntiles:
+            stage_max(s)
+        if lag and 0 <= s - 2 < ntiles:
+            stage_out(s - 2)
+        if 0 <= s - lag < ntiles:
+            stage_exp(s - lag)
+        if not lag and s < ntiles:
+            stage_out(s)
     return out
 
 
