@@ -1,17 +1,22 @@
 """kforge library: layer norm over the last dim, current NKI API.
 
 out = (x - mean) / sqrt(var + eps) * gamma + beta; x (N, D), gamma and beta
-(D,).  gamma and beta are spread over the 128 partitions once (ones-vector
-matmuls on TensorE).  Per 128-row tile:
-  statistics  STATS = "bn": VectorE bn_stats/bn_aggr (<= 512 columns a call);
-              STATS = "scalar": ScalarE row sums of x and of x^2
-  normalise   NORM_ENGINE = "scalar": one activation (x * rstd - mean * rstd);
-              otherwise one tensor_scalar (x - mean) * rstd on that engine
-  gamma, beta G_ENGINE / B_ENGINE: VectorE, GpSimd, or half the columns each
+(D,).  Per 128-row tile:
+  statistics  VectorE bn_stats/bn_aggr (<= 512 columns a call), rstd
+  x * gamma   xg, on VectorE, GpSimd or split between them by columns
+              (XG_VEC: VectorE's share); it does not need the statistics
+  TensorE     per 512-column chunk, into PSUM:
+                diag(rstd) @ xg                  = rstd * x * gamma
+              + [-mean * rstd, 1]^T @ [gamma; beta] = beta - mean * rstd * gamma
+              the per-row scaling and both per-column vectors in two matmuls
+              instead of three elementwise passes
+  evacuation  PSUM -> SBUF (EVAC engine), then the store
+rstd is rounded to the matmul dtype once and -mean * rstd is formed from the
+rounded value, so the two PSUM terms share one scale: the sum is
+rstd' * (x * gamma - mean * gamma) + beta.
 BUFS rotating buffer sets overlap the loads of the next tiles with compute;
-MID_BF16 keeps the intermediate in the input's 16-bit dtype; SKEW = 1
-software-pipelines the three stages (statistics, normalisation, gamma/beta
-and store) over consecutive tiles.
+SKEW = 1 software-pipelines the stages (statistics and x * gamma, matmuls,
+evacuation and store) over consecutive tiles.
 """
 import math
 
@@ -28,33 +33,22 @@ KFORGE = {
     "summary": "layer norm of (N, D) rows with gamma, beta (D,)",
     "inputs": [{"name": "x", "dims": ["N", "D"]}, {"name": "gamma", "dims": ["D"]},
                {"name": "beta", "dims": ["D"]}],
-    "supports": ["N >= 1", "D >= 2", "D * (4 * DTYPE_BYTES + 4) <= SBUF_BYTES - 8192"],
+    "supports": ["N >= 1", "D >= 2", "D * (4 * DTYPE_BYTES) + 4096 <= SBUF_BYTES - 8192"],
     "reference_shapes": [[4096, 8192], [8192], [8192]],
     "test_shapes": [[200, 700], [700], [700]],
     "tunables": {
-        "BUFS": {"values": [1, 2, 3, 4], "default": 1,
+        "BUFS": {"values": [2, 3, 4, 5], "default": 2,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
-        "STATS": {"values": ["bn", "scalar"], "default": "bn",
-                  "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}},
-        "NORM_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
-                        "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
-        "G_ENGINE": {"values": ["vector", "gpsimd", "split"], "default": "vector",
-                     "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
-        "B_ENGINE": {"values": ["vector", "gpsimd", "split"], "default": "vector",
-                     "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
-        "MID_BF16": {"values": [0, 1], "default": 0,
-                     "addresses": {"buffer_pressure": "up", "slow_engine": "up"}},
+        "XG_VEC": {"values": [0, 0.25, 0.375, 0.5, 1], "default": 1,
+                   "addresses": {"slow_engine": "up", "buffer_pressure": "any"}},
+        "EVAC": {"values": ["scalar", "vector"], "default": "vector",
+                 "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
         "SKEW": {"values": [0, 1], "default": 0,
                  "addresses": {"slow_engine": "up", "engine_waits_on_dma": "up",
                                "buffer_pressure": "up"}}
     },
-    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + 2 * D * DTYPE_BYTES <= SBUF_BYTES - 8192",
-                    "SKEW == 0 or BUFS >= 3"]
+    "constraints": ["BUFS * D * 2 * DTYPE_BYTES + 2 * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"]
 }
-
-
-def _engine(name):
-    return nisa.gpsimd_engine if name == "gpsimd" else nisa.vector_engine
 
 
 def _spread_rows(vec, D, P):
@@ -75,104 +69,142 @@ def _spread_rows(vec, D, P):
     return full
 
 
-def _rowwise(engine, dst, a, b, op, nr, D):
-    """dst = a op b over rows [0, nr) on an engine, or half the columns each."""
-    if engine == "split":
-        h = D // 2
-        nisa.tensor_tensor(dst=dst[0:nr, 0:h], data1=a[0:nr, 0:h], data2=b[0:nr, 0:h], op=op,
-                           engine=nisa.vector_engine)
-        nisa.tensor_tensor(dst=dst[0:nr, h:D], data1=a[0:nr, h:D], data2=b[0:nr, h:D], op=op,
-                           engine=nisa.gpsimd_engine)
-    else:
-        nisa.tensor_tensor(dst=dst[0:nr, 0:D], data1=a[0:nr, 0:D], data2=b[0:nr, 0:D], op=op,
-                           engine=_engine(engine))
-
-
 @nki.jit
-def layernorm(x, gamma, beta, eps=1e-5, BUFS=1, STATS="bn", NORM_ENGINE="vector",
-              G_ENGINE="vector", B_ENGINE="vector", MID_BF16=0, SKEW=0):
+def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vector", SKEW=0, YB=2):
     N, D = x.shape
     assert tuple(gamma.shape) == (D,) and tuple(beta.shape) == (D,)
     P = nl.tile_size.pmax
-    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
-    g_all = _spread_rows(gamma, D, P)
-    b_all = _spread_rows(beta, D, P)
+    MM = nl.tile_size.psum_fmax
     FMAX = nl.tile_size.bn_stats_fmax
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    mdt = x.dtype
+    g_all = _spread_rows(gamma, D, P)
+    gb = nl.ndarray((2, D), dtype=mdt, buffer=nl.sbuf)            # rows: gamma, beta
+    nisa.dma_copy(dst=gb[0:1, 0:D], src=gamma.reshape((1, D)))
+    nisa.dma_copy(dst=gb[1:2, 0:D], src=beta.reshape((1, D)))
+    ident = nl.ndarray((P, P), dtype=mdt, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ident, src=nl.shared_identity_matrix(P, dtype=mdt))
     nst = math.ceil(D / FMAX)
-    mdt = x.dtype if MID_BF16 else nl.float32
+    nch = math.ceil(D / MM)
+    hv = min(D, int(D * XG_VEC + 0.5))      # x * gamma columns [0, hv) on VectorE
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
-    mbufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(BUFS)]
-    obufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
-    mvs = [nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS)]   # mean, var
-    rstds = [nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS)]
+    ybufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(YB)]
+    diags = [nl.ndarray((P, P), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
+    rows2 = [nl.ndarray((2, P), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
+    scs = [nl.ndarray((P, 3), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
+    for sc in scs:
+        nisa.memset(dst=sc[0:P, 2:3], value=1.0)
+    nbv = nst - int(nst * STATS_ACT + 0.5)  # bn_stats chunks on VectorE
+    dv = min(D, nbv * FMAX)                 # their columns; ScalarE sums the rest
+    junk = nl.ndarray((P, max(D - dv, 1)), dtype=x.dtype, buffer=nl.sbuf)
+    NPS = 4
+    pss = [nl.ndarray((P, MM), dtype=nl.float32, buffer=nl.psum) for _ in range(NPS)]
+    pts = [nl.ndarray((2, P), dtype=nl.float32, buffer=nl.psum) for _ in range(2)]
     ntiles = math.ceil(N / P)
 
     def rows(t):
         return t * P, min(P, N - t * P)
 
+    def stage_load(t):
+        r0, nr = rows(t)
+        nisa.dma_copy(dst=xbufs[t % BUFS][0:nr, 0:D], src=x[r0:r0 + nr, 0:D])
+
     def stage_stats(t):
-        """load tile t, mean and variance, rstd"""
+        """mean and variance of tile t; diag(rstd) and [-mean * rstd, 1]"""
         r0, nr = rows(t)
-        xt, yo, mv, rstd = xbufs[t % BUFS], obufs[t % BUFS], mvs[t % BUFS], rstds[t % BUFS]
-        nisa.dma_copy(dst=xt[0:nr, 0:D], src=x[r0:r0 + nr, 0:D])
-        if STATS == "bn":
-            stats = nl.ndarray((P, 6 * nst), dtype=nl.float32, buffer=nl.sbuf)
-            for c in nl.affine_range(nst):
+        xt, dg, sc = xbufs[t % BUFS], diags[t % 2], scs[t % 2]
+        mv = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)   # mean, var (or E[x^2])
+        if dv > 0:
+            stats = nl.ndarray((P, 6 * nbv), dtype=nl.float32, buffer=nl.sbuf)
+            for c in nl.affine_range(nbv):
                 c0 = c * FMAX
-                w = min(FMAX, D - c0)
+                w = min(FMAX, dv - c0)
                 nisa.bn_stats(dst=stats[0:nr, c * 6:(c + 1) * 6], data=xt[0:nr, c0:c0 + w])
-            nisa.bn_aggr(dst=mv[0:nr, 0:2], data=stats[0:nr, 0:6 * nst])
-        else:
+            nisa.bn_aggr(dst=mv[0:nr, 0:2], data=stats[0:nr, 0:6 * nbv])
+        if dv < D:
+            # ScalarE: sum(x) / D and sum(x^2) / D over columns [dv, D)
             s12 = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation_reduce(dst=yo[0:nr, 0:D], op=nl.copy, data=xt[0:nr, 0:D],
-                                   reduce_op=nl.add, reduce_res=s12[0:nr, 0:1])
-            nisa.activation_reduce(dst=yo[0:nr, 0:D], op=nl.square, data=xt[0:nr, 0:D],
-                                   reduce_op=nl.add, reduce_res=s12[0:nr, 1:2])
-            nisa.tensor_scalar(dst=mv[0:nr, 0:2], data=s12[0:nr, 0:2], op0=nl.multiply,
-                               operand0=1.0 / D)
-            m2 = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=m2[0:nr, 0:1], data1=mv[0:nr, 0:1], data2=mv[0:nr, 0:1],
-                               op=nl.multiply)
-            nisa.tensor_tensor(dst=mv[0:nr, 1:2], data1=mv[0:nr, 1:2], data2=m2[0:nr, 0:1],
-                               op=nl.subtract)
-        nisa.tensor_scalar(dst=rstd[0:nr, 0:1], data=mv[0:nr, 1:2], op0=nl.add, operand0=eps)
-        nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=rstd[0:nr, 0:1])
+            nisa.activation_reduce(dst=junk[0:nr, 0:D - dv], op=nl.copy, data=xt[0:nr, dv:D],
+                                   scale=1.0 / D, reduce_op=nl.add, reduce_res=s12[0:nr, 0:1])
+            nisa.activation_reduce(dst=junk[0:nr, 0:D - dv], op=nl.square, data=xt[0:nr, dv:D],
+                                   scale=1.0 / math.sqrt(D), reduce_op=nl.add,
+                                   reduce_res=s12[0:nr, 1:2])
+            if dv > 0:
+                # bn part -> (mean, E[x^2]) over its columns, weighted by dv / D
+                nisa.tensor_scalar(dst=mv[0:nr, 1:2], data=mv[0:nr, 0:1], op0=nl.multiply,
+                                   operand0=mv[0:nr, 0:1], op1=nl.add, operand1=mv[0:nr, 1:2])
+                nisa.scalar_tensor_tensor(dst=mv[0:nr, 0:2], data=mv[0:nr, 0:2], op0=nl.multiply,
+                                          operand0=dv / D, op1=nl.add, operand1=s12[0:nr, 0:2])
+            else:
+                nisa.tensor_copy(dst=mv[0:nr, 0:2], src=s12[0:nr, 0:2])
+            # var = E[x^2] - mean^2
+            nisa.tensor_scalar(dst=mv[0:nr, 1:2], data=mv[0:nr, 0:1], op0=nl.multiply,
+                               operand0=mv[0:nr, 0:1], op1=nl.subtract, operand1=mv[0:nr, 1:2],
+                               reverse1=True)
+        # rstd = (max(var, 0) + eps) ^ -0.5, rounded to the matmul dtype
+        # (sc column 0); -mean * rstd from the rounded value (column 1);
+        # column 2 holds ones
+        rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=rstd[0:nr, 0:1], data=mv[0:nr, 1:2], op0=nl.maximum, operand0=0.0,
+                           op1=nl.add, operand1=eps)
+        nisa.tensor_scalar(dst=sc[0:nr, 0:1], data=rstd[0:nr, 0:1], op0=nl.power, operand0=-0.5)
+        nisa.tensor_scalar(dst=sc[0:nr, 1:2], data=mv[0:nr, 0:1], op0=nl.multiply,
+                           operand0=sc[0:nr, 0:1], op1=nl.multiply, operand1=-1.0)
+        nisa.tensor_scalar(dst=dg[0:nr, 0:nr], data=ident[0:nr, 0:nr], op0=nl.multiply,
+                           operand0=sc[0:nr, 0:1])
 
-    def stage_norm(t):
-        """y = (x - mean) * rstd"""
+    def stage_xg(t):
+        """y = x * gamma (independent of the statistics)"""
         r0, nr = rows(t)
-        xt, y, mv, rstd = xbufs[t % BUFS], mbufs[t % BUFS], mvs[t % BUFS], rstds[t % BUFS]
-        if NORM_ENGINE == "scalar":
-            nmr = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)     # -mean * rstd
-            nisa.tensor_scalar(dst=nmr[0:nr, 0:1], data=mv[0:nr, 0:1], op0=nl.multiply,
-                               operand0=rstd[0:nr, 0:1], op1=nl.multiply, operand1=-1.0)
-            nisa.activation(dst=y[0:nr, 0:D], op=nl.copy, data=xt[0:nr, 0:D],
-                            scale=rstd[0:nr, 0:1], bias=nmr[0:nr, 0:1])
+        xt, y = xbufs[t % BUFS], ybufs[t % YB]
+        if hv > 0:
+            nisa.tensor_tensor(dst=y[0:nr, 0:hv], data1=xt[0:nr, 0:hv], data2=g_all[0:nr, 0:hv],
+                               op=nl.multiply, engine=nisa.vector_engine)
+        if hv < D:
+            nisa.tensor_tensor(dst=y[0:nr, hv:D], data1=xt[0:nr, hv:D], data2=g_all[0:nr, hv:D],
+                               op=nl.multiply, engine=nisa.gpsimd_engine)
+
+    def stage_mm(t):
+        """out = diag(rstd) @ y + [-mean * rstd, 1]^T @ [gamma; beta] per 512
+        columns, evacuated into y's own columns (the matmul was their last
+        reader); then the store"""
+        r0, nr = rows(t)
+        y, dg, sc, r2 = ybufs[t % YB], diags[t % 2], scs[t % 2], rows2[t % 2]
+        pt = pts[t % 2]
+        nisa.nc_transpose(dst=pt[0:2, 0:nr], data=sc[0:nr, 1:3])
+        if EVAC == "scalar":
+            nisa.activation(dst=r2[0:2, 0:nr], op=nl.copy, data=pt[0:2, 0:nr])
         else:
-            nisa.tensor_scalar(dst=y[0:nr, 0:D], data=xt[0:nr, 0:D], op0=nl.subtract,
-                               operand0=mv[0:nr, 0:1], op1=nl.multiply, operand1=rstd[0:nr, 0:1],
-                               engine=_engine(NORM_ENGINE))
+            nisa.tensor_copy(dst=r2[0:2, 0:nr], src=pt[0:2, 0:nr])
+        for c in range(nch):
+            c0 = c * MM
+            w = min(MM, D - c0)
+            ps = pss[(t * nch + c) % NPS]
+            nisa.nc_matmul(dst=ps[0:nr, 0:w], stationary=dg[0:nr, 0:nr], moving=y[0:nr, c0:c0 + w])
+            nisa.nc_matmul(dst=ps[0:nr, 0:w], stationary=r2[0:2, 0:nr], moving=gb[0:2, c0:c0 + w])
+            if EVAC == "scalar":
+                nisa.activation(dst=y[0:nr, c0:c0 + w], op=nl.copy, data=ps[0:nr, 0:w])
+            else:
+                nisa.tensor_copy(dst=y[0:nr, c0:c0 + w], src=ps[0:nr, 0:w])
+        nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=y[0:nr, 0:D])
 
-    def stage_out(t):
-        """* gamma + beta, store"""
-        r0, nr = rows(t)
-        y, yo = mbufs[t % BUFS], obufs[t % BUFS]
-        _rowwise(G_ENGINE, y, y, g_all, nl.multiply, nr, D)
-        _rowwise(B_ENGINE, yo, y, b_all, nl.add, nr, D)
-        nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=yo[0:nr, 0:D])
-
-    # SKEW = 1 software-pipelines the three stages over consecutive tiles, so
-    # each engine's in-order queue holds work of different tiles (statistics
-    # of tile s, normalisation of s - 1, gamma/beta of s - 2) instead of
-    # waiting for the previous stage of the same tile.
+    # loads run LA = BUFS - 1 tiles ahead and are issued before the stores of
+    # the tiles between, so a store waiting for its data does not hold the
+    # DMA engines a prefetch could use.  SKEW = 1 issues the statistics of
+    # tile s before the matmuls of tile s - 1, so each in-order engine queue
+    # holds work of two tiles instead of waiting on the previous stage.
+    LA = BUFS - 1
+    for t in range(min(LA, ntiles)):
+        stage_load(t)
     lag = 1 if SKEW else 0
-    for s in range(ntiles + 2 * lag):
+    for s in range(ntiles + lag):
+        if s + LA < ntiles:
+            stage_load(s + LA)
         if s < ntiles:
             stage_stats(s)
+            stage_xg(s)
         if 0 <= s - lag < ntiles:
-            stage_norm(s - lag)
-        if 0 <= s - 2 * lag < ntiles:
-            stage_out(s - 2 * lag)
+            stage_mm(s - lag)
     return out
 
 
