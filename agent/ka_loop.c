@@ -11,6 +11,7 @@
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "ka_eval.h"
+#include "sim_target.h"
 
 enum {
     KA_DEF_ITERATIONS = 40,
@@ -48,44 +49,6 @@ int ka_planner_parse(const char *s)
     return -1;
 }
 
-/* ---- cache -------------------------------------------------------------- */
-
-typedef struct ka_cache_ent {
-    char   key[65];
-    cJSON *val;
-} ka_cache_ent;
-
-struct ka_cache {
-    ka_cache_ent *e;
-    size_t        n, cap;
-    unsigned long hits;
-};
-
-ka_cache *ka_cache_new(void)
-{
-    return kf_calloc(1, sizeof(ka_cache));
-}
-
-void ka_cache_free(ka_cache *c)
-{
-    if (!c)
-        return;
-    for (size_t i = 0; i < c->n; i++)
-        cJSON_Delete(c->e[i].val);
-    free(c->e);
-    free(c);
-}
-
-unsigned long ka_cache_hits(const ka_cache *c)
-{
-    return c ? c->hits : 0;
-}
-
-unsigned long ka_cache_size(const ka_cache *c)
-{
-    return c ? (unsigned long)c->n : 0;
-}
-
 static void ka_sha256_hex(const void *data, size_t len, char out[65])
 {
     unsigned char md[32];
@@ -93,27 +56,6 @@ static void ka_sha256_hex(const void *data, size_t len, char out[65])
     EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
     for (unsigned i = 0; i < 32; i++)
         snprintf(out + (size_t)2 * i, 3, "%02x", md[i]);
-}
-
-static const cJSON *ka_cache_get(ka_cache *c, const char *key)
-{
-    for (size_t i = 0; i < c->n; i++) {
-        if (strcmp(c->e[i].key, key) == 0) {
-            c->hits++;
-            return c->e[i].val;
-        }
-    }
-    return NULL;
-}
-
-static void ka_cache_put(ka_cache *c, const char *key, const cJSON *val)
-{
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->e = kf_realloc(c->e, c->cap * sizeof(*c->e));
-    }
-    snprintf(c->e[c->n].key, sizeof(c->e[0].key), "%s", key);
-    c->e[c->n++].val = cJSON_Duplicate(val, true);
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -131,6 +73,22 @@ static char *ka_slurp(const char *path)
         kf_buf_add(&b, chunk, n);
     fclose(f);
     return kf_buf_detach(&b);
+}
+
+/* What a timing result depends on besides the kernel and its inputs: the
+ * simulator build and the target's description file (a cached result must
+ * not outlive a change of either). */
+static void ka_model_hash(const char *target, char out[65])
+{
+    const char *dir = sim_target_default_dir();
+    char *path = dir ? kf_asprintf("%s/%s.json", dir, target) : NULL;
+    char *desc = path ? ka_slurp(path) : NULL;
+    char *all = kf_asprintf("%s|%s|%s", ka_cache_identity(), target, desc ? desc : "");
+
+    ka_sha256_hex(all, strlen(all), out);
+    free(all);
+    free(desc);
+    free(path);
 }
 
 static double jnum(const cJSON *o, const char *k, double dflt)
@@ -273,6 +231,7 @@ typedef struct ka_tuner {
     const ka_hooks   *h;
     ka_cache         *cache;
     char              src_hash[65];
+    char              model_hash[65];   /* simulator build + target description */
     char             *source;
     ka_seen          *seen;
     size_t            n_seen, cap_seen;
@@ -703,7 +662,8 @@ static kf_code ka_timing(ka_tuner *t, const char *kwargs, cJSON **res, bool *cac
     *cached = false;
     *wall = 0;
     kf_buf_init(&key);
-    kf_buf_addf(&key, "%s|%s|%s|%s|%s", t->src_hash, t->pb->entry, kwargs, t->pb->target, "timing");
+    kf_buf_addf(&key, "%s|%s|%s|%s|%s|%s", t->src_hash, t->pb->entry, kwargs, t->pb->target, t->model_hash,
+                "timing");
     for (int i = 0; i < t->pb->n_inputs; i++) {
         kf_buf_addf(&key, "|%s:%d", t->pb->inputs[i].name, (int)t->pb->inputs[i].dtype);
         for (int d = 0; d < t->pb->inputs[i].ndim; d++)
@@ -1048,6 +1008,7 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
         goto out;
     }
     ka_sha256_hex(t.source, strlen(t.source), t.src_hash);
+    ka_model_hash(pb->target, t.model_hash);
     if (o->planner != KA_PLAN_GUIDED) {
         rc = ka_enumerate(&t, err);
         if (rc)

@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ka_cache.h"
 #include "ka_lib.h"
 
 typedef enum ka_planner {
@@ -58,12 +59,6 @@ typedef enum ka_planner {
 const char *ka_planner_name(ka_planner p);
 int ka_planner_parse(const char *s);            /* -1 when unknown */
 
-/* In-memory evaluation cache (shared across runs by passing the same one). */
-typedef struct ka_cache ka_cache;
-ka_cache *ka_cache_new(void);
-void ka_cache_free(ka_cache *c);
-unsigned long ka_cache_hits(const ka_cache *c);
-unsigned long ka_cache_size(const ka_cache *c);
 
 typedef struct ka_opts {
     double     goal_latency_ns;     /* 0: none */

@@ -58,6 +58,8 @@ static void tune_usage(FILE *out)
             "  --seed N              seed of the validation inputs and the random planner (default 1)\n"
             "  --output-dir DIR      where kernel.py, report.md, result.json and iterations.jsonl go\n"
             "                        (default kforge-tune)\n"
+            "  --cache DIR           keep timing-only evaluations in DIR and reuse them in later runs\n"
+            "                        (default KFORGE_CACHE_DIR; unset: memory only, this run)\n"
             "  --json                print the result JSON on stdout\n"
             "  --quiet               no progress lines\n"
             "\n"
@@ -205,6 +207,7 @@ int cli_tune_main(int argc, char **argv)
     enum {
         O_SHAPE = 256, O_DTYPE, O_TARGET, O_ENTRY, O_REF, O_REF_ENTRY, O_INPUT, O_TUN, O_KWARGS, O_PLANNER,
         O_ITER, O_SECS, O_PATIENCE, O_GOALF, O_GOALL, O_SEEDS, O_SEED, O_OUT, O_JSON, O_QUIET, O_LIST, O_HELP,
+        O_CACHE,
     };
     static const struct option opts[] = {
         { "shape", required_argument, NULL, O_SHAPE },       { "dtype", required_argument, NULL, O_DTYPE },
@@ -218,12 +221,13 @@ int cli_tune_main(int argc, char **argv)
         { "seed", required_argument, NULL, O_SEED },         { "output-dir", required_argument, NULL, O_OUT },
         { "json", no_argument, NULL, O_JSON },               { "quiet", no_argument, NULL, O_QUIET },
         { "list", no_argument, NULL, O_LIST },               { "help", no_argument, NULL, O_HELP },
+        { "cache", required_argument, NULL, O_CACHE },
         { NULL, 0, NULL, 0 },
     };
     int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
     int ndims[KA_MAX_INPUTS], n_shapes = 0, c, rc_exit = TUNE_USAGE, dt = SIM_DT_BFLOAT16;
     const char *target = "trn2", *entry = NULL, *ref = NULL, *ref_entry = NULL, *tun_s = NULL, *kw_s = NULL;
-    const char *out_dir = "kforge-tune", *what;
+    const char *out_dir = "kforge-tune", *what, *cache_dir = NULL;
     bool json = false;
     ka_problem pb;
     ka_space sp;
@@ -284,6 +288,7 @@ int cli_tune_main(int argc, char **argv)
         case O_SEEDS: o.n_seeds = atoi(optarg); break;
         case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
         case O_OUT: out_dir = optarg; break;
+        case O_CACHE: cache_dir = optarg; break;
         case O_JSON: json = true; break;
         case O_QUIET: ctx.quiet = true; break;
         case O_LIST: rc_exit = -1; break;
@@ -370,6 +375,15 @@ int cli_tune_main(int argc, char **argv)
         fprintf(stderr, "kforge tune: cannot create %s: %s\n", out_dir, strerror(errno));
         goto out;
     }
+    if (!cache_dir)
+        cache_dir = kf_config_str(KF_CFG_CACHE_DIR);
+    if (cache_dir && *cache_dir) {
+        o.cache = ka_cache_open(cache_dir, kf_config_int(KF_CFG_CACHE_MAX_ENTRIES), &err);
+        if (!o.cache) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+    }
     snprintf(path, sizeof(path), "%s/iterations.jsonl", out_dir);
     ctx.jsonl = fopen(path, "w");
     hooks.ctx = &ctx;
@@ -401,6 +415,7 @@ out:
     cJSON_Delete(result);
     cJSON_Delete(meta);
     cJSON_Delete(tun);
+    ka_cache_free(o.cache);
     ka_space_release(&sp);
     ka_problem_release(&pb);
     return rc_exit;

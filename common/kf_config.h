@@ -78,6 +78,10 @@ enum {
        "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
     XX(KERNELS_DIR,      STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
        "Folder of kforge's kernel library (<op>.py templates); empty: kernels/ here or next to the binary.")             \
+    XX(CACHE_DIR,        STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
+       "Folder of the agent's evaluation cache on disk (timing-only results, reused across runs and jobs); empty: memory only, per run.") \
+    XX(CACHE_MAX_ENTRIES, INT, "10000",                                 100, 10000000,   KF_USE_CLI | KF_USE_WORKER,      \
+       "Entries KFORGE_CACHE_DIR keeps; the oldest go first when it is opened with more.")                               \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \
     XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \

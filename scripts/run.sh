@@ -47,6 +47,7 @@ export KFORGE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 export KFORGE_API_LISTEN=${KFORGE_API_LISTEN:-127.0.0.1:8080}
 export KFORGE_API_URL="http://$KFORGE_API_LISTEN"
 export KFORGE_SPOOL_DIR=$VAR/spool
+export KFORGE_CACHE_DIR=$VAR/cache
 
 # Tokens are made once and kept under var/ (mode 600).
 if [ ! -s "$VAR/admin-token" ]; then

@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_config.h"
+#include "kf_log.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
 #include "sim/sim_input.h"
@@ -199,7 +201,15 @@ static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks,
     kf_code rc;
 
     bs_opts(job, &o);
+    if (*kf_config_str(KF_CFG_CACHE_DIR)) {
+        kf_err ce = KF_ERR_INIT;
+        o.cache = ka_cache_open(kf_config_str(KF_CFG_CACHE_DIR), kf_config_int(KF_CFG_CACHE_MAX_ENTRIES), &ce);
+        if (!o.cache)
+            kf_log_warn("evaluation cache unavailable; this job caches in memory only job=%s msg=\"%s\"", job->id,
+                        ce.msg);
+    }
     rc = ka_tune(pb, sp, &o, &kh, &res, err);
+    ka_cache_free(o.cache);
     if (rc) {
         *retryable = rc == KF_INTERNAL;
         return rc;

@@ -329,6 +329,38 @@ Test(agent, evaluations_are_cached_by_source_tunables_shape_and_target)
     ka_cache_free(o.cache);
 }
 
+/* The cache on disk outlives the process's cache: a second cache opened on
+ * the same folder (a later run, another worker) answers every evaluation,
+ * and a changed kernel source is a different key. */
+Test(agent, evaluations_persist_in_the_cache_folder)
+{
+    char dir[] = "/tmp/kforge-test-cache.XXXXXX";
+    ka_opts o = { 0 };
+    kf_err e = KF_ERR_INIT;
+    cJSON *a, *b;
+
+    cr_assert_not_null(mkdtemp(dir));
+    o.max_iterations = 5;
+    o.cache = ka_cache_open(dir, 0, &e);
+    cr_assert_not_null(o.cache, "%s", e.msg);
+    a = tune("add", "256x2048 256x2048", &o);
+    cr_assert_gt(num(a, "evaluations"), 0);
+    ka_cache_free(o.cache);
+
+    o.cache = ka_cache_open(dir, 0, &e);
+    cr_assert_not_null(o.cache, "%s", e.msg);
+    b = tune("add", "256x2048 256x2048", &o);
+    cr_assert_eq(num(b, "evaluations"), 0, "every evaluation comes from the folder");
+    cr_assert_eq(ka_cache_disk_hits(o.cache), (unsigned long)num(a, "evaluations"));
+    cr_assert_eq(num(b, "latency_ns"), num(a, "latency_ns"));
+    ka_cache_free(o.cache);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    char *cmd = kf_asprintf("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+}
+
 /* A variant of the add template whose TILE_F=2048 setting skips the last
  * column tile: it is faster (less work), and wrong. */
 static char *write_skipping_variant(void)
