@@ -147,7 +147,7 @@ static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_i
     kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
     kf_queue_job *qj = kf_calloc((size_t)n, sizeof(*qj));
     char **payloads = kf_calloc((size_t)n, sizeof(*payloads));
-    api_new_job **of = kf_calloc((size_t)n, sizeof(*of));
+    api_new_job **of = kf_calloc((size_t)n, sizeof(api_new_job *));
     kf_buf ids = KF_BUF_INIT;
     char *flush = NULL;
     int i = 0, m = 0;

@@ -538,8 +538,10 @@ static int qb_enqueue(int secs, int clients)
     qb_enq e[32];
     long ok = 0, bad = 0, last_bad = 0;
     double t0;
+    const char *driver = getenv("KFB_ENQUEUE_DRIVER");
 
-    const char *driver = getenv("KFB_ENQUEUE_DRIVER") ? getenv("KFB_ENQUEUE_DRIVER") : "wrk";
+    if (!driver)
+        driver = "wrk";
 
     if (clients < 1 || clients > 32)
         qb_die("enqueue: 1..32 clients");

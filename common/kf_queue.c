@@ -224,8 +224,8 @@ static redisReply *kq_eval(kf_queue *q, kf_queue_script s, int nkeys, const char
         kf_err_set(err, KF_INTERNAL, "queue script %s: too many arguments", kf_queue_lua_name(s));
         return NULL;
     }
-    argv = kf_calloc((size_t)(3 + nkeys + nargs), sizeof(*argv));
-    lens = kf_calloc((size_t)(3 + nkeys + nargs), sizeof(*lens));
+    argv = kf_calloc((size_t)3 + (size_t)nkeys + (size_t)nargs, sizeof(*argv));
+    lens = kf_calloc((size_t)3 + (size_t)nkeys + (size_t)nargs, sizeof(*lens));
     for (int attempt = 0; attempt < 2; attempt++) {
         if (kq_ensure(q, err) != KF_OK)
             goto out;
@@ -373,7 +373,7 @@ kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool
     st = kf_calloc((size_t)n, sizeof(*st));
     keys = kf_calloc((size_t)n * 2, sizeof(*keys));
     args = kf_calloc((size_t)n * 8, sizeof(*args));
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < (size_t)n; i++) {
         const kf_queue_job *job = &jobs[i];
         kq_job_key(st[i].jk, sizeof(st[i].jk), job->id);
         snprintf(st[i].wk, sizeof(st[i].wk), "kf:wait:%s", job->target);
