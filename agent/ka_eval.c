@@ -100,10 +100,12 @@ static const char *const ka_summary_keys[] = {
     "dma_transfer_average_bytes", "hbm_read_bytes", "hbm_write_bytes", "model_flops", NULL,
 };
 
-static void ka_add_profile(cJSON *j, const sim_profile *p)
+static void ka_add_profile(cJSON *j, const sim_profile *p, const ka_problem *pb, const sim_target *tgt)
 {
     const sim_bounds *b = &p->bounds;
-    double floor_ns = b->compute_ns > b->io_ns ? b->compute_ns : b->io_ns;
+    /* The floor is the op's: its own FLOPs when the template declares them. */
+    double compute_ns = pb->op_flops_set ? pb->op_flops / sim_target_te_peak_flops(tgt) * 1e9 : b->compute_ns;
+    double floor_ns = compute_ns > b->io_ns ? compute_ns : b->io_ns;
     char *sj = sim_profile_summary_json(p);
     cJSON *full = sj ? cJSON_Parse(sj) : NULL, *sum = cJSON_AddObjectToObject(j, "summary");
     cJSON *bo = cJSON_AddObjectToObject(j, "bounds"), *fa = cJSON_AddArrayToObject(j, "findings");
@@ -119,8 +121,9 @@ static void ka_add_profile(cJSON *j, const sim_profile *p)
     cJSON_Delete(full);
     cJSON_AddNumberToObject(j, "latency_ns", p->total_ns);
     cJSON_AddNumberToObject(j, "floor_ns", floor_ns);
-    cJSON_AddStringToObject(j, "bound_kind", b->compute_ns > b->io_ns ? "compute" : "io");
+    cJSON_AddStringToObject(j, "bound_kind", compute_ns > b->io_ns ? "compute" : "io");
     cJSON_AddNumberToObject(bo, "compute_ns", b->compute_ns);
+    cJSON_AddNumberToObject(bo, "op_compute_ns", compute_ns);
     cJSON_AddNumberToObject(bo, "memory_ns", b->memory_ns);
     cJSON_AddNumberToObject(bo, "necessary_io_ns", b->io_ns);
     cJSON_AddNumberToObject(bo, "pipeline_ns", b->pipeline_ns);
@@ -195,7 +198,7 @@ static kf_code ka_child_timing(const ka_eval_req *r, cJSON *j, kf_err *err)
         goto out;
     cJSON_AddBoolToObject(j, "ok", true);
     cJSON_AddNumberToObject(j, "n_outputs", (double)n_outs);
-    ka_add_profile(j, p);
+    ka_add_profile(j, p, pb, &tgt);
 out:
     cJSON_AddNumberToObject(j, "sim_seconds", ka_now() - t0);
     sim_profile_free(p);

@@ -585,5 +585,27 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
     c = cJSON_GetObjectItemCaseSensitive(meta, "constraints");
     if (cJSON_IsArray(c))
         sp->constraints = cJSON_Duplicate(c, true);
+    /* the op's FLOPs, for its floor */
+    c = cJSON_GetObjectItemCaseSensitive(meta, "flops");
+    if (cJSON_IsNumber(c) || cJSON_IsString(c)) {
+        ka_value v = { 0 };
+        ka_lookup_ctx lc = { sp, NULL };
+        if (cJSON_IsString(c)) {
+            rc = ka_expr_eval(c->valuestring, ka_lookup, &lc, &v, err);
+            if (rc) {
+                ka_space_release(sp);
+                return rc;
+            }
+        } else {
+            v.num = c->valuedouble;
+        }
+        if (v.is_str || v.num < 0) {
+            ka_space_release(sp);
+            return kf_err_set(err, KF_INVALID, "%s: KFORGE \"flops\" must be a number >= 0 or an expression over "
+                              "the dims giving one", path);
+        }
+        pb->op_flops = v.num;
+        pb->op_flops_set = true;
+    }
     return KF_OK;
 }

@@ -59,6 +59,11 @@ typedef struct ka_problem {
     ka_input inputs[KA_MAX_INPUTS];
     int      n_inputs;
     cJSON   *fixed_kwargs;          /* object of kwargs that are not tuned, or NULL */
+    /* The op's own TensorE FLOPs (KFORGE "flops", an expression over the
+     * dims), so the floor is the op's and not raised by extra matmuls a
+     * kernel chooses to do; unset (user kernels): the kernel's own FLOPs. */
+    double   op_flops;
+    bool     op_flops_set;
 } ka_problem;
 
 typedef struct ka_tunable {

@@ -27,6 +27,7 @@ KFORGE = {
                    "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                  "buffer_pressure": "down"}}
     },
+    "flops": 0,
     "constraints": ["TILE_F <= 8192", "TILE_F < 2 * D or TILE_F == 128",
                     "3 * TILE_F * DTYPE_BYTES * 2 <= SBUF_BYTES"]
 }

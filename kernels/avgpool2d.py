@@ -31,6 +31,7 @@ KFORGE = {
         "SCALE_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
                          "addresses": {"slow_engine": "any", "buffer_pressure": "any"}}
     },
+    "flops": 0,
     "constraints": ["ROWS == 1 or ROWS // 2 < H // 2",
                     "2 * ROWS * 2 * W * DTYPE_BYTES + 2 * ROWS * (W // 2) * (4 + DTYPE_BYTES) <= SBUF_BYTES - 8192"]
 }

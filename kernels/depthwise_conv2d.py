@@ -33,6 +33,7 @@ KFORGE = {
         "TAP_SPLIT": {"values": [0, 1], "default": 0,
                       "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}}
     },
+    "flops": 0,
     "constraints": ["ROWS == 1 or ROWS // 2 < H - KH + 1",
                     "2 * (ROWS + KH) * W * DTYPE_BYTES + 2 * ROWS * W * (12 + DTYPE_BYTES) <= SBUF_BYTES - 8192"]
 }

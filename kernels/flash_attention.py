@@ -37,6 +37,7 @@ KFORGE = {
         "P_BF16": {"values": [0, 1], "default": 0,
                    "addresses": {"fp32_matmul": "up", "slow_engine": "up"}}
     },
+    "flops": "4 * S * S * d",
     "constraints": ["KV_TILE == 128 or KV_TILE // 2 < S",
                     "KV_RESIDENT == 0 or 2 * S * DTYPE_BYTES + 4 * d * ((S + 127) // 128) <= SBUF_BYTES // 2"]
 }

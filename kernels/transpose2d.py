@@ -28,6 +28,7 @@ KFORGE = {
         "M_BLOCK": {"values": [1, 2, 4, 8, 16], "default": 1,
                     "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "buffer_pressure": "down"}}
     },
+    "flops": 0,
     "constraints": ["LOAD_COLS == 128 or LOAD_COLS // 2 < N",
                     "M_BLOCK == 1 or (M_BLOCK // 2) * 128 < M",
                     "2 * M_BLOCK * LOAD_COLS * DTYPE_BYTES + 2 * M_BLOCK * 128 * DTYPE_BYTES <= SBUF_BYTES - 8192"]

@@ -361,6 +361,68 @@ Test(agent, evaluations_persist_in_the_cache_folder)
     free(cmd);
 }
 
+/* The floor is the op's, from the FLOPs its template declares: a variant
+ * of flash attention that claims to need none has the IO bound as its
+ * floor although its kernel does the same matmuls, and the library file's
+ * declaration is the kernel's 4 S^2 d. */
+Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
+{
+    char src[4096], *text, *p, *path;
+    const char *decl = "\"flops\": \"4 * S * S * d\"";
+    cJSON *meta = NULL, *res = NULL;
+    const cJSON *best, *b;
+    ka_problem pb;
+    ka_space sp;
+    ka_opts o = { 0 };
+    kf_err err = KF_ERR_INIT;
+    int64_t sh[3][KA_MAX_DIMS] = { { 128, 512 }, { 128, 512 }, { 512, 128 } };
+    int nd[3] = { 2, 2, 2 };
+    FILE *f;
+    long n;
+
+    cr_assert_eq(bind("flash_attention", "128x1024 128x1024 1024x128", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK,
+                 "%s", err.msg);
+    cr_assert(pb.op_flops_set);
+    cr_assert_eq(pb.op_flops, 4.0 * 1024 * 1024 * 128);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+
+    snprintf(src, sizeof(src), "%s/flash_attention.py", kdir);
+    f = fopen(src, "rb");
+    cr_assert_not_null(f);
+    text = kf_malloc(1 << 17);
+    n = (long)fread(text, 1, (1 << 17) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    p = strstr(text, decl);
+    cr_assert_not_null(p, "flash_attention.py declares %s", decl);
+    path = kf_asprintf("/tmp/kforge-test-agent-flops-%d.py", (int)getpid());
+    f = fopen(path, "w");
+    fwrite(text, 1, (size_t)(p - text), f);
+    fputs("\"flops\": 0", f);
+    fputs(p + strlen(decl), f);
+    fclose(f);
+    free(text);
+
+    cr_assert_eq(ka_lib_read_meta(path, &meta, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, 3, SIM_DT_BFLOAT16, "trn2", &pb, &sp,
+                             &err), KF_OK, "%s", err.msg);
+    o.max_iterations = 1;
+    cr_assert_eq(ka_tune(&pb, &sp, &o, NULL, &res, &err), KF_OK, "%s", err.msg);
+    best = cJSON_GetObjectItemCaseSensitive(res, "best");
+    b = cJSON_GetObjectItemCaseSensitive(best, "bounds");
+    cr_assert_gt(num(b, "compute_ns"), num(b, "necessary_io_ns"), "the kernel's matmuls outweigh its IO");
+    cr_assert_eq(num(b, "op_compute_ns"), 0);
+    cr_assert_eq(num(best, "floor_ns"), num(b, "necessary_io_ns"));
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(best, "bound_kind")->valuestring, "io");
+    cJSON_Delete(res);
+    cJSON_Delete(meta);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    unlink(path);
+    free(path);
+}
+
 /* A variant of the add template whose TILE_F=2048 setting skips the last
  * column tile: it is faster (less work), and wrong. */
 static char *write_skipping_variant(void)
