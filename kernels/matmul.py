@@ -34,8 +34,7 @@ KFORGE = {
         "TN": {"values": [128, 256, 512], "default": 512,
                "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up", "instruction_overhead": "up"}},
         "BLOCK_M": {"values": [1, 2, 4, 8], "default": 1,
-                    "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up",
-                                  "buffer_pressure": "down"}},
+                    "addresses": {"dma_small_transfers": "up", "buffer_pressure": "down"}},
         "BLOCK_N": {"values": [1, 2, 4, 8], "default": 1,
                     "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up",
                                   "engine_waits_on_dma": "up", "buffer_pressure": "down"}}

@@ -44,7 +44,7 @@ KFORGE = {
                              "buffer_pressure": "down"}},
         "X_WHOLE": {"values": [0, 1], "default": 0,
                     "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "up",
-                                  "redundant_hbm_loads": "up", "buffer_pressure": "up"}}
+                                  "buffer_pressure": "up"}}
     },
     "constraints": ["TB == 128 or TB // 2 < T", "FW == 128 or FW // 2 < F",
                     "DTYPE_BYTES * ((H + 127) // 128 * (T * X_WHOLE + TB * (1 - X_WHOLE) + 4 * FW) + (F + 127) // 128 * TB + 4096 + 2 * min(H, 262144 // TB)) + 4096 <= SBUF_BYTES - 16384"]
