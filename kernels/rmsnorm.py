@@ -5,10 +5,13 @@ g is spread over the 128 partitions once (a ones-vector matmul on TensorE).
 Per 128-row tile: mean(x^2) comes from ScalarE (square + sum in one
 activation_reduce) or VectorE (bn_stats/bn_aggr: var + mean^2; or squares
 and a row sum), per STATS;
-x * g runs meanwhile on G_ENGINE (it does not need the statistics), and the
-final per-row scaling runs on SCALE_ENGINE.  BUFS rotating buffer sets let
-the next tiles load while one is computed; MID_BF16 keeps x * g in the
-input's 16-bit dtype (less SBUF, faster VectorE) instead of float32.
+x * g runs on G_ENGINE (it does not need the statistics), and the final
+per-row scaling runs on SCALE_ENGINE.  Loads, statistics, x * g, scaling and
+stores go in COLS-wide column chunks.  BUFS rotating buffer sets let the next
+tiles load while one is computed, and with BUFS >= 2 the three stages
+(load + statistics, x * g, scale + store) are software-pipelined over
+consecutive tiles; MID_BF16 keeps x * g in the input's 16-bit dtype (less
+SBUF, faster VectorE) instead of float32.
 """
 import math
 
@@ -26,7 +29,7 @@ KFORGE = {
     "inputs": [{"name": "x", "dims": ["N", "D"]}, {"name": "g", "dims": ["D"]}],
     "supports": ["N >= 1", "D >= 1", "D * (3 * DTYPE_BYTES + 4) <= SBUF_BYTES - 8192"],
     "reference_shapes": [[4096, 8192], [8192]],
-    "test_shapes": [[200, 700], [700]],
+    "test_shapes": [[200, 2100], [2100]],
     "tunables": {
         "BUFS": {"values": [1, 2, 3, 4], "default": 1,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
@@ -38,9 +41,13 @@ KFORGE = {
         "STATS": {"values": ["scalar", "bn", "vector"], "default": "scalar",
                   "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}},
         "MID_BF16": {"values": [0, 1], "default": 0,
-                     "addresses": {"buffer_pressure": "up", "slow_engine": "up"}}
+                     "addresses": {"buffer_pressure": "up", "slow_engine": "up"}},
+        "COLS": {"values": [2048, 4096, 8192], "default": 8192,
+                 "addresses": {"engine_waits_on_dma": "down", "buffer_pressure": "down",
+                               "dma_small_transfers": "up", "instruction_overhead": "up"}}
     },
-    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + D * DTYPE_BYTES <= SBUF_BYTES - 8192",
+    "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + D * DTYPE_BYTES + (STATS != \"bn\") * min(COLS, D) * DTYPE_BYTES <= SBUF_BYTES - 8192",
+                    "COLS < 2 * D or COLS == 2048",
                     "G_ENGINE != SCALE_ENGINE or BUFS > 1", "G_ENGINE != \"split\" or D >= 2"]
 }
 
@@ -69,76 +76,141 @@ def _spread_rows(vec, D, P):
 
 @nki.jit
 def rmsnorm(x, g, eps=1e-6, BUFS=1, G_ENGINE="vector", SCALE_ENGINE="vector", MID_BF16=0,
-            STATS="scalar"):
+            STATS="scalar", COLS=8192):
     N, D = x.shape
     assert tuple(g.shape) == (D,)
     P = nl.tile_size.pmax
     out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
     g_all = _spread_rows(g, D, P)
     FMAX = nl.tile_size.bn_stats_fmax
-    nst = math.ceil(D / FMAX)
+    nch = math.ceil(D / COLS)
+    chunks = [(c * COLS, min(COLS, D - c * COLS)) for c in range(nch)]
+    nst = sum(math.ceil(w / FMAX) for _, w in chunks)
     mdt = x.dtype if MID_BF16 else nl.float32
+    ntiles = math.ceil(N / P)
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     mbufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(BUFS)]
     obufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
+    if STATS != "bn":
+        # the squares themselves are not needed, only their row sums: one
+        # scratch chunk that only the STATS engine writes
+        sq = nl.ndarray((P, min(COLS, D)), dtype=x.dtype, buffer=nl.sbuf)
+    eps_t = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=eps_t, value=eps)
+    rstds = {}
 
-    for t in nl.affine_range(math.ceil(N / P)):
-        r0 = t * P
-        nr = min(P, N - r0)
+    def rows(t):
+        return t * P, min(P, N - t * P)
+
+    def stage_stats(t):
+        """load tile t chunk by chunk; rstd = 1 / sqrt(mean(x^2) + eps)"""
+        r0, nr = rows(t)
         xt = xbufs[t % BUFS]
-        xg = mbufs[t % BUFS]
-        yo = obufs[t % BUFS]
-        nisa.dma_copy(dst=xt[0:nr, 0:D], src=x[r0:r0 + nr, 0:D])
-
-        ms = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         if STATS == "bn":
             # VectorE bn_stats/bn_aggr: mean(x^2) = var + mean^2
             stats = nl.ndarray((P, 6 * nst), dtype=nl.float32, buffer=nl.sbuf)
-            for c in nl.affine_range(nst):
-                c0 = c * FMAX
-                w = min(FMAX, D - c0)
-                nisa.bn_stats(dst=stats[0:nr, c * 6:(c + 1) * 6], data=xt[0:nr, c0:c0 + w])
+            k = 0
+            for c0, w in chunks:
+                nisa.dma_copy(dst=xt[0:nr, c0:c0 + w], src=x[r0:r0 + nr, c0:c0 + w])
+                for b0 in range(c0, c0 + w, FMAX):
+                    bw = min(FMAX, c0 + w - b0)
+                    nisa.bn_stats(dst=stats[0:nr, k * 6:(k + 1) * 6], data=xt[0:nr, b0:b0 + bw])
+                    k += 1
             mv = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
             nisa.bn_aggr(dst=mv[0:nr, 0:2], data=stats[0:nr, 0:6 * nst])
+            ms = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_tensor(dst=ms[0:nr, 0:1], data1=mv[0:nr, 0:1], data2=mv[0:nr, 0:1],
                                op=nl.multiply)
             nisa.tensor_tensor(dst=ms[0:nr, 0:1], data1=ms[0:nr, 0:1], data2=mv[0:nr, 1:2],
                                op=nl.add)
-        elif STATS == "vector":
-            # VectorE: squares in the output dtype (into yo), then a row sum
-            nisa.tensor_tensor(dst=yo[0:nr, 0:D], data1=xt[0:nr, 0:D], data2=xt[0:nr, 0:D],
-                               op=nl.multiply)
-            nisa.tensor_reduce(dst=ms[0:nr, 0:1], op=nl.add, data=yo[0:nr, 0:D], axis=1,
-                               keepdims=True)
-            nisa.tensor_scalar(dst=ms[0:nr, 0:1], data=ms[0:nr, 0:1], op0=nl.multiply,
-                               operand0=1.0 / D)
+            nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=ms[0:nr, 0:1],
+                            bias=eps_t[0:nr, 0:1])
         else:
-            # ScalarE squares and sums in one pass (the squares land in yo,
-            # overwritten below)
-            nisa.activation_reduce(dst=yo[0:nr, 0:D], op=nl.square, data=xt[0:nr, 0:D],
-                                   reduce_op=nl.add, reduce_res=ms[0:nr, 0:1])
-            nisa.tensor_scalar(dst=ms[0:nr, 0:1], data=ms[0:nr, 0:1], op0=nl.multiply,
-                               operand0=1.0 / D)
-        if G_ENGINE == "split":
-            # half the columns on VectorE, half on GpSimd
-            h = D // 2
-            nisa.tensor_tensor(dst=xg[0:nr, 0:h], data1=xt[0:nr, 0:h], data2=g_all[0:nr, 0:h],
-                               op=nl.multiply, engine=nisa.vector_engine)
-            nisa.tensor_tensor(dst=xg[0:nr, h:D], data1=xt[0:nr, h:D], data2=g_all[0:nr, h:D],
-                               op=nl.multiply, engine=nisa.gpsimd_engine)
-        else:
-            nisa.tensor_tensor(dst=xg[0:nr, 0:D], data1=xt[0:nr, 0:D], data2=g_all[0:nr, 0:D],
-                               op=nl.multiply, engine=_engine(G_ENGINE))
-        rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=rstd[0:nr, 0:1], data=ms[0:nr, 0:1], op0=nl.add, operand0=eps)
-        nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=rstd[0:nr, 0:1])
-        if SCALE_ENGINE == "scalar":
-            nisa.activation(dst=yo[0:nr, 0:D], op=nl.copy, data=xg[0:nr, 0:D],
-                            scale=rstd[0:nr, 0:1])
-        else:
-            nisa.tensor_scalar(dst=yo[0:nr, 0:D], data=xg[0:nr, 0:D], op0=nl.multiply,
-                               operand0=rstd[0:nr, 0:1], engine=_engine(SCALE_ENGINE))
-        nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=yo[0:nr, 0:D])
+            # row sums of x^2 per chunk: ScalarE squares and sums in one pass;
+            # VectorE squares, then sums
+            part = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
+            for c, (c0, w) in enumerate(chunks):
+                nisa.dma_copy(dst=xt[0:nr, c0:c0 + w], src=x[r0:r0 + nr, c0:c0 + w])
+                if STATS == "vector":
+                    nisa.tensor_tensor(dst=sq[0:nr, 0:w], data1=xt[0:nr, c0:c0 + w],
+                                       data2=xt[0:nr, c0:c0 + w], op=nl.multiply)
+                    nisa.tensor_reduce(dst=part[0:nr, c:c + 1], op=nl.add, data=sq[0:nr, 0:w],
+                                       axis=1, keepdims=True)
+                else:
+                    nisa.activation_reduce(dst=sq[0:nr, 0:w], op=nl.square,
+                                           data=xt[0:nr, c0:c0 + w], reduce_op=nl.add,
+                                           reduce_res=part[0:nr, c:c + 1])
+            ss = part
+            if nch > 1:
+                # the chunks' partial sums, added on the engine that made them
+                # (a VectorE instruction here would hold NC-v2's VectorE/GpSimd
+                # SBUF port for the load of this tile)
+                ss = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+                if STATS == "vector":
+                    nisa.tensor_reduce(dst=ss[0:nr, 0:1], op=nl.add, data=part[0:nr, 0:nch],
+                                       axis=1, keepdims=True)
+                else:
+                    junk = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation_reduce(dst=junk[0:nr, 0:nch], op=nl.copy,
+                                           data=part[0:nr, 0:nch], reduce_op=nl.add,
+                                           reduce_res=ss[0:nr, 0:1])
+            # rsqrt(sum / D + eps) in one ScalarE instruction
+            nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=ss[0:nr, 0:1],
+                            scale=1.0 / D, bias=eps_t[0:nr, 0:1])
+        rstds[t] = rstd
+
+    def stage_gain(t):
+        """x * g on G_ENGINE (does not need the statistics)"""
+        r0, nr = rows(t)
+        xt, xg = xbufs[t % BUFS], mbufs[t % BUFS]
+        for c0, w in chunks:
+            if G_ENGINE == "split":
+                # half the columns on VectorE, half on GpSimd
+                h = c0 + w // 2
+                if h > c0:
+                    nisa.tensor_tensor(dst=xg[0:nr, c0:h], data1=xt[0:nr, c0:h],
+                                       data2=g_all[0:nr, c0:h], op=nl.multiply,
+                                       engine=nisa.vector_engine)
+                nisa.tensor_tensor(dst=xg[0:nr, h:c0 + w], data1=xt[0:nr, h:c0 + w],
+                                   data2=g_all[0:nr, h:c0 + w], op=nl.multiply,
+                                   engine=nisa.gpsimd_engine)
+            else:
+                nisa.tensor_tensor(dst=xg[0:nr, c0:c0 + w], data1=xt[0:nr, c0:c0 + w],
+                                   data2=g_all[0:nr, c0:c0 + w], op=nl.multiply,
+                                   engine=_engine(G_ENGINE))
+
+    def stage_out(t):
+        """(x * g) * rstd on SCALE_ENGINE, store chunk by chunk"""
+        r0, nr = rows(t)
+        xg, yo = mbufs[t % BUFS], obufs[t % BUFS]
+        rstd = rstds.pop(t)
+        for c0, w in chunks:
+            if SCALE_ENGINE == "scalar":
+                nisa.activation(dst=yo[0:nr, c0:c0 + w], op=nl.copy, data=xg[0:nr, c0:c0 + w],
+                                scale=rstd[0:nr, 0:1])
+            else:
+                nisa.tensor_scalar(dst=yo[0:nr, c0:c0 + w], data=xg[0:nr, c0:c0 + w],
+                                   op0=nl.multiply, operand0=rstd[0:nr, 0:1],
+                                   engine=_engine(SCALE_ENGINE))
+            nisa.dma_copy(dst=out[r0:r0 + nr, c0:c0 + w], src=yo[0:nr, c0:c0 + w])
+
+    # Software pipeline (BUFS >= 2): iteration s issues the loads and
+    # statistics of tile s, the scaling and stores of tile s - 2 and x * g of
+    # tile s - 1, so no engine's in-order queue (nor, on NC-v2, the
+    # VectorE/GpSimd SBUF port) waits for an earlier stage of the same tile.
+    # With one buffer set the load of tile s would overwrite tile s - 1
+    # before x * g read it, so BUFS = 1 runs the stages tile by tile.
+    lag = 1 if BUFS >= 2 else 0
+    for s in range(ntiles + 2 * lag):
+        if s < ntiles:
+            stage_stats(s)
+        if lag and 0 <= s - 2 < ntiles:
+            stage_out(s - 2)
+        if 0 <= s - lag < ntiles:
+            stage_gain(s - lag)
+        if not lag and s < ntiles:
+            stage_out(s)
     return out
 
 
