@@ -47,7 +47,7 @@ KFORGE = {
                                "dma_small_transfers": "up", "instruction_overhead": "up"}}
     },
     "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + D * DTYPE_BYTES + (STATS != \"bn\") * min(COLS, D) * DTYPE_BYTES <= SBUF_BYTES - 8192",
-                    "COLS < 2 * D or COLS == 2048",
+                    "COLS < D or COLS == 8192",
                     "G_ENGINE != SCALE_ENGINE or BUFS > 1", "G_ENGINE != \"split\" or D >= 2"]
 }
 
