@@ -361,14 +361,18 @@ static void ka_plan_from_best(ka_tuner *t)
             int cur = t->best[i];
             if (!dir || !cJSON_IsString(dir))
                 continue;
+            /* A finding that costs a large share of the run may need more
+             * than two steps of its tunable: propose the longer jumps too,
+             * ranked after the near ones. */
+            int reach = cost >= 0.25 * t->best_lat ? sp->t[i].n_values : 2;
             for (int j = 0; j < sp->t[i].n_values; j++) {
                 int step = j - cur;
                 double w;
                 if (step == 0)
                     continue;
-                if (strcmp(dir->valuestring, "up") == 0 && (step < 1 || step > 2))
+                if (strcmp(dir->valuestring, "up") == 0 && (step < 1 || step > reach))
                     continue;
-                if (strcmp(dir->valuestring, "down") == 0 && (step > -1 || step < -2))
+                if (strcmp(dir->valuestring, "down") == 0 && (step > -1 || step < -reach))
                     continue;
                 w = 1.0 / (double)abs(step);
                 memcpy(idx, t->best, sizeof(idx));
