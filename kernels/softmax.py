@@ -28,7 +28,7 @@ KFORGE = {
     "reference_shapes": [[4096, 8192]],
     "test_shapes": [[200, 700]],
     "tunables": {
-        "COLS": {"values": [256, 512, 1024, 2048, 4096, 8192], "default": 8192,
+        "COLS": {"values": [256, 512, 1024, 2048, 4096, 8192], "default": 4096,
                  "addresses": {"engine_waits_on_dma": "down", "dma_small_transfers": "up", "instruction_overhead": "up",
                                "buffer_pressure": "down"}},
         "EXP_BF16": {"values": [0, 1], "default": 0,
@@ -46,7 +46,7 @@ KFORGE = {
 
 
 @nki.jit
-def softmax(x, COLS=8192, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
+def softmax(x, COLS=4096, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
     N, D = x.shape
     P = nl.tile_size.pmax
     out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
