@@ -37,7 +37,7 @@ KFORGE = {
     "test_shapes": [[200, 150], [200, 300], [200, 300], [300, 200]],
     "tunables": {
         "TB": {"values": [128, 256, 512, 1024], "default": 128,
-               "addresses": {"redundant_hbm_loads": "up", "tensor_underfilled": "up",
+               "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up", "tensor_underfilled": "up",
                              "buffer_pressure": "down"}},
         "FW": {"values": [128, 256, 512, 1024], "default": 128,
                "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "up",
