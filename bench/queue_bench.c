@@ -75,6 +75,17 @@ static int qb_free_port(void)
     return port;
 }
 
+/* In a forked child: stdout and stderr to path (O_APPEND or O_TRUNC). */
+static void qb_child_output(const char *path, int mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | mode, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+}
+
 /* Start BIN with KFORGE_* settings; env: NULL-terminated "K=V" list. */
 static pid_t qb_spawn(const char *bin, const char *arg, const char *const *env, const char *log)
 {
@@ -84,12 +95,7 @@ static pid_t qb_spawn(const char *bin, const char *arg, const char *const *env, 
     if (pid < 0)
         qb_die("fork failed");
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
+        qb_child_output(log, O_APPEND);
         for (int i = 0; env[i]; i++)
             putenv(kf_strdup(env[i]));
         execl(path, path, arg, (char *)NULL);
@@ -502,12 +508,7 @@ static double qb_enqueue_wrk(int secs, int clients, long *requests, double *acce
     if (pid < 0)
         qb_die("fork failed");
     if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
+        qb_child_output(out, O_TRUNC);
         execlp("wrk", "wrk", "-t", clients >= 2 ? "2" : "1", "-c", conns, "-d", dur, "-s", lua, url, (char *)NULL);
         _exit(127);
     }

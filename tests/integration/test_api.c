@@ -7,6 +7,7 @@
 
 #include "api/api.h"
 #include "test_api_fixture.h"
+#include "tests/lib/kf_test.h"
 
 #define REDIS_DB 3
 
@@ -1051,14 +1052,6 @@ Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
     free(a);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
 Test(api_cli, migrations_apply_in_order_each_in_its_own_transaction, .timeout = 60)
 {
     char *bin = kf_test_bin("kforge-api");
@@ -1072,11 +1065,11 @@ Test(api_cli, migrations_apply_in_order_each_in_its_own_transaction, .timeout = 
     PGconn *c;
     PGresult *res;
 
-    write_file(p1, "CREATE TABLE m_one (id int);");
-    write_file(p2, "CREATE TABLE m_two (id int); INSERT INTO m_two VALUES (2);");
+    kf_test_write_file(p1, "CREATE TABLE m_one (id int);");
+    kf_test_write_file(p2, "CREATE TABLE m_two (id int); INSERT INTO m_two VALUES (2);");
     /* Applied in numeric order; the failing one stops the run and leaves nothing. */
-    write_file(p10, "CREATE TABLE m_ten (id int); SELECT 1/0;");
-    write_file(pn, "not a migration");
+    kf_test_write_file(p10, "CREATE TABLE m_ten (id int); SELECT 1/0;");
+    kf_test_write_file(pn, "not a migration");
     cr_assert_eq(run_capture(argv, env, &out), 1, "a failing migration fails migrate: %s", out);
     cr_assert(strstr(out, "0010_bad.sql") && strstr(out, "division by zero"), "%s", out);
     free(out);
@@ -1089,7 +1082,7 @@ Test(api_cli, migrations_apply_in_order_each_in_its_own_transaction, .timeout = 
     cr_assert_str_eq(PQgetvalue(res, 0, 1), "t");
     PQclear(res);
 
-    write_file(p10, "CREATE TABLE m_ten (id int);");
+    kf_test_write_file(p10, "CREATE TABLE m_ten (id int);");
     cr_assert_eq(run_capture(argv, env, &out), 0, "%s", out);
     cr_assert(strstr(out, "applied 0010_bad.sql") && strstr(out, "1 migration applied"), "%s", out);
     free(out);
@@ -1104,7 +1097,7 @@ Test(api_cli, migrations_apply_in_order_each_in_its_own_transaction, .timeout = 
     /* Two files with one number are refused before anything runs. */
     {
         char *dup = kf_asprintf("%s/0002_again.sql", dir);
-        write_file(dup, "SELECT 1;");
+        kf_test_write_file(dup, "SELECT 1;");
         cr_assert_eq(run_capture(argv, env, &out), 1);
         cr_assert(strstr(out, "share number 2"), "%s", out);
         free(out);

@@ -172,3 +172,29 @@ char *kf_test_tmpdir(const char *tag)
     mkdir(p, 0755);
     return p;
 }
+
+void kf_test_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "cannot write %s", path);
+}
+
+char *kf_test_read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text;
+    long n;
+
+    cr_assert_not_null(f, "cannot read %s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    cr_assert_geq(n, 0);
+    rewind(f);
+    text = kf_malloc((size_t)n + 1);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n, "cannot read %s", path);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}

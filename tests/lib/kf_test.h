@@ -57,4 +57,10 @@ int kf_test_free_port(void);
 /* Scratch folder for this test process (created; caller frees the path). */
 char *kf_test_tmpdir(const char *tag);
 
+/* Write text to path (the test fails if it cannot). */
+void kf_test_write_file(const char *path, const char *text);
+
+/* The whole of path as a string (caller frees); the test fails if unreadable. */
+char *kf_test_read_file(const char *path);
+
 #endif

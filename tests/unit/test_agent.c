@@ -13,6 +13,7 @@
 #include "agent/ka_expr.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
+#include "tests/lib/kf_test.h"
 
 static char kdir[3072];
 
@@ -361,14 +362,36 @@ Test(agent, evaluations_persist_in_the_cache_folder)
     free(cmd);
 }
 
+/* A copy of the library's FILE with its one occurrence of FIND replaced
+ * (caller frees the path and removes the file). */
+static char *write_variant(const char *file, const char *find, const char *replace, const char *tag)
+{
+    char *src = kf_asprintf("%s/%s", kdir, file), *text = kf_test_read_file(src), *p = strstr(text, find), *path, *out;
+
+    cr_assert_not_null(p, "%s has %s", src, find);
+    *p = '\0';
+    out = kf_asprintf("%s%s%s", text, replace, p + strlen(find));
+    path = kf_asprintf("/tmp/kforge-test-agent-%s-%d.py", tag, (int)getpid());
+    kf_test_write_file(path, out);
+    free(out);
+    free(text);
+    free(src);
+    return path;
+}
+
+static char *write_skipping_variant(void)
+{
+    return write_variant("add.py", "for c in nl.affine_range(math.ceil(D / TILE_F)):",
+                         "for c in nl.affine_range(math.ceil(D / TILE_F) - (1 if TILE_F == 2048 else 0)):", "skip");
+}
+
 /* The floor is the op's, from the FLOPs its template declares: a variant
  * of flash attention that claims to need none has the IO bound as its
  * floor although its kernel does the same matmuls, and the library file's
  * declaration is the kernel's 4 S^2 d. */
 Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
 {
-    char src[4096], *text, *p, *path;
-    const char *decl = "\"flops\": \"4 * S * S * d\"";
+    char *path;
     cJSON *meta = NULL, *res = NULL;
     const cJSON *best, *b;
     ka_problem pb;
@@ -377,8 +400,6 @@ Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
     kf_err err = KF_ERR_INIT;
     int64_t sh[3][KA_MAX_DIMS] = { { 128, 512 }, { 128, 512 }, { 512, 128 } };
     int nd[3] = { 2, 2, 2 };
-    FILE *f;
-    long n;
 
     cr_assert_eq(bind("flash_attention", "128x1024 128x1024 1024x128", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK,
                  "%s", err.msg);
@@ -387,23 +408,7 @@ Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
     ka_space_release(&sp);
     ka_problem_release(&pb);
 
-    snprintf(src, sizeof(src), "%s/flash_attention.py", kdir);
-    f = fopen(src, "rb");
-    cr_assert_not_null(f);
-    text = kf_malloc(1 << 17);
-    n = (long)fread(text, 1, (1 << 17) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    p = strstr(text, decl);
-    cr_assert_not_null(p, "flash_attention.py declares %s", decl);
-    path = kf_asprintf("/tmp/kforge-test-agent-flops-%d.py", (int)getpid());
-    f = fopen(path, "w");
-    fwrite(text, 1, (size_t)(p - text), f);
-    fputs("\"flops\": 0", f);
-    fputs(p + strlen(decl), f);
-    fclose(f);
-    free(text);
-
+    path = write_variant("flash_attention.py", "\"flops\": \"4 * S * S * d\"", "\"flops\": 0", "flops");
     cr_assert_eq(ka_lib_read_meta(path, &meta, &err), KF_OK, "%s", err.msg);
     cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, 3, SIM_DT_BFLOAT16, "trn2", &pb, &sp,
                              &err), KF_OK, "%s", err.msg);
@@ -425,31 +430,6 @@ Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
 
 /* A variant of the add template whose TILE_F=2048 setting skips the last
  * column tile: it is faster (less work), and wrong. */
-static char *write_skipping_variant(void)
-{
-    char src[4096], *text, *p, *path;
-    FILE *f;
-    long n;
-    const char *loop = "for c in nl.affine_range(math.ceil(D / TILE_F)):";
-    snprintf(src, sizeof(src), "%s/add.py", kdir);
-    f = fopen(src, "rb");
-    cr_assert_not_null(f);
-    text = kf_malloc(1 << 16);
-    n = (long)fread(text, 1, (1 << 16) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    p = strstr(text, loop);
-    cr_assert_not_null(p);
-    path = kf_asprintf("/tmp/kforge-test-agent-skip-%d.py", (int)getpid());
-    f = fopen(path, "w");
-    fwrite(text, 1, (size_t)(p - text), f);
-    fputs("for c in nl.affine_range(math.ceil(D / TILE_F) - (1 if TILE_F == 2048 else 0)):", f);
-    fputs(p + strlen(loop), f);
-    fclose(f);
-    free(text);
-    return path;
-}
-
 Test(agent, a_faster_but_wrong_candidate_is_caught_and_never_best)
 {
     char *path = write_skipping_variant();

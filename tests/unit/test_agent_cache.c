@@ -10,6 +10,7 @@
 
 #include "kf_alloc.h"
 #include "agent/ka_cache.h"
+#include "tests/lib/kf_test.h"
 
 static char dir[64];
 
@@ -48,14 +49,6 @@ static cJSON *result_of(double latency)
 static char *entry_path(const char *key)
 {
     return kf_asprintf("%s/v1/%.2s/%s.json", dir, key, key);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
 }
 
 Test(cache, memory_only_cache_keeps_copies)
@@ -125,10 +118,10 @@ Test(cache, corrupt_or_foreign_entries_are_misses_and_removed)
     sub = kf_asprintf("%s/v1/%.2s", dir, k3);
     mkdir(sub, 0700);
     free(sub);
-    write_file(p1, "{\"key\": \"");                                  /* truncated */
+    kf_test_write_file(p1, "{\"key\": \"");                                  /* truncated */
     char *foreign = kf_asprintf("{\"key\": \"%s\", \"result\": {\"latency_ns\": 1}}", k1);
-    write_file(p2, foreign);                                           /* another key's entry */
-    write_file(p3, "{\"key\": \"x\"}");
+    kf_test_write_file(p2, foreign);                                           /* another key's entry */
+    kf_test_write_file(p3, "{\"key\": \"x\"}");
     cr_assert_null(ka_cache_get(c, k1));
     cr_assert_null(ka_cache_get(c, k2));
     cr_assert_null(ka_cache_get(c, k3));
@@ -188,7 +181,7 @@ Test(cache, a_folder_that_cannot_be_made_is_an_error_that_says_what_to_do)
 {
     kf_err e = KF_ERR_INIT;
     char *file = kf_asprintf("%s/plain", dir), *under;
-    write_file(file, "x");
+    kf_test_write_file(file, "x");
     under = kf_asprintf("%s/sub", file);
     cr_assert_null(ka_cache_open(under, 0, &e));
     cr_assert_eq(e.code, KF_IO);

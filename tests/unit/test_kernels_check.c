@@ -116,10 +116,7 @@ static void run_ref(ref_job *j, sim_sandbox_result *res)
 static char *write_file(const char *dir, const char *name, const char *text)
 {
     char *p = kf_asprintf("%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    kf_test_write_file(p, text);
     return p;
 }
 

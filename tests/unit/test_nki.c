@@ -11,6 +11,7 @@
 
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
+#include "tests/lib/kf_test.h"
 
 static sim_array mk(const char *name, sim_dtype dt, int64_t r, int64_t c)
 {
@@ -833,14 +834,6 @@ Test(nki, iota_select_and_legacy_isa_forms)
     sim_array_release(&in);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
 Test(nki, kernel_helper_modules_come_from_each_kernels_folder)
 {
     const char *kernel =
@@ -866,9 +859,9 @@ Test(nki, kernel_helper_modules_come_from_each_kernels_folder)
         cr_assert_eq(mkdir(path, 0700), 0);
         snprintf(path, sizeof(path), "%s/k%d/helper.py", base, i);
         snprintf(helper, sizeof(helper), "VAL = %d.0\n", i);
-        write_file(path, helper);
+        kf_test_write_file(path, helper);
         snprintf(path, sizeof(path), "%s/k%d/kernel.py", base, i);
-        write_file(path, kernel);
+        kf_test_write_file(path, kernel);
     }
     for (int i = 1; i <= 2; i++) {
         sim_run_opts o;

@@ -10,6 +10,7 @@
 #include "bench/sim_timing_synth.h"
 #include "sim/sim_target.h"
 #include "sim/sim_timing.h"
+#include "tests/lib/kf_test.h"
 
 static sim_target load(const char *name)
 {
@@ -62,14 +63,6 @@ Test(sim_target, every_target_loads_with_its_documented_values)
     cr_assert(sim_target_dma_efficiency(&t2, 64) < sim_target_dma_efficiency(&t2, 256));
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 Test(sim_target, bad_names_and_files_are_refused_with_the_key)
 {
     sim_target t;
@@ -89,7 +82,7 @@ Test(sim_target, bad_names_and_files_are_refused_with_the_key)
     fclose(in);
     text[n] = '\0';
     snprintf(path, sizeof(path), "%s/good.json", dir);
-    write_file(path, text);
+    kf_test_write_file(path, text);
     cr_assert_eq(sim_target_load("good", dir, &t, &e), KF_OK, "%s", e.msg);
     cr_assert_str_eq(t.name, "good");
 
@@ -97,7 +90,7 @@ Test(sim_target, bad_names_and_files_are_refused_with_the_key)
     cr_assert_not_null(src);
     memcpy(src, "\"sourcX\"", 8);
     snprintf(path, sizeof(path), "%s/nosrc.json", dir);
-    write_file(path, text);
+    kf_test_write_file(path, text);
     cr_assert_eq(sim_target_load("nosrc", dir, &t, &e), KF_CONFIG);
     cr_assert(strstr(e.msg, "tensor.clock_ghz") != NULL, "%s", e.msg);
 
@@ -107,13 +100,13 @@ Test(sim_target, bad_names_and_files_are_refused_with_the_key)
     cr_assert_not_null(tab, "trn2.json's chunk_efficiency table");
     memcpy(tab + strlen("[\n          "), "5e3", 3); /* NOLINT(bugprone-not-null-terminated-result): overwrites digits in place */
     snprintf(path, sizeof(path), "%s/badtab.json", dir);
-    write_file(path, text);
+    kf_test_write_file(path, text);
     cr_assert_eq(sim_target_load("badtab", dir, &t, &e), KF_CONFIG);
     cr_assert(strstr(e.msg, "chunk_efficiency") != NULL, "%s", e.msg);
     unlink(path);
 
     snprintf(path, sizeof(path), "%s/unk.json", dir);
-    write_file(path, "{\"tensor\": {\"clock_gz\": {\"value\": 1, \"source\": \"S7\"}}}");
+    kf_test_write_file(path, "{\"tensor\": {\"clock_gz\": {\"value\": 1, \"source\": \"S7\"}}}");
     cr_assert_eq(sim_target_load("unk", dir, &t, &e), KF_CONFIG);
     cr_assert(strstr(e.msg, "tensor.clock_gz") != NULL, "%s", e.msg);
     unlink(path);
