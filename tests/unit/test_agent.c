@@ -379,6 +379,17 @@ static char *write_variant(const char *file, const char *find, const char *repla
     return path;
 }
 
+/* Everything a test on a variant holds, released, and the file removed. */
+static void variant_done(cJSON *res, cJSON *meta, ka_space *sp, ka_problem *pb, char *path)
+{
+    cJSON_Delete(res);
+    cJSON_Delete(meta);
+    ka_space_release(sp);
+    ka_problem_release(pb);
+    unlink(path);
+    free(path);
+}
+
 static char *write_skipping_variant(void)
 {
     return write_variant("add.py", "for c in nl.affine_range(math.ceil(D / TILE_F)):",
@@ -420,12 +431,7 @@ Test(agent, the_floor_counts_the_ops_flops_not_the_kernels)
     cr_assert_eq(num(b, "op_compute_ns"), 0);
     cr_assert_eq(num(best, "floor_ns"), num(b, "necessary_io_ns"));
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(best, "bound_kind")->valuestring, "io");
-    cJSON_Delete(res);
-    cJSON_Delete(meta);
-    ka_space_release(&sp);
-    ka_problem_release(&pb);
-    unlink(path);
-    free(path);
+    variant_done(res, meta, &sp, &pb, path);
 }
 
 /* A variant of the add template whose TILE_F=2048 setting skips the last
@@ -469,12 +475,7 @@ Test(agent, a_faster_but_wrong_candidate_is_caught_and_never_best)
     cr_assert(seen_wrong, "the skipping setting was evaluated");
     cJSON_Delete(iters);
     iters = NULL;
-    cJSON_Delete(res);
-    cJSON_Delete(meta);
-    ka_space_release(&sp);
-    ka_problem_release(&pb);
-    unlink(path);
-    free(path);
+    variant_done(res, meta, &sp, &pb, path);
 }
 
 Test(agent, specialized_source_sets_the_best_defaults)
