@@ -2,21 +2,23 @@
 
 out = (x - mean) / sqrt(var + eps) * gamma + beta; x (N, D), gamma and beta
 (D,).  Per 128-row tile:
-  statistics  VectorE bn_stats/bn_aggr (<= 512 columns a call), rstd
-  x * gamma   xg, on VectorE, GpSimd or split between them by columns
-              (XG_VEC: VectorE's share); it does not need the statistics
+  statistics  mean and variance: VectorE bn_stats/bn_aggr over the first
+              columns, ScalarE sums of x and x^2 (activation_reduce) over the
+              last STATS_ACT of them; rstd, diag(rstd) and -mean * rstd
+  x * gamma   y, on VectorE (the first XG_VEC of the columns) and GpSimd (the
+              rest); it does not need the statistics
   TensorE     per 512-column chunk, into PSUM:
-                diag(rstd) @ xg                  = rstd * x * gamma
-              + [-mean * rstd, 1]^T @ [gamma; beta] = beta - mean * rstd * gamma
+                diag(rstd) @ y                       = rstd * x * gamma
+              + [-mean * rstd, 1]^T @ [gamma; beta]  = beta - mean * rstd * gamma
               the per-row scaling and both per-column vectors in two matmuls
-              instead of three elementwise passes
-  evacuation  PSUM -> SBUF (EVAC engine), then the store
+              instead of elementwise passes
+  evacuation  PSUM -> SBUF on EVAC (ScalarE or VectorE), into y; the store
 rstd is rounded to the matmul dtype once and -mean * rstd is formed from the
 rounded value, so the two PSUM terms share one scale: the sum is
 rstd' * (x * gamma - mean * gamma) + beta.
-BUFS rotating buffer sets overlap the loads of the next tiles with compute;
-SKEW = 1 software-pipelines the stages (statistics and x * gamma, matmuls,
-evacuation and store) over consecutive tiles.
+BUFS: x tiles loaded ahead (loads run BUFS - 1 tiles ahead) and y tiles in
+flight.  The stages are software-pipelined: the statistics and x * gamma of
+tile s are issued before the matmuls of tile s - 1.
 """
 import math
 
@@ -33,21 +35,20 @@ KFORGE = {
     "summary": "layer norm of (N, D) rows with gamma, beta (D,)",
     "inputs": [{"name": "x", "dims": ["N", "D"]}, {"name": "gamma", "dims": ["D"]},
                {"name": "beta", "dims": ["D"]}],
-    "supports": ["N >= 1", "D >= 2", "D * (4 * DTYPE_BYTES) + 4096 <= SBUF_BYTES - 8192"],
+    "supports": ["N >= 1", "D >= 2", "7 * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"],
     "reference_shapes": [[4096, 8192], [8192], [8192]],
     "test_shapes": [[200, 700], [700], [700]],
     "tunables": {
-        "BUFS": {"values": [2, 3, 4, 5], "default": 2,
+        "BUFS": {"values": [2, 3, 4], "default": 2,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
         "XG_VEC": {"values": [0, 0.25, 0.375, 0.5, 1], "default": 1,
-                   "addresses": {"slow_engine": "up", "buffer_pressure": "any"}},
-        "EVAC": {"values": ["scalar", "vector"], "default": "vector",
-                 "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
-        "SKEW": {"values": [0, 1], "default": 0,
-                 "addresses": {"slow_engine": "up", "engine_waits_on_dma": "up",
-                               "buffer_pressure": "up"}}
+                   "addresses": {"slow_engine": "up", "engine_waits_on_dma": "any"}},
+        "STATS_ACT": {"values": [0, 0.25, 0.375, 0.5], "default": 0,
+                      "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "up"}},
+        "EVAC": {"values": ["vector", "scalar"], "default": "vector",
+                 "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "any"}}
     },
-    "constraints": ["BUFS * D * 2 * DTYPE_BYTES + 2 * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"]
+    "constraints": ["(2 * BUFS + 3) * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"]
 }
 
 
@@ -70,7 +71,7 @@ def _spread_rows(vec, D, P):
 
 
 @nki.jit
-def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vector", SKEW=0, YB=2):
+def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vector"):
     N, D = x.shape
     assert tuple(gamma.shape) == (D,) and tuple(beta.shape) == (D,)
     P = nl.tile_size.pmax
@@ -88,7 +89,7 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
     nch = math.ceil(D / MM)
     hv = min(D, int(D * XG_VEC + 0.5))      # x * gamma columns [0, hv) on VectorE
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
-    ybufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(YB)]
+    ybufs = [nl.ndarray((P, D), dtype=mdt, buffer=nl.sbuf) for _ in range(BUFS)]
     diags = [nl.ndarray((P, P), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
     rows2 = [nl.ndarray((2, P), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
     scs = [nl.ndarray((P, 3), dtype=mdt, buffer=nl.sbuf) for _ in range(2)]
@@ -156,7 +157,7 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
     def stage_xg(t):
         """y = x * gamma (independent of the statistics)"""
         r0, nr = rows(t)
-        xt, y = xbufs[t % BUFS], ybufs[t % YB]
+        xt, y = xbufs[t % BUFS], ybufs[t % BUFS]
         if hv > 0:
             nisa.tensor_tensor(dst=y[0:nr, 0:hv], data1=xt[0:nr, 0:hv], data2=g_all[0:nr, 0:hv],
                                op=nl.multiply, engine=nisa.vector_engine)
@@ -169,7 +170,7 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
         columns, evacuated into y's own columns (the matmul was their last
         reader); then the store"""
         r0, nr = rows(t)
-        y, dg, sc, r2 = ybufs[t % YB], diags[t % 2], scs[t % 2], rows2[t % 2]
+        y, dg, sc, r2 = ybufs[t % BUFS], diags[t % 2], scs[t % 2], rows2[t % 2]
         pt = pts[t % 2]
         nisa.nc_transpose(dst=pt[0:2, 0:nr], data=sc[0:nr, 1:3])
         if EVAC == "scalar":
@@ -188,15 +189,15 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
                 nisa.tensor_copy(dst=y[0:nr, c0:c0 + w], src=ps[0:nr, 0:w])
         nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=y[0:nr, 0:D])
 
-    # loads run LA = BUFS - 1 tiles ahead and are issued before the stores of
+    # Loads run LA = BUFS - 1 tiles ahead and are issued before the stores of
     # the tiles between, so a store waiting for its data does not hold the
-    # DMA engines a prefetch could use.  SKEW = 1 issues the statistics of
-    # tile s before the matmuls of tile s - 1, so each in-order engine queue
-    # holds work of two tiles instead of waiting on the previous stage.
+    # DMA engines a prefetch could use.  The statistics of tile s are issued
+    # before the matmuls of tile s - 1, so each in-order engine queue holds
+    # work of two tiles instead of waiting on the previous stage.
     LA = BUFS - 1
     for t in range(min(LA, ntiles)):
         stage_load(t)
-    lag = 1 if SKEW else 0
+    lag = 1
     for s in range(ntiles + lag):
         if s + LA < ntiles:
             stage_load(s + LA)
