@@ -1,12 +1,13 @@
 /* api_batch — group commit of new jobs.
  *
- * Creating a job costs PostgreSQL four row writes; done one request at a
+ * Creating a job costs PostgreSQL three row writes; done one request at a
  * time, most of the cost is per statement (executor start, WAL flush,
  * round trips), not per row.  So concurrent POST /v1/jobs requests meet
- * here: a request that arrives while fewer than API_BATCH_LEADERS batches
- * run becomes a leader, takes every waiting request (up to API_BATCH_MAX), writes them
- * all with one statement on its own connection, puts them on Redis, and wakes
- * the others.  A lone request is a batch of one, so nothing waits for a timer.
+ * here: a request that arrives while no batch runs (or while one runs and
+ * API_BATCH_SECOND requests wait) becomes a leader, takes every waiting
+ * request (up to API_BATCH_MAX), writes them all with one statement on its
+ * own connection, puts them on Redis with one script run, and wakes the
+ * others.  A lone request is a batch of one, so nothing waits for a timer.
  *
  * Delivered outbox rows are deleted by the next batch's statement (one
  * statement and one commit per batch under load); a leader that finds no
@@ -33,10 +34,13 @@
 /* Batches written at the same time (each on its own connection): one
  * would leave PostgreSQL idle during each batch's Redis step. */
 #define API_BATCH_LEADERS 2
+/* Jobs waiting before a second batch starts while one runs. */
+#define API_BATCH_SECOND 4
 
 static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
 static api_new_job *api_batch_head, *api_batch_tail;
 static int api_batch_leaders;
+static int api_batch_waiting;   /* jobs on the list, not yet taken by a leader */
 static atomic_ulong api_batch_count, api_batch_jobs;
 /* Outbox ids delivered to Redis and not yet deleted, "1,2,3" (under api_batch_mu). */
 static kf_buf api_batch_delivered = KF_BUF_INIT;
@@ -245,12 +249,22 @@ out:
     free(json);
 }
 
-/* Wake the first waiting job when a leader slot is free, so it leads the
- * next batch.  Only that one thread wakes (not every waiter); caller holds
+/* Whether a waiting job may lead a batch now: always when none runs; a
+ * second batch at the same time only when it is not tiny, otherwise its
+ * jobs wait for the running one and go in the next, larger batch (a
+ * statement costs PostgreSQL more than a row).  Caller holds api_batch_mu. */
+static bool api_batch_may_lead(void)
+{
+    return api_batch_head && (api_batch_leaders == 0 ||
+                              (api_batch_leaders < API_BATCH_LEADERS && api_batch_waiting >= API_BATCH_SECOND));
+}
+
+/* Wake the first waiting job when it may lead, so it leads the next batch.
+ * Only that one thread wakes (not every waiter); caller holds
  * api_batch_mu. */
 static void api_batch_wake_head(void)
 {
-    if (api_batch_head && api_batch_leaders < API_BATCH_LEADERS)
+    if (api_batch_may_lead())
         pthread_cond_signal(&api_batch_head->cv);
 }
 
@@ -268,12 +282,13 @@ void api_job_insert(api_req *r, api_new_job *nj)
     else
         api_batch_head = nj;
     api_batch_tail = nj;
+    api_batch_waiting++;
     while (!nj->done) {
         api_new_job *batch, *last, *p, *next;
         char *delivered;
         int n = 0;
 
-        if (api_batch_leaders >= API_BATCH_LEADERS || !api_batch_head) {
+        if (!api_batch_may_lead()) {
             pthread_cond_wait(&nj->cv, &api_batch_mu);
             continue;
         }
@@ -283,6 +298,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
         for (n = 1; n < API_BATCH_MAX && last->next; n++)
             last = last->next;
         api_batch_head = last->next;
+        api_batch_waiting -= n;
         if (!api_batch_head)
             api_batch_tail = NULL;
         last->next = NULL;
