@@ -100,7 +100,7 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
     junk = nl.ndarray((P, max(D - dv, 1)), dtype=x.dtype, buffer=nl.sbuf)
     NPS = 4
     pss = [nl.ndarray((P, MM), dtype=nl.float32, buffer=nl.psum) for _ in range(NPS)]
-    pts = [nl.ndarray((2, P), dtype=nl.float32, buffer=nl.psum) for _ in range(2)]
+    pts = [nl.ndarray((2, P), dtype=mdt, buffer=nl.psum) for _ in range(2)]   # transposes keep the dtype
     ntiles = math.ceil(N / P)
 
     def rows(t):
