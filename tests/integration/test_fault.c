@@ -285,11 +285,12 @@ static int spool_files(void)
 Test(fault, postgres_down_during_result_report_spools_and_delivers)
 {
     start(1, 1);
-    char *id = submit(1000, false, false, 3);
+    /* Long enough that PostgreSQL is surely down before the job ends. */
+    char *id = submit(3000, false, false, 3);
 
     cr_assert(wait_started(id, 1, 10000), "attempt 1 never started; see %s", S.dir);
     kf_stack_pg_stop(&S);
-    long long end = kf_test_now_ms() + 8000;
+    long long end = kf_test_now_ms() + 15000;
     int spooled = 0;
     while (kf_test_now_ms() < end && (spooled = spool_files()) == 0)
         kf_test_sleep_ms(50);
@@ -313,13 +314,15 @@ Test(fault, postgres_down_during_result_report_spools_and_delivers)
 Test(fault, api_down_during_a_job_result_is_spooled_and_delivered)
 {
     start(1, 1);
-    char *id = submit(800, false, false, 3);
+    /* Long enough that the API is surely gone before the job ends, even
+     * when seeing the start takes a while on a loaded machine. */
+    char *id = submit(3000, false, false, 3);
 
     cr_assert(wait_started(id, 1, 10000), "attempt 1 never started; see %s", S.dir);
     int status = kf_test_stop(S.api, SIGKILL, 5000);
     (void)status;
     S.api = 0;
-    long long end = kf_test_now_ms() + 8000;
+    long long end = kf_test_now_ms() + 15000;
     int spooled = 0;
     while (kf_test_now_ms() < end && (spooled = spool_files()) == 0)
         kf_test_sleep_ms(50);
