@@ -12,7 +12,8 @@ out = (x - mean) / sqrt(var + eps) * gamma + beta; x (N, D), gamma and beta
               + [-mean * rstd, 1]^T @ [gamma; beta]  = beta - mean * rstd * gamma
               the per-row scaling and both per-column vectors in two matmuls
               instead of elementwise passes
-  evacuation  PSUM -> SBUF on EVAC (ScalarE or VectorE), into y; the store
+  evacuation  PSUM -> SBUF on ScalarE (VectorE has the statistics), into y;
+              the store
 rstd is rounded to the matmul dtype once and -mean * rstd is formed from the
 rounded value, so the two PSUM terms share one scale: the sum is
 rstd' * (x * gamma - mean * gamma) + beta.
@@ -44,9 +45,7 @@ KFORGE = {
         "XG_VEC": {"values": [0, 0.25, 0.375, 0.5, 1], "default": 1,
                    "addresses": {"slow_engine": "up", "engine_waits_on_dma": "any"}},
         "STATS_ACT": {"values": [0, 0.25, 0.375, 0.5], "default": 0,
-                      "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "up"}},
-        "EVAC": {"values": ["vector", "scalar"], "default": "vector",
-                 "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "any"}}
+                      "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "up"}}
     },
     "constraints": ["(2 * BUFS + 3) * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"]
 }
@@ -71,7 +70,7 @@ def _spread_rows(vec, D, P):
 
 
 @nki.jit
-def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vector"):
+def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0):
     N, D = x.shape
     assert tuple(gamma.shape) == (D,) and tuple(beta.shape) == (D,)
     P = nl.tile_size.pmax
@@ -173,20 +172,14 @@ def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0, EVAC="vec
         y, dg, sc, r2 = ybufs[t % BUFS], diags[t % 2], scs[t % 2], rows2[t % 2]
         pt = pts[t % 2]
         nisa.nc_transpose(dst=pt[0:2, 0:nr], data=sc[0:nr, 1:3])
-        if EVAC == "scalar":
-            nisa.activation(dst=r2[0:2, 0:nr], op=nl.copy, data=pt[0:2, 0:nr])
-        else:
-            nisa.tensor_copy(dst=r2[0:2, 0:nr], src=pt[0:2, 0:nr])
+        nisa.activation(dst=r2[0:2, 0:nr], op=nl.copy, data=pt[0:2, 0:nr])
         for c in range(nch):
             c0 = c * MM
             w = min(MM, D - c0)
             ps = pss[(t * nch + c) % NPS]
             nisa.nc_matmul(dst=ps[0:nr, 0:w], stationary=dg[0:nr, 0:nr], moving=y[0:nr, c0:c0 + w])
             nisa.nc_matmul(dst=ps[0:nr, 0:w], stationary=r2[0:2, 0:nr], moving=gb[0:2, c0:c0 + w])
-            if EVAC == "scalar":
-                nisa.activation(dst=y[0:nr, c0:c0 + w], op=nl.copy, data=ps[0:nr, 0:w])
-            else:
-                nisa.tensor_copy(dst=y[0:nr, c0:c0 + w], src=ps[0:nr, 0:w])
+            nisa.activation(dst=y[0:nr, c0:c0 + w], op=nl.copy, data=ps[0:nr, 0:w])
         nisa.dma_copy(dst=out[r0:r0 + nr, 0:D], src=y[0:nr, 0:D])
 
     # Loads run LA = BUFS - 1 tiles ahead and are issued before the stores of
