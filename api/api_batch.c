@@ -76,36 +76,35 @@ static const api_stmt api_st_batch_sent = {
     1,
 };
 
-/* The batch as the JSON array json_to_recordset reads. */
+/* The batch as the JSON array json_to_recordset reads (spec, budget, goal
+ * and labels are the API's own printed JSON, embedded as they are). */
 static char *api_batch_json(api_new_job *batch)
 {
-    cJSON *arr = cJSON_CreateArray();
-    char *s;
+    kf_buf b = KF_BUF_INIT;
     int ord = 0;
 
+    kf_buf_addc(&b, '[');
     for (api_new_job *p = batch; p; p = p->next) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "ord", ord++);
-        cJSON_AddStringToObject(o, "id", p->id);
-        cJSON_AddStringToObject(o, "kind", p->kind);
-        cJSON_AddStringToObject(o, "target", p->target);
-        cJSON_AddStringToObject(o, "backend", p->backend);
-        cJSON_AddNumberToObject(o, "priority", p->priority);
-        cJSON_AddItemToObject(o, "spec", cJSON_CreateRaw(p->spec));
-        cJSON_AddItemToObject(o, "budget", cJSON_CreateRaw(p->budget));
-        cJSON_AddItemToObject(o, "goal", cJSON_CreateRaw(p->goal));
-        cJSON_AddItemToObject(o, "labels", cJSON_CreateRaw(p->labels));
-        cJSON_AddNumberToObject(o, "max_attempts", p->max_attempts);
-        cJSON_AddNumberToObject(o, "owner", (double)p->owner);
+        kf_buf_addf(&b, "%s{\"ord\":%d,\"id\":", ord ? "," : "", ord);
+        ord++;
+        kf_json_add_str(&b, p->id);
+        kf_buf_adds(&b, ",\"kind\":");
+        kf_json_add_str(&b, p->kind);
+        kf_buf_adds(&b, ",\"target\":");
+        kf_json_add_str(&b, p->target);
+        kf_buf_adds(&b, ",\"backend\":");
+        kf_json_add_str(&b, p->backend);
+        kf_buf_addf(&b, ",\"priority\":%d,\"spec\":%s,\"budget\":%s,\"goal\":%s,\"labels\":%s,"
+                        "\"max_attempts\":%d,\"owner\":%lld,\"ikey\":",
+                    p->priority, p->spec, p->budget, p->goal, p->labels, p->max_attempts, (long long)p->owner);
         if (p->idem_key)
-            cJSON_AddStringToObject(o, "ikey", p->idem_key);
+            kf_json_add_str(&b, p->idem_key);
         else
-            cJSON_AddNullToObject(o, "ikey");
-        cJSON_AddItemToArray(arr, o);
+            kf_buf_adds(&b, "null");
+        kf_buf_addc(&b, '}');
     }
-    s = kf_json_print(arr);
-    cJSON_Delete(arr);
-    return s;
+    kf_buf_addc(&b, ']');
+    return kf_buf_detach(&b);
 }
 
 /* The delivered ids as a PostgreSQL array literal, emptying the list; NULL

@@ -495,35 +495,47 @@ void kf_job_request_release(kf_job_request *req)
 
 /* ---- the queue payload ---------------------------------------------------- */
 
+/* Whether text looks like one JSON object: "{...}" around optional space. */
+static bool kf_job_is_object_text(const char *text)
+{
+    size_t n;
+
+    while (*text == ' ' || *text == '\n' || *text == '\t' || *text == '\r')
+        text++;
+    n = strlen(text);
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\t' || text[n - 1] == '\r'))
+        n--;
+    return n >= 2 && text[0] == '{' && text[n - 1] == '}';
+}
+
 char *kf_job_payload_build(const char *id, const char *kind, const char *target, const char *backend,
                            const char *spec_json, const char *budget_json, const char *goal_json, kf_err *err)
 {
-    cJSON *p = NULL, *spec = NULL, *budget = NULL, *goal = NULL;
-    char *out = NULL;
+    const char *texts[3] = { spec_json ? spec_json : "{}", budget_json ? budget_json : "{}",
+                             goal_json ? goal_json : "{}" };
+    static const char *const names[3] = { "spec", "budget", "goal" };
+    kf_buf b = KF_BUF_INIT;
 
-    spec = cJSON_Parse(spec_json ? spec_json : "{}");
-    budget = cJSON_Parse(budget_json ? budget_json : "{}");
-    goal = cJSON_Parse(goal_json ? goal_json : "{}");
-    if (!cJSON_IsObject(spec) || !cJSON_IsObject(budget) || !cJSON_IsObject(goal)) {
-        kf_err_set(err, KF_INVALID, "job %s: spec, budget and goal must be JSON objects", id);
-        goto out;
+    for (int i = 0; i < 3; i++) {
+        if (!kf_job_is_object_text(texts[i])) {
+            kf_err_set(err, KF_INVALID, "job %s: spec, budget and goal must be JSON objects (%s is not)", id, names[i]);
+            return NULL;
+        }
     }
-    p = cJSON_CreateObject();
-    cJSON_AddStringToObject(p, "id", id);
-    cJSON_AddStringToObject(p, "kind", kind);
-    cJSON_AddStringToObject(p, "target", target);
-    cJSON_AddStringToObject(p, "backend", backend);
-    cJSON_AddItemToObject(p, "spec", spec);
-    cJSON_AddItemToObject(p, "budget", budget);
-    cJSON_AddItemToObject(p, "goal", goal);
-    spec = budget = goal = NULL;
-    out = kf_json_print(p);
-out:
-    cJSON_Delete(p);
-    cJSON_Delete(spec);
-    cJSON_Delete(budget);
-    cJSON_Delete(goal);
-    return out;
+    kf_buf_adds(&b, "{\"id\":");
+    kf_json_add_str(&b, id);
+    kf_buf_adds(&b, ",\"kind\":");
+    kf_json_add_str(&b, kind);
+    kf_buf_adds(&b, ",\"target\":");
+    kf_json_add_str(&b, target);
+    kf_buf_adds(&b, ",\"backend\":");
+    kf_json_add_str(&b, backend);
+    for (int i = 0; i < 3; i++) {
+        kf_buf_addf(&b, ",\"%s\":", names[i]);
+        kf_buf_adds(&b, texts[i]);
+    }
+    kf_buf_addc(&b, '}');
+    return kf_buf_detach(&b);
 }
 
 kf_code kf_job_payload_parse(const char *json, kf_job_payload *out, kf_err *err)

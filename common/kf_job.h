@@ -92,8 +92,10 @@ void kf_job_request_release(kf_job_request *req);
 void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, kf_fields *fe);
 
 /* The queue payload, from the job row's columns (spec/budget/goal are JSON
- * texts).  Returns a string the caller frees, or NULL when a JSON text does
- * not parse (the message in err). */
+ * texts, embedded as they are: they come from PostgreSQL jsonb or the API's
+ * own printing, and the worker parses and checks the whole payload).
+ * Returns a string the caller frees, or NULL when one of the texts is not a
+ * JSON object {...} (the message in err). */
 char *kf_job_payload_build(const char *id, const char *kind, const char *target, const char *backend,
                            const char *spec_json, const char *budget_json, const char *goal_json, kf_err *err);
 

@@ -1,5 +1,6 @@
 #include "kf_json.h"
 #include "kf_alloc.h"
+#include "kf_buf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -161,6 +162,34 @@ int kf_json_depth(const cJSON *v)
             best = d;
     }
     return best + 1;
+}
+
+void kf_json_add_str(kf_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    const char *run = s;
+
+    kf_buf_addc(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        kf_buf_add(b, run, (size_t)(s - run));
+        run = s + 1;
+        switch (c) {
+        case '"': kf_buf_adds(b, "\\\""); break;
+        case '\\': kf_buf_adds(b, "\\\\"); break;
+        case '\n': kf_buf_adds(b, "\\n"); break;
+        case '\r': kf_buf_adds(b, "\\r"); break;
+        case '\t': kf_buf_adds(b, "\\t"); break;
+        default: {
+            char u[7] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0 };
+            kf_buf_adds(b, u);
+        }
+        }
+    }
+    kf_buf_add(b, run, (size_t)(s - run));
+    kf_buf_addc(b, '"');
 }
 
 char *kf_json_print(const cJSON *v)

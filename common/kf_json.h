@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kf_buf.h"
 #include "kf_error.h"
 
 #define KF_JSON_MAX_DEPTH 32
@@ -42,6 +43,10 @@ int kf_json_depth(const cJSON *v);
 
 /* cJSON_PrintUnformatted as a string the caller frees with free(). */
 char *kf_json_print(const cJSON *v);
+
+/* Append s as a JSON string literal (quoted; ", \ and control characters
+ * escaped; other bytes as they are, so s should be UTF-8). */
+void kf_json_add_str(kf_buf *b, const char *s);
 
 /* ---- field validation ---------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_json.h"
 
 Test(kf_error, set_and_wrap_keep_code_and_text)
 {
@@ -29,6 +30,26 @@ Test(kf_buf, grows_and_detaches)
     cr_assert_eq(b.len, 0);
     cr_assert_str_eq(b.data, "");
     free(s);
+    kf_buf_release(&b);
+}
+
+/* What kf_json_add_str writes, cJSON reads back as the same string. */
+Test(kf_json, add_str_escapes_what_json_needs)
+{
+    static const char *const cases[] = { "", "plain", "q\"uote", "back\\slash", "line\nfeed\ttab\rret",
+                                         "\x01\x1f ctl", "utf-8 \xc3\xa9 \xe2\x82\xac", NULL };
+    for (int i = 0; cases[i]; i++) {
+        kf_buf b = KF_BUF_INIT;
+        kf_json_add_str(&b, cases[i]);
+        cJSON *v = cJSON_Parse(b.data);
+        cr_assert(cJSON_IsString(v), "case %d printed %s", i, b.data);
+        cr_assert_str_eq(v->valuestring, cases[i]);
+        cJSON_Delete(v);
+        kf_buf_release(&b);
+    }
+    kf_buf b = KF_BUF_INIT;
+    kf_json_add_str(&b, "a\x02\"");
+    cr_assert_str_eq(b.data, "\"a\\u0002\\\"\"");
     kf_buf_release(&b);
 }
 
