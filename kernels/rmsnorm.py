@@ -31,9 +31,9 @@ KFORGE = {
     "reference_shapes": [[4096, 8192], [8192]],
     "test_shapes": [[200, 2100], [2100]],
     "tunables": {
-        "BUFS": {"values": [1, 2, 3, 4], "default": 1,
+        "BUFS": {"values": [1, 2, 3, 4], "default": 2,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
-        "G_ENGINE": {"values": ["vector", "gpsimd", "split"], "default": "vector",
+        "G_ENGINE": {"values": ["vector", "gpsimd", "split"], "default": "split",
                      "addresses": {"slow_engine": "any", "buffer_pressure": "any"}},
         "SCALE_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
                          "addresses": {"slow_engine": "any", "buffer_pressure": "any",
@@ -75,7 +75,7 @@ def _spread_rows(vec, D, P):
 
 
 @nki.jit
-def rmsnorm(x, g, eps=1e-6, BUFS=1, G_ENGINE="vector", SCALE_ENGINE="vector", MID_BF16=0,
+def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID_BF16=0,
             STATS="scalar", COLS=8192):
     N, D = x.shape
     assert tuple(g.shape) == (D,)
