@@ -40,10 +40,10 @@ KFORGE = {
     "reference_shapes": [[4096, 8192], [8192], [8192]],
     "test_shapes": [[200, 700], [700], [700]],
     "tunables": {
-        "BUFS": {"values": [2, 3, 4], "default": 2,
+        "BUFS": {"values": [2, 3, 4], "default": 3,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
         "XG_VEC": {"values": [0, 0.25, 0.375, 0.5, 1], "default": 1,
-                   "addresses": {"slow_engine": "up", "engine_waits_on_dma": "any"}},
+                   "addresses": {"slow_engine": "up", "instruction_overhead": "down"}},
         "STATS_ACT": {"values": [0, 0.25, 0.375, 0.5], "default": 0,
                       "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "up"}}
     },
@@ -70,7 +70,7 @@ def _spread_rows(vec, D, P):
 
 
 @nki.jit
-def layernorm(x, gamma, beta, eps=1e-5, BUFS=2, XG_VEC=1, STATS_ACT=0):
+def layernorm(x, gamma, beta, eps=1e-5, BUFS=3, XG_VEC=1, STATS_ACT=0):
     N, D = x.shape
     assert tuple(gamma.shape) == (D,) and tuple(beta.shape) == (D,)
     P = nl.tile_size.pmax
