@@ -30,6 +30,7 @@ KFORGE = {
     "supports": ["K >= 1", "M >= 1", "N >= 1", "K <= 32768"],
     "reference_shapes": [[4096, 4096], [4096, 4096]],
     "test_shapes": [[200, 300], [200, 700]],
+    "flops": "2 * K * M * N",
     "tunables": {
         "TN": {"values": [128, 256, 512], "default": 512,
                "addresses": {"tensor_underfilled": "up", "dma_small_transfers": "up", "instruction_overhead": "up"}},

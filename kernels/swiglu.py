@@ -35,6 +35,7 @@ KFORGE = {
     "supports": ["H >= 1", "T >= 1", "F >= 1", "H <= 8192", "F <= 16384"],
     "reference_shapes": [[2048, 2048], [2048, 4096], [2048, 4096], [4096, 2048]],
     "test_shapes": [[200, 150], [200, 300], [200, 300], [300, 200]],
+    "flops": "6 * H * T * F",
     "tunables": {
         "TB": {"values": [128, 256, 512, 1024], "default": 128,
                "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up", "tensor_underfilled": "up",
