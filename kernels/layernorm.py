@@ -47,6 +47,7 @@ KFORGE = {
         "STATS_ACT": {"values": [0, 0.25, 0.375, 0.5], "default": 0,
                       "addresses": {"engine_waits_on_dma": "any", "instruction_overhead": "up"}}
     },
+    "flops": 0,
     "constraints": ["(2 * BUFS + 3) * D * DTYPE_BYTES + 4096 <= SBUF_BYTES - 8192"]
 }
 
