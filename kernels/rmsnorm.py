@@ -85,7 +85,9 @@ def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID
     FMAX = nl.tile_size.bn_stats_fmax
     nch = math.ceil(D / COLS)
     chunks = [(c * COLS, min(COLS, D - c * COLS)) for c in range(nch)]
-    nst = sum(math.ceil(w / FMAX) for _, w in chunks)
+    nst = 0                      # bn_stats calls per tile (<= FMAX columns each)
+    for c0, w in chunks:
+        nst += math.ceil(w / FMAX)
     mdt = x.dtype if MID_BF16 else nl.float32
     ntiles = math.ceil(N / P)
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
@@ -97,7 +99,7 @@ def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID
         sq = nl.ndarray((P, min(COLS, D)), dtype=x.dtype, buffer=nl.sbuf)
     eps_t = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=eps_t, value=eps)
-    rstds = {}
+    rstds = []                   # rstd of tile t, released after its scaling
 
     def rows(t):
         return t * P, min(P, N - t * P)
@@ -130,7 +132,8 @@ def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID
             # row sums of x^2 per chunk: ScalarE squares and sums in one pass;
             # VectorE squares, then sums
             part = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
-            for c, (c0, w) in enumerate(chunks):
+            for c in range(nch):
+                c0, w = chunks[c]
                 nisa.dma_copy(dst=xt[0:nr, c0:c0 + w], src=x[r0:r0 + nr, c0:c0 + w])
                 if STATS == "vector":
                     nisa.tensor_tensor(dst=sq[0:nr, 0:w], data1=xt[0:nr, c0:c0 + w],
@@ -158,7 +161,7 @@ def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID
             # rsqrt(sum / D + eps) in one ScalarE instruction
             nisa.activation(dst=rstd[0:nr, 0:1], op=nl.rsqrt, data=ss[0:nr, 0:1],
                             scale=1.0 / D, bias=eps_t[0:nr, 0:1])
-        rstds[t] = rstd
+        rstds.append(rstd)
 
     def stage_gain(t):
         """x * g on G_ENGINE (does not need the statistics)"""
@@ -184,7 +187,8 @@ def rmsnorm(x, g, eps=1e-6, BUFS=2, G_ENGINE="split", SCALE_ENGINE="vector", MID
         """(x * g) * rstd on SCALE_ENGINE, store chunk by chunk"""
         r0, nr = rows(t)
         xg, yo = mbufs[t % BUFS], obufs[t % BUFS]
-        rstd = rstds.pop(t)
+        rstd = rstds[t]
+        rstds[t] = None
         for c0, w in chunks:
             if SCALE_ENGINE == "scalar":
                 nisa.activation(dst=yo[0:nr, c0:c0 + w], op=nl.copy, data=xg[0:nr, c0:c0 + w],

@@ -58,8 +58,10 @@ def softmax(x, COLS=4096, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
     # once tile t's exponentials have read its buffer.
     xbufs = [nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     nbufs = [nl.ndarray((P, D), dtype=edt, buffer=nl.sbuf) for _ in range(BUFS)]
-    neg_maxes = {}
-    invs = {}
+    # per-row -max and 1 / sum of tile t, from the stage that makes them to
+    # the stage that uses them (entry t; released after its last use)
+    neg_maxes = []
+    invs = []
 
     def rows(t):
         return t * P, min(P, N - t * P)
@@ -78,13 +80,14 @@ def softmax(x, COLS=4096, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
         neg_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=neg_max[0:nr, 0:1], op=nl.maximum, data=pmax[0:nr, 0:nch], axis=1,
                            negate=True, keepdims=True)
-        neg_maxes[t] = neg_max
+        neg_maxes.append(neg_max)
 
     def stage_exp(t):
         """exp(x - max) with its row sums on ScalarE, 1 / sum"""
         r0, nr = rows(t)
         xt, num = xbufs[t % BUFS], nbufs[t % BUFS]
-        neg_max = neg_maxes.pop(t)
+        neg_max = neg_maxes[t]
+        neg_maxes[t] = None
         psum_ = nl.ndarray((P, nch), dtype=nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(nch):
             c0 = c * COLS
@@ -97,13 +100,14 @@ def softmax(x, COLS=4096, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
                            keepdims=True)
         inv = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.reciprocal(dst=inv[0:nr, 0:1], data=den[0:nr, 0:1])
-        invs[t] = inv
+        invs.append(inv)
 
     def stage_out(t):
         """exp * (1 / sum) on NORM_ENGINE, store"""
         r0, nr = rows(t)
         num = nbufs[t % BUFS]
-        inv = invs.pop(t)
+        inv = invs[t]
+        invs[t] = None
         for c in nl.affine_range(nch):
             c0 = c * COLS
             w = min(COLS, D - c0)
