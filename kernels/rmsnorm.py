@@ -46,6 +46,7 @@ KFORGE = {
                  "addresses": {"engine_waits_on_dma": "down", "buffer_pressure": "down",
                                "dma_small_transfers": "up", "instruction_overhead": "up"}}
     },
+    "flops": 0,
     "constraints": ["BUFS * D * (2 * DTYPE_BYTES + 4 - MID_BF16 * (4 - DTYPE_BYTES)) + D * DTYPE_BYTES + (STATS != \"bn\") * min(COLS, D) * DTYPE_BYTES <= SBUF_BYTES - 8192",
                     "COLS < D or COLS == 8192",
                     "G_ENGINE != SCALE_ENGINE or BUFS > 1", "G_ENGINE != \"split\" or D >= 2"]

@@ -40,6 +40,7 @@ KFORGE = {
                         "addresses": {"engine_waits_on_dma": "any", "slow_engine": "any",
                                       "buffer_pressure": "any"}}
     },
+    "flops": 0,
     "constraints": ["BUFS * D * (DTYPE_BYTES + 4 - EXP_BF16 * (4 - DTYPE_BYTES)) + 2 * COLS * DTYPE_BYTES <= SBUF_BYTES - 4096",
                     "COLS < 2 * D or COLS == 256"]
 }

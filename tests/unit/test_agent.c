@@ -108,6 +108,8 @@ Test(agent, library_index_has_every_op_with_its_declarations)
             cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "reference")), "%s has a reference", ops[i]);
             cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "reference_shapes")) > 0);
             cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "test_shapes")) > 0);
+            cr_assert(cJSON_GetObjectItemCaseSensitive(m, "flops"), "%s declares its FLOPs (its floor counts them)",
+                      ops[i]);
             cr_assert(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tunables")) > 0, "%s tunables", ops[i]);
             cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(m, "tunables"))
             {
