@@ -52,8 +52,11 @@
 /* One or more jobs, in order: KEYS[2i-1] job hash, KEYS[2i] waiting set;
  * ARGV[8i-7..8i]: id kind target backend priority attempt max_attempts
  * payload.  Replies {'OK', c1, ..., cn}: ci is 1 when job i was created, 0
- * when it was already in Redis (left as it was).  One TIME for the batch;
- * each target's wake-up list gets one signal per new job (at most 64). */
+ * when it was already in Redis (left as it was).  One TIME for the batch,
+ * so job i's waiting score gets (i-1)/64 of a millisecond on top to keep the
+ * batch's order (exact in a double: scores stay below 2^47, where the step
+ * is 1/64, and a call holds at most 64 jobs).  Each target's wake-up list
+ * gets one signal per new job (at most 64). */
 static const char lua_enqueue[] = PRELUDE
     "local now = now_ms()\n"
     "local out, woken = {'OK'}, {}\n"
@@ -68,7 +71,8 @@ static const char lua_enqueue[] = PRELUDE
     "      'max_attempts', ARGV[a + 7], 'released', '0', 'state', 'queued', 'lease_token', '',\n"
     "      'worker', '', 'lease_expires_ms', '0', 'cancel', '0', 'payload', ARGV[a + 8],\n"
     "      'last_error', '', 'enqueued_ms', n2s(now))\n"
-    "    redis.call('ZADD', wk, n2s(wait_score(tonumber(ARGV[a + 5]), now)), ARGV[a + 1])\n"
+    "    redis.call('ZADD', wk, string.format('%.17g', wait_score(tonumber(ARGV[a + 5]), now) + (i - 1) / 64),\n"
+    "      ARGV[a + 1])\n"
     "    woken[target] = (woken[target] or 0) + 1\n"
     "    out[i + 1] = 1\n"
     "  end\n"

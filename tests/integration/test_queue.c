@@ -149,9 +149,9 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     r = redisCommand(raw, "LLEN kf:signal:trn2");
     cr_assert_eq(r->integer, 4, "one wake-up per new trn2 job (m2 by put, m0 m1 m3 by the batch)");
     freeReplyObject(r);
-    /* The batch's jobs share one enqueue time, so at one priority they come
-     * out in id order; the pre-existing m2 (enqueued in the same or an
-     * earlier millisecond) kept its own fields. */
+    /* The batch keeps its order at one priority (m0 m1 m3; ordering by id
+     * would agree here, the batch below checks against it); the pre-existing
+     * m2 (enqueued in the same or an earlier millisecond) kept its fields. */
     char got[4][8];
     for (int i = 0; i < 4; i++) {
         cr_assert(take("trn2", &l));
@@ -169,6 +169,18 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     cr_assert(take("trn1", &l));
     cr_assert_str_eq(l.id, "m4");
     kf_queue_lease_release(&l);
+
+    /* Order is the batch's, not the ids': z, y, x come out as z, y, x. */
+    const char *rev[3] = { "z9", "y8", "x7" };
+    for (int i = 0; i < 3; i++)
+        j[i] = (kf_queue_job){ .id = rev[i], .kind = "diag", .target = "inf2", .backend = "diag", .priority = 4,
+                               .attempt = 0, .max_attempts = 1, .payload = "{}" };
+    cr_assert_eq(kf_queue_enqueue_many(q, j, 3, NULL, &e), KF_OK, "%s", e.msg);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(take("inf2", &l));
+        cr_assert_str_eq(l.id, rev[i]);
+        kf_queue_lease_release(&l);
+    }
 
     /* One bad job: nothing of the batch is written. */
     j[0].id = "n0";
