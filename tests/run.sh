@@ -49,7 +49,8 @@ run_bin() { # BIN TIMEOUT JOBS
   passed=$((passed + p)); failed=$((failed + f))
   if [ $rc -ne 0 ] || [ "$f" -ne 0 ]; then
     bad_bins+=("$bin")
-    grep -a -v '^\[----\] *$' "$out" | grep -a -E 'FAIL|fail|Assert|assert|crash|Crash|Timeout|signal|error|Error|==[0-9]+==' | head -n 60
+    # failures with their messages (Criterion prints them as "[----]   ..." lines)
+    grep -a -v '^\[----\] *$' "$out" | grep -a -E '^\[----\]|FAIL|fail|Assert|assert|crash|Crash|Timeout|signal|error|Error|==[0-9]+==' | head -n 60
     [ $rc -eq 124 ] && echo "   timed out after $limit"
   fi
   tail -n 1 "$out"

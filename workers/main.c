@@ -7,7 +7,9 @@
  * how often it sees a cancel request) and refreshes the Redis registry entry
  * (its own Redis connection, so a long evaluation never loses a healthy
  * lease); a heartbeat thread tells the API the worker is alive.  Each
- * thread has its own Redis / HTTP handle.
+ * thread has its own Redis / HTTP handle, and does its work holding the
+ * fork lock, so the job process is never forked mid-call (see "fork
+ * safety").
  *
  * Failure behaviour: Redis or the API unreachable → retried with backoff,
  * never fatal.  Reports the API cannot take go to the spool and are resent;
@@ -116,6 +118,32 @@ static void w_sleep(int ms)
     }
 }
 
+/* ---- fork safety --------------------------------------------------- */
+
+/* The job runs in a forked process.  A fork while another thread is inside
+ * the allocator or a library call leaves the child a lock nobody releases
+ * (ASan's allocator has no fork handler, and a sandbox child forked later
+ * from the job process then hangs on it).  So the background threads do
+ * their work (network calls and the allocations around them) holding
+ * w_fork_mu, and every fork takes it first (pthread_atfork): a fork waits
+ * for at most one Redis call or one API heartbeat (2 s timeout). */
+static pthread_mutex_t w_fork_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void w_fork_prepare(void)
+{
+    pthread_mutex_lock(&w_fork_mu);
+}
+
+static void w_fork_parent(void)
+{
+    pthread_mutex_unlock(&w_fork_mu);
+}
+
+static void w_fork_child(void)
+{
+    pthread_mutex_init(&w_fork_mu, NULL);   /* the child's only thread holds nothing else */
+}
+
 /* ---- lease thread: renew + Redis registry --------------------------- */
 
 /* A third of the lease, but at least once a second: the renew reply also
@@ -149,9 +177,13 @@ static void *w_lease_thread(void *arg)
 {
     worker *w = arg;
     kf_err err = KF_ERR_INIT;
-    kf_queue *tq = kf_queue_connect(w->redis_url, &err);
+    kf_queue *tq;
     long long next_hb = 0;
     bool redis_warned = false, renew_warned = false;
+
+    pthread_mutex_lock(&w_fork_mu);   /* the first job may be forked while this thread starts */
+    tq = kf_queue_connect(w->redis_url, &err);
+    pthread_mutex_unlock(&w_fork_mu);
 
     pthread_mutex_lock(&w->mu);
     while (!w->quit) {
@@ -161,6 +193,7 @@ static void *w_lease_thread(void *arg)
             char job[65];
             snprintf(job, sizeof(job), "%s", w->has_lease ? w->job_id : "");
             pthread_mutex_unlock(&w->mu);
+            pthread_mutex_lock(&w_fork_mu);
             char *json = w_registry_json(w, job);
             if (kf_queue_heartbeat(tq, w->id, json, w->heartbeat_ms * 3, &err) != KF_OK) {
                 if (!redis_warned)
@@ -170,6 +203,7 @@ static void *w_lease_thread(void *arg)
                 redis_warned = false;
             }
             free(json);
+            pthread_mutex_unlock(&w_fork_mu);
             pthread_mutex_lock(&w->mu);
             next_hb = now + w->heartbeat_ms;
         }
@@ -181,7 +215,9 @@ static void *w_lease_thread(void *arg)
             snprintf(id, sizeof(id), "%s", w->job_id);
             snprintf(token, sizeof(token), "%s", w->job_token);
             pthread_mutex_unlock(&w->mu);
+            pthread_mutex_lock(&w_fork_mu);
             rc = kf_queue_renew(tq, id, token, w->lease_ms, &cancel, &err);
+            pthread_mutex_unlock(&w_fork_mu);
             pthread_mutex_lock(&w->mu);
             if (w->has_lease && strcmp(token, w->job_token) == 0) {
                 if (rc == KF_OK) {
@@ -223,7 +259,9 @@ static void *w_lease_thread(void *arg)
         }
     }
     pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w_fork_mu);
     kf_queue_free(tq);
+    pthread_mutex_unlock(&w_fork_mu);
     return NULL;
 }
 
@@ -232,10 +270,14 @@ static void *w_lease_thread(void *arg)
 static void *w_api_heartbeat_thread(void *arg)
 {
     worker *w = arg;
-    kf_report *rep = kf_report_new(w->api_url, w->token, 2000);
-    char *path = kf_asprintf("/v1/internal/workers/%s/heartbeat", w->id);
+    kf_report *rep;
+    char *path;
     kf_buf body = KF_BUF_INIT;
     bool warned = false;
+
+    pthread_mutex_lock(&w_fork_mu);   /* the first job may be forked while this thread starts */
+    rep = kf_report_new(w->api_url, w->token, 2000);
+    path = kf_asprintf("/v1/internal/workers/%s/heartbeat", w->id);
 
     kf_buf_adds(&body, "{\"targets\":[");
     for (int i = 0; i < w->n_targets; i++)
@@ -245,11 +287,13 @@ static void *w_api_heartbeat_thread(void *arg)
     for (int i = 0; all[i]; i++)
         kf_buf_addf(&body, "%s\"%s\"", i ? "," : "", all[i]->name);
     kf_buf_addf(&body, "],\"host\":\"%s\"}", w->host);
+    pthread_mutex_unlock(&w_fork_mu);
 
     pthread_mutex_lock(&w->mu);
     while (!w->quit) {
         char why[256] = "";
         pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&w_fork_mu);
         long st = rep ? kf_report_post(rep, path, body.data, why, sizeof(why)) : 0;
         if (st < 200 || st >= 300) {
             if (!warned)
@@ -258,6 +302,7 @@ static void *w_api_heartbeat_thread(void *arg)
         } else {
             warned = false;
         }
+        pthread_mutex_unlock(&w_fork_mu);
         pthread_mutex_lock(&w->mu);
         /* The condition variable is also broadcast on every lease change:
          * sleep out the whole interval unless told to quit. */
@@ -273,9 +318,11 @@ static void *w_api_heartbeat_thread(void *arg)
         }
     }
     pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w_fork_mu);
     kf_buf_release(&body);
     free(path);
     kf_report_free(rep);
+    pthread_mutex_unlock(&w_fork_mu);
     return NULL;
 }
 
@@ -759,6 +806,7 @@ int main(int argc, char **argv)
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGINT);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    pthread_atfork(w_fork_prepare, w_fork_parent, w_fork_child);
     pthread_create(&lease_thr, NULL, w_lease_thread, &w);
     pthread_create(&hb_thr, NULL, w_api_heartbeat_thread, &w);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
