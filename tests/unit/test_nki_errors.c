@@ -8,6 +8,7 @@
 
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
+#include "tests/lib/kf_test.h"
 
 typedef struct neg_case {
     sim_error_code code;
@@ -165,19 +166,9 @@ Test(nki_errors, docs_list_every_code)
 {
     const char *root = getenv("KFORGE_TEST_ROOT");
     char path[1024], *doc;
-    FILE *f;
-    long len;
 
     snprintf(path, sizeof(path), "%s/docs/sim-errors.md", root && *root ? root : ".");
-    f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    doc = kf_malloc((size_t)len + 1);
-    cr_assert_eq(fread(doc, 1, (size_t)len, f), (size_t)len);
-    doc[len] = 0;
-    fclose(f);
+    doc = kf_test_read_file(path);
     for (int c = 0; c < SIM_E__COUNT; c++) {
         char name[80];
         snprintf(name, sizeof(name), "SIM_E_%s", sim_error_name((sim_error_code)c));

@@ -7,29 +7,13 @@
 
 #include "kf_alloc.h"
 #include "kf_config.h"
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = kf_malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
+#include "tests/lib/kf_test.h"
 
 Test(readme, config_table_matches_the_declaration)
 {
     const char *root = getenv("KFORGE_TEST_ROOT");
     char *path = kf_asprintf("%s/README.md", root ? root : ".");
-    char *readme = slurp(path);
+    char *readme = kf_test_read_file(path);
     char *want = NULL;
     size_t want_len = 0;
     FILE *mem = open_memstream(&want, &want_len);
