@@ -231,7 +231,7 @@ typedef struct ka_tuner {
     const ka_hooks   *h;
     ka_cache         *cache;
     char              src_hash[65];
-    char              model_hash[65];   /* simulator build + target description */
+    char              model_hash[65];   /* simulator build + target file; "" for a memory cache */
     char             *source;
     ka_seen          *seen;
     size_t            n_seen, cap_seen;
@@ -1012,7 +1012,10 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
         goto out;
     }
     ka_sha256_hex(t.source, strlen(t.source), t.src_hash);
-    ka_model_hash(pb->target, t.model_hash);
+    /* Only a cache on disk can outlive this build or the target file; a
+     * memory cache needs no model hash (and then skips hashing the binary). */
+    if (ka_cache_dir(t.cache))
+        ka_model_hash(pb->target, t.model_hash);
     if (o->planner != KA_PLAN_GUIDED) {
         rc = ka_enumerate(&t, err);
         if (rc)
