@@ -13,6 +13,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "ka_expr.h"
+#include "sim_profile.h"
 #include "sim_input.h"
 #include "sim_target.h"
 
@@ -343,6 +344,25 @@ static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *val
     memset(t, 0, sizeof(*t));
     if (!cJSON_IsArray(values) || n < 1)
         return kf_err_set(err, KF_INVALID, "tunable %s needs a non-empty list of values", name);
+    if (addr && !cJSON_IsObject(addr))
+        return kf_err_set(err, KF_INVALID, "tunable %s: \"addresses\" must be an object of finding kind -> "
+                          "\"up\", \"down\" or \"any\"", name);
+    if (addr) {
+        const cJSON *a;
+        cJSON_ArrayForEach(a, addr)
+        {
+            bool known = false;
+            for (int k = 0; k < SIM_FIND__COUNT; k++)
+                known = known || strcmp(a->string, sim_finding_name((sim_finding_kind)k)) == 0;
+            if (!known)
+                return kf_err_set(err, KF_INVALID, "tunable %s addresses '%s', which is not a finding kind of the "
+                                  "profiler (docs/profile.md lists them)", name, a->string);
+            if (!cJSON_IsString(a) || (strcmp(a->valuestring, "up") != 0 && strcmp(a->valuestring, "down") != 0 &&
+                                       strcmp(a->valuestring, "any") != 0))
+                return kf_err_set(err, KF_INVALID, "tunable %s: the direction for '%s' must be \"up\", \"down\" "
+                                  "or \"any\"", name, a->string);
+        }
+    }
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->values = cJSON_Duplicate(values, true);
     t->n_values = n;

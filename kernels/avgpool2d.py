@@ -29,7 +29,7 @@ KFORGE = {
                  "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                "buffer_pressure": "down"}},
         "SCALE_ENGINE": {"values": ["vector", "gpsimd", "scalar"], "default": "vector",
-                         "addresses": {"slow_engine": "any", "buffer_pressure": "any"}}
+                         "addresses": {"slow_engine": "any", "buffer_pressure": "any", "engine_imbalance": "any"}}
     },
     "flops": 0,
     "constraints": ["ROWS == 1 or ROWS // 2 < H // 2",

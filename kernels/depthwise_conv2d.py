@@ -31,7 +31,7 @@ KFORGE = {
                  "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                "buffer_pressure": "down"}},
         "TAP_SPLIT": {"values": [0, 1], "default": 0,
-                      "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any"}}
+                      "addresses": {"slow_engine": "any", "engine_waits_on_dma": "any", "engine_imbalance": "any"}}
     },
     "flops": 0,
     "constraints": ["ROWS == 1 or ROWS // 2 < H - KH + 1",

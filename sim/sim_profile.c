@@ -593,6 +593,67 @@ static void find_slow_engine(fctx *c)
              total);
 }
 
+/* VectorE and GpSimd run the same elementwise instructions.  When one of
+ * them is busy most of the run and the other mostly idles, moving part of
+ * the busy one's elementwise work across shortens the busy engine.  The
+ * saving is the balance point: with the work in busy-engine time M and the
+ * other engine s times as fast on it, moving x of it equalises
+ * busy - x = other + x / s, so x = (busy - other) * s / (1 + s), at most M;
+ * weighted by the busy engine's share of the run like the others. */
+static void find_imbalance(fctx *c)
+{
+    sim_profile *p = c->p;
+    const sim_record *r = p->rec;
+    static const sim_engine pair[2] = { SIM_ENG_VECTOR, SIM_ENG_GPSIMD };
+    char lines[256], tb[32];
+
+    for (int k = 0; k < 2; k++) {
+        sim_engine e = pair[k], o = pair[1 - k];
+        double busy = sim_ps_to_ns(p->tm.track_busy_ps[e]), other = sim_ps_to_ns(p->tm.track_busy_ps[o]);
+        double on_e = 0, on_o = 0;
+        uint64_t n = 0;
+        if (busy < 0.5 * p->total_ns || other >= 0.5 * busy)
+            continue;
+        acc_reset(&c->a);
+        for (size_t i = 0; i < r->n_insns; i++) {
+            const sim_insn *in = &r->insns[i];
+            if (in->engine != e ||
+                !(in->opcode == SIM_OP_TENSOR_TENSOR || in->opcode == SIM_OP_TENSOR_SCALAR ||
+                  in->opcode == SIM_OP_TENSOR_COPY || in->opcode == SIM_OP_TENSOR_REDUCE ||
+                  in->opcode == SIM_OP_SCALAR_TENSOR_TENSOR))
+                continue;
+            double a = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, e, 0));
+            double b = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, o, 0));
+            on_e += a;
+            on_o += b;
+            n++;
+            acc_add(&c->a, in->loc, a);
+        }
+        if (!n || on_o <= 0)
+            continue;
+        double s = on_e / on_o;
+        double x = (busy - other) * s / (1 + s);
+        if (x > on_e)
+            x = on_e;
+        double cost = x * busy_frac(p, e);
+        if (!worth(p, cost))
+            continue;
+        sim_finding *f = finding_add(c, SIM_FIND_ENGINE_IMBALANCE, cost);
+        fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
+        msgf(f->message, sizeof(f->message),
+             "%s engine is busy %.0f%% of the run while %s is busy %.0f%%; %llu elementwise "
+             "instructions on %s could run on %s (at %.2fx the speed): giving it about %s of them "
+             "(engine=nki.isa.%s on part of the tiles or taps) balances the two: %s",
+             sim_engine_name(e), 100.0 * busy / p->total_ns, sim_engine_name(o), 100.0 * other / p->total_ns,
+             (unsigned long long)n, sim_engine_name(e), sim_engine_name(o), s, human_ns(x, tb, sizeof(tb)),
+             o == SIM_ENG_GPSIMD ? "gpsimd_engine" : "vector_engine", lines);
+        msgf(f->evidence, sizeof(f->evidence),
+             "{\"engine\":\"%s\",\"other\":\"%s\",\"busy_ns\":%.0f,\"other_busy_ns\":%.0f,"
+             "\"movable_ns\":%.0f,\"other_speed\":%.3f,\"move_ns\":%.0f}",
+             sim_engine_name(e), sim_engine_name(o), busy, other, on_e, s, x);
+    }
+}
+
 /* Many small instructions on VectorE/ScalarE/GpSimd: each pays ~60 cycles
  * per SBUF/PSUM access and at least MIN_II, whatever its size (S7, S30). */
 static void find_overhead(fctx *c)
@@ -821,6 +882,7 @@ kf_code sim_profile_build(const sim_record *rec, const sim_target *tgt, sim_prof
     find_pressure(&c);
     find_slow_engine(&c);
     find_overhead(&c);
+    find_imbalance(&c);
     free(c.a.by_loc);
     if (p->n_findings)
         qsort(p->findings, p->n_findings, sizeof(sim_finding), cmp_finding);

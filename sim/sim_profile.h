@@ -38,7 +38,8 @@
     XX(FP32_MATMUL,     "fp32_matmul",          "FP32 matmuls run at a quarter of BF16")  \
     XX(BUFFER_PRESSURE, "buffer_pressure",      "Reused buffers serialise the pipeline")  \
     XX(SLOW_ENGINE,     "slow_engine",          "Work on an engine another does faster")   \
-    XX(INSN_OVERHEAD,   "instruction_overhead", "Fixed per-instruction cost dominates small instructions")
+    XX(INSN_OVERHEAD,   "instruction_overhead", "Fixed per-instruction cost dominates small instructions") \
+    XX(ENGINE_IMBALANCE, "engine_imbalance",    "One engine busy while another that runs the same ops idles")
 
 typedef enum sim_finding_kind {
 #define XX(id, name, title) SIM_FIND_##id,

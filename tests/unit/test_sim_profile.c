@@ -436,3 +436,43 @@ Test(sim_profile_summary, same_record_same_profile)
     sim_profile_free(b);
     sim_record_release(&r);
 }
+
+/* 64 independent tensor_tensor ops on [128, 512] fp32 tiles; every
+ * `gpsimd_every`-th goes to GpSimd (0: all on VectorE). */
+static void elementwise_loop(sim_record *r, unsigned gpsimd_every)
+{
+    uint32_t l = sim_record_loc(r, "k.py", 70, "k");
+    uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_FLOAT32, 128, 512, 0);
+    uint32_t y = syn_tile(r, SIM_MEM_SBUF, "y", SIM_DT_FLOAT32, 128, 512, 4096);
+    for (unsigned i = 0; i < 64; i++) {
+        uint32_t o = syn_tile(r, SIM_MEM_SBUF, "o", SIM_DT_FLOAT32, 128, 512, 8192 + 2048ull * (i % 8));
+        sim_region b = syn_tile_all(r, y);
+        int eng = gpsimd_every && i % gpsimd_every == 0 ? SIM_ENG_GPSIMD : SIM_ENG_VECTOR;
+        syn_op(r, SIM_OP_TENSOR_TENSOR, eng, syn_tile_all(r, o), syn_tile_all(r, x), &b, l);
+    }
+}
+
+Test(sim_profile_findings, one_engine_busy_while_the_other_idles)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    elementwise_loop(&a, 0);        /* all on VectorE, GpSimd idle */
+    elementwise_loop(&b, 2);        /* split between the two */
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2");
+    const sim_finding *f = finding(pa, SIM_FIND_ENGINE_IMBALANCE);
+    cr_assert_not_null(f);
+    cr_assert(strstr(f->message, "gpsimd_engine") != NULL, "%s", f->message);
+    cr_assert(finding_has_line(pa, f, 70));
+    /* the balance point: GpSimd is slower, so less than half moves */
+    cr_assert(f->cost_ns > 0.1 * pa->total_ns && f->cost_ns < 0.5 * pa->total_ns, "%.0f of %.0f", f->cost_ns,
+              pa->total_ns);
+    cr_assert(pb->total_ns < pa->total_ns, "splitting is faster: %.0f vs %.0f", pb->total_ns, pa->total_ns);
+    cr_assert(pa->total_ns - f->cost_ns < pb->total_ns * 1.15 && pa->total_ns - f->cost_ns > pb->total_ns * 0.6,
+              "the estimate (%.0f) is near the split's time (%.0f)", pa->total_ns - f->cost_ns, pb->total_ns);
+    cr_assert_null(finding(pb, SIM_FIND_ENGINE_IMBALANCE));
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
