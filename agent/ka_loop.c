@@ -252,6 +252,11 @@ typedef struct ka_tuner {
     double            t_start, eval_s, sim_s;
     cJSON            *path, *trace;
     cJSON            *default_info;
+    /* the template's default setting (or the nearest legal one), and
+     * whether the guided planner still owes it an evaluation because the
+     * fixed-cost prior started elsewhere */
+    int               def_idx[KA_MAX_TUNABLES];
+    bool              have_def, default_due;
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -582,49 +587,147 @@ static kf_code ka_next(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
     }
 }
 
-/* The first setting: the defaults, or the nearest legal one. */
-static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
+/* The template's default setting, or when it breaks a constraint the
+ * nearest legal setting that moves one tunable (fewest steps first).
+ * *found is false when no such setting exists. */
+static kf_code ka_default_setting(ka_tuner *t, int *idx, bool *found, kf_err *err)
 {
     const ka_space *sp = t->sp;
     bool ok = true;
+    kf_code rc;
+    *found = false;
+    for (int i = 0; i < sp->n; i++)
+        idx[i] = sp->t[i].def;
+    rc = ka_space_legal(sp, idx, &ok, NULL, err);
+    if (rc || ok) {
+        *found = ok;
+        return rc;
+    }
+    for (int dist = 1; dist < 64; dist++) {
+        for (int k = 0; k < 2 * sp->n; k++) {
+            int i = k / 2, j = sp->t[i].def + (k % 2 ? dist : -dist);
+            if (j < 0 || j >= sp->t[i].n_values)
+                continue;
+            idx[i] = j;
+            rc = ka_space_legal(sp, idx, &ok, NULL, err);
+            if (rc || ok) {
+                *found = ok;
+                return rc;
+            }
+            idx[i] = sp->t[i].def;
+        }
+    }
+    return KF_OK;
+}
+
+/* Which way a tunable cuts a fixed cost, by what it declares it addresses:
+ * +1 when raising it does, -1 when lowering it does, 0 when it is not one.
+ * A PE tile (tensor_underfilled) fills TensorE's 128x128 array and its
+ * 512-wide moving side, so each matmul's fixed issue cost buys more work.
+ * A tile size (dma_small_transfers and instruction_overhead the same way)
+ * amortises the per-DMA and per-instruction costs; it counts only when
+ * `tiles` is set.  Work splits, engine choices and reuse blocks that
+ * address one of them alone are not moved. */
+static int ka_fixed_cost_dir(const ka_tunable *tu, bool tiles)
+{
+    const char *pe, *d1, *d2, *dir = NULL;
+    if (!tu->addresses)
+        return 0;
+    pe = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tu->addresses, "tensor_underfilled"));
+    d1 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tu->addresses, "dma_small_transfers"));
+    d2 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tu->addresses, "instruction_overhead"));
+    if (pe)
+        dir = pe;
+    else if (tiles && d1 && d2 && strcmp(d1, d2) == 0)
+        dir = d1;
+    if (!dir)
+        return 0;
+    if (strcmp(dir, "up") == 0)
+        return 1;
+    return strcmp(dir, "down") == 0 ? -1 : 0;
+}
+
+/* The fixed-cost prior: every DMA, every instruction and every matmul pays
+ * a fixed cost whatever its size, and tiles too small to amortise it are
+ * the usual first limiter.  So each tunable that cuts one
+ * (ka_fixed_cost_dir) is moved, in declaration order, as far that way as
+ * the constraints allow with the others as they stand; the profile of that
+ * setting then says what to give back (buffer_pressure and
+ * engine_waits_on_dma point the other way).  Tile sizes move only for ops
+ * without TensorE work (`tiles`): for matmul-like ops the blocks trade
+ * operand reuse against pipeline depth, and the template's default is the
+ * better start.  idx holds a legal setting on entry and on return. */
+static kf_code ka_prior(ka_tuner *t, int *idx, bool tiles, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    for (int i = 0; i < sp->n; i++) {
+        int dir = ka_fixed_cost_dir(&sp->t[i], tiles), keep = idx[i];
+        if (dir == 0)
+            continue;
+        for (int j = dir > 0 ? sp->t[i].n_values - 1 : 0; j != keep; j -= dir) {
+            bool ok = false;
+            kf_code rc;
+            idx[i] = j;
+            rc = ka_space_legal(sp, idx, &ok, NULL, err);
+            if (rc)
+                return rc;
+            if (ok)
+                break;
+            idx[i] = keep;
+        }
+    }
+    return KF_OK;
+}
+
+/* The first setting.  Guided: the fixed-cost prior from the template's
+ * default (the default itself is evaluated next, for the report's
+ * comparison).  The defaults are pruned when they break a constraint. */
+static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    bool found = false, legal = true;
+    char what[300] = "";
     kf_code rc;
     memset(out, 0, sizeof(*out));
     out->moved = -1;
     for (int i = 0; i < sp->n; i++)
         out->idx[i] = sp->t[i].def;
-    rc = ka_space_legal(sp, out->idx, &ok, NULL, err);
+    rc = ka_space_legal(sp, out->idx, &legal, NULL, err);
     if (rc)
         return rc;
-    if (ok) {
-        snprintf(out->reason, sizeof(out->reason), "baseline: the template's default setting");
-        *have = true;
-        return KF_OK;
+    if (!legal) {
+        t->pruned++;
+        ka_seen_add(t, out->idx, 0);
     }
-    /* the defaults break a constraint: the nearest legal setting that
-     * moves one tunable, fewest steps first */
-    t->pruned++;
-    ka_seen_add(t, out->idx, 0);
-    for (int dist = 1; dist < 64; dist++) {
-        for (int k = 0; k < 2 * sp->n; k++) {
-            int i = k / 2, j = out->idx[k / 2] + (k % 2 ? dist : -dist);
-            int idx[KA_MAX_TUNABLES];
-            if (j < 0 || j >= sp->t[i].n_values)
-                continue;
-            memcpy(idx, out->idx, sizeof(idx));
-            idx[i] = j;
-            rc = ka_space_legal(sp, idx, &ok, NULL, err);
-            if (rc)
-                return rc;
-            if (ok) {
-                memcpy(out->idx, idx, sizeof(idx));
-                snprintf(out->reason, sizeof(out->reason), "baseline: the defaults break a constraint; "
-                                                           "the nearest legal setting");
-                *have = true;
-                return KF_OK;
-            }
-        }
+    rc = ka_default_setting(t, t->def_idx, &found, err);
+    if (rc)
+        return rc;
+    if (!found)
+        return ka_next(t, out, have, err);
+    t->have_def = true;
+    memcpy(out->idx, t->def_idx, sizeof(out->idx));
+    rc = ka_prior(t, out->idx, t->pb->op_flops_set && t->pb->op_flops <= 0, err);
+    if (rc)
+        return rc;
+    for (int i = 0, o = 0; i < sp->n; i++) {
+        char mv[200];
+        if (out->idx[i] != t->def_idx[i] && o < (int)sizeof(what))
+            o += snprintf(what + o, sizeof(what) - (size_t)o, "%s%s", o ? ", " : "",
+                          ka_move_text(sp, i, t->def_idx[i], out->idx[i], mv, sizeof(mv)));
     }
-    return ka_next(t, out, have, err);
+    t->default_due = what[0] != 0;
+    if (what[0])
+        snprintf(out->reason, sizeof(out->reason),
+                 "baseline: fixed per-DMA, per-instruction and per-matmul costs dominate small tiles, so the "
+                 "search starts from the %s setting with its tiles as large as the constraints allow (%s); the "
+                 "default itself is evaluated when the search ends",
+                 legal ? "template's default" : "nearest legal", what);
+    else
+        snprintf(out->reason, sizeof(out->reason), "%s",
+                 legal ? "baseline: the template's default setting"
+                       : "baseline: the defaults break a constraint; the nearest legal setting");
+    *have = true;
+    return KF_OK;
 }
 
 static void ka_trim_checks(cJSON *val)
@@ -868,7 +971,11 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
                  ka_us(t->best_lat));
         cJSON_AddStringToObject(it, "action", "explore");
     }
-    if (t->iter == 1 || (t->default_info == NULL && strncmp(c->reason, "baseline", 8) == 0)) {
+    /* `default` is the template's default setting; until it is evaluated
+     * (exhaustive and random order may never reach it) the first setting */
+    if (t->default_info == NULL ||
+        (t->have_def && memcmp(c->idx, t->def_idx, sizeof(int) * (size_t)sp->n) == 0)) {
+        cJSON_Delete(t->default_info);
         t->default_info = cJSON_CreateObject();
         cJSON_AddItemToObject(t->default_info, "params", ka_space_params(sp, c->idx));
         cJSON_AddNumberToObject(t->default_info, "latency_ns", lat);
@@ -1063,6 +1170,23 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
             goto out;
         if (!have && !t.have_best)
             snprintf(stop_msg, sizeof(stop_msg), "no candidate passed validation");
+    }
+    /* The prior started elsewhere: when the search ended by itself (no
+     * improvement, nothing left), the template's default gets one more
+     * evaluation so the report compares with it; a goal, a budget or a
+     * cancel is respected, and `default` is then the starting setting. */
+    if (t.default_due && (strcmp(stop, "no_improvement") == 0 || strcmp(stop, "exhausted") == 0) &&
+        !ka_seen_find(&t, t.def_idx)) {
+        char params[300];
+        memset(&c, 0, sizeof(c));
+        memcpy(c.idx, t.def_idx, sizeof(c.idx));
+        c.moved = -1;
+        ka_fmt_params(sp, t.def_idx, params, sizeof(params));
+        snprintf(c.reason, sizeof(c.reason), "after the search: the template's default setting (%s), "
+                 "for the report's comparison", params);
+        rc = ka_iterate(&t, &c, err);
+        if (rc)
+            goto out;
     }
     res = cJSON_CreateObject();
     cJSON_AddStringToObject(res, "op", pb->op);

@@ -175,6 +175,37 @@ Test(agent, binding_derives_shapes_and_refuses_what_a_template_cannot_serve)
     cr_assert_eq(bind("softmax", "8x8x8", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_INVALID);
 }
 
+/* A tunable's "addresses" must name the profiler's finding kinds and a
+ * direction: a typo would otherwise silently never steer the planner. */
+Test(agent, addresses_name_real_findings_and_directions)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    static const char *const bad[] = {
+        "{\"tunables\":{\"TILE_F\":{\"addresses\":{\"dma_smal_transfers\":\"up\"}}}}",
+        "{\"tunables\":{\"TILE_F\":{\"addresses\":{\"engine_imbalance\":\"sideways\"}}}}",
+        "{\"tunables\":{\"TILE_F\":{\"addresses\":[\"buffer_pressure\"]}}}",
+    };
+    static const char *const says[] = { "not a finding kind", "must be \"up\"", "must be an object" };
+    cJSON *tun = cJSON_Parse("{\"TILE_F\":[128,256]}"), *meta;
+
+    cr_assert_eq(bind("add", "130x300 130x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    ka_space_release(&sp);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        meta = cJSON_Parse(bad[i]);
+        cr_assert_eq(ka_space_from_tunables(tun, meta, &pb, &sp, &err), KF_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err.msg, says[i]) && strstr(err.msg, "TILE_F"), "%s", err.msg);
+        cJSON_Delete(meta);
+    }
+    meta = cJSON_Parse("{\"tunables\":{\"TILE_F\":{\"addresses\":{\"engine_imbalance\":\"any\"}}}}");
+    cr_assert_eq(ka_space_from_tunables(tun, meta, &pb, &sp, &err), KF_OK, "%s", err.msg);
+    ka_space_release(&sp);
+    cJSON_Delete(meta);
+    cJSON_Delete(tun);
+    ka_problem_release(&pb);
+}
+
 Test(agent, constraints_prune_settings)
 {
     ka_problem pb;
@@ -271,6 +302,59 @@ Test(agent, loop_reaches_its_goal_and_records_each_iteration)
     }
     cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(iters, 0), "source"),
                        "the first iteration keeps the source");
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(res);
+}
+
+static const cJSON *param(const cJSON *it, const char *name)
+{
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(it, "params"), name);
+}
+
+/* An op without TensorE work (add declares "flops": 0) starts from the
+ * largest tile the constraints allow, and the template's default is still
+ * evaluated once the search ends, so `default` and the report compare with
+ * it.  A matmul starts from its default. */
+Test(agent, ops_without_tensor_work_start_from_the_largest_tiles)
+{
+    ka_opts o = { 0 };
+    cJSON *res, *it, *first;
+    bool default_seen = false;
+    int n = 0;
+
+    o.max_iterations = 20;
+    o.patience = 1;          /* one move from 2048 to 1024 that does not pay, then the default */
+    iters = cJSON_CreateArray();
+    res = tune("add", "256x2048 256x2048", &o);
+    first = cJSON_GetArrayItem(iters, 0);
+    cr_assert_eq(param(first, "TILE_F")->valuedouble, 2048, "TILE_F < 2 * D allows 2048 at most");
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(first, "reason")->valuestring, "TILE_F 512 -> 2048"), "%s",
+              cJSON_GetObjectItemCaseSensitive(first, "reason")->valuestring);
+    cr_assert_str_eq(stop_reason(res), "no_improvement");
+    cJSON_ArrayForEach(it, iters)
+    {
+        n++;
+        if (param(it, "TILE_F")->valuedouble == 512) {
+            default_seen = true;
+            cr_assert_eq(n, cJSON_GetArraySize(iters), "the default comes last, after the search");
+            cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, "after the search"));
+        }
+    }
+    cr_assert(default_seen);
+    cr_assert_eq(param(cJSON_GetObjectItemCaseSensitive(res, "default"), "TILE_F")->valuedouble, 512);
+    cr_assert_eq(param(cJSON_GetObjectItemCaseSensitive(res, "best"), "TILE_F")->valuedouble, 2048);
+    cJSON_Delete(iters);
+    cJSON_Delete(res);
+
+    memset(&o, 0, sizeof(o));
+    o.max_iterations = 1;
+    iters = cJSON_CreateArray();
+    res = tune("matmul", "256x256 256x512", &o);
+    first = cJSON_GetArrayItem(iters, 0);
+    cr_assert_eq(param(first, "BLOCK_M")->valuedouble, 1, "a matmul starts at the template's default");
+    cr_assert_eq(param(first, "BLOCK_N")->valuedouble, 1);
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(first, "reason")->valuestring, "template's default setting"));
     cJSON_Delete(iters);
     iters = NULL;
     cJSON_Delete(res);
