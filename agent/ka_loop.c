@@ -257,6 +257,7 @@ typedef struct ka_tuner {
      * fixed-cost prior started elsewhere */
     int               def_idx[KA_MAX_TUNABLES];
     bool              have_def, default_due;
+    bool              default_is_template;   /* default_info is def_idx's (not the start's) */
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -720,7 +721,7 @@ static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
         snprintf(out->reason, sizeof(out->reason),
                  "baseline: fixed per-DMA, per-instruction and per-matmul costs dominate small tiles, so the "
                  "search starts from the %s setting with its tiles as large as the constraints allow (%s); the "
-                 "default itself is evaluated when the search ends",
+                 "default itself is evaluated if the search ends by itself",
                  legal ? "template's default" : "nearest legal", what);
     else
         snprintf(out->reason, sizeof(out->reason), "%s",
@@ -976,6 +977,7 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     if (t->default_info == NULL ||
         (t->have_def && memcmp(c->idx, t->def_idx, sizeof(int) * (size_t)sp->n) == 0)) {
         cJSON_Delete(t->default_info);
+        t->default_is_template = t->have_def && memcmp(c->idx, t->def_idx, sizeof(int) * (size_t)sp->n) == 0;
         t->default_info = cJSON_CreateObject();
         cJSON_AddItemToObject(t->default_info, "params", ka_space_params(sp, c->idx));
         cJSON_AddNumberToObject(t->default_info, "latency_ns", lat);
@@ -1024,6 +1026,8 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
     const ka_problem *pb = t->pb;
     const cJSON *pe;
     char params[512];
+    /* the result owns it by now */
+    const cJSON *di = cJSON_GetObjectItemCaseSensitive(res, "default");
 
     kf_buf_init(&md);
     kf_buf_addf(&md, "# kforge tune: %s on %s\n\n", pb->op[0] ? pb->op : pb->entry, pb->target);
@@ -1038,7 +1042,7 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
     if (!t->have_best) {
         kf_buf_addf(&md, "**No correct kernel**: no candidate passed validation. %s\n", stop_msg);
     } else {
-        double dl = jnum(t->default_info, "latency_ns", 0);
+        double dl = jnum(di, "latency_ns", 0);
         ka_fmt_params(t->sp, t->best, params, sizeof(params));
         kf_buf_addf(&md, "**Best**: %.1f us, %.2f of the %s bound (%.1f us); profiler: %.2f of its tightest bound (%s).\n\n",
                     ka_us(t->best_lat), t->best_floor > 0 ? t->best_floor / t->best_lat : 0,
@@ -1046,9 +1050,22 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
                     jnum(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "achieved_fraction", 0),
                     jstr(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "tightest", "?"));
         kf_buf_addf(&md, "Tunables: `%s`\n\n", t->sp->n ? params : "(none)");
-        if (dl > 0)
-            kf_buf_addf(&md, "Starting point: %.1f us (%.2f of the bound); speed-up %.2fx.\n\n", ka_us(dl),
-                        jnum(t->default_info, "fraction_of_bound", 0), dl / t->best_lat);
+        if (dl > 0) {
+            char dp[512] = "";
+            int didx[KA_MAX_TUNABLES] = { 0 };
+            for (int i = 0; i < t->sp->n; i++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(di, "params"), t->sp->t[i].name);
+                for (int j = 0; j < t->sp->t[i].n_values; j++)
+                    if (cJSON_Compare(v, cJSON_GetArrayItem(t->sp->t[i].values, j), true))
+                        didx[i] = j;
+            }
+            ka_fmt_params(t->sp, didx, dp, sizeof(dp));
+            kf_buf_addf(&md, "%s (`%s`): %.1f us (%.2f of the bound); speed-up %.2fx.\n\n",
+                        t->default_is_template ? "The template's default" : "Starting point",
+                        t->sp->n ? dp : "(none)", ka_us(dl), jnum(di, "fraction_of_bound", 0),
+                        dl / t->best_lat);
+        }
         kf_buf_addf(&md, "## Path\n\n| iteration | tunables | latency (us) | fraction of bound | why |\n|---|---|---|---|---|\n");
         cJSON_ArrayForEach(pe, path)
         {

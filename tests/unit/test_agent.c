@@ -344,6 +344,9 @@ Test(agent, ops_without_tensor_work_start_from_the_largest_tiles)
     cr_assert(default_seen);
     cr_assert_eq(param(cJSON_GetObjectItemCaseSensitive(res, "default"), "TILE_F")->valuedouble, 512);
     cr_assert_eq(param(cJSON_GetObjectItemCaseSensitive(res, "best"), "TILE_F")->valuedouble, 2048);
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(res, "report")->valuestring,
+                     "The template's default (`TILE_F=512`)"),
+              "the report compares with the default: %s", cJSON_GetObjectItemCaseSensitive(res, "report")->valuestring);
     cJSON_Delete(iters);
     cJSON_Delete(res);
 
