@@ -599,7 +599,9 @@ static void find_slow_engine(fctx *c)
  * saving is the balance point: with the work in busy-engine time M and the
  * other engine s times as fast on it, moving x of it equalises
  * busy - x = other + x / s, so x = (busy - other) * s / (1 + s), at most M;
- * weighted by the busy engine's share of the run like the others. */
+ * and no more than the busy engine's time above the DMA's and the other
+ * engines' (past that they set the pace); weighted by the busy engine's
+ * share of the run like the others. */
 static void find_imbalance(fctx *c)
 {
     sim_profile *p = c->p;
@@ -635,6 +637,16 @@ static void find_imbalance(fctx *c)
         double x = (busy - other) * s / (1 + s);
         if (x > on_e)
             x = on_e;
+        /* balancing shortens the run only while this engine is the
+         * slowest resource: not below the DMA time or another engine's */
+        double floor_ns = p->bounds.memory_ns;
+        if (sim_ps_to_ns(p->tm.dma_engine_busy_max_ps) > floor_ns)
+            floor_ns = sim_ps_to_ns(p->tm.dma_engine_busy_max_ps);
+        for (unsigned t = 0; t < SIM_ENG_DMA; t++)
+            if (t != (unsigned)e && t != (unsigned)o && sim_ps_to_ns(p->tm.track_busy_ps[t]) > floor_ns)
+                floor_ns = sim_ps_to_ns(p->tm.track_busy_ps[t]);
+        if (x > busy - floor_ns)
+            x = busy - floor_ns;
         double cost = x * busy_frac(p, e);
         if (!worth(p, cost))
             continue;
