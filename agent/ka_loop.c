@@ -720,7 +720,7 @@ static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
     if (what[0])
         snprintf(out->reason, sizeof(out->reason),
                  "baseline: fixed per-DMA, per-instruction and per-matmul costs dominate small tiles, so the "
-                 "search starts from the %s setting with its tiles as large as the constraints allow (%s); the "
+                 "search starts from the %s setting with its tiles as large as the constraints allow (%.140s); the "
                  "default itself is evaluated if the search ends by itself",
                  legal ? "template's default" : "nearest legal", what);
     else
