@@ -680,13 +680,13 @@ static kf_code ka_prior(ka_tuner *t, int *idx, bool tiles, kf_err *err)
     return KF_OK;
 }
 
-/* The first setting.  Guided: the fixed-cost prior from the template's
- * default (the default itself is evaluated next, for the report's
- * comparison).  The defaults are pruned when they break a constraint. */
+/* The first setting of the guided planner: the fixed-cost prior applied to
+ * the template's default (t->def_idx, set by ka_tune).  Defaults that break
+ * a constraint are counted as pruned. */
 static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
 {
     const ka_space *sp = t->sp;
-    bool found = false, legal = true;
+    bool legal = true;
     char what[300] = "";
     kf_code rc;
     memset(out, 0, sizeof(*out));
@@ -700,12 +700,8 @@ static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
         t->pruned++;
         ka_seen_add(t, out->idx, 0);
     }
-    rc = ka_default_setting(t, t->def_idx, &found, err);
-    if (rc)
-        return rc;
-    if (!found)
+    if (!t->have_def)
         return ka_next(t, out, have, err);
-    t->have_def = true;
     memcpy(out->idx, t->def_idx, sizeof(out->idx));
     rc = ka_prior(t, out->idx, t->pb->op_flops_set && t->pb->op_flops <= 0, err);
     if (rc)
@@ -1140,6 +1136,10 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
      * memory cache needs no model hash (and then skips hashing the binary). */
     if (ka_cache_dir(t.cache))
         ka_model_hash(pb->target, t.model_hash);
+    /* every planner reports the template's default when it evaluates it */
+    rc = ka_default_setting(&t, t.def_idx, &t.have_def, err);
+    if (rc)
+        goto out;
     if (o->planner != KA_PLAN_GUIDED) {
         rc = ka_enumerate(&t, err);
         if (rc)

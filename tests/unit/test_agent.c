@@ -361,6 +361,15 @@ Test(agent, ops_without_tensor_work_start_from_the_largest_tiles)
     cJSON_Delete(iters);
     iters = NULL;
     cJSON_Delete(res);
+
+    /* exhaustive order starts at the smallest tile; `default` is still the
+     * template's once the order reaches it */
+    memset(&o, 0, sizeof(o));
+    o.planner = KA_PLAN_EXHAUSTIVE;
+    o.patience = -1;
+    res = tune("add", "256x1024 256x1024", &o);
+    cr_assert_eq(param(cJSON_GetObjectItemCaseSensitive(res, "default"), "TILE_F")->valuedouble, 512);
+    cJSON_Delete(res);
 }
 
 Test(agent, stop_rules)
