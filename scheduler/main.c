@@ -352,7 +352,9 @@ static void s_reap(sched *s)
 }
 
 /* Jobs a worker dead-lettered (a retryable failure on the last attempt)
- * or the reaper did: state dead in PostgreSQL with Redis's last error. */
+ * or the reaper did: state dead in PostgreSQL with Redis's last error.
+ * Not when an enqueue is pending in the outbox: reconciliation recorded
+ * this death already and an admin re-queued the job before it was read. */
 static void s_deaths(sched *s)
 {
     kf_err err = KF_ERR_INIT;
@@ -379,7 +381,11 @@ static void s_deaths(sched *s)
             p[1] = info.last_error ? info.last_error : "attempts exhausted";
             r = s_sql(s,
                       "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid "
-                      "  AND state IN ('queued','running','retrying') FOR UPDATE), "
+                      "  AND state IN ('queued','running','retrying') "
+                      /* a pending enqueue is a later life (an admin's
+                       * re-queue): the relay drops this dead letter */
+                      "  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.action = 'enqueue') "
+                      "  FOR UPDATE), "
                       "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $3::int), "
                       "  last_error = $2, finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id "
                       "  RETURNING j.id, old.state) "

@@ -27,7 +27,11 @@ export KFORGE_TEST_BUILD=$BUILD
 TMP=$(mktemp -d /tmp/kforge-test.XXXXXX)
 chmod 755 "$TMP"
 export KFORGE_TEST_TMP=$TMP
-cleanup() { kf_stop_services; rm -rf "$TMP"; }
+# KFORGE_TEST_KEEP=1 keeps the folder (logs of every stack) for a post-mortem.
+cleanup() {
+  kf_stop_services
+  if [ "${KFORGE_TEST_KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 

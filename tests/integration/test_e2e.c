@@ -168,6 +168,43 @@ Test(e2e, cancel_reaches_a_running_job_within_seconds_whatever_the_lease)
     free(body);
 }
 
+/* The race behind a flaky re-queue: the scheduler's reconciliation made
+ * the job dead in PostgreSQL from Redis's dead letter, an admin re-queued
+ * it, and only then did the scheduler read the same death from Redis's
+ * deaths list.  Recording that death again must not undo the re-queue.
+ * Staged without a scheduler: the worker dead-letters the job, SQL plays
+ * the reconciliation, and the scheduler starts after the re-queue. */
+Test(e2e, a_requeue_survives_a_death_the_scheduler_reads_late)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 0 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(0, false, true, 1);
+    char *id = kf_stack_submit(&S, body);
+    char url[160], *v;
+    kf_http_resp r;
+    long long end = kf_test_now_ms() + 15000;
+
+    while (kf_test_now_ms() < end && kf_stack_redis_int(&S, "ZCARD %s", "kf:dead") < 1)
+        kf_test_sleep_ms(50);
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:dead"), 1, "the worker dead-letters the job; see %s", S.dir);
+    v = kf_stack_sql_value(&S, "UPDATE jobs SET state = 'dead', finished_at = now() WHERE id = $1::uuid RETURNING id",
+                           id);
+    cr_assert_not_null(v);
+    free(v);
+    snprintf(url, sizeof(url), "%s/v1/jobs/%s/requeue", S.api_url, id);
+    long st = kf_http_json("POST", url, S.admin, NULL, &r);
+    cr_assert_eq(st, 202, "requeue answered %ld: %s", st, r.body);
+    kf_http_resp_release(&r);
+    kf_stack_scheduler(&S, 0);
+    end = kf_test_now_ms() + 15000;
+    while (kf_test_now_ms() < end && events(id, "started") < 2)
+        kf_test_sleep_ms(50);
+    cr_assert_eq(events(id, "started"), 2, "the re-queued job ran again; see %s", S.dir);
+    cr_assert(kf_stack_wait_state(&S, id, "dead", 15000), "job is %s", kf_stack_state(&S, id));
+    free(id);
+    free(body);
+}
+
 /* An admin re-queues a dead job (POST /v1/jobs/{id}/requeue): the relay
  * drops the dead letter from Redis and queues the job again, which runs
  * once more with the next attempt number. */
