@@ -41,7 +41,7 @@ KFORGE = {
                "addresses": {"redundant_hbm_loads": "up", "dma_small_transfers": "up", "tensor_underfilled": "up",
                              "buffer_pressure": "down"}},
         "FW": {"values": [128, 256, 512, 1024], "default": 128,
-               "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "up",
+               "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                              "buffer_pressure": "down"}},
         "X_WHOLE": {"values": [0, 1], "default": 0,
                     "addresses": {"dma_small_transfers": "up", "engine_waits_on_dma": "up",
