@@ -237,6 +237,24 @@ static double dma_frac(const sim_profile *p)
 
 /* ---- findings ------------------------------------------------------------ */
 
+/* The DMA's own time: the bytes at full bandwidth, or the busiest DMA
+ * engine when its queue takes longer.  No overlap or engine balance gets a
+ * kernel below it. */
+static double dma_time_ns(const sim_profile *p)
+{
+    double busiest = sim_ps_to_ns(p->tm.dma_engine_busy_max_ps);
+    return busiest > p->bounds.memory_ns ? busiest : p->bounds.memory_ns;
+}
+
+/* Elementwise instructions VectorE and GpSimd both run. */
+static bool insn_elementwise(const sim_insn *in)
+{
+    return in->opcode == SIM_OP_TENSOR_TENSOR || in->opcode == SIM_OP_TENSOR_SCALAR ||
+           in->opcode == SIM_OP_TENSOR_COPY || in->opcode == SIM_OP_TENSOR_REDUCE ||
+           in->opcode == SIM_OP_SCALAR_TENSOR_TENSOR;
+}
+
+
 static void find_dma_small(fctx *c)
 {
     sim_profile *p = c->p;
@@ -371,9 +389,7 @@ static void find_dma_wait(fctx *c)
         /* Waiting is only avoidable down to the DMA's own time: a kernel
          * whose DMA engines are busy all along is DMA-bound, and the fix is
          * in the bytes it moves (the DMA findings), not in the overlap. */
-        double dma_bound = p->bounds.memory_ns;
-        if (sim_ps_to_ns(p->tm.dma_engine_busy_max_ps) > dma_bound)
-            dma_bound = sim_ps_to_ns(p->tm.dma_engine_busy_max_ps);
+        double dma_bound = dma_time_ns(p);
         double cost = stall;
         if (cost > p->total_ns - dma_bound)
             cost = p->total_ns - dma_bound;
@@ -562,10 +578,7 @@ static void find_slow_engine(fctx *c)
         } else if (in->opcode == SIM_OP_VE_TRANSPOSE && in->engine == SIM_ENG_VECTOR) {
             k = 1;
             alt = SIM_ENG_TENSOR;
-        } else if (in->engine == SIM_ENG_GPSIMD &&
-                   (in->opcode == SIM_OP_TENSOR_TENSOR || in->opcode == SIM_OP_TENSOR_SCALAR ||
-                    in->opcode == SIM_OP_TENSOR_COPY || in->opcode == SIM_OP_TENSOR_REDUCE ||
-                    in->opcode == SIM_OP_SCALAR_TENSOR_TENSOR)) {
+        } else if (in->engine == SIM_ENG_GPSIMD && insn_elementwise(in)) {
             k = 2;
         }
         if (k < 0)
@@ -619,10 +632,7 @@ static void find_imbalance(fctx *c)
         acc_reset(&c->a);
         for (size_t i = 0; i < r->n_insns; i++) {
             const sim_insn *in = &r->insns[i];
-            if (in->engine != e ||
-                !(in->opcode == SIM_OP_TENSOR_TENSOR || in->opcode == SIM_OP_TENSOR_SCALAR ||
-                  in->opcode == SIM_OP_TENSOR_COPY || in->opcode == SIM_OP_TENSOR_REDUCE ||
-                  in->opcode == SIM_OP_SCALAR_TENSOR_TENSOR))
+            if (in->engine != e || !insn_elementwise(in))
                 continue;
             double a = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, e, 0));
             double b = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, o, 0));
@@ -639,9 +649,7 @@ static void find_imbalance(fctx *c)
             x = on_e;
         /* balancing shortens the run only while this engine is the
          * slowest resource: not below the DMA time or another engine's */
-        double floor_ns = p->bounds.memory_ns;
-        if (sim_ps_to_ns(p->tm.dma_engine_busy_max_ps) > floor_ns)
-            floor_ns = sim_ps_to_ns(p->tm.dma_engine_busy_max_ps);
+        double floor_ns = dma_time_ns(p);
         for (unsigned t = 0; t < SIM_ENG_DMA; t++)
             if (t != (unsigned)e && t != (unsigned)o && sim_ps_to_ns(p->tm.track_busy_ps[t]) > floor_ns)
                 floor_ns = sim_ps_to_ns(p->tm.track_busy_ps[t]);
