@@ -257,7 +257,7 @@ typedef struct ka_tuner {
      * fixed-cost prior started elsewhere */
     int               def_idx[KA_MAX_TUNABLES];
     bool              have_def, default_due;
-    bool              default_is_template;   /* default_info is def_idx's (not the start's) */
+    int               default_info_idx[KA_MAX_TUNABLES];   /* the setting default_info describes */
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -281,6 +281,12 @@ static ka_seen *ka_seen_add(ka_tuner *t, const int *idx, int state)
     s->state = state;
     s->valid = -1;
     return s;
+}
+
+/* Whether idx is the template's default setting (or its nearest legal one). */
+static bool ka_is_default(const ka_tuner *t, const int *idx)
+{
+    return t->have_def && memcmp(idx, t->def_idx, sizeof(int) * (size_t)t->sp->n) == 0;
 }
 
 static void ka_push_moved(ka_tuner *t, const int *idx, int moved, int tier, double score, const char *reason);
@@ -686,16 +692,15 @@ static kf_code ka_prior(ka_tuner *t, int *idx, bool tiles, kf_err *err)
 static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
 {
     const ka_space *sp = t->sp;
-    bool legal = true;
+    bool legal = t->have_def;      /* the defaults themselves hold, or def_idx moved off them */
     char what[300] = "";
     kf_code rc;
     memset(out, 0, sizeof(*out));
     out->moved = -1;
-    for (int i = 0; i < sp->n; i++)
+    for (int i = 0; i < sp->n; i++) {
         out->idx[i] = sp->t[i].def;
-    rc = ka_space_legal(sp, out->idx, &legal, NULL, err);
-    if (rc)
-        return rc;
+        legal = legal && t->def_idx[i] == sp->t[i].def;
+    }
     if (!legal) {
         t->pruned++;
         ka_seen_add(t, out->idx, 0);
@@ -970,10 +975,9 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     }
     /* `default` is the template's default setting; until it is evaluated
      * (exhaustive and random order may never reach it) the first setting */
-    if (t->default_info == NULL ||
-        (t->have_def && memcmp(c->idx, t->def_idx, sizeof(int) * (size_t)sp->n) == 0)) {
+    if (t->default_info == NULL || ka_is_default(t, c->idx)) {
         cJSON_Delete(t->default_info);
-        t->default_is_template = t->have_def && memcmp(c->idx, t->def_idx, sizeof(int) * (size_t)sp->n) == 0;
+        memcpy(t->default_info_idx, c->idx, sizeof(t->default_info_idx));
         t->default_info = cJSON_CreateObject();
         cJSON_AddItemToObject(t->default_info, "params", ka_space_params(sp, c->idx));
         cJSON_AddNumberToObject(t->default_info, "latency_ns", lat);
@@ -1047,18 +1051,10 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
                     jstr(cJSON_GetObjectItemCaseSensitive(t->best_timing, "bounds"), "tightest", "?"));
         kf_buf_addf(&md, "Tunables: `%s`\n\n", t->sp->n ? params : "(none)");
         if (dl > 0) {
-            char dp[512] = "";
-            int didx[KA_MAX_TUNABLES] = { 0 };
-            for (int i = 0; i < t->sp->n; i++) {
-                const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-                    cJSON_GetObjectItemCaseSensitive(di, "params"), t->sp->t[i].name);
-                for (int j = 0; j < t->sp->t[i].n_values; j++)
-                    if (cJSON_Compare(v, cJSON_GetArrayItem(t->sp->t[i].values, j), true))
-                        didx[i] = j;
-            }
-            ka_fmt_params(t->sp, didx, dp, sizeof(dp));
+            char dp[512];
+            ka_fmt_params(t->sp, t->default_info_idx, dp, sizeof(dp));
             kf_buf_addf(&md, "%s (`%s`): %.1f us (%.2f of the bound); speed-up %.2fx.\n\n",
-                        t->default_is_template ? "The template's default" : "Starting point",
+                        ka_is_default(t, t->default_info_idx) ? "The template's default" : "Starting point",
                         t->sp->n ? dp : "(none)", ka_us(dl), jnum(di, "fraction_of_bound", 0),
                         dl / t->best_lat);
         }
