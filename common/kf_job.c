@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 static const char *const kf_job_kind_names[] = {
     [KF_KIND_NONE] = "",
@@ -79,6 +81,36 @@ bool kf_job_state_terminal(const char *s)
 {
     static const char *const terminal[] = { "succeeded", "failed", "cancelled", "dead", NULL };
     return kf_in_list(terminal, s);
+}
+
+bool kf_uuid_v7(char out[37])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char b[16];
+    struct timespec ts;
+    uint64_t ms;
+    unsigned sub;
+    int o = 0;
+
+    out[0] = '\0';
+    if (getrandom(b + 8, 8, 0) != 8)
+        return false;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    sub = (unsigned)((uint64_t)(ts.tv_nsec % 1000000) * 4096u / 1000000u);   /* 12 bits */
+    for (int i = 0; i < 6; i++)
+        b[i] = (unsigned char)(ms >> (40 - 8 * i));
+    b[6] = (unsigned char)(0x70 | (sub >> 8));
+    b[7] = (unsigned char)(sub & 0xff);
+    b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[b[i] >> 4];
+        out[o++] = hex[b[i] & 15];
+    }
+    out[o] = '\0';
+    return true;
 }
 
 bool kf_uuid_valid(const char *s)

@@ -117,4 +117,11 @@ void kf_job_payload_release(kf_job_payload *p);
 /* True when s is a canonical lowercase or uppercase UUID text (8-4-4-4-12). */
 bool kf_uuid_valid(const char *s);
 
+/* A new job id: a time-ordered UUID version 7 (RFC 9562: 48 bits of Unix
+ * milliseconds, 12 bits of sub-millisecond clock, 62 random bits from the
+ * kernel), lowercase text.  Ids made later sort later, so the primary key
+ * grows at its right edge instead of at a random leaf.  False (out left
+ * empty) only when the kernel gives no random bytes. */
+bool kf_uuid_v7(char out[37]);
+
 #endif

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kf_job.h"
 #include "kf_json.h"
@@ -211,4 +212,31 @@ Test(kf_job, payload_round_trips_and_is_checked_again)
     cr_assert(!kf_uuid_valid("5bd35d24xa80d-4ced-9c48-7d25c358dfdb"));
     cr_assert(kf_job_state_terminal("dead"));
     cr_assert(!kf_job_state_terminal("retrying"));
+}
+
+Test(kf_job, new_ids_are_version_7_uuids_that_sort_by_time)
+{
+    char a[37], b[37], c[37];
+    struct timespec two_ms = { 0, 2000000L };
+
+    cr_assert(kf_uuid_v7(a));
+    cr_assert(kf_uuid_v7(b));
+    nanosleep(&two_ms, NULL);
+    cr_assert(kf_uuid_v7(c));
+    cr_assert(kf_uuid_valid(a) && kf_uuid_valid(b) && kf_uuid_valid(c), "%s %s %s", a, b, c);
+    cr_assert_neq(strcmp(a, b), 0, "two ids alike: %s", a);
+    /* version nibble 7, variant bits 10 */
+    cr_assert_eq(a[14], '7', "%s", a);
+    cr_assert(strchr("89ab", a[19]) != NULL, "%s", a);
+    /* the first 48 bits are the Unix time in ms: a later id sorts later */
+    cr_assert_lt(strcmp(a, c), 0, "%s then %s", a, c);
+    {
+        char ms_hex[13];
+        long long ms, now = (long long)time(NULL) * 1000;
+        memcpy(ms_hex, a, 8);
+        memcpy(ms_hex + 8, a + 9, 4);
+        ms_hex[12] = '\0';
+        ms = strtoll(ms_hex, NULL, 16);
+        cr_assert(ms > now - 5000 && ms < now + 5000, "time field %lld, now %lld", ms, now);
+    }
 }
