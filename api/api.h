@@ -253,7 +253,7 @@ void api_reply_err(api_req *r, const kf_err *e);
 /* ---- group commit of new jobs (api_batch.c) -------------------------------- */
 
 /* One job to create.  The caller fills the inputs, calls api_job_insert()
- * and owns the outputs afterwards. */
+ * and reads the outputs afterwards. */
 typedef struct api_new_job {
     /* inputs (borrowed until api_job_insert returns) */
     char        id[37];
@@ -262,9 +262,10 @@ typedef struct api_new_job {
     int64_t     owner;
     const char *idem_key;       /* NULL without Idempotency-Key */
     const char *spec, *budget, *goal, *labels;   /* JSON texts */
+    const char *created_at;     /* ISO 8601 (api_job_clock), also updated_at */
+    const char *doc;            /* the job document the client gets (api_job_doc) */
     /* outputs */
     int         status;         /* 202, or 503/500 when nothing was written */
-    char       *body;           /* the job document (caller frees) */
     bool        queued;         /* on Redis already (else the relay does it) */
     /* internal */
     bool        done;
@@ -272,10 +273,17 @@ typedef struct api_new_job {
     struct api_new_job *next;
 } api_new_job;
 
+/* api_jobs.c: a new job's created_at, later than any handed out before
+ * (ISO 8601 UTC, as PostgreSQL prints it in JSON), and its document as
+ * GET returns it (caller frees). */
+void api_job_clock(char out[40]);
+char *api_job_doc(const api_new_job *nj);
+
 /* Write the job, its outbox row, its created event and (with a key) its
- * stored idempotent response, in one statement together with the jobs of
- * concurrent requests (group commit); after the commit, put them on Redis
- * (their outbox rows are deleted once delivered).  Blocks until nj is done. */
+ * stored idempotent response (doc), in one statement together with the
+ * jobs of concurrent requests (group commit); after the commit, put them on
+ * Redis (their outbox rows are deleted once delivered).  Blocks until nj is
+ * done. */
 void api_job_insert(api_req *r, api_new_job *nj);
 /* Batch counters in Prometheus text format. */
 void api_batch_metrics(kf_buf *out);

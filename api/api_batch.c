@@ -1,24 +1,31 @@
 /* api_batch — group commit of new jobs.
  *
  * Creating a job costs PostgreSQL three row writes; done one request at a
- * time, most of the cost is per statement (executor start, WAL flush,
- * round trips), not per row.  So concurrent POST /v1/jobs requests meet
- * here: a request that arrives while no batch runs (or while one runs and
- * API_BATCH_SECOND requests wait) becomes a leader, takes every waiting
- * request (up to API_BATCH_MAX), writes them all with one statement on its
- * own connection, puts them on Redis with one script run, and wakes the
- * others.  A lone request is a batch of one, so nothing waits for a timer.
+ * time, most of the cost is per statement (executor start, commit, round
+ * trips), not per row.  So concurrent POST /v1/jobs requests meet here: a
+ * request that arrives while no batch is being written (or while one is
+ * and API_BATCH_SECOND requests wait) becomes a leader, takes every
+ * waiting request (up to API_BATCH_MAX), writes them all with one
+ * statement on its own connection, puts them on Redis with one script run,
+ * and wakes the others.  The next batch may be written while this one goes
+ * to Redis.  A lone request is a batch of one, so nothing waits for a
+ * timer.
+ *
+ * The statement writes what the API hands it and reads nothing back but
+ * the outbox ids: the job's document and created_at come from api_jobs.c.
  *
  * Delivered outbox rows are deleted by the next batch's statement (one
  * statement and one commit per batch under load); a leader that finds no
- * request waiting deletes them itself right away.  Until then, or if the
+ * request waiting and no batch being written deletes them itself right
+ * away.  Until then, or if the
  * process dies first, the rows stay pending and the relay enqueues the
  * jobs again, which Redis ignores (enqueue is idempotent).
  *
  * Each job's rows are still one transaction (the statement), so a failure
- * writes nothing for any job of the batch, and each answers 503/500.  Jobs
- * keep their arrival order: created_at is the clock at each row, and Redis
- * receives them in that order. */
+ * writes nothing for any job of the batch, and each answers 503/500.  A
+ * client's jobs keep the order it sent them in: each created_at is later
+ * than the one before (api_job_clock), and a batch reaches Redis in the
+ * order its requests arrived. */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_job.h"
@@ -45,23 +52,34 @@ static atomic_ulong api_batch_count, api_batch_jobs;
 /* Outbox ids delivered to Redis and not yet deleted, "1,2,3" (under api_batch_mu). */
 static kf_buf api_batch_delivered = KF_BUF_INIT;
 
-static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch_v2",
-    "WITH input AS (SELECT t.*, clock_timestamp() AS ts FROM json_to_recordset($1::json) "
-    "  AS t(id uuid, kind text, target text, backend text, priority int, spec jsonb, budget jsonb, goal jsonb, "
-    "  labels jsonb, max_attempts int, owner bigint, ikey text, ord int)), "
-    "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "
-    "  owner_token_id, idempotency_key, created_at, updated_at) "
-    "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, ts "
-    "  FROM input ORDER BY ord RETURNING *), "
-    "o AS (INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id, job_id), "
-    "e AS (INSERT INTO job_events (job_id, type, to_state) SELECT id, 'created', 'queued' FROM j), "
-    "x AS (SELECT j.id, " API_JOB_JSON "::text AS body FROM j), "
-    "i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = x.body, "
-    "  location = '/v1/jobs/' || x.id FROM x JOIN input ON input.id = x.id "
-    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey), "
+/* The batch's rows; the final INSERT maps each job to its outbox row.
+ * Every column comes from the API (created_at included), so nothing is
+ * read back.  Two forms: the one for batches with an Idempotency-Key also
+ * stores those jobs' answers; the other plans no idempotency join. */
+#define API_BATCH_SQL_HEAD                                                                                      \
+    "WITH input AS (SELECT * FROM json_to_recordset($1::json) AS t(id uuid, kind text, target text, "          \
+    "  backend text, priority int, spec jsonb, budget jsonb, goal jsonb, labels jsonb, max_attempts int, "     \
+    "  owner bigint, ikey text, ts timestamptz, doc text)), "                                                  \
+    "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "   \
+    "  owner_token_id, idempotency_key, created_at, updated_at) "                                             \
+    "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, " \
+    "  ts FROM input), "                                                                                       \
+    "e AS (INSERT INTO job_events (job_id, type, to_state, created_at) "                                       \
+    "  SELECT id, 'created', 'queued', ts FROM input), "                                                       \
     "d AS (DELETE FROM outbox WHERE id = ANY($2::bigint[])) "
-    "SELECT x.id::text, o.id, x.body FROM x JOIN o ON o.job_id = x.id",
+#define API_BATCH_SQL_TAIL "INSERT INTO outbox (job_id) SELECT id FROM input RETURNING job_id::text, id"
+
+static const api_stmt api_st_batch_create = {
+    3, "kf_job_create_batch_v3", API_BATCH_SQL_HEAD API_BATCH_SQL_TAIL, 2,
+};
+
+static const api_stmt api_st_batch_create_idem = {
+    5, "kf_job_create_batch_idem_v3",
+    API_BATCH_SQL_HEAD
+    ", i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = input.doc, "
+    "  location = '/v1/jobs/' || input.id FROM input "
+    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
+    API_BATCH_SQL_TAIL,
     2,
 };
 
@@ -77,16 +95,16 @@ static const api_stmt api_st_batch_sent = {
 };
 
 /* The batch as the JSON array json_to_recordset reads (spec, budget, goal
- * and labels are the API's own printed JSON, embedded as they are). */
-static char *api_batch_json(api_new_job *batch)
+ * and labels are the API's own printed JSON, embedded as they are); the
+ * document only for jobs with an Idempotency-Key.  *idem: any has one. */
+static char *api_batch_json(api_new_job *batch, bool *idem)
 {
     kf_buf b = KF_BUF_INIT;
-    int ord = 0;
 
+    *idem = false;
     kf_buf_addc(&b, '[');
     for (api_new_job *p = batch; p; p = p->next) {
-        kf_buf_addf(&b, "%s{\"ord\":%d,\"id\":", ord ? "," : "", ord);
-        ord++;
+        kf_buf_adds(&b, p == batch ? "{\"id\":" : ",{\"id\":");
         kf_json_add_str(&b, p->id);
         kf_buf_adds(&b, ",\"kind\":");
         kf_json_add_str(&b, p->kind);
@@ -101,6 +119,13 @@ static char *api_batch_json(api_new_job *batch)
             kf_json_add_str(&b, p->idem_key);
         else
             kf_buf_adds(&b, "null");
+        kf_buf_adds(&b, ",\"ts\":");
+        kf_json_add_str(&b, p->created_at);
+        if (p->idem_key) {
+            *idem = true;
+            kf_buf_adds(&b, ",\"doc\":");
+            kf_json_add_str(&b, p->doc);
+        }
         kf_buf_addc(&b, '}');
     }
     kf_buf_addc(&b, ']');
@@ -142,8 +167,9 @@ static void api_batch_give_back(const char *ids)
 }
 
 /* After the commit: Redis (one script run for the batch), then the
- * delivered ids go on the list; with no request waiting to lead the next
- * batch, delete them now. */
+ * delivered ids go on the list.  With no request waiting and no batch
+ * being written (which takes them, or after its own Redis step deletes
+ * them), delete them now. */
 static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_ids[][24])
 {
     kf_err e = KF_ERR_INIT;
@@ -193,7 +219,7 @@ static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_i
             kf_buf_addc(&api_batch_delivered, ',');
         kf_buf_add(&api_batch_delivered, ids.data, ids.len);
     }
-    if (!api_batch_head)
+    if (!api_batch_head && api_batch_leaders == 0)
         flush = api_batch_take_delivered();
     pthread_mutex_unlock(&api_batch_mu);
     if (flush) {
@@ -211,28 +237,33 @@ static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_i
     kf_buf_release(&ids);
 }
 
-/* delivered: outbox ids of earlier batches to delete ("{...}", or NULL). */
-static void api_batch_run(api_req *r, api_new_job *batch, int n, char *delivered)
+/* The PostgreSQL step: write the batch (and delete delivered: outbox ids
+ * of earlier batches, "{...}" or NULL).  Sets each job's status and body;
+ * returns the outbox ids by position (caller frees), or NULL when nothing
+ * was written. */
+static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *delivered))[24]
 {
-    char *json = api_batch_json(batch);
+    bool idem;
+    char *json = api_batch_json(batch, &idem);
     const char *params[2] = { json, delivered ? delivered : "{}" };
-    char(*outbox_ids)[24] = kf_calloc((size_t)n, sizeof(*outbox_ids));
+    char(*outbox_ids)[24] = NULL;
     int fail = 0, i;
-    PGresult *res = api_req_stmt_quiet(r, &api_st_batch_create, params, &fail);
+    PGresult *res = api_req_stmt_quiet(r, idem ? &api_st_batch_create_idem : &api_st_batch_create, params, &fail);
 
     if (!res) {
         for (api_new_job *p = batch; p; p = p->next)
             p->status = fail;
         api_batch_give_back(delivered);
-        goto out;
+        free(json);
+        return NULL;
     }
+    outbox_ids = kf_calloc((size_t)n, sizeof(*outbox_ids));
     i = 0;
     for (api_new_job *p = batch; p; p = p->next, i++) {
         p->status = 500;
         for (int row = 0; row < PQntuples(res); row++) {
             if (strcmp(PQgetvalue(res, row, 0), p->id) == 0) {
                 p->status = 202;
-                p->body = kf_strdup(PQgetvalue(res, row, 2));
                 snprintf(outbox_ids[i], sizeof(outbox_ids[i]), "%s", PQgetvalue(res, row, 1));
                 break;
             }
@@ -242,10 +273,8 @@ static void api_batch_run(api_req *r, api_new_job *batch, int n, char *delivered
     atomic_fetch_add(&api_batch_count, 1);
     atomic_fetch_add(&api_batch_jobs, (unsigned long)n);
     PQclear(res);
-    api_batch_queue(r, batch, n, outbox_ids);
-out:
-    free(outbox_ids);
     free(json);
+    return outbox_ids;
 }
 
 /* Whether a waiting job may lead a batch now: always when none runs; a
@@ -272,7 +301,6 @@ void api_job_insert(api_req *r, api_new_job *nj)
     nj->done = false;
     nj->next = NULL;
     nj->status = 0;
-    nj->body = NULL;
     nj->queued = false;
     pthread_cond_init(&nj->cv, NULL);
     pthread_mutex_lock(&api_batch_mu);
@@ -284,7 +312,7 @@ void api_job_insert(api_req *r, api_new_job *nj)
     api_batch_waiting++;
     while (!nj->done) {
         api_new_job *batch, *last, *p, *next;
-        char *delivered;
+        char *delivered, (*outbox_ids)[24];
         int n = 0;
 
         if (!api_batch_may_lead()) {
@@ -306,8 +334,16 @@ void api_job_insert(api_req *r, api_new_job *nj)
         api_batch_wake_head();
         pthread_mutex_unlock(&api_batch_mu);
 
-        api_batch_run(r, batch, n, delivered);
+        outbox_ids = api_batch_write(r, batch, n, delivered);
         free(delivered);
+        /* PostgreSQL is free for the next batch while this one goes to Redis. */
+        pthread_mutex_lock(&api_batch_mu);
+        api_batch_leaders--;
+        api_batch_wake_head();
+        pthread_mutex_unlock(&api_batch_mu);
+        if (outbox_ids)
+            api_batch_queue(r, batch, n, outbox_ids);
+        free(outbox_ids);
 
         pthread_mutex_lock(&api_batch_mu);
         for (p = batch; p; p = next) {
@@ -317,8 +353,6 @@ void api_job_insert(api_req *r, api_new_job *nj)
             if (p != nj)
                 pthread_cond_signal(&p->cv);
         }
-        api_batch_leaders--;
-        api_batch_wake_head();
     }
     pthread_mutex_unlock(&api_batch_mu);
     pthread_cond_destroy(&nj->cv);

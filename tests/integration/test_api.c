@@ -248,13 +248,21 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     cr_assert_str_eq(fx_str(j, "backend"), "diag");
     cr_assert_eq(cJSON_GetObjectItem(j, "priority")->valueint, 7);
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "sleep_ms")->valueint, 100);
-    cJSON_Delete(j);
     kf_http_resp_release(&r);
 
+    /* The API builds the 202's document itself; it is the one GET reads
+     * from the row: every key and value, in the same order. */
     cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
-    j = fx_json(&r);
-    cr_assert_str_eq(fx_str(j, "id"), id);
-    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(j, "labels"), "team"), "infra");
+    {
+        cJSON *g = fx_json(&r), *a = j->child, *b = g->child;
+        cr_assert(cJSON_Compare(j, g, true), "POST answered a document GET does not return:\n%s", r.body);
+        for (; a && b; a = a->next, b = b->next)
+            cr_assert_str_eq(a->string, b->string, "keys in another order");
+        cr_assert(!a && !b);
+        cr_assert_str_eq(fx_str(g, "id"), id);
+        cr_assert_str_eq(fx_str(cJSON_GetObjectItem(g, "labels"), "team"), "infra");
+        cJSON_Delete(g);
+    }
     cJSON_Delete(j);
     kf_http_resp_release(&r);
 
@@ -359,7 +367,7 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
 {
     const char *body = "{\"kind\":\"diag\",\"target\":\"trn2\"}";
     kf_http_resp a, b;
-    char *la, *lb, *rep;
+    char *la, *lb, *rep, *replayed;
 
     cr_assert_eq(idem_post("k-1", body, &a), 202, "%s", a.body);
     cr_assert_eq(idem_post("k-1", body, &b), 202, "%s", b.body);
@@ -369,6 +377,7 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
     cr_assert_str_eq(la, lb);
     rep = kf_http_header(&b, "Idempotent-Replayed");
     cr_assert_not_null(rep);
+    replayed = kf_strdup(b.body);
     free(la);
     free(lb);
     free(rep);
@@ -376,6 +385,20 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
     kf_http_resp_release(&b);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 1);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE idempotency_key = 'k-1'", NULL), 1);
+    /* The stored answer is the job as GET reads it, key included. */
+    {
+        cJSON *s1 = cJSON_Parse(replayed), *g;
+        char *path = kf_asprintf("/v1/jobs/%s", fx_str(s1, "id"));
+        cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &a), 200);
+        g = fx_json(&a);
+        cr_assert_str_eq(fx_str(g, "idempotency_key"), "k-1");
+        cr_assert(cJSON_Compare(s1, g, true), "replayed %s\nGET %s", replayed, a.body);
+        cJSON_Delete(s1);
+        cJSON_Delete(g);
+        kf_http_resp_release(&a);
+        free(path);
+        free(replayed);
+    }
 
     /* Same key, different body. */
     cr_assert_eq(idem_post("k-1", "{\"kind\":\"diag\",\"target\":\"trn1\"}", &a), 422, "%s", a.body);

@@ -117,3 +117,29 @@ Test(api_parsers, cursors_round_trip_and_refuse_forgeries)
     api_cursor_make("', 1); DROP TABLE jobs; --", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id));
 }
+
+Test(api_jobs, created_at_is_postgres_json_text_and_always_later)
+{
+    char prev[40] = "", t[40];
+
+    for (int i = 0; i < 1000; i++) {
+        size_t n;
+        api_job_clock(t);
+        n = strlen(t);
+        /* 2026-11-30T18:31:48[.ffffff without trailing zeros]+00:00 */
+        cr_assert(n >= 25 && n <= 32, "%s", t);
+        cr_assert(t[4] == '-' && t[7] == '-' && t[10] == 'T' && t[13] == ':' && t[16] == ':', "%s", t);
+        cr_assert_str_eq(t + n - 6, "+00:00");
+        if (n > 25) {
+            cr_assert_eq(t[19], '.', "%s", t);
+            cr_assert_neq(t[n - 7], '0', "trailing zero in %s", t);
+        }
+        /* same length prefix compares as time; a shorter fraction is not
+         * later text-wise, so compare the seconds and then the fraction */
+        if (prev[0]) {
+            int c = strncmp(prev, t, 19);
+            cr_assert(c < 0 || (c == 0 && strtod(prev + 17, NULL) < strtod(t + 17, NULL)), "%s then %s", prev, t);
+        }
+        memcpy(prev, t, sizeof(prev));
+    }
+}
