@@ -50,6 +50,9 @@
     "end\n"
 
 /* One or more jobs, in order: KEYS[2i-1] job hash, KEYS[2i] waiting set;
+ * the hash gets only the fields a waiting job has (the others are written
+ * when they first matter; every reader takes an absent one as its
+ * default: released 0, cancel 0, lease_token/worker/last_error empty);
  * ARGV[8i-7..8i]: id kind target backend priority attempt max_attempts
  * payload.  Replies {'OK', c1, ..., cn}: ci is 1 when job i was created, 0
  * when it was already in Redis (left as it was).  One TIME for the batch,
@@ -66,11 +69,9 @@ static const char lua_enqueue[] = PRELUDE
     "    out[i + 1] = 0\n"
     "  else\n"
     "    local target = ARGV[a + 3]\n"
-    "    redis.call('HSET', jk, 'id', ARGV[a + 1], 'kind', ARGV[a + 2], 'target', target,\n"
-    "      'backend', ARGV[a + 4], 'priority', ARGV[a + 5], 'attempt', ARGV[a + 6],\n"
-    "      'max_attempts', ARGV[a + 7], 'released', '0', 'state', 'queued', 'lease_token', '',\n"
-    "      'worker', '', 'lease_expires_ms', '0', 'cancel', '0', 'payload', ARGV[a + 8],\n"
-    "      'last_error', '', 'enqueued_ms', n2s(now))\n"
+    "    redis.call('HSET', jk, 'kind', ARGV[a + 2], 'target', target, 'backend', ARGV[a + 4],\n"
+    "      'priority', ARGV[a + 5], 'attempt', ARGV[a + 6], 'max_attempts', ARGV[a + 7],\n"
+    "      'state', 'queued', 'payload', ARGV[a + 8], 'enqueued_ms', n2s(now))\n"
     "    redis.call('ZADD', wk, string.format('%.17g', wait_score(tonumber(ARGV[a + 5]), now) + (i - 1) / 64),\n"
     "      ARGV[a + 1])\n"
     "    woken[target] = (woken[target] or 0) + 1\n"
