@@ -89,6 +89,11 @@ queue_pg_cpu() {
   echo "$t $(getconf CLK_TCK)"
 }
 
+# CPU ticks (user + system) used so far by this part's Redis.
+queue_redis_cpu() {
+  awk '{print $14 + $15}' "/proc/$(cat "$TMP/redis/redis.pid")/stat"
+}
+
 # Sustained POST /v1/jobs rate vs pgbench single-row INSERT on the same PostgreSQL (issue 2),
 # side by side: for each server setting (the tests' fsync=off, then durable fsync=on +
 # synchronous_commit=on + full_page_writes=on, switched with ALTER SYSTEM + reload on the
@@ -96,12 +101,12 @@ queue_pg_cpu() {
 # alternating rounds of the API run and the pgbench run, KFB_ENQUEUE_SECS (default 4) each;
 # the machine is shared, so the ratio is of the medians of the rounds.  Also printed:
 # PostgreSQL's CPU per POST and per raw INSERT (what each costs the database, less noisy
-# than rates on a busy machine).  KFB_ENQUEUE_CLIENTS (default "4 16 32").  The API is driven by
+# than rates on a busy machine), and kforge-api's and Redis's CPU per POST.  KFB_ENQUEUE_CLIENTS (default "4 16 32").  The API is driven by
 # wrk over C keep-alive connections (KFB_ENQUEUE_DRIVER=curl: queue_bench's C libcurl threads),
 # and the accepted count is the API's own 202 counter.
 bench_queue_enqueue() {
   local secs=${KFB_ENQUEUE_SECS:-4} clients=${KFB_ENQUEUE_CLIENTS:-"4 16 32"} rounds=${KFB_ENQUEUE_ROUNDS:-3}
-  local mode c k out rate tps c0 c1 rows=""
+  local mode c k out rate tps c0 c1 r0 r1 api rows=""
   echo "== queue_enqueue: POST /v1/jobs vs pgbench one-INSERT script, same clients, $rounds alternating rounds of ${secs} s (target >= 0.5)"
   queue_services_up || return 1
   for mode in test durable; do
@@ -117,18 +122,19 @@ bench_queue_enqueue() {
         "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" || return 1
       echo "INSERT INTO bench_insert (body) VALUES ('{\"kind\":\"diag\",\"spec\":{\"sleep_ms\":0}}');" > "$KFB_DIR/insert.sql"
       for k in $(seq "$rounds"); do
-        c0=$(queue_pg_cpu)
+        c0=$(queue_pg_cpu); r0=$(queue_redis_cpu)
         out=$("$BUILD/bench/queue_bench" enqueue "$secs" "$c") || { echo "$out"; return 1; }
-        c1=$(queue_pg_cpu)
+        c1=$(queue_pg_cpu); r1=$(queue_redis_cpu)
         echo "$out" | grep -v '^KFB_'
         rate=$(echo "$out" | sed -n 's/^KFB_ENQUEUE_RATE=//p')
-        rows="$rows api:$mode:$c:$rate:${c0% *}:${c1% *}:$secs"
+        api=$(echo "$out" | sed -n 's/^KFB_API_TICKS=//p')
+        rows="$rows api:$mode:$c:$rate:${c0% *}:${c1% *}:$secs:${api:-0}:$((r1 - r0))"
         c0=$(queue_pg_cpu)
         tps=$("$KF_PG_BIN/pgbench" -n -c "$c" -j "$c" -T "$secs" -f "$KFB_DIR/insert.sql" "$KFB_PG_DSN" 2>/dev/null \
               | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
         c1=$(queue_pg_cpu)
         echo "   pgbench one-row INSERT, $c clients: $tps tps"
-        rows="$rows pg:$mode:$c:$tps:${c0% *}:${c1% *}:$secs"
+        rows="$rows pg:$mode:$c:$tps:${c0% *}:${c1% *}:$secs:0:0"
       done
     done
   done
@@ -141,20 +147,20 @@ names = {"test": "fsync=off, sync_commit=off (tests)",
          "durable": "fsync=on, sync_commit=on (deployment)"}
 runs = {}
 for row in sys.argv[2:]:
-    who, mode, c, rate, c0, c1, secs = row.split(":")
+    who, mode, c, rate, c0, c1, secs, api_t, redis_t = row.split(":")
     r = runs.setdefault((mode, int(c)), {"api": [], "pg": []})
-    # PostgreSQL CPU ms per operation (the run's whole window, startup included: an upper bound)
+    # CPU ms per operation: PostgreSQL's over the run's whole window (startup included: an
+    # upper bound), kforge-api's over wrk's run, Redis's over the run
     ops = float(rate) * float(secs)
-    r[who].append((float(rate), (float(c1) - float(c0)) / hz * 1e3 / ops if ops else float("nan")))
+    per = (lambda t: float(t) / hz * 1e3 / ops) if ops else (lambda t: float("nan"))
+    r[who].append((float(rate), per(float(c1) - float(c0)), per(api_t), per(redis_t)))
 print(f"   {'PostgreSQL settings':<38} {'clients':>7} {'POST/s':>7} {'INSERT/s':>8} {'ratio':>6}"
-      f" {'PG ms/POST':>10} {'PG ms/INSERT':>12} {'PG-bound':>8}")
+      f" {'PG ms/POST':>10} {'PG ms/INSERT':>12} {'PG-bound':>8} {'API ms/POST':>11} {'Redis ms/POST':>13}")
 for (mode, c), r in runs.items():
-    api = statistics.median(x[0] for x in r["api"])
-    pg = statistics.median(x[0] for x in r["pg"])
-    apc = statistics.median(x[1] for x in r["api"])
-    pgc = statistics.median(x[1] for x in r["pg"])
+    med = lambda who, i: statistics.median(x[i] for x in r[who])
+    api, pg, apc, pgc = med("api", 0), med("pg", 0), med("api", 1), med("pg", 1)
     print(f"   {names[mode]:<38} {c:>7} {api:>7,.0f} {pg:>8,.0f} {api / pg:>6.3f} {apc:>10.3f} {pgc:>12.3f}"
-          f" {pgc / apc:>8.3f}")
+          f" {pgc / apc:>8.3f} {med('api', 2):>11.3f} {med('api', 3):>13.3f}")
 print("   (medians of the rounds; target: ratio >= 0.5.  PG-bound = PG ms/INSERT / PG ms/POST: the ratio\n"
       "    to expect when PostgreSQL's CPU is the limit, i.e. the API, Redis and the clients run on other\n"
       "    cores; here all of them share this machine's cores with PostgreSQL)")

@@ -234,6 +234,8 @@ static char *qb_submit(CURL *c, int sleep_ms)
     return id;
 }
 
+static pid_t qb_api_pid;
+
 static void qb_start_api(void)
 {
     char *env[16] = { 0 };
@@ -249,7 +251,7 @@ static void qb_start_api(void)
         env[n++] = kf_asprintf("KFORGE_API_THREADS=%s", getenv("KFB_API_THREADS"));
     if (getenv("KFB_PG_POOL"))
         env[n++] = kf_asprintf("KFORGE_PG_POOL=%s", getenv("KFB_PG_POOL"));
-    qb_spawn("kforge-api", "serve", (const char *const *)env, log);
+    qb_api_pid = qb_spawn("kforge-api", "serve", (const char *const *)env, log);
     qb_env_free(env);
     snprintf(url, sizeof(url), "%s/healthz", qb_api_url);
     for (int i = 0; i < 200; i++) {
@@ -486,6 +488,27 @@ static void qb_enqueue_metrics(double *accepted)
     curl_easy_cleanup(c);
 }
 
+/* CPU ticks (user + system, all threads) a live process has used; -1 if unreadable. */
+static long qb_proc_ticks(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long ut = 0, st = 0;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');   /* the name may hold spaces; fields 3.. follow it */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
 /* wrk (HTTP/1.1 keep-alive, epoll, 2 threads) drives C connections for
  * SECS; the API's own 202 count is what counts, so any other answer shows
  * up as a shortfall against wrk's request count.  Returns jobs/s. */
@@ -497,6 +520,7 @@ static double qb_enqueue_wrk(int secs, int clients, long *requests, double *acce
     FILE *f = fopen(lua, "w");
     pid_t pid;
     int st = 0;
+    long ticks0, ticks1;
 
     if (!f)
         qb_die("cannot write the wrk script");
@@ -507,6 +531,7 @@ static double qb_enqueue_wrk(int secs, int clients, long *requests, double *acce
     snprintf(dur, sizeof(dur), "%ds", secs);
     snprintf(conns, sizeof(conns), "%d", clients);
     snprintf(url, sizeof(url), "%s/v1/jobs", qb_api_url);
+    ticks0 = qb_proc_ticks(qb_api_pid);
     pid = fork();
     if (pid < 0)
         qb_die("fork failed");
@@ -516,6 +541,9 @@ static double qb_enqueue_wrk(int secs, int clients, long *requests, double *acce
         _exit(127);
     }
     waitpid(pid, &st, 0);
+    ticks1 = qb_proc_ticks(qb_api_pid);
+    if (ticks0 >= 0 && ticks1 >= ticks0)
+        printf("KFB_API_TICKS=%ld\n", ticks1 - ticks0);   /* the API's CPU during wrk's run */
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         qb_die(WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "wrk is not installed (scripts/deps.sh installs it)"
                                                          : "wrk failed; see its output in the bench folder");
