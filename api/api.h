@@ -183,11 +183,28 @@ struct api_req {
     bool               idem_active;   /* we own an in_flight row */
     bool               idem_stored;   /* the handler stored the response itself */
 
+    /* A handler that answers later (api_req_suspend). */
+    void             (*handoff)(api_req *r);   /* runs once the connection is suspended */
+    void             (*resume)(api_req *r);    /* builds the answer once resumed */
+    void              *ctx;                    /* the handler's state until then */
+    void             (*ctx_free)(void *ctx);   /* frees ctx if the request ends first */
+
     /* Internal to api_http.c. */
     bool               too_large;
     bool               done;
+    bool               suspended;
     long long          started_ns;
 };
+
+/* For a handler whose answer comes from another thread: once the handler
+ * returns, the connection is suspended and handoff(r) runs; from then on
+ * any thread may call api_req_resume(r), exactly once, after which the
+ * connection's own thread calls resume(r) to build the answer (the usual
+ * rollback, idempotency and sending follow).  The HTTP thread does not
+ * wait meanwhile.  ctx/ctx_free: the handler's state, freed with the
+ * request if it is still set. */
+void api_req_suspend(api_req *r, void (*handoff)(api_req *r), void (*resume)(api_req *r));
+void api_req_resume(api_req *r);
 
 /* Settings the handlers read. */
 const api_server_config *api_req_config(const api_req *r);
@@ -252,10 +269,10 @@ void api_reply_err(api_req *r, const kf_err *e);
 
 /* ---- group commit of new jobs (api_batch.c) -------------------------------- */
 
-/* One job to create.  The caller fills the inputs, calls api_job_insert()
- * and reads the outputs afterwards. */
+/* One job to create.  The caller fills the inputs, hands it to
+ * api_job_submit() and reads the outputs once its request is resumed. */
 typedef struct api_new_job {
-    /* inputs (borrowed until api_job_insert returns) */
+    /* inputs (borrowed until the request is resumed) */
     char        id[37];
     const char *kind, *target, *backend;
     int         priority, max_attempts;
@@ -264,12 +281,11 @@ typedef struct api_new_job {
     const char *spec, *budget, *goal, *labels;   /* JSON texts */
     const char *created_at;     /* ISO 8601 (api_job_clock), also updated_at */
     const char *doc;            /* the job document the client gets (api_job_doc) */
+    api_req    *req;            /* suspended (api_req_suspend); resumed when done */
     /* outputs */
     int         status;         /* 202, or 503/500 when nothing was written */
     bool        queued;         /* on Redis already (else the relay does it) */
     /* internal */
-    bool        done;
-    pthread_cond_t cv;          /* signalled when done, or when it may lead */
     struct api_new_job *next;
 } api_new_job;
 
@@ -279,12 +295,20 @@ typedef struct api_new_job {
 void api_job_clock(char out[40]);
 char *api_job_doc(const api_new_job *nj);
 
-/* Write the job, its outbox row, its created event and (with a key) its
- * stored idempotent response (doc), in one statement together with the
- * jobs of concurrent requests (group commit); after the commit, put them on
- * Redis (their outbox rows are deleted once delivered).  Blocks until nj is
- * done. */
-void api_job_insert(api_req *r, api_new_job *nj);
+/* The group commit's writer threads (api_batch.c), one set per process:
+ * started with the server, stopped before it (stop writes what was
+ * handed over, resumes every request, then returns). */
+bool api_batch_start(api_server *s, kf_err *err);
+void api_batch_stop(void);
+
+/* Hand a job to the writer, from a request already suspended: it writes
+ * the job, its outbox row, its created event and (with a key) its stored
+ * idempotent response (doc), in one statement together with the jobs
+ * waiting with it; after the commit it puts them on Redis (their outbox
+ * rows are deleted once delivered), sets status and queued, and resumes
+ * nj->req.  False (status 503, nothing written, nothing resumed) when the
+ * writer is stopping: the caller resumes the request itself. */
+bool api_job_submit(api_new_job *nj);
 /* Batch counters in Prometheus text format. */
 void api_batch_metrics(kf_buf *out);
 

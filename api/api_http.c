@@ -588,6 +588,30 @@ static bool api_parse_body(api_req *r)
     return true;
 }
 
+/* The end of every request that reached its handler: an answer (500 if
+ * the handler gave none), no transaction left open, the idempotency row
+ * settled, then the response. */
+static enum MHD_Result api_finish(api_req *r)
+{
+    if (!r->status)
+        api_reply_problem(r, 500, "internal", "Internal error", "the handler gave no answer (a bug)");
+    api_req_rollback(r);
+    if (r->idem_active)
+        api_idem_finish(r);
+    return api_send(r);
+}
+
+void api_req_suspend(api_req *r, void (*handoff)(api_req *r), void (*resume)(api_req *r))
+{
+    r->handoff = handoff;
+    r->resume = resume;
+}
+
+void api_req_resume(api_req *r)
+{
+    MHD_resume_connection(r->conn);
+}
+
 static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -613,6 +637,12 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
         if (r->status)
             return api_send(r);
         return MHD_YES;
+    }
+    if (r->suspended) {
+        /* Resumed: the answer of a handler that suspended. */
+        r->suspended = false;
+        r->resume(r);
+        return api_finish(r);
     }
     if (r->done) {
         *upload_data_size = 0;
@@ -641,12 +671,17 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
     if ((r->route->flags & API_F_IDEM) && !api_idem_begin(r))
         return api_send(r);
     r->route->handler(r);
-    if (!r->status)
-        api_reply_problem(r, 500, "internal", "Internal error", "the handler gave no answer (a bug)");
-    api_req_rollback(r);
-    if (r->idem_active)
-        api_idem_finish(r);
-    return api_send(r);
+    if (r->handoff) {
+        void (*handoff)(api_req *) = r->handoff;
+        r->handoff = NULL;
+        api_req_rollback(r);
+        api_req_pg_put(r);   /* no pooled connection is held while suspended */
+        r->suspended = true;
+        MHD_suspend_connection(conn);
+        handoff(r);
+        return MHD_YES;
+    }
+    return api_finish(r);
 }
 
 static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -660,6 +695,8 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         return;
     api_req_rollback(r);
     api_req_pg_put(r);
+    if (r->ctx && r->ctx_free)
+        r->ctx_free(r->ctx);
     cJSON_Delete(r->json);
     kf_buf_release(&r->body);
     kf_buf_release(&r->out);
@@ -728,7 +765,12 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
     s->cfg.redis_url = s->redis_url;
     s->pg = api_pg_pool_new(cfg->pg_dsn, cfg->pg_pool);
     s->q = api_qpool_new(cfg->redis_url, cfg->threads);
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+    if (!api_batch_start(s, err)) {
+        api_server_stop(s);
+        return NULL;
+    }
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                                MHD_USE_ERROR_LOG, 0, NULL, NULL,
                             api_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, api_mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
@@ -750,6 +792,10 @@ void api_server_stop(api_server *s)
 {
     if (!s)
         return;
+    /* Every job handed over is written and its request resumed before
+     * MHD stops (it refuses to stop with a suspended connection); what
+     * arrives meanwhile gets 503. */
+    api_batch_stop();
     if (s->d)
         MHD_stop_daemon(s->d);
     api_qpool_free(s->q);

@@ -99,67 +99,101 @@ char *api_job_doc(const api_new_job *nj)
     return kf_buf_detach(&b);
 }
 
-void api_h_job_create(api_req *r)
-{
-    kf_fields fe;
+/* A POST /v1/jobs between its handler and its answer. */
+typedef struct api_create {
     kf_job_request jr;
-    api_new_job nj;
-    char *spec = NULL, *budget = NULL, *goal = NULL, *labels = NULL, *doc;
-    char created_at[40];
+    api_new_job    nj;
+    char          *spec, *budget, *goal, *labels, *doc;
+    char           created_at[40];
+} api_create;
 
-    kf_fields_init(&fe);
-    if (!kf_job_request_parse(r->json, api_req_config(r)->default_max_attempts, &jr, &fe)) {
-        api_reply_fields(r, 422, "validation", &fe);
-        return;
-    }
-    memset(&nj, 0, sizeof(nj));
-    if (!kf_uuid_v7(nj.id)) {
-        kf_job_request_release(&jr);
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "the kernel gave no random bytes for a job id; retry after the number of seconds in "
-                          "Retry-After");
-        return;
-    }
-    spec = kf_json_print(jr.spec);
-    budget = kf_json_print(jr.budget);
-    goal = kf_json_print(jr.goal);
-    labels = kf_json_print(jr.labels);
-    nj.kind = kf_job_kind_name(jr.kind);
-    nj.target = jr.target;
-    nj.backend = jr.backend;
-    nj.priority = jr.priority;
-    nj.max_attempts = jr.max_attempts;
-    nj.owner = r->who.token_id;
-    nj.idem_key = r->idem_active ? r->idem_key : NULL;
-    nj.spec = spec;
-    nj.budget = budget;
-    nj.goal = goal;
-    nj.labels = labels;
-    api_job_clock(created_at);
-    nj.created_at = created_at;
-    nj.doc = doc = api_job_doc(&nj);
-    /* Waiting for a batch must not hold a pooled connection a leader needs. */
-    api_req_pg_put(r);
-    api_job_insert(r, &nj);
-    if (nj.status == 202) {
+static void api_create_free(void *p)
+{
+    api_create *c = p;
+
+    free(c->doc);
+    free(c->spec);
+    free(c->budget);
+    free(c->goal);
+    free(c->labels);
+    kf_job_request_release(&c->jr);
+    free(c);
+}
+
+/* Once suspended: to the group commit (or, when it is stopping, straight
+ * back with its 503). */
+static void api_job_create_handoff(api_req *r)
+{
+    api_create *c = r->ctx;
+
+    if (!api_job_submit(&c->nj))
+        api_req_resume(r);
+}
+
+/* Resumed: the answer, from what the group commit did. */
+static void api_job_create_done(api_req *r)
+{
+    api_create *c = r->ctx;
+    const api_new_job *nj = &c->nj;
+
+    if (nj->status == 202) {
         r->idem_stored = r->idem_active;
-        api_reply_json_text(r, 202, doc);
-        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj.id);
-        kf_log_info("job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s", nj.id, nj.kind, nj.target,
-                    (long long)nj.owner, nj.queued, r->request_id);
-    } else if (nj.status == 503) {
+        api_reply_json_text(r, 202, c->doc);
+        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);
+        kf_log_info("job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s", nj->id, nj->kind,
+                    nj->target, (long long)nj->owner, nj->queued, r->request_id);
+    } else if (nj->status == 503) {
         api_reply_problem(r, 503, "unavailable", "Service unavailable",
                           "the database is unavailable; retry after the number of seconds in Retry-After");
     } else {
         api_reply_problem(r, 500, "internal", "Internal error",
                           "the job could not be stored; the request id is in the server log");
     }
-    free(doc);
-    free(spec);
-    free(budget);
-    free(goal);
-    free(labels);
-    kf_job_request_release(&jr);
+    r->ctx = NULL;
+    api_create_free(c);
+}
+
+void api_h_job_create(api_req *r)
+{
+    kf_fields fe;
+    api_create *c = kf_calloc(1, sizeof(*c));
+    api_new_job *nj = &c->nj;
+
+    kf_fields_init(&fe);
+    if (!kf_job_request_parse(r->json, api_req_config(r)->default_max_attempts, &c->jr, &fe)) {
+        api_reply_fields(r, 422, "validation", &fe);
+        free(c);
+        return;
+    }
+    if (!kf_uuid_v7(nj->id)) {
+        api_create_free(c);
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "the kernel gave no random bytes for a job id; retry after the number of seconds in "
+                          "Retry-After");
+        return;
+    }
+    c->spec = kf_json_print(c->jr.spec);
+    c->budget = kf_json_print(c->jr.budget);
+    c->goal = kf_json_print(c->jr.goal);
+    c->labels = kf_json_print(c->jr.labels);
+    nj->kind = kf_job_kind_name(c->jr.kind);
+    nj->target = c->jr.target;
+    nj->backend = c->jr.backend;
+    nj->priority = c->jr.priority;
+    nj->max_attempts = c->jr.max_attempts;
+    nj->owner = r->who.token_id;
+    nj->idem_key = r->idem_active ? r->idem_key : NULL;
+    nj->spec = c->spec;
+    nj->budget = c->budget;
+    nj->goal = c->goal;
+    nj->labels = c->labels;
+    api_job_clock(c->created_at);
+    nj->created_at = c->created_at;
+    nj->doc = c->doc = api_job_doc(nj);
+    nj->req = r;
+    r->ctx = c;
+    r->ctx_free = api_create_free;
+    api_req_suspend(r, api_job_create_handoff, api_job_create_done);
 }
 
 static const api_stmt api_st_job_get = {

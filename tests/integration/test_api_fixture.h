@@ -217,6 +217,20 @@ static long fx_sql_int(api_fx *f, const char *sql, const char *arg)
     return n;
 }
 
+/* fx_sql_int once it equals want, or its value after 3 s: for what the
+ * API does right after it answers (its writer deletes delivered outbox
+ * rows after resuming the requests). */
+static long fx_sql_int_soon(api_fx *f, const char *sql, const char *arg, long want)
+{
+    long n = fx_sql_int(f, sql, arg);
+
+    for (int i = 0; i < 300 && n != want; i++) {
+        kf_test_sleep_ms(10);
+        n = fx_sql_int(f, sql, arg);
+    }
+    return n;
+}
+
 /* POST a diag job as `token`; returns its id (caller frees). */
 static char *fx_submit(api_fx *f, const char *token, const char *body)
 {
