@@ -295,9 +295,9 @@ typedef struct api_new_job {
 void api_job_clock(char out[40]);
 char *api_job_doc(const api_new_job *nj);
 
-/* The group commit's writer threads (api_batch.c), one set per process:
- * started with the server, stopped before it (stop writes what was
- * handed over, resumes every request, then returns). */
+/* The group commit's threads (api_batch.c: a writer and a courier), one
+ * set per process: started with the server, stopped before it (stop
+ * writes what was handed over, resumes every request, then returns). */
 bool api_batch_start(api_server *s, kf_err *err);
 void api_batch_stop(void);
 
