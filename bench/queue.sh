@@ -19,9 +19,13 @@ queue_services_up() {
   QB_UP=1
 }
 
-# A fresh migrated database per part; exports what queue_bench reads.
+# A fresh migrated database and an empty Redis per part (per client count for
+# queue_enqueue: jobs nobody leases would otherwise pile up in Redis from round
+# to round, and its AOF rewrites of them take CPU from the later rounds); exports
+# what queue_bench reads.
 queue_fresh_db() {
   local name=qb_$(date +%s%N)
+  redis-cli -p "$QB_REDIS_PORT" FLUSHALL >/dev/null || return 1
   "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$QB_PG_PORT" -U postgres -d postgres -qAt \
       -c "CREATE DATABASE $name OWNER kforge" >/dev/null || return 1
   export KFB_PG_DSN="host=127.0.0.1 port=$QB_PG_PORT user=kforge dbname=$name"
