@@ -126,9 +126,16 @@ static char *api_batch_json(api_new_job *batch, bool *idem)
         kf_json_add_str(&b, p->target);
         kf_buf_adds(&b, ",\"backend\":");
         kf_json_add_str(&b, p->backend);
-        kf_buf_addf(&b, ",\"priority\":%d,\"spec\":%s,\"budget\":%s,\"goal\":%s,\"labels\":%s,"
-                        "\"max_attempts\":%d,\"owner\":%lld,\"ikey\":",
-                    p->priority, p->spec, p->budget, p->goal, p->labels, p->max_attempts, (long long)p->owner);
+        kf_buf_addf(&b, ",\"priority\":%d,\"max_attempts\":%d,\"owner\":%lld,\"spec\":", p->priority,
+                    p->max_attempts, (long long)p->owner);
+        kf_buf_adds(&b, p->spec);
+        kf_buf_adds(&b, ",\"budget\":");
+        kf_buf_adds(&b, p->budget);
+        kf_buf_adds(&b, ",\"goal\":");
+        kf_buf_adds(&b, p->goal);
+        kf_buf_adds(&b, ",\"labels\":");
+        kf_buf_adds(&b, p->labels);
+        kf_buf_adds(&b, ",\"ikey\":");
         if (p->idem_key)
             kf_json_add_str(&b, p->idem_key);
         else

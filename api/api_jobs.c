@@ -86,16 +86,26 @@ char *api_job_doc(const api_new_job *nj)
     kf_json_add_str(&b, nj->target);
     kf_buf_adds(&b, ", \"backend\" : ");
     kf_json_add_str(&b, nj->backend);
-    kf_buf_addf(&b, ", \"priority\" : %d, \"spec\" : %s, \"budget\" : %s, \"goal\" : %s, \"labels\" : %s, "
-                    "\"attempt\" : 0, \"max_attempts\" : %d, \"cancel_requested\" : false, \"worker_id\" : null, "
+    kf_buf_addf(&b, ", \"priority\" : %d, \"spec\" : ", nj->priority);
+    kf_buf_adds(&b, nj->spec);
+    kf_buf_adds(&b, ", \"budget\" : ");
+    kf_buf_adds(&b, nj->budget);
+    kf_buf_adds(&b, ", \"goal\" : ");
+    kf_buf_adds(&b, nj->goal);
+    kf_buf_adds(&b, ", \"labels\" : ");
+    kf_buf_adds(&b, nj->labels);
+    kf_buf_addf(&b, ", \"attempt\" : 0, \"max_attempts\" : %d, \"cancel_requested\" : false, \"worker_id\" : null, "
                     "\"last_error\" : null, \"best_iteration\" : null, \"result\" : null, \"idempotency_key\" : ",
-                nj->priority, nj->spec, nj->budget, nj->goal, nj->labels, nj->max_attempts);
+                nj->max_attempts);
     if (nj->idem_key)
         kf_json_add_str(&b, nj->idem_key);
     else
         kf_buf_adds(&b, "null");
-    kf_buf_addf(&b, ", \"created_at\" : \"%s\", \"updated_at\" : \"%s\", \"started_at\" : null, "
-                    "\"finished_at\" : null}", nj->created_at, nj->created_at);
+    kf_buf_adds(&b, ", \"created_at\" : \"");
+    kf_buf_adds(&b, nj->created_at);
+    kf_buf_adds(&b, "\", \"updated_at\" : \"");
+    kf_buf_adds(&b, nj->created_at);
+    kf_buf_adds(&b, "\", \"started_at\" : null, \"finished_at\" : null}");
     return kf_buf_detach(&b);
 }
 

@@ -69,17 +69,25 @@ void kf_buf_addc(kf_buf *b, char c)
 void kf_buf_addf(kf_buf *b, const char *fmt, ...)
 {
     va_list ap;
+    size_t room = b->cap ? b->cap - b->len : 0;   /* NUL included */
     int n;
 
+    /* Format once into the room there is; only what does not fit is
+     * formatted a second time, after growing. */
     va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
+    n = room ? vsnprintf(b->data + b->len, room, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n <= 0)
+    if (n <= 0) {
+        if (room)
+            b->data[b->len] = '\0';
         return;
-    kf_buf_grow(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    }
+    if ((size_t)n >= room) {
+        kf_buf_grow(b, (size_t)n);
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
 }
 

@@ -1,5 +1,6 @@
 /* Unit tests for common/: errors, buffers, config. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,27 @@ Test(kf_buf, grows_and_detaches)
     cr_assert_eq(b.len, 0);
     cr_assert_str_eq(b.data, "");
     free(s);
+    kf_buf_release(&b);
+}
+
+/* kf_buf_addf formats into the room there is, and again after growing
+ * when the text does not fit: the result is the same either way. */
+Test(kf_buf, addf_with_room_without_room_and_empty)
+{
+    kf_buf b = KF_BUF_INIT;
+    char big[300], want[400];
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    kf_buf_adds(&b, "ab");                 /* cap 64: room for a short text */
+    kf_buf_addf(&b, "<%d>", 42);
+    cr_assert_str_eq(b.data, "ab<42>");
+    kf_buf_addf(&b, "%s", "");              /* nothing added, still terminated */
+    cr_assert_str_eq(b.data, "ab<42>");
+    kf_buf_addf(&b, "[%s]", big);           /* more than the room left */
+    snprintf(want, sizeof(want), "ab<42>[%s]", big);
+    cr_assert_str_eq(b.data, want);
+    cr_assert_eq(b.len, strlen(want));
     kf_buf_release(&b);
 }
 
