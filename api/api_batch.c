@@ -368,6 +368,7 @@ static void *api_writer_main(void *arg)
 static void *api_courier_main(void *arg)
 {
     api_req *w = arg;
+    kf_buf lines = KF_BUF_INIT;
 
     pthread_mutex_lock(&api_batch_mu);
     for (;;) {
@@ -389,12 +390,17 @@ static void *api_courier_main(void *arg)
         if (done->ids)
             api_batch_queue(w, done->batch, done->n, done->ids);
         /* Answer: each job's own thread does, once resumed (it may free
-         * the job at once, so next is read first). */
+         * the job at once, so its log line is made and next is read
+         * first); the batch's lines go out in one write after. */
         for (p = done->batch; p; p = next) {
             next = p->next;
             p->next = NULL;
+            if (p->status == 202)
+                kf_log_add(&lines, KF_LOG_INFO, "job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s",
+                           p->id, p->kind, p->target, (long long)p->owner, p->queued, p->req->request_id);
             api_req_resume(p->req);
         }
+        kf_log_flush(&lines);
         free(done->ids);
         free(done);
         /* Nothing waits, nothing is being written or on its way (any of
@@ -413,6 +419,7 @@ static void *api_courier_main(void *arg)
     pthread_mutex_unlock(&api_batch_mu);
     api_batch_flush(w);
     api_req_pg_put(w);
+    kf_buf_release(&lines);
     return NULL;
 }
 

@@ -149,9 +149,7 @@ static void api_job_create_done(api_req *r)
     if (nj->status == 202) {
         r->idem_stored = r->idem_active;
         api_reply_json_text(r, 202, c->doc);
-        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);
-        kf_log_info("job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s", nj->id, nj->kind,
-                    nj->target, (long long)nj->owner, nj->queued, r->request_id);
+        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);   /* logged by the courier */
     } else if (nj->status == 503) {
         api_reply_problem(r, 503, "unavailable", "Service unavailable",
                           "the database is unavailable; retry after the number of seconds in Retry-After");

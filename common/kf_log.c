@@ -25,25 +25,57 @@ int kf_log_init(const char *comp, const char *level_name)
     return -1;
 }
 
-void kf_log__write(kf_log_level lvl, const char *fmt, ...)
+/* One line, newline included, into line (cap bytes); returns its length. */
+static size_t kf_log_format(char *line, size_t cap, kf_log_level lvl, const char *fmt, va_list ap)
 {
-    char line[4096];
     struct timespec ts;
     struct tm tm;
     size_t n;
-    va_list ap;
 
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ldZ level=%s comp=%s pid=%d msg=",
-                          ts.tv_nsec / 1000000L, kf_log_names[lvl], kf_log_comp, (int)getpid());
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-    va_end(ap);
+    n = strftime(line, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(line + n, cap - n, ".%03ldZ level=%s comp=%s pid=%d msg=", ts.tv_nsec / 1000000L,
+                          kf_log_names[lvl], kf_log_comp, (int)getpid());
+    vsnprintf(line + n, cap - n, fmt, ap);
     n = strlen(line);
-    if (n >= sizeof(line) - 1)
-        n = sizeof(line) - 2;
+    if (n >= cap - 1)
+        n = cap - 2;
     line[n++] = '\n';
+    return n;
+}
+
+void kf_log__write(kf_log_level lvl, const char *fmt, ...)
+{
+    char line[4096];
+    size_t n;
+    va_list ap;
+
+    va_start(ap, fmt);
+    n = kf_log_format(line, sizeof(line), lvl, fmt, ap);
+    va_end(ap);
     (void)!write(STDERR_FILENO, line, n);
+}
+
+void kf_log_add(kf_buf *lines, kf_log_level lvl, const char *fmt, ...)
+{
+    char line[4096];   /* PIPE_BUF on Linux: one write of this much is never split */
+    size_t n;
+    va_list ap;
+
+    if (lvl < kf_log__level)
+        return;
+    va_start(ap, fmt);
+    n = kf_log_format(line, sizeof(line), lvl, fmt, ap);
+    va_end(ap);
+    if (lines->len + n > sizeof(line))
+        kf_log_flush(lines);
+    kf_buf_add(lines, line, n);
+}
+
+void kf_log_flush(kf_buf *lines)
+{
+    if (lines->len)
+        (void)!write(STDERR_FILENO, lines->data, lines->len);
+    kf_buf_reset(lines);
 }

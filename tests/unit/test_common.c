@@ -3,11 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
 #include "kf_json.h"
+#include "kf_log.h"
 
 Test(kf_error, set_and_wrap_keep_code_and_text)
 {
@@ -94,4 +97,50 @@ Test(kf_config, defaults_bounds_and_unknown_names)
     cr_assert(strstr(e.msg, "KFORGE_NO_SUCH_THING") != NULL, "%s", e.msg);
     unsetenv("KFORGE_NO_SUCH_THING");
     cr_assert_eq(kf_config_load(&e), KF_OK);
+}
+
+/* kf_log_add gathers whole lines and writes them in writes of at most
+ * PIPE_BUF bytes; lines below the level are not written. */
+Test(kf_log, lines_of_a_batch_are_written_whole_in_order)
+{
+    char path[] = "/tmp/kf_log_test_XXXXXX";
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    kf_buf lines = KF_BUF_INIT;
+    char pad[201], *text;
+    FILE *f;
+    long size;
+    int n = 0;
+
+    cr_assert(fd >= 0 && saved >= 0);
+    memset(pad, 'p', sizeof(pad) - 1);
+    pad[sizeof(pad) - 1] = '\0';
+    cr_assert_eq(kf_log_init("test", "info"), 0);
+    dup2(fd, STDERR_FILENO);
+    kf_log_add(&lines, KF_LOG_DEBUG, "hidden");
+    cr_assert_eq(lines.len, 0, "a debug line at level info");
+    for (int i = 0; i < 60; i++) {
+        kf_log_add(&lines, KF_LOG_INFO, "item i=%d pad=%s", i, pad);
+        cr_assert_leq(lines.len, 4096, "held more than PIPE_BUF");
+    }
+    kf_log_flush(&lines);
+    cr_assert_eq(lines.len, 0);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    f = fdopen(fd, "r");
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    rewind(f);
+    text = kf_calloc(1, (size_t)size + 1);
+    cr_assert_eq(fread(text, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    unlink(path);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        char want[32];
+        snprintf(want, sizeof(want), "msg=item i=%d pad=", n);
+        cr_assert(strstr(line, "level=info comp=test") && strstr(line, want), "line %d: %s", n, line);
+        cr_assert_eq(strlen(strstr(line, "pad=") + 4), sizeof(pad) - 1, "line %d cut", n);
+    }
+    cr_assert_eq(n, 60);
+    free(text);
+    kf_buf_release(&lines);
 }
