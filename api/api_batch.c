@@ -498,7 +498,9 @@ bool api_job_submit(api_new_job *nj)
         api_batch_head = nj;
     api_batch_tail = nj;
     api_batch_waiting++;
-    pthread_cond_signal(&api_batch_cv);
+    /* Wake the writer only when it may start (see its wait). */
+    if (!(api_courier_busy || api_courier_head) || api_batch_waiting >= API_BATCH_OVERLAP)
+        pthread_cond_signal(&api_batch_cv);
     pthread_mutex_unlock(&api_batch_mu);
     return true;
 }
