@@ -271,9 +271,9 @@ static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_i
 }
 
 /* The PostgreSQL step: write the batch (and delete delivered: outbox ids
- * of earlier batches, "{...}" or NULL).  Sets each job's status and body;
- * returns the outbox ids by position (caller frees), or NULL when nothing
- * was written. */
+ * of earlier batches, "{...}" or NULL).  Sets each job's status; returns
+ * the outbox ids by position (caller frees), or NULL when nothing was
+ * written. */
 static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *delivered))[24]
 {
     bool idem;
@@ -310,6 +310,14 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
     return outbox_ids;
 }
 
+/* Whether the writer may take a batch now: jobs wait, and the courier is
+ * idle or API_BATCH_OVERLAP of them wait.  Caller holds api_batch_mu. */
+static bool api_writer_may_start(void)
+{
+    return api_batch_head &&
+           (!(api_courier_busy || api_courier_head) || api_batch_waiting >= API_BATCH_OVERLAP);
+}
+
 /* The writer: batch after batch into PostgreSQL, each passed on to the
  * courier, until stopped with nothing left. */
 static void *api_writer_main(void *arg)
@@ -323,9 +331,7 @@ static void *api_writer_main(void *arg)
         char *delivered;
         int n;
 
-        while (!api_batch_stopping &&
-               (!api_batch_head ||
-                ((api_courier_busy || api_courier_head) && api_batch_waiting < API_BATCH_OVERLAP)))
+        while (!api_batch_stopping && !api_writer_may_start())
             pthread_cond_wait(&api_batch_cv, &api_batch_mu);
         if (!api_batch_head)
             break;
@@ -498,8 +504,7 @@ bool api_job_submit(api_new_job *nj)
         api_batch_head = nj;
     api_batch_tail = nj;
     api_batch_waiting++;
-    /* Wake the writer only when it may start (see its wait). */
-    if (!(api_courier_busy || api_courier_head) || api_batch_waiting >= API_BATCH_OVERLAP)
+    if (api_writer_may_start())
         pthread_cond_signal(&api_batch_cv);
     pthread_mutex_unlock(&api_batch_mu);
     return true;

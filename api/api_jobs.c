@@ -140,7 +140,8 @@ static void api_job_create_handoff(api_req *r)
         api_req_resume(r);
 }
 
-/* Resumed: the answer, from what the group commit did. */
+/* Resumed: the answer, from what the group commit did (the courier has
+ * logged each job created). */
 static void api_job_create_done(api_req *r)
 {
     api_create *c = r->ctx;
@@ -149,7 +150,7 @@ static void api_job_create_done(api_req *r)
     if (nj->status == 202) {
         r->idem_stored = r->idem_active;
         api_reply_json_text(r, 202, c->doc);
-        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);   /* logged by the courier */
+        snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);
     } else if (nj->status == 503) {
         api_reply_problem(r, 503, "unavailable", "Service unavailable",
                           "the database is unavailable; retry after the number of seconds in Retry-After");
