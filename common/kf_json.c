@@ -192,14 +192,78 @@ void kf_json_add_str(kf_buf *b, const char *s)
     kf_buf_addc(b, '"');
 }
 
+/* A number as cJSON prints one, with integers (the common case: sizes,
+ * counts, milliseconds) written digit by digit rather than through printf:
+ * non-finite -> null; else the shortest of %.15g and %.17g that reads
+ * back as the same double. */
+static void kf_json_add_num(kf_buf *b, double d)
+{
+    char tmp[32];
+    int n;
+
+    if (!isfinite(d)) {
+        kf_buf_adds(b, "null");
+        return;
+    }
+    if (d == trunc(d) && fabs(d) < 9007199254740992.0) { /* |d| < 2^53: exact as int64 */
+        int64_t v = (int64_t)d;
+        uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        char *p = tmp + sizeof(tmp);
+        do {
+            *--p = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0)
+            *--p = '-';
+        kf_buf_add(b, p, (size_t)(tmp + sizeof(tmp) - p));
+        return;
+    }
+    n = snprintf(tmp, sizeof(tmp), "%1.15g", d);
+    if (strtod(tmp, NULL) != d)
+        n = snprintf(tmp, sizeof(tmp), "%1.17g", d);
+    kf_buf_add(b, tmp, (size_t)n);
+}
+
+void kf_json_write(kf_buf *b, const cJSON *v)
+{
+    const cJSON *c;
+
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        bool obj = cJSON_IsObject(v);
+        kf_buf_addc(b, obj ? '{' : '[');
+        cJSON_ArrayForEach(c, v)
+        {
+            if (c != v->child)
+                kf_buf_addc(b, ',');
+            if (obj) {
+                kf_json_add_str(b, c->string ? c->string : "");
+                kf_buf_addc(b, ':');
+            }
+            kf_json_write(b, c);
+        }
+        kf_buf_addc(b, obj ? '}' : ']');
+    } else if (cJSON_IsString(v)) {
+        kf_json_add_str(b, v->valuestring ? v->valuestring : "");
+    } else if (cJSON_IsNumber(v)) {
+        kf_json_add_num(b, v->valuedouble);
+    } else if (cJSON_IsTrue(v)) {
+        kf_buf_adds(b, "true");
+    } else if (cJSON_IsFalse(v)) {
+        kf_buf_adds(b, "false");
+    } else if (cJSON_IsRaw(v) && v->valuestring) {
+        kf_buf_adds(b, v->valuestring);
+    } else {
+        kf_buf_adds(b, "null");   /* null, and what cJSON itself would not print */
+    }
+}
+
 char *kf_json_print(const cJSON *v)
 {
-    char *s = cJSON_PrintUnformatted(v);
-    if (!s) {
-        fprintf(stderr, "kf_json_print: out of memory\n");
-        abort();
-    }
-    return s;
+    kf_buf b = KF_BUF_INIT;
+
+    kf_buf_grow(&b, 64);
+    kf_json_write(&b, v);
+    return kf_buf_detach(&b);
 }
 
 /* ---- field validation ---------------------------------------------------- */
@@ -252,12 +316,32 @@ void kf_field_pathf(char *out, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Appends s at out[used], truncating to cap - 1 bytes in all; the new length. */
+static size_t kf_path_append(char *out, size_t cap, size_t used, const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n > cap - 1 - used)
+        n = cap - 1 - used;
+    memcpy(out + used, s, n);
+    out[used + n] = '\0';
+    return used + n;
+}
+
+/* Called for every field looked up, error or not, so it copies rather
+ * than formats. */
 void kf_field_path(char *out, size_t cap, const char *parent, const char *name)
 {
-    if (parent && *parent)
-        snprintf(out, cap, "%s.%s", parent, name);
-    else
-        snprintf(out, cap, "%s", name);
+    size_t used = 0;
+
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    if (parent && *parent) {
+        used = kf_path_append(out, cap, used, parent);
+        used = kf_path_append(out, cap, used, ".");
+    }
+    kf_path_append(out, cap, used, name);
 }
 
 int kf_fields_refuse_unknown(kf_fields *f, const cJSON *obj, const char *parent, const char *const *allowed)

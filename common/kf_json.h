@@ -41,7 +41,14 @@ kf_code kf_json_parse(const char *buf, size_t len, int max_depth, cJSON **out, k
 /* Nesting depth of a tree (a scalar is 0, [] or {} is 1). */
 int kf_json_depth(const cJSON *v);
 
-/* cJSON_PrintUnformatted as a string the caller frees with free(). */
+/* v as compact JSON, appended to b: the layout of cJSON_PrintUnformatted,
+ * integers below 2^53 in full digits, and every other number in the
+ * fewest of 15 or 17 significant digits that read back as the same double
+ * (cJSON's own printer may round: 0.1 + 0.2 comes out as 0.3). */
+void kf_json_write(kf_buf *b, const cJSON *v);
+
+/* kf_json_write as a string the caller frees with free(); aborts when out
+ * of memory, as every kforge allocation does. */
 char *kf_json_print(const cJSON *v);
 
 /* Append s as a JSON string literal (quoted; ", \ and control characters

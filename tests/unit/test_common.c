@@ -1,5 +1,6 @@
 /* Unit tests for common/: errors, buffers, config. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,51 @@ Test(kf_json, add_str_escapes_what_json_needs)
     kf_json_add_str(&b, "a\x02\"");
     cr_assert_str_eq(b.data, "\"a\\u0002\\\"\"");
     kf_buf_release(&b);
+}
+
+/* kf_json_print writes cJSON's compact text: the same as
+ * cJSON_PrintUnformatted for every tree the API prints, and numbers that
+ * read back as the same double. */
+Test(kf_json, print_is_compact_json_that_reads_back_the_same)
+{
+    static const char *const same[] = {
+        "{}", "[]", "null", "true", "false", "\"s\"", "0", "-7", "123456789",
+        "{\"a\":1,\"b\":[1,2,{\"c\":null}],\"d\":\"x\\\"y\",\"e\":true,\"f\":{}}",
+        "[0.5,-0.25,0.1,1e+300,3.14159265358979,1e-07]", NULL,
+    };
+    for (int i = 0; same[i]; i++) {
+        cJSON *v = cJSON_Parse(same[i]);
+        char *ours, *theirs;
+        cr_assert_not_null(v, "case %d", i);
+        ours = kf_json_print(v);
+        theirs = cJSON_PrintUnformatted(v);
+        cr_assert_str_eq(ours, theirs, "case %d", i);
+        cr_assert_str_eq(ours, same[i]);
+        free(ours);
+        free(theirs);
+        cJSON_Delete(v);
+    }
+    /* Integers up to 2^53 in full digits (cJSON would write 1e+15). */
+    cJSON *v = cJSON_Parse("[1e15,-9007199254740991,4096.0,-0.0]");
+    char *s = kf_json_print(v);
+    cr_assert_str_eq(s, "[1000000000000000,-9007199254740991,4096,0]");
+    free(s);
+    cJSON_Delete(v);
+    /* Every double comes back exactly (cJSON's own printer writes
+     * 0.30000000000000004 as 0.3). */
+    static const double nums[] = { 0.1 + 0.2, 1.0 / 3, 2.0 / 3, 1e-310, 1.7976931348623157e308, 9007199254740993.0, 6.02e23 };
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        cJSON *n = cJSON_CreateNumber(nums[i]);
+        char *t = kf_json_print(n);
+        cr_assert_eq(strtod(t, NULL), nums[i], "%s", t);
+        free(t);
+        cJSON_Delete(n);
+    }
+    cJSON *inf = cJSON_CreateNumber(HUGE_VAL);
+    s = kf_json_print(inf);
+    cr_assert_str_eq(s, "null");
+    free(s);
+    cJSON_Delete(inf);
 }
 
 Test(kf_config, defaults_bounds_and_unknown_names)
