@@ -47,16 +47,42 @@ int api_role_parse(const char *s)
 static EVP_MD *api_sha256;
 static pthread_once_t api_sha256_once = PTHREAD_ONCE_INIT;
 
+/* Each thread keeps one digest context: EVP_Digest would allocate and
+ * free one per request.  Freed at thread exit. */
+static pthread_key_t api_sha256_ctx_key;
+
+static void api_sha256_ctx_free(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
+
 static void api_sha256_fetch(void)
 {
     api_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (pthread_key_create(&api_sha256_ctx_key, api_sha256_ctx_free) != 0)
+        abort();
 }
 
 void api_token_hash(const char *secret, unsigned char out[32])
 {
     unsigned int n = 32;
+    const EVP_MD *md;
+    EVP_MD_CTX *ctx;
+
     pthread_once(&api_sha256_once, api_sha256_fetch);
-    EVP_Digest(secret, strlen(secret), out, &n, api_sha256 ? api_sha256 : EVP_sha256(), NULL);
+    md = api_sha256 ? api_sha256 : EVP_sha256();
+    ctx = pthread_getspecific(api_sha256_ctx_key);
+    if (!ctx) {
+        ctx = EVP_MD_CTX_new();
+        if (!ctx || pthread_setspecific(api_sha256_ctx_key, ctx) != 0) {
+            EVP_MD_CTX_free(ctx);
+            EVP_Digest(secret, strlen(secret), out, &n, md, NULL);
+            return;
+        }
+    }
+    if (EVP_DigestInit_ex2(ctx, md, NULL) != 1 || EVP_DigestUpdate(ctx, secret, strlen(secret)) != 1 ||
+        EVP_DigestFinal_ex(ctx, out, &n) != 1)
+        EVP_Digest(secret, strlen(secret), out, &n, md, NULL);
 }
 
 static void api_hex(const unsigned char *p, size_t n, char *out)
