@@ -777,7 +777,7 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_NOTIFY_COMPLETED, api_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
                             MHD_OPTION_END);
     if (!s->d) {
         kf_err_set(err, KF_IO, "cannot listen on %s (in use, or not an address of this machine); set KFORGE_API_LISTEN",

@@ -78,6 +78,9 @@ char *api_job_doc(const api_new_job *nj)
 {
     kf_buf b = KF_BUF_INIT;
 
+    /* One allocation: the fixed text is about 500 bytes. */
+    kf_buf_grow(&b, 640 + strlen(nj->spec) + strlen(nj->budget) + strlen(nj->goal) + strlen(nj->labels) +
+                        strlen(nj->target) + strlen(nj->backend) + (nj->idem_key ? 2 * strlen(nj->idem_key) : 0));
     kf_buf_adds(&b, "{\"id\" : ");
     kf_json_add_str(&b, nj->id);
     kf_buf_adds(&b, ", \"kind\" : ");
