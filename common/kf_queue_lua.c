@@ -58,22 +58,31 @@
  * when it was already in Redis (left as it was).  One TIME for the batch,
  * so job i's waiting score gets (i-1)/64 of a millisecond on top to keep the
  * batch's order (exact in a double: scores stay below 2^47, where the step
- * is 1/64, and a call holds at most 64 jobs).  Each target's wake-up list
+ * is 1/64, and a call holds at most 64 jobs).  The score is written as the
+ * whole milliseconds and the sixty-fourths' exact decimal fraction
+ * (".015625"...), which Redis reads back as that same double, so no
+ * 17-digit formatting per job.  Each target's wake-up list
  * gets one signal per new job (at most 64). */
 static const char lua_enqueue[] = PRELUDE
     "local now = now_ms()\n"
+    "local now_s, bases = n2s(now), {}\n"
     "local out, woken = {'OK'}, {}\n"
     "for i = 1, #KEYS / 2 do\n"
     "  local jk, wk, a = KEYS[2 * i - 1], KEYS[2 * i], 8 * (i - 1)\n"
     "  if redis.call('EXISTS', jk) == 1 then\n"
     "    out[i + 1] = 0\n"
     "  else\n"
-    "    local target = ARGV[a + 3]\n"
+    "    local target, prio = ARGV[a + 3], ARGV[a + 5]\n"
+    "    local score = bases[prio]\n"
+    "    if not score then\n"
+    "      score = n2s(wait_score(tonumber(prio), now))\n"
+    "      bases[prio] = score\n"
+    "    end\n"
+    "    if i > 1 then score = score .. string.sub(string.format('%.6f', (i - 1) / 64), 2) end\n"
     "    redis.call('HSET', jk, 'kind', ARGV[a + 2], 'target', target, 'backend', ARGV[a + 4],\n"
-    "      'priority', ARGV[a + 5], 'attempt', ARGV[a + 6], 'max_attempts', ARGV[a + 7],\n"
-    "      'state', 'queued', 'payload', ARGV[a + 8], 'enqueued_ms', n2s(now))\n"
-    "    redis.call('ZADD', wk, string.format('%.17g', wait_score(tonumber(ARGV[a + 5]), now) + (i - 1) / 64),\n"
-    "      ARGV[a + 1])\n"
+    "      'priority', prio, 'attempt', ARGV[a + 6], 'max_attempts', ARGV[a + 7],\n"
+    "      'state', 'queued', 'payload', ARGV[a + 8], 'enqueued_ms', now_s)\n"
+    "    redis.call('ZADD', wk, score, ARGV[a + 1])\n"
     "    woken[target] = (woken[target] or 0) + 1\n"
     "    out[i + 1] = 1\n"
     "  end\n"

@@ -202,6 +202,16 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     cr_assert_eq(kf_queue_enqueue_many(q, j, KF_QUEUE_ENQUEUE_MAX, NULL, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(kf_queue_stats_get(q, "trn3", &st, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(st.waiting, KF_QUEUE_ENQUEUE_MAX);
+    /* Job k of the call is k/64 ms after the call's millisecond, exactly,
+     * on top of its priority band: big0 and big60 have priority 0, big63
+     * priority 3 (3e13 lower: it runs first). */
+    r = redisCommand(raw, "ZMSCORE kf:wait:trn3 big0 big60 big63");
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    double s0 = strtod(r->element[0]->str, NULL), s60 = strtod(r->element[1]->str, NULL),
+           s63 = strtod(r->element[2]->str, NULL);
+    freeReplyObject(r);
+    cr_assert_eq(s60 - s0, 60.0 / 64, "%.17g %.17g", s0, s60);
+    cr_assert_eq(s0 - s63, 3e13 - 63.0 / 64, "%.17g %.17g", s0, s63);
     r = redisCommand(raw, "LLEN kf:signal:trn3");
     cr_assert_eq(r->integer, 64, "wake-ups are capped at 64 per target");
     freeReplyObject(r);
