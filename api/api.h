@@ -230,6 +230,10 @@ PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params
 /* The same without answering: NULL with *fail_status 503 (PostgreSQL
  * away or busy) or 500. */
 PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *params, int *fail_status);
+/* api_req_stmt_quiet with some parameters in PostgreSQL's binary format
+ * (libpq's paramLengths and paramFormats, st->nparams entries each). */
+PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *params, const int *lengths,
+                           const int *formats, int *fail_status);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);
@@ -280,6 +284,7 @@ typedef struct api_new_job {
     const char *idem_key;       /* NULL without Idempotency-Key */
     const char *spec, *budget, *goal, *labels;   /* JSON texts */
     const char *created_at;     /* ISO 8601 (api_job_clock), also updated_at */
+    int64_t     created_us;     /* the same instant, microseconds since 1970 */
     const char *doc;            /* the job document the client gets (api_job_doc) */
     api_req    *req;            /* suspended (api_req_suspend); resumed when done */
     /* outputs */
@@ -290,9 +295,9 @@ typedef struct api_new_job {
 } api_new_job;
 
 /* api_jobs.c: a new job's created_at, later than any handed out before
- * (ISO 8601 UTC, as PostgreSQL prints it in JSON), and its document as
- * GET returns it (caller frees). */
-void api_job_clock(char out[40]);
+ * (ISO 8601 UTC, as PostgreSQL prints it in JSON; returned as microseconds
+ * since 1970), and its document as GET returns it (caller frees). */
+int64_t api_job_clock(char out[40]);
 char *api_job_doc(const api_new_job *nj);
 
 /* The group commit's threads (api_batch.c: a writer and a courier), one

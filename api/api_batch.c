@@ -77,33 +77,39 @@ static kf_buf api_batch_delivered = KF_BUF_INIT;
 
 /* The batch's rows; the final INSERT maps each job to its outbox row.
  * Every column comes from the API (created_at included), so nothing is
- * read back.  Two forms: the one for batches with an Idempotency-Key also
- * stores those jobs' answers; the other plans no idempotency join. */
+ * read back.  The columns arrive as one array each in PostgreSQL's binary
+ * format (api_batch_arrays): nothing for the server to parse but the four
+ * JSON documents per job, where a JSON array of the batch cost it a fifth
+ * of its CPU per job.  Two forms: the one for batches with an
+ * Idempotency-Key also stores those jobs' answers; the other plans no
+ * idempotency join. */
+#define API_BATCH_COLUMNS 14   /* $1..$14; $15 the delivered outbox ids */
 #define API_BATCH_SQL_HEAD                                                                                      \
-    "WITH input AS (SELECT * FROM json_to_recordset($1::json) AS t(id uuid, kind text, target text, "          \
-    "  backend text, priority int, spec jsonb, budget jsonb, goal jsonb, labels jsonb, max_attempts int, "     \
-    "  owner bigint, ikey text, ts timestamptz, doc text)), "                                                  \
+    "WITH input AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], "         \
+    "  $6::jsonb[], $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::int[], $11::bigint[], $12::text[], "          \
+    "  $13::timestamptz[], $14::text[]) AS t(id, kind, target, backend, priority, spec, budget, goal, labels, " \
+    "  max_attempts, owner, ikey, ts, doc)), "                                                                 \
     "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "   \
     "  owner_token_id, idempotency_key, created_at, updated_at) "                                             \
     "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, " \
     "  ts FROM input), "                                                                                       \
     "e AS (INSERT INTO job_events (job_id, type, to_state, created_at) "                                       \
     "  SELECT id, 'created', 'queued', ts FROM input), "                                                       \
-    "d AS (DELETE FROM outbox WHERE id = ANY($2::bigint[])) "
+    "d AS (DELETE FROM outbox WHERE id = ANY($15::bigint[])) "
 #define API_BATCH_SQL_TAIL "INSERT INTO outbox (job_id) SELECT id FROM input RETURNING job_id::text, id"
 
 static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch_v3", API_BATCH_SQL_HEAD API_BATCH_SQL_TAIL, 2,
+    3, "kf_job_create_batch_v4", API_BATCH_SQL_HEAD API_BATCH_SQL_TAIL, API_BATCH_COLUMNS + 1,
 };
 
 static const api_stmt api_st_batch_create_idem = {
-    5, "kf_job_create_batch_idem_v3",
+    5, "kf_job_create_batch_idem_v4",
     API_BATCH_SQL_HEAD
     ", i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = input.doc, "
     "  location = '/v1/jobs/' || input.id FROM input "
     "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
     API_BATCH_SQL_TAIL,
-    2,
+    API_BATCH_COLUMNS + 1,
 };
 
 /* Delivered: the outbox rows go.  Losing this commit in a crash only makes
@@ -117,49 +123,140 @@ static const api_stmt api_st_batch_sent = {
     1,
 };
 
-/* The batch as the JSON array json_to_recordset reads (spec, budget, goal
- * and labels are the API's own printed JSON, embedded as they are); the
- * document only for jobs with an Idempotency-Key.  *idem: any has one. */
-static char *api_batch_json(api_new_job *batch, bool *idem)
+/* ---- PostgreSQL's binary array format (array_recv) ----------------------------- */
+
+/* Element type OIDs (pg_type.dat; fixed since PostgreSQL 9.4). */
+enum { API_OID_INT8 = 20, API_OID_INT4 = 23, API_OID_TEXT = 25, API_OID_UUID = 2950,
+       API_OID_TIMESTAMPTZ = 1184, API_OID_JSONB = 3802 };
+/* Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01 UTC. */
+#define API_PG_EPOCH_US 946684800000000LL
+
+static void api_be32(kf_buf *b, uint32_t v)
 {
-    kf_buf b = KF_BUF_INIT;
+    unsigned char x[4] = { (unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                           (unsigned char)v };
+    kf_buf_add(b, x, 4);
+}
+
+static void api_be64(kf_buf *b, uint64_t v)
+{
+    api_be32(b, (uint32_t)(v >> 32));
+    api_be32(b, (uint32_t)v);
+}
+
+/* A one-dimensional array of n elements of type oid, lower bound 1; the
+ * elements follow, each as its length and bytes. */
+static void api_arr_begin(kf_buf *b, uint32_t oid, int n)
+{
+    api_be32(b, 1);            /* dimensions */
+    api_be32(b, 0);            /* has nulls: set by api_arr_text(NULL) */
+    api_be32(b, oid);
+    api_be32(b, (uint32_t)n);
+    api_be32(b, 1);
+}
+
+static void api_arr_text(kf_buf *b, const char *s)
+{
+    size_t n;
+
+    if (!s) {
+        b->data[7] = 1;        /* the has-nulls word, big-endian */
+        api_be32(b, UINT32_MAX);   /* length -1: NULL */
+        return;
+    }
+    n = strlen(s);
+    api_be32(b, (uint32_t)n);
+    kf_buf_add(b, s, n);
+}
+
+static void api_arr_jsonb(kf_buf *b, const char *json)
+{
+    size_t n = strlen(json);
+
+    api_be32(b, (uint32_t)n + 1);
+    kf_buf_addc(b, 1);         /* jsonb's binary form: version 1, then the text */
+    kf_buf_add(b, json, n);
+}
+
+static void api_arr_int4(kf_buf *b, int32_t v)
+{
+    api_be32(b, 4);
+    api_be32(b, (uint32_t)v);
+}
+
+static void api_arr_int8(kf_buf *b, int64_t v)
+{
+    api_be32(b, 8);
+    api_be64(b, (uint64_t)v);
+}
+
+static int api_hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* id is one of ours (kf_uuid_v7: 36 characters, checked again here). */
+static bool api_arr_uuid(kf_buf *b, const char *id)
+{
+    unsigned char raw[16];
+    int k = 0;
+
+    for (const char *p = id; *p && k < 32; p++) {
+        int v;
+        if (*p == '-')
+            continue;
+        if ((v = api_hexval(*p)) < 0)
+            return false;
+        if (k % 2 == 0)
+            raw[k / 2] = (unsigned char)(v << 4);
+        else
+            raw[k / 2] |= (unsigned char)v;
+        k++;
+    }
+    if (k != 32)
+        return false;
+    api_be32(b, 16);
+    kf_buf_add(b, raw, 16);
+    return true;
+}
+
+/* The batch's columns, one binary array each, in the order of
+ * API_BATCH_SQL_HEAD's $1..$14 (spec, budget, goal and labels are the
+ * API's own printed JSON; the document only for jobs with an
+ * Idempotency-Key).  *idem: any has one.  False when an id is not a UUID. */
+static bool api_batch_arrays(api_new_job *batch, int n, kf_buf col[API_BATCH_COLUMNS], bool *idem)
+{
+    static const uint32_t oids[API_BATCH_COLUMNS] = {
+        API_OID_UUID,  API_OID_TEXT,  API_OID_TEXT,  API_OID_TEXT, API_OID_INT4,        API_OID_JSONB,
+        API_OID_JSONB, API_OID_JSONB, API_OID_JSONB, API_OID_INT4, API_OID_INT8,        API_OID_TEXT,
+        API_OID_TIMESTAMPTZ, API_OID_TEXT,
+    };
 
     *idem = false;
-    kf_buf_addc(&b, '[');
-    for (api_new_job *p = batch; p; p = p->next) {
-        kf_buf_adds(&b, p == batch ? "{\"id\":" : ",{\"id\":");
-        kf_json_add_str(&b, p->id);
-        kf_buf_adds(&b, ",\"kind\":");
-        kf_json_add_str(&b, p->kind);
-        kf_buf_adds(&b, ",\"target\":");
-        kf_json_add_str(&b, p->target);
-        kf_buf_adds(&b, ",\"backend\":");
-        kf_json_add_str(&b, p->backend);
-        kf_buf_addf(&b, ",\"priority\":%d,\"max_attempts\":%d,\"owner\":%lld,\"spec\":", p->priority,
-                    p->max_attempts, (long long)p->owner);
-        kf_buf_adds(&b, p->spec);
-        kf_buf_adds(&b, ",\"budget\":");
-        kf_buf_adds(&b, p->budget);
-        kf_buf_adds(&b, ",\"goal\":");
-        kf_buf_adds(&b, p->goal);
-        kf_buf_adds(&b, ",\"labels\":");
-        kf_buf_adds(&b, p->labels);
-        kf_buf_adds(&b, ",\"ikey\":");
-        if (p->idem_key)
-            kf_json_add_str(&b, p->idem_key);
-        else
-            kf_buf_adds(&b, "null");
-        kf_buf_adds(&b, ",\"ts\":");
-        kf_json_add_str(&b, p->created_at);
-        if (p->idem_key) {
-            *idem = true;
-            kf_buf_adds(&b, ",\"doc\":");
-            kf_json_add_str(&b, p->doc);
-        }
-        kf_buf_addc(&b, '}');
+    for (int c = 0; c < API_BATCH_COLUMNS; c++) {
+        kf_buf_init(&col[c]);
+        api_arr_begin(&col[c], oids[c], n);
     }
-    kf_buf_addc(&b, ']');
-    return kf_buf_detach(&b);
+    for (api_new_job *p = batch; p; p = p->next) {
+        if (!api_arr_uuid(&col[0], p->id))
+            return false;
+        api_arr_text(&col[1], p->kind);
+        api_arr_text(&col[2], p->target);
+        api_arr_text(&col[3], p->backend);
+        api_arr_int4(&col[4], p->priority);
+        api_arr_jsonb(&col[5], p->spec);
+        api_arr_jsonb(&col[6], p->budget);
+        api_arr_jsonb(&col[7], p->goal);
+        api_arr_jsonb(&col[8], p->labels);
+        api_arr_int4(&col[9], p->max_attempts);
+        api_arr_int8(&col[10], p->owner);
+        api_arr_text(&col[11], p->idem_key);
+        api_arr_int8(&col[12], p->created_us - API_PG_EPOCH_US);
+        api_arr_text(&col[13], p->idem_key ? p->doc : NULL);
+        if (p->idem_key)
+            *idem = true;
+    }
+    return true;
 }
 
 /* The delivered ids as a PostgreSQL array literal, emptying the list; NULL
@@ -277,17 +374,33 @@ static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_i
 static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *delivered))[24]
 {
     bool idem;
-    char *json = api_batch_json(batch, &idem);
-    const char *params[2] = { json, delivered ? delivered : "{}" };
+    kf_buf col[API_BATCH_COLUMNS];
+    const char *params[API_BATCH_COLUMNS + 1];
+    int lengths[API_BATCH_COLUMNS + 1], formats[API_BATCH_COLUMNS + 1];
     char(*outbox_ids)[24] = NULL;
-    int fail = 0, i;
-    PGresult *res = api_req_stmt_quiet(r, idem ? &api_st_batch_create_idem : &api_st_batch_create, params, &fail);
+    int fail = 500, i;
+    PGresult *res = NULL;
 
+    if (api_batch_arrays(batch, n, col, &idem)) {
+        for (i = 0; i < API_BATCH_COLUMNS; i++) {
+            params[i] = col[i].data;
+            lengths[i] = (int)col[i].len;
+            formats[i] = 1;
+        }
+        params[i] = delivered ? delivered : "{}";
+        lengths[i] = 0;
+        formats[i] = 0;
+        res = api_req_stmt_bin(r, idem ? &api_st_batch_create_idem : &api_st_batch_create, params, lengths,
+                               formats, &fail);
+    } else {
+        kf_log_error("job batch not written: a job id is not a UUID req=%s", r->request_id);
+    }
+    for (i = 0; i < API_BATCH_COLUMNS; i++)
+        kf_buf_release(&col[i]);
     if (!res) {
         for (api_new_job *p = batch; p; p = p->next)
             p->status = fail;
         api_batch_give_back(delivered);
-        free(json);
         return NULL;
     }
     outbox_ids = kf_calloc((size_t)n, sizeof(*outbox_ids));
@@ -306,7 +419,6 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
     atomic_fetch_add(&api_batch_count, 1);
     atomic_fetch_add(&api_batch_jobs, (unsigned long)n);
     PQclear(res);
-    free(json);
     return outbox_ids;
 }
 

@@ -276,7 +276,7 @@ void api_req_pg_reset(api_req *r)
 /* Run sql (or the prepared statement st) once; see api_req_sql.  With
  * quiet, failures are not answered: *fail_status says 503 or 500. */
 static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, int n, const char *const *params,
-                              bool quiet, int *fail_status)
+                              const int *lengths, const int *formats, bool quiet, int *fail_status)
 {
     PGconn *c;
 
@@ -306,10 +306,10 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
                 }
             }
             if (!res)
-                res = mask ? PQexecPrepared(c, st->name, st->nparams, params, NULL, NULL, 0)
-                           : PQexecParams(c, st->sql, st->nparams, NULL, params, NULL, NULL, 0);
+                res = mask ? PQexecPrepared(c, st->name, st->nparams, params, lengths, formats, 0)
+                           : PQexecParams(c, st->sql, st->nparams, NULL, params, lengths, formats, 0);
         } else {
-            res = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+            res = PQexecParams(c, sql, n, NULL, params, lengths, formats, 0);
         }
         status = PQresultStatus(res);
         if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)
@@ -346,17 +346,23 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
 
 PGresult *api_req_sql(api_req *r, const char *sql, int n, const char *const *params)
 {
-    return api_req_exec(r, NULL, sql, n, params, false, NULL);
+    return api_req_exec(r, NULL, sql, n, params, NULL, NULL, false, NULL);
 }
 
 PGresult *api_req_stmt(api_req *r, const api_stmt *st, const char *const *params)
 {
-    return api_req_exec(r, st, NULL, st->nparams, params, false, NULL);
+    return api_req_exec(r, st, NULL, st->nparams, params, NULL, NULL, false, NULL);
 }
 
 PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *params, int *fail_status)
 {
-    return api_req_exec(r, st, NULL, st->nparams, params, true, fail_status);
+    return api_req_exec(r, st, NULL, st->nparams, params, NULL, NULL, true, fail_status);
+}
+
+PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *params, const int *lengths,
+                           const int *formats, int *fail_status)
+{
+    return api_req_exec(r, st, NULL, st->nparams, params, lengths, formats, true, fail_status);
 }
 
 bool api_req_begin(api_req *r)

@@ -41,7 +41,7 @@ static atomic_llong api_job_clock_last;
 /* The creation time of a new job as PostgreSQL's JSON prints a timestamptz
  * in UTC: "2026-11-30T18:31:48.6971+00:00" (fraction without trailing
  * zeros, none when whole).  PostgreSQL reads the same text back. */
-void api_job_clock(char out[40])
+int64_t api_job_clock(char out[40])
 {
     struct timespec ts;
     long long us, last;
@@ -70,6 +70,7 @@ void api_job_clock(char out[40])
         n += (size_t)snprintf(out + n, 40 - n, ".%0*ld", digits, frac);
     }
     snprintf(out + n, 40 - n, "+00:00");
+    return us;
 }
 
 /* The document of a job just created (state queued, attempt 0, nothing
@@ -199,7 +200,7 @@ void api_h_job_create(api_req *r)
     nj->budget = c->budget;
     nj->goal = c->goal;
     nj->labels = c->labels;
-    api_job_clock(c->created_at);
+    nj->created_us = api_job_clock(c->created_at);
     nj->created_at = c->created_at;
     nj->doc = c->doc = api_job_doc(nj);
     nj->req = r;
