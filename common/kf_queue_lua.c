@@ -55,23 +55,31 @@
  * default: released 0, cancel 0, lease_token/worker/last_error empty);
  * ARGV[8i-7..8i]: id kind target backend priority attempt max_attempts
  * payload.  Replies {'OK', c1, ..., cn}: ci is 1 when job i was created, 0
- * when it was already in Redis (left as it was).  One TIME for the batch,
- * so job i's waiting score gets (i-1)/64 of a millisecond on top to keep the
- * batch's order (exact in a double: scores stay below 2^47, where the step
- * is 1/64, and a call holds at most 64 jobs).  The score is written as the
- * whole milliseconds and the sixty-fourths' exact decimal fraction
- * (".015625"...), which Redis reads back as that same double, so no
- * 17-digit formatting per job.  Each target's wake-up list
- * gets one signal per new job (at most 64). */
+ * when it was already in Redis, or earlier in the same call (left as it
+ * was).  One TIME for the batch, so job i's waiting score gets (i-1)/64 of
+ * a millisecond on top to keep the batch's order (exact in a double:
+ * scores stay below 2^47, where the step is 1/64, and a call holds at most
+ * 64 jobs).  The score is written as the whole milliseconds and the
+ * sixty-fourths' exact decimal fraction (".015625"...), which Redis reads
+ * back as that same double, so no 17-digit formatting per job.  Each
+ * target's wake-up list gets one signal per new job (at most 64).
+ *
+ * A script's redis.call costs several times what the command itself does,
+ * so the calls are per batch where they can be: one EXISTS over every job
+ * key (one per job only when some already exist), one ZADD per waiting
+ * set; only the HSET is per job. */
 static const char lua_enqueue[] = PRELUDE
     "local now = now_ms()\n"
-    "local now_s, bases = n2s(now), {}\n"
-    "local out, woken = {'OK'}, {}\n"
-    "for i = 1, #KEYS / 2 do\n"
+    "local now_s, bases, n = n2s(now), {}, #KEYS / 2\n"
+    "local out, adds, targets, seen, jks = {'OK'}, {}, {}, {}, {}\n"
+    "for i = 1, n do jks[i] = KEYS[2 * i - 1] end\n"
+    "local some = redis.call('EXISTS', unpack(jks)) > 0\n"
+    "for i = 1, n do\n"
     "  local jk, wk, a = KEYS[2 * i - 1], KEYS[2 * i], 8 * (i - 1)\n"
-    "  if redis.call('EXISTS', jk) == 1 then\n"
+    "  if seen[jk] or (some and redis.call('EXISTS', jk) == 1) then\n"
     "    out[i + 1] = 0\n"
     "  else\n"
+    "    seen[jk] = true\n"
     "    local target, prio = ARGV[a + 3], ARGV[a + 5]\n"
     "    local score = bases[prio]\n"
     "    if not score then\n"
@@ -82,15 +90,22 @@ static const char lua_enqueue[] = PRELUDE
     "    redis.call('HSET', jk, 'kind', ARGV[a + 2], 'target', target, 'backend', ARGV[a + 4],\n"
     "      'priority', prio, 'attempt', ARGV[a + 6], 'max_attempts', ARGV[a + 7],\n"
     "      'state', 'queued', 'payload', ARGV[a + 8], 'enqueued_ms', now_s)\n"
-    "    redis.call('ZADD', wk, score, ARGV[a + 1])\n"
-    "    woken[target] = (woken[target] or 0) + 1\n"
+    "    local z = adds[wk]\n"
+    "    if not z then\n"
+    "      z = {}\n"
+    "      adds[wk], targets[wk] = z, target\n"
+    "    end\n"
+    "    z[#z + 1] = score\n"
+    "    z[#z + 1] = ARGV[a + 1]\n"
     "    out[i + 1] = 1\n"
     "  end\n"
     "end\n"
-    "for target, n in pairs(woken) do\n"
+    "for wk, z in pairs(adds) do\n"
+    "  redis.call('ZADD', wk, unpack(z))\n"
+    "  local target, ones = targets[wk], {}\n"
     "  redis.call('SADD', 'kf:targets', target)\n"
-    "  local k, ones = 'kf:signal:' .. target, {}\n"
-    "  for j = 1, math.min(n, 64) do ones[j] = '1' end\n"
+    "  for j = 1, math.min(#z / 2, 64) do ones[j] = '1' end\n"
+    "  local k = 'kf:signal:' .. target\n"
     "  if redis.call('RPUSH', k, unpack(ones)) > 64 then redis.call('LTRIM', k, -64, -1) end\n"
     "end\n"
     "return out\n";

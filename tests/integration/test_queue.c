@@ -182,6 +182,20 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
         kf_queue_lease_release(&l);
     }
 
+    /* The same job twice in one call: the first is enqueued, the second
+     * left out, as if it came in a later call. */
+    j[0] = (kf_queue_job){ .id = "dup", .kind = "diag", .target = "inf2", .backend = "diag", .priority = 4,
+                           .attempt = 0, .max_attempts = 1, .payload = "{}" };
+    j[1] = j[0];
+    j[1].max_attempts = 5;
+    cr_assert_eq(kf_queue_enqueue_many(q, j, 2, created, &e), KF_OK, "%s", e.msg);
+    cr_assert(created[0] && !created[1]);
+    cr_assert(take("inf2", &l));
+    cr_assert_str_eq(l.id, "dup");
+    cr_assert_eq(l.max_attempts, 1);
+    kf_queue_lease_release(&l);
+    cr_assert(!take("inf2", &l), "the duplicate must not wait a second time");
+
     /* One bad job: nothing of the batch is written. */
     j[0].id = "n0";
     j[1].id = "n1";
