@@ -289,7 +289,6 @@ typedef struct api_new_job {
     api_req    *req;            /* suspended (api_req_suspend); resumed when done */
     /* outputs */
     int         status;         /* 202, or 503/500 when nothing was written */
-    bool        queued;         /* on Redis already (else the relay does it) */
     /* internal */
     struct api_new_job *next;
 } api_new_job;
@@ -309,9 +308,9 @@ void api_batch_stop(void);
 /* Hand a job to the writer, from a request already suspended: it writes
  * the job, its outbox row, its created event and (with a key) its stored
  * idempotent response (doc), in one statement together with the jobs
- * waiting with it; after the commit it puts them on Redis (their outbox
- * rows are deleted once delivered), sets status and queued, and resumes
- * nj->req.  False (status 503, nothing written, nothing resumed) when the
+ * waiting with it; after the commit it sets status and resumes nj->req,
+ * then puts the jobs on Redis (their outbox rows are deleted once
+ * delivered; if Redis is away, the scheduler's relay enqueues them).  False (status 503, nothing written, nothing resumed) when the
  * writer is stopping: the caller resumes the request itself. */
 bool api_job_submit(api_new_job *nj);
 /* Batch counters in Prometheus text format. */

@@ -6,9 +6,9 @@
  * suspends its connection and hands the job to this module (api_job_submit).
  * Two threads do the rest, one batch behind the other: the writer takes
  * every job waiting (up to API_BATCH_MAX) and writes them all with one
- * statement on its own connection; the courier puts the batch on Redis
- * with one script run and resumes its connections, whose threads answer,
- * while the writer writes the next batch (once API_BATCH_OVERLAP jobs
+ * statement on its own connection; the courier resumes the batch's
+ * connections, whose threads answer, then puts the batch on Redis with one
+ * script run, while the writer writes the next batch (once API_BATCH_OVERLAP jobs
  * wait; fewer wait for the courier).  Jobs that arrive meanwhile wait
  * for the next batch, so batches grow with the load; the HTTP threads never
  * block on a batch, so every request in flight can join one.  A lone job is
@@ -133,9 +133,16 @@ enum { API_OID_INT8 = 20, API_OID_INT4 = 23, API_OID_TEXT = 25, API_OID_UUID = 2
 
 static void api_be32(kf_buf *b, uint32_t v)
 {
-    unsigned char x[4] = { (unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
-                           (unsigned char)v };
-    kf_buf_add(b, x, 4);
+    unsigned char *x;
+
+    kf_buf_grow(b, 4);
+    x = (unsigned char *)b->data + b->len;
+    x[0] = (unsigned char)(v >> 24);
+    x[1] = (unsigned char)(v >> 16);
+    x[2] = (unsigned char)(v >> 8);
+    x[3] = (unsigned char)v;
+    b->len += 4;
+    b->data[b->len] = '\0';   /* kf_buf's invariant */
 }
 
 static void api_be64(kf_buf *b, uint64_t v)
@@ -235,6 +242,7 @@ static bool api_batch_arrays(api_new_job *batch, int n, kf_buf col[API_BATCH_COL
     *idem = false;
     for (int c = 0; c < API_BATCH_COLUMNS; c++) {
         kf_buf_init(&col[c]);
+        kf_buf_grow(&col[c], 20 + (size_t)n * 32);   /* room for the fixed-size columns */
         api_arr_begin(&col[c], oids[c], n);
     }
     for (api_new_job *p = batch; p; p = p->next) {
@@ -318,53 +326,88 @@ static void api_batch_flush(api_req *w)
     free(flush);
 }
 
-/* After the commit: Redis (one script run for the batch), then the
- * delivered ids go on the list for the next statement to delete. */
-static void api_batch_queue(api_req *r, api_new_job *batch, int n, char outbox_ids[][24])
+/* A committed batch's jobs as Redis takes them, copied out of the
+ * requests so that those can be answered (and freed) before the batch
+ * goes to Redis. */
+typedef struct api_enq {
+    int          m;                          /* jobs to enqueue */
+    kf_queue_job qj[API_BATCH_MAX];
+    char        *own[API_BATCH_MAX];         /* each job's copies: payload, then id, kind, target, backend */
+    kf_buf       outbox;                     /* their outbox ids, "1,2,3" */
+} api_enq;
+
+static void api_enq_done(api_enq *q)
+{
+    for (int i = 0; i < q->m; i++)
+        free(q->own[i]);
+    q->m = 0;
+}
+
+/* Copy what enqueueing the batch's written jobs needs.  False (nothing to
+ * enqueue: the relay will) if a payload cannot be built. */
+static bool api_enq_prepare(api_enq *q, api_new_job *batch, char outbox_ids[][24])
 {
     kf_err e = KF_ERR_INIT;
-    kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
-    kf_queue_job *qj = kf_calloc((size_t)n, sizeof(*qj));
-    char **payloads = kf_calloc((size_t)n, sizeof(*payloads));
-    api_new_job **of = kf_calloc((size_t)n, sizeof(api_new_job *));
-    kf_buf ids = KF_BUF_INIT;
-    int i = 0, m = 0;
+    int i = 0;
 
-    for (api_new_job *p = batch; p && q; p = p->next, i++) {
+    q->m = 0;
+    kf_buf_reset(&q->outbox);
+    for (api_new_job *p = batch; p; p = p->next, i++) {
+        kf_queue_job *j = &q->qj[q->m];
+        char *payload;
+        size_t lp, li, lk, lt, lb;
+
         if (p->status != 202)
             continue;
-        payloads[m] = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
-        if (!payloads[m])
-            break;
-        qj[m].id = p->id;
-        qj[m].kind = p->kind;
-        qj[m].target = p->target;
-        qj[m].backend = p->backend;
-        qj[m].priority = p->priority;
-        qj[m].max_attempts = p->max_attempts;
-        qj[m].payload = payloads[m];
-        of[m] = p;
-        kf_buf_addf(&ids, "%s%s", m ? "," : "", outbox_ids[i]);
-        m++;
+        payload = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
+        if (!payload) {
+            kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"",
+                        e.msg);
+            api_enq_done(q);
+            return false;
+        }
+        lp = strlen(payload) + 1;
+        li = strlen(p->id) + 1;
+        lk = strlen(p->kind) + 1;
+        lt = strlen(p->target) + 1;
+        lb = strlen(p->backend) + 1;
+        /* One block per job: payload, id, kind, target, backend. */
+        q->own[q->m] = kf_malloc(lp + li + lk + lt + lb);
+        memcpy(q->own[q->m], payload, lp);
+        free(payload);
+        j->payload = q->own[q->m];
+        j->id = memcpy(q->own[q->m] + lp, p->id, li);
+        j->kind = memcpy(q->own[q->m] + lp + li, p->kind, lk);
+        j->target = memcpy(q->own[q->m] + lp + li + lk, p->target, lt);
+        j->backend = memcpy(q->own[q->m] + lp + li + lk + lt, p->backend, lb);
+        j->priority = p->priority;
+        j->attempt = 0;
+        j->max_attempts = p->max_attempts;
+        if (q->outbox.len)
+            kf_buf_addc(&q->outbox, ',');
+        kf_buf_adds(&q->outbox, outbox_ids[i]);
+        q->m++;
     }
-    /* Redis away: the relay queues them all (enqueue is idempotent). */
-    if (m > 0 && kf_queue_enqueue_many(q, qj, m, NULL, &e) == KF_OK) {
-        for (i = 0; i < m; i++)
-            of[i]->queued = true;
-    } else {
-        kf_buf_reset(&ids);
-    }
-    for (i = 0; i < m; i++)
-        free(payloads[i]);
-    free(payloads);
-    free(qj);
-    free(of);
-    api_qpool_put(api_req_qpool(r), q);
-    if (e.code != KF_OK)
-        kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"", e.msg);
-    if (ids.len > 0)
-        api_batch_give_back(ids.data);
-    kf_buf_release(&ids);
+    return true;
+}
+
+/* Redis (one script run for the batch), then the delivered outbox ids go
+ * on the list for the next statement to delete.  Redis away: the relay
+ * queues them all (enqueue is idempotent). */
+static void api_enq_send(api_req *r, api_enq *q)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *rq;
+
+    if (q->m == 0)
+        return;
+    rq = api_qpool_get(api_req_qpool(r), &e);
+    if (rq && kf_queue_enqueue_many(rq, q->qj, q->m, NULL, &e) == KF_OK)
+        api_batch_give_back(q->outbox.data);
+    else
+        kf_log_warn("%d jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"",
+                    q->m, e.msg);
+    api_qpool_put(api_req_qpool(r), rq);
 }
 
 /* The PostgreSQL step: write the batch (and delete delivered: outbox ids
@@ -406,11 +449,18 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
     outbox_ids = kf_calloc((size_t)n, sizeof(*outbox_ids));
     i = 0;
     for (api_new_job *p = batch; p; p = p->next, i++) {
+        int rows = PQntuples(res);
         p->status = 500;
-        for (int row = 0; row < PQntuples(res); row++) {
+        /* RETURNING gives the rows in the input's order in practice, which
+         * SQL does not promise: the same position is looked at first. */
+        for (int k = 0; k < rows; k++) {
+            int row = (i + k) % rows;
             if (strcmp(PQgetvalue(res, row, 0), p->id) == 0) {
-                p->status = 202;
-                snprintf(outbox_ids[i], sizeof(outbox_ids[i]), "%s", PQgetvalue(res, row, 1));
+                size_t len = (size_t)PQgetlength(res, row, 1);
+                if (len < sizeof(outbox_ids[i])) {
+                    p->status = 202;
+                    memcpy(outbox_ids[i], PQgetvalue(res, row, 1), len + 1);
+                }
                 break;
             }
         }
@@ -481,13 +531,19 @@ static void *api_writer_main(void *arg)
     return NULL;
 }
 
-/* The courier: each written batch onto Redis, then its answers, while the
- * writer writes the next one; last, the delivered outbox rows. */
+/* The courier: each written batch's answers, then the batch onto Redis,
+ * while the writer writes the next one; last, the delivered outbox rows.
+ * The answers go first: a job is accepted once committed (the outbox row
+ * puts it on Redis if this process cannot), so its client need not wait
+ * for Redis, and the sooner it has its answer, the sooner its next
+ * request can join a batch. */
 static void *api_courier_main(void *arg)
 {
     api_req *w = arg;
     kf_buf lines = KF_BUF_INIT;
+    static api_enq enq;   /* one courier per process */
 
+    kf_buf_init(&enq.outbox);
     pthread_mutex_lock(&api_batch_mu);
     for (;;) {
         api_written *done;
@@ -506,7 +562,7 @@ static void *api_courier_main(void *arg)
         pthread_mutex_unlock(&api_batch_mu);
 
         if (done->ids)
-            api_batch_queue(w, done->batch, done->n, done->ids);
+            api_enq_prepare(&enq, done->batch, done->ids);
         /* Answer: each job's own thread does, once resumed (it may free
          * the job at once, so its log line is made and next is read
          * first); the batch's lines go out in one write after. */
@@ -514,10 +570,12 @@ static void *api_courier_main(void *arg)
             next = p->next;
             p->next = NULL;
             if (p->status == 202)
-                kf_log_add(&lines, KF_LOG_INFO, "job created job=%s kind=%s target=%s owner=%lld queued=%d req=%s",
-                           p->id, p->kind, p->target, (long long)p->owner, p->queued, p->req->request_id);
+                kf_log_add(&lines, KF_LOG_INFO, "job created job=%s kind=%s target=%s owner=%lld req=%s", p->id,
+                           p->kind, p->target, (long long)p->owner, p->req->request_id);
             api_req_resume(p->req);
         }
+        api_enq_send(w, &enq);
+        api_enq_done(&enq);
         kf_log_flush(&lines);
         free(done->ids);
         free(done);
@@ -538,6 +596,7 @@ static void *api_courier_main(void *arg)
     api_batch_flush(w);
     api_req_pg_put(w);
     kf_buf_release(&lines);
+    kf_buf_release(&enq.outbox);
     return NULL;
 }
 
@@ -603,7 +662,6 @@ bool api_job_submit(api_new_job *nj)
 {
     nj->next = NULL;
     nj->status = 0;
-    nj->queued = false;
     pthread_mutex_lock(&api_batch_mu);
     if (!api_batch_running || api_batch_stopping) {
         pthread_mutex_unlock(&api_batch_mu);

@@ -475,12 +475,14 @@ bool kf_fields_enum(kf_fields *f, const cJSON *obj, const char *parent, const ch
         kf_fields_add(f, path, "type", "must be a string");
         return false;
     }
-    list[0] = '\0';
     for (size_t i = 0; values[i]; i++) {
         if (strcmp(values[i], v->valuestring) == 0) {
             *out = values[i];
             return true;
         }
+    }
+    list[0] = '\0';   /* the allowed values, for the error only */
+    for (size_t i = 0; values[i]; i++) {
         if (used + 1 < sizeof(list)) {
             int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", values[i]);
             if (w > 0)

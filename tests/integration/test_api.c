@@ -643,7 +643,7 @@ Test(api, cancel_in_each_state)
     char *retry = fx_submit(&fx, fx.user, NULL);
     char *done = fx_submit(&fx, fx.user, NULL);
 
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 4);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD kf:wait:%s", "trn2", 4), 4);
     /* queued → cancelled at once, and gone from Redis. */
     cr_assert_eq(cancel(q, &r), 200, "%s", r.body);
     cr_assert(strstr(r.body, "\"cancelled\""), "%s", r.body);
@@ -808,6 +808,8 @@ Test(api, admins_requeue_dead_jobs_for_the_relay)
     char *path = kf_asprintf("/v1/jobs/%s/requeue", id);
     char *v;
 
+    /* Its first outbox row goes once the job is on Redis. */
+    cr_assert_eq(fx_sql_int_soon(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", id, 0), 0);
     cr_assert_eq(fx_req(&fx, "POST", path, fx.admin, NULL, &r), 409, "a queued job is not dead: %s", r.body);
     cr_assert(strstr(r.body, "job-not-dead"), "%s", r.body);
     kf_http_resp_release(&r);

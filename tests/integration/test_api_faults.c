@@ -111,8 +111,10 @@ Test(faults, postgres_down_is_503_with_retry_after_then_recovers)
     kf_http_resp r;
     char *id = fx_submit(&fx, fx.user, NULL);
     char *path = kf_asprintf("/v1/jobs/%s", id);
-    long long waiting = fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2");
-    long long t0;
+    long long waiting, t0;
+
+    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS kf:job:%s", id, 1), 1, "job not in Redis");
+    waiting = fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2");
 
     pg_stop();
     fx_req(&fx, "GET", path, fx.user, NULL, &r);

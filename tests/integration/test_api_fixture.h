@@ -102,6 +102,19 @@ static long long fx_redis_int(api_fx *f, const char *fmt, const char *arg)
     return v;
 }
 
+/* fx_redis_int until it gives `want` (3 s at most): a job answered 202 is
+ * put on Redis right after its answer. */
+static long long fx_redis_int_soon(api_fx *f, const char *fmt, const char *arg, long long want)
+{
+    long long n = fx_redis_int(f, fmt, arg);
+
+    for (int i = 0; i < 300 && n != want; i++) {
+        kf_test_sleep_ms(10);
+        n = fx_redis_int(f, fmt, arg);
+    }
+    return n;
+}
+
 static void fx_start_api(api_fx *f, const char *extra_env)
 {
     char *bin = kf_test_bin("kforge-api");
