@@ -106,11 +106,11 @@ queue_redis_cpu() {
 # the machine is shared, so the ratio is of the medians of the rounds.  Also printed:
 # PostgreSQL's CPU per POST and per raw INSERT (what each costs the database, less noisy
 # than rates on a busy machine), and kforge-api's and Redis's CPU per POST.
-# KFB_ENQUEUE_CLIENTS (default "4 16 32").  The API is driven by wrk over C keep-alive
+# KFB_ENQUEUE_CLIENTS (default "4 16 32 64").  The API is driven by wrk over C keep-alive
 # connections (KFB_ENQUEUE_DRIVER=curl: queue_bench's C libcurl threads), and the accepted
 # count is the API's own 202 counter.
 bench_queue_enqueue() {
-  local secs=${KFB_ENQUEUE_SECS:-4} clients=${KFB_ENQUEUE_CLIENTS:-"4 16 32"} rounds=${KFB_ENQUEUE_ROUNDS:-3}
+  local secs=${KFB_ENQUEUE_SECS:-4} clients=${KFB_ENQUEUE_CLIENTS:-"4 16 32 64"} rounds=${KFB_ENQUEUE_ROUNDS:-3}
   local mode c k out rate tps c0 c1 r0 r1 api rows=""
   echo "== queue_enqueue: POST /v1/jobs vs pgbench one-INSERT script, same clients, $rounds alternating rounds of ${secs} s (target >= 0.5)"
   queue_services_up || return 1

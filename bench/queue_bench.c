@@ -2,8 +2,8 @@
  * queue_bench — benchmarks of the job pipeline (bench/run.sh queue_*).
  *
  *   queue_bench dispatch N      POST → worker holds the lease, p50/p99 over N diag jobs at light load
- *   queue_bench enqueue SECS C  sustained POST /v1/jobs per second over C connections (wrk; or C
- *                               libcurl threads with KFB_ENQUEUE_DRIVER=curl)
+ *   queue_bench enqueue SECS C  sustained POST /v1/jobs per second over C connections (wrk, C <= 256; or C
+ *                               <= 32 libcurl threads with KFB_ENQUEUE_DRIVER=curl)
  *   queue_bench throughput N W  N diag jobs of 0 ms end to end with W workers: jobs/s
  *   queue_bench memory N        Redis used_memory while N jobs go enqueue → lease → ack
  *   queue_bench recovery R      worker SIGKILL → job running again, R rounds, against the lease
@@ -575,8 +575,8 @@ static int qb_enqueue(int secs, int clients)
     if (!driver)
         driver = "wrk";
 
-    if (clients < 1 || clients > 32)
-        qb_die("enqueue: 1..32 clients");
+    if (clients < 1 || clients > (strcmp(driver, "wrk") == 0 ? 256 : 32))
+        qb_die("enqueue: 1..256 clients with wrk, 1..32 with the libcurl driver");
     qb_start_api();
     if (strcmp(driver, "wrk") == 0) {
         long requests = 0;
