@@ -212,6 +212,14 @@ static int cmd_serve(int argc, char **argv)
     memset(&cfg, 0, sizeof(cfg));
     cfg.listen = kf_config_str(KF_CFG_API_LISTEN);
     cfg.threads = (int)kf_config_int(KF_CFG_API_THREADS);
+    if (cfg.threads == 0) {
+        /* Two per core: a POST never blocks its thread (api_batch), the
+         * other routes wait on PostgreSQL; more threads than that only
+         * add context switches (side by side at 32 clients on 2 cores,
+         * 16 threads cost 45 us of the API's CPU per POST, 4 cost 40). */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg.threads = cores < 2 ? 4 : cores > 128 ? 256 : (int)(2 * cores);
+    }
     cfg.max_body = kf_config_int(KF_CFG_MAX_BODY_BYTES);
     cfg.pg_dsn = kf_config_str(KF_CFG_PG_DSN);
     cfg.pg_pool = (int)kf_config_int(KF_CFG_PG_POOL);

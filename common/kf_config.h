@@ -32,8 +32,8 @@ enum {
        "Log level: debug, info, warn or error.")                                                                          \
     XX(API_LISTEN,       STR, "127.0.0.1:8080",                         0, 0,            KF_USE_API,                      \
        "Address and port kforge-api listens on (HOST:PORT).")                                                             \
-    XX(API_THREADS,      INT, "16",                                     1, 256,          KF_USE_API,                      \
-       "HTTP worker threads in kforge-api.")                                                                              \
+    XX(API_THREADS,      INT, "0",                                      0, 256,          KF_USE_API,                      \
+       "HTTP worker threads in kforge-api; 0: two per CPU core, at least 4.")                                             \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
     XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \
