@@ -22,9 +22,8 @@
  * the outbox ids: the job's document and created_at come from api_jobs.c.
  *
  * Delivered outbox rows are deleted by the next batch's statement (one
- * statement and one commit per batch under load); when no job waits and
- * no batch is being written or on its way, the courier deletes them right
- * away.  Until then, or if the process dies first, the rows stay pending
+ * statement and one commit per batch under load); when no batch comes
+ * within API_FLUSH_DELAY_MS, the courier deletes them itself.  Until then, or if the process dies first, the rows stay pending
  * and the relay enqueues the jobs again, which Redis ignores (enqueue is
  * idempotent).
  *
@@ -40,11 +39,13 @@
 #include "kf_job.h"
 #include "kf_log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define API_BATCH_MAX KF_QUEUE_ENQUEUE_MAX   /* one Redis script run per batch */
 /* While the courier is on a batch, the writer starts the next one only
@@ -53,6 +54,12 @@
  * row).  Side by side, 4 against 0 (always start): 7,945 vs 7,607 POST/s at
  * 16 clients, 9,051 vs 7,510 at 32; 8 did no better than 4. */
 #define API_BATCH_OVERLAP 4
+/* How long delivered outbox ids wait for the next batch's statement to
+ * delete them before the courier deletes them with one of its own.  Far
+ * below the relay's 1 s (it leaves younger rows to the API); long enough
+ * that at a few requests in flight the next batch carries them, instead
+ * of a DELETE and a commit of their own after every batch. */
+#define API_FLUSH_DELAY_MS 20
 static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;     /* the writer waits on it */
 static pthread_cond_t api_courier_cv = PTHREAD_COND_INITIALIZER;   /* the courier waits on it */
@@ -543,15 +550,32 @@ static void *api_courier_main(void *arg)
     kf_buf lines = KF_BUF_INIT;
     static api_enq enq;   /* one courier per process */
 
+    bool flush_due = false;   /* delivered ids may wait; delete them at `due` */
+    struct timespec due = { 0, 0 };
+
     kf_buf_init(&enq.outbox);
     pthread_mutex_lock(&api_batch_mu);
     for (;;) {
         api_written *done;
         api_new_job *p, *next;
-        bool idle;
 
-        while (!api_courier_head && !api_batch_writer_done)
-            pthread_cond_wait(&api_courier_cv, &api_batch_mu);
+        while (!api_courier_head && !api_batch_writer_done) {
+            if (!flush_due) {
+                pthread_cond_wait(&api_courier_cv, &api_batch_mu);
+                continue;
+            }
+            if (pthread_cond_clockwait(&api_courier_cv, &api_batch_mu, CLOCK_MONOTONIC, &due) != ETIMEDOUT)
+                continue;
+            /* No batch came to take them: delete them now (unless one
+             * is being written, which took them). */
+            flush_due = false;
+            if (api_batch_delivered.len && !api_batch_writing) {
+                pthread_mutex_unlock(&api_batch_mu);
+                api_batch_flush(w);
+                api_req_pg_put(w);
+                pthread_mutex_lock(&api_batch_mu);
+            }
+        }
         if (!api_courier_head)
             break;
         done = api_courier_head;
@@ -579,18 +603,19 @@ static void *api_courier_main(void *arg)
         kf_log_flush(&lines);
         free(done->ids);
         free(done);
-        /* Nothing waits, nothing is being written or on its way (any of
-         * which would take the delivered ids): delete them now. */
+        /* The delivered ids ride with the next batch's statement; if
+         * none comes within API_FLUSH_DELAY_MS, the wait above deletes
+         * them with a statement of their own. */
+        clock_gettime(CLOCK_MONOTONIC, &due);
+        due.tv_nsec += API_FLUSH_DELAY_MS * 1000000L;
+        if (due.tv_nsec >= 1000000000L) {
+            due.tv_sec++;
+            due.tv_nsec -= 1000000000L;
+        }
+        flush_due = true;
         pthread_mutex_lock(&api_batch_mu);
         api_courier_busy = false;
         pthread_cond_signal(&api_batch_cv);   /* the writer may be waiting for this */
-        idle = !api_batch_head && !api_batch_writing && !api_courier_head;
-        pthread_mutex_unlock(&api_batch_mu);
-        if (idle) {
-            api_batch_flush(w);
-            api_req_pg_put(w);
-        }
-        pthread_mutex_lock(&api_batch_mu);
     }
     pthread_mutex_unlock(&api_batch_mu);
     api_batch_flush(w);
