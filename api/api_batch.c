@@ -5,10 +5,10 @@
  * trips), not per row.  So POST /v1/jobs does not write its job itself: it
  * suspends its connection and hands the job to this module (api_job_submit).
  * Two threads do the rest, one batch behind the other: the writer takes
- * every job waiting (up to API_BATCH_MAX) and writes them all with one
- * statement on its own connection; the courier resumes the batch's
- * connections, whose threads answer, then puts the batch on Redis with one
- * script run, while the writer writes the next batch (once API_BATCH_OVERLAP jobs
+ * every job waiting (up to API_BATCH_MAX), writes them all with one
+ * statement on its own connection and resumes their connections, whose
+ * threads answer; the courier puts the batch on Redis with one script run
+ * while the writer writes the next batch (once API_BATCH_OVERLAP jobs
  * wait; fewer wait for the courier).  Jobs that arrive meanwhile wait
  * for the next batch, so batches grow with the load; the HTTP threads never
  * block on a batch, so every request in flight can join one.  A lone job is
@@ -23,9 +23,9 @@
  *
  * Delivered outbox rows are deleted by the next batch's statement (one
  * statement and one commit per batch under load); when no batch comes
- * within API_FLUSH_DELAY_MS, the courier deletes them itself.  Until then, or if the process dies first, the rows stay pending
- * and the relay enqueues the jobs again, which Redis ignores (enqueue is
- * idempotent).
+ * within API_FLUSH_DELAY_MS, the courier deletes them itself.  Until
+ * then, or if the process dies first, the rows stay pending and the relay
+ * enqueues the jobs again, which Redis ignores (enqueue is idempotent).
  *
  * Each job's rows are still one transaction (the statement), so a failure
  * writes nothing for any job of the batch, and each answers 503/500.  A
@@ -68,11 +68,12 @@ static bool api_batch_running, api_batch_stopping, api_batch_writer_done;
 static bool api_batch_writing;  /* the writer is in a statement */
 static int api_batch_waiting;   /* jobs handed over, not yet taken */
 static bool api_courier_busy;   /* the courier is on a batch */
-/* A batch written (or not: ids NULL) on its way to Redis and its answers. */
+/* A batch written and answered, on its way to Redis (enq NULL when
+ * nothing was written), with its 'job created' log lines. */
+typedef struct api_enq api_enq;
 typedef struct api_written {
-    api_new_job        *batch;
-    int                 n;
-    char              (*ids)[24];
+    api_enq            *enq;
+    kf_buf              lines;
     struct api_written *next;
 } api_written;
 static api_written *api_courier_head, *api_courier_tail;
@@ -336,12 +337,12 @@ static void api_batch_flush(api_req *w)
 /* A committed batch's jobs as Redis takes them, copied out of the
  * requests so that those can be answered (and freed) before the batch
  * goes to Redis. */
-typedef struct api_enq {
+struct api_enq {
     int          m;                          /* jobs to enqueue */
     kf_queue_job qj[API_BATCH_MAX];
     char        *own[API_BATCH_MAX];         /* each job's copies: payload, then id, kind, target, backend */
     kf_buf       outbox;                     /* their outbox ids, "1,2,3" */
-} api_enq;
+};
 
 static void api_enq_done(api_enq *q)
 {
@@ -479,6 +480,35 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
     return outbox_ids;
 }
 
+/* Right after the commit, in the writer: copy what Redis needs out of the
+ * batch (outbox ids by position, NULL when nothing was written), make the
+ * log lines, and answer every request (each job's own thread does, once
+ * resumed; it may free the job at once, so next is read first).  The
+ * answers go before the enqueue: a job is accepted once committed (its
+ * outbox row puts it on Redis if this process cannot), and the sooner its
+ * client has the answer, the sooner its next request can join a batch. */
+static api_written *api_batch_answer(api_new_job *batch, char ids[][24])
+{
+    api_written *done = kf_calloc(1, sizeof(*done));
+    api_new_job *p, *next;
+
+    kf_buf_init(&done->lines);
+    if (ids) {
+        done->enq = kf_calloc(1, sizeof(*done->enq));
+        kf_buf_init(&done->enq->outbox);
+        api_enq_prepare(done->enq, batch, ids);
+    }
+    for (p = batch; p; p = next) {
+        next = p->next;
+        p->next = NULL;
+        if (p->status == 202)
+            kf_log_add(&done->lines, KF_LOG_INFO, "job created job=%s kind=%s target=%s owner=%lld req=%s", p->id,
+                       p->kind, p->target, (long long)p->owner, p->req->request_id);
+        api_req_resume(p->req);
+    }
+    return done;
+}
+
 /* Whether the writer may take a batch now: jobs wait, and the courier is
  * idle or API_BATCH_OVERLAP of them wait.  Caller holds api_batch_mu. */
 static bool api_writer_may_start(void)
@@ -497,7 +527,7 @@ static void *api_writer_main(void *arg)
     for (;;) {
         api_new_job *batch, *last;
         api_written *done;
-        char *delivered;
+        char *delivered, (*ids)[24];
         int n;
 
         while (!api_batch_stopping && !api_writer_may_start())
@@ -516,12 +546,11 @@ static void *api_writer_main(void *arg)
         api_batch_writing = true;
         pthread_mutex_unlock(&api_batch_mu);
 
-        done = kf_calloc(1, sizeof(*done));
-        done->batch = batch;
-        done->n = n;
-        done->ids = api_batch_write(w, batch, n, delivered);
+        ids = api_batch_write(w, batch, n, delivered);
         free(delivered);
         api_req_pg_put(w);   /* a broken connection goes back to be reopened */
+        done = api_batch_answer(batch, ids);
+        free(ids);
 
         pthread_mutex_lock(&api_batch_mu);
         api_batch_writing = false;
@@ -538,26 +567,17 @@ static void *api_writer_main(void *arg)
     return NULL;
 }
 
-/* The courier: each written batch's answers, then the batch onto Redis,
- * while the writer writes the next one; last, the delivered outbox rows.
- * The answers go first: a job is accepted once committed (the outbox row
- * puts it on Redis if this process cannot), so its client need not wait
- * for Redis, and the sooner it has its answer, the sooner its next
- * request can join a batch. */
+/* The courier: each answered batch onto Redis and its log lines out, while
+ * the writer writes the next one; last, the delivered outbox rows. */
 static void *api_courier_main(void *arg)
 {
     api_req *w = arg;
-    kf_buf lines = KF_BUF_INIT;
-    static api_enq enq;   /* one courier per process */
-
     bool flush_due = false;   /* delivered ids may wait; delete them at `due` */
     struct timespec due = { 0, 0 };
 
-    kf_buf_init(&enq.outbox);
     pthread_mutex_lock(&api_batch_mu);
     for (;;) {
         api_written *done;
-        api_new_job *p, *next;
 
         while (!api_courier_head && !api_batch_writer_done) {
             if (!flush_due) {
@@ -585,23 +605,14 @@ static void *api_courier_main(void *arg)
         api_courier_busy = true;
         pthread_mutex_unlock(&api_batch_mu);
 
-        if (done->ids)
-            api_enq_prepare(&enq, done->batch, done->ids);
-        /* Answer: each job's own thread does, once resumed (it may free
-         * the job at once, so its log line is made and next is read
-         * first); the batch's lines go out in one write after. */
-        for (p = done->batch; p; p = next) {
-            next = p->next;
-            p->next = NULL;
-            if (p->status == 202)
-                kf_log_add(&lines, KF_LOG_INFO, "job created job=%s kind=%s target=%s owner=%lld req=%s", p->id,
-                           p->kind, p->target, (long long)p->owner, p->req->request_id);
-            api_req_resume(p->req);
+        if (done->enq) {
+            api_enq_send(w, done->enq);
+            api_enq_done(done->enq);
+            kf_buf_release(&done->enq->outbox);
+            free(done->enq);
         }
-        api_enq_send(w, &enq);
-        api_enq_done(&enq);
-        kf_log_flush(&lines);
-        free(done->ids);
+        kf_log_flush(&done->lines);
+        kf_buf_release(&done->lines);
         free(done);
         /* The delivered ids ride with the next batch's statement; if
          * none comes within API_FLUSH_DELAY_MS, the wait above deletes
@@ -620,8 +631,6 @@ static void *api_courier_main(void *arg)
     pthread_mutex_unlock(&api_batch_mu);
     api_batch_flush(w);
     api_req_pg_put(w);
-    kf_buf_release(&lines);
-    kf_buf_release(&enq.outbox);
     return NULL;
 }
 
