@@ -353,8 +353,13 @@ static void s_reap(sched *s)
 
 /* Jobs a worker dead-lettered (a retryable failure on the last attempt)
  * or the reaper did: state dead in PostgreSQL with Redis's last error.
- * Not when an enqueue is pending in the outbox: reconciliation recorded
- * this death already and an admin re-queued the job before it was read. */
+ * Not for a queued job with an enqueue pending in the outbox: that is a
+ * later life (reconciliation recorded this death already and an admin
+ * re-queued the job before it was read; the relay, not a worker, starts
+ * that life).  A job PostgreSQL has running or retrying is in the life
+ * that died, whatever the outbox holds: the API deletes a delivered
+ * enqueue row a little after the job reaches Redis, and a worker can
+ * lease, run and dead-letter the job before that. */
 static void s_deaths(sched *s)
 {
     kf_err err = KF_ERR_INIT;
@@ -382,9 +387,11 @@ static void s_deaths(sched *s)
             r = s_sql(s,
                       "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid "
                       "  AND state IN ('queued','running','retrying') "
-                      /* a pending enqueue is a later life (an admin's
-                       * re-queue): the relay drops this dead letter */
-                      "  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.action = 'enqueue') "
+                      /* a queued job's pending enqueue is a later life
+                       * (an admin's re-queue): the relay drops this dead
+                       * letter */
+                      "  AND NOT (state = 'queued' AND EXISTS (SELECT 1 FROM outbox o "
+                      "    WHERE o.job_id = jobs.id AND o.action = 'enqueue')) "
                       "  FOR UPDATE), "
                       "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $3::int), "
                       "  last_error = $2, finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id "

@@ -205,6 +205,35 @@ Test(e2e, a_requeue_survives_a_death_the_scheduler_reads_late)
     free(body);
 }
 
+/* The other side of that guard: the API deletes a job's delivered enqueue
+ * row a little after the job reaches Redis, and a worker can lease, run
+ * and dead-letter the job before that.  Staged without a scheduler: the
+ * job runs and dies, its enqueue row is put back as if not yet deleted,
+ * and the scheduler starts.  The death must be recorded: the job is
+ * running in PostgreSQL, so the row is not a later life. */
+Test(e2e, a_death_is_recorded_while_the_delivered_outbox_row_lingers)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 0 };
+    kf_stack_start(&S, &o);
+    char *body = kf_stack_diag_body(0, false, true, 1);
+    char *id = kf_stack_submit(&S, body);
+    long long end = kf_test_now_ms() + 15000;
+    char *v;
+
+    while (kf_test_now_ms() < end && kf_stack_redis_int(&S, "ZCARD %s", "kf:dead") < 1)
+        kf_test_sleep_ms(50);
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:dead"), 1, "the worker dead-letters the job; see %s", S.dir);
+    cr_assert_str_eq(kf_stack_state(&S, id), "running");
+    v = kf_stack_sql_value(&S, "INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'enqueue') RETURNING id", id);
+    cr_assert_not_null(v);
+    free(v);
+    kf_stack_scheduler(&S, 0);
+    cr_assert(kf_stack_wait_state(&S, id, "dead", 15000), "job is %s; see %s", kf_stack_state(&S, id), S.dir);
+    cr_assert_eq(events(id, "dead"), 1);
+    free(id);
+    free(body);
+}
+
 /* An admin re-queues a dead job (POST /v1/jobs/{id}/requeue): the relay
  * drops the dead letter from Redis and queues the job again, which runs
  * once more with the next attempt number. */
