@@ -69,7 +69,7 @@ static bool api_batch_writing;  /* the writer is in a statement */
 static int api_batch_waiting;   /* jobs handed over, not yet taken */
 static bool api_courier_busy;   /* the courier is on a batch */
 /* A batch written and answered, on its way to Redis (enq NULL when
- * nothing was written), with its 'job created' log lines. */
+ * nothing is to be enqueued), with its 'job created' log lines. */
 typedef struct api_enq api_enq;
 typedef struct api_written {
     api_enq            *enq;
@@ -340,54 +340,58 @@ static void api_batch_flush(api_req *w)
 struct api_enq {
     int          m;                          /* jobs to enqueue */
     kf_queue_job qj[API_BATCH_MAX];
-    char        *own[API_BATCH_MAX];         /* each job's copies: payload, then id, kind, target, backend */
+    char        *payload[API_BATCH_MAX];     /* each job's payload (kf_job_payload_build) */
+    char        *names[API_BATCH_MAX];       /* each job's id, kind, target and backend, one block */
     kf_buf       outbox;                     /* their outbox ids, "1,2,3" */
 };
 
-static void api_enq_done(api_enq *q)
+static void api_enq_free(api_enq *q)
 {
-    for (int i = 0; i < q->m; i++)
-        free(q->own[i]);
-    q->m = 0;
+    if (!q)
+        return;
+    for (int i = 0; i < q->m; i++) {
+        free(q->payload[i]);
+        free(q->names[i]);
+    }
+    kf_buf_release(&q->outbox);
+    free(q);
 }
 
-/* Copy what enqueueing the batch's written jobs needs.  False (nothing to
- * enqueue: the relay will) if a payload cannot be built. */
-static bool api_enq_prepare(api_enq *q, api_new_job *batch, char outbox_ids[][24])
+/* What enqueueing the batch's written jobs (outbox ids by position) needs.
+ * NULL when there is nothing to enqueue, or a payload cannot be built:
+ * the relay then queues the jobs. */
+static api_enq *api_enq_new(api_new_job *batch, char outbox_ids[][24])
 {
+    api_enq *q = kf_calloc(1, sizeof(*q));
     kf_err e = KF_ERR_INIT;
     int i = 0;
 
-    q->m = 0;
-    kf_buf_reset(&q->outbox);
+    kf_buf_init(&q->outbox);
     for (api_new_job *p = batch; p; p = p->next, i++) {
         kf_queue_job *j = &q->qj[q->m];
-        char *payload;
-        size_t lp, li, lk, lt, lb;
+        size_t li, lk, lt, lb;
+        char *names;
 
         if (p->status != 202)
             continue;
-        payload = kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
-        if (!payload) {
+        q->payload[q->m] =
+            kf_job_payload_build(p->id, p->kind, p->target, p->backend, p->spec, p->budget, p->goal, &e);
+        if (!q->payload[q->m]) {
             kf_log_warn("jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"",
                         e.msg);
-            api_enq_done(q);
-            return false;
+            api_enq_free(q);
+            return NULL;
         }
-        lp = strlen(payload) + 1;
         li = strlen(p->id) + 1;
         lk = strlen(p->kind) + 1;
         lt = strlen(p->target) + 1;
         lb = strlen(p->backend) + 1;
-        /* One block per job: payload, id, kind, target, backend. */
-        q->own[q->m] = kf_malloc(lp + li + lk + lt + lb);
-        memcpy(q->own[q->m], payload, lp);
-        free(payload);
-        j->payload = q->own[q->m];
-        j->id = memcpy(q->own[q->m] + lp, p->id, li);
-        j->kind = memcpy(q->own[q->m] + lp + li, p->kind, lk);
-        j->target = memcpy(q->own[q->m] + lp + li + lk, p->target, lt);
-        j->backend = memcpy(q->own[q->m] + lp + li + lk + lt, p->backend, lb);
+        names = q->names[q->m] = kf_malloc(li + lk + lt + lb);
+        j->id = memcpy(names, p->id, li);
+        j->kind = memcpy(names + li, p->kind, lk);
+        j->target = memcpy(names + li + lk, p->target, lt);
+        j->backend = memcpy(names + li + lk + lt, p->backend, lb);
+        j->payload = q->payload[q->m];
         j->priority = p->priority;
         j->attempt = 0;
         j->max_attempts = p->max_attempts;
@@ -396,7 +400,11 @@ static bool api_enq_prepare(api_enq *q, api_new_job *batch, char outbox_ids[][24
         kf_buf_adds(&q->outbox, outbox_ids[i]);
         q->m++;
     }
-    return true;
+    if (q->m == 0) {
+        api_enq_free(q);
+        return NULL;
+    }
+    return q;
 }
 
 /* Redis (one script run for the batch), then the delivered outbox ids go
@@ -405,11 +413,8 @@ static bool api_enq_prepare(api_enq *q, api_new_job *batch, char outbox_ids[][24
 static void api_enq_send(api_req *r, api_enq *q)
 {
     kf_err e = KF_ERR_INIT;
-    kf_queue *rq;
+    kf_queue *rq = api_qpool_get(api_req_qpool(r), &e);
 
-    if (q->m == 0)
-        return;
-    rq = api_qpool_get(api_req_qpool(r), &e);
     if (rq && kf_queue_enqueue_many(rq, q->qj, q->m, NULL, &e) == KF_OK)
         api_batch_give_back(q->outbox.data);
     else
@@ -493,11 +498,8 @@ static api_written *api_batch_answer(api_new_job *batch, char ids[][24])
     api_new_job *p, *next;
 
     kf_buf_init(&done->lines);
-    if (ids) {
-        done->enq = kf_calloc(1, sizeof(*done->enq));
-        kf_buf_init(&done->enq->outbox);
-        api_enq_prepare(done->enq, batch, ids);
-    }
+    if (ids)
+        done->enq = api_enq_new(batch, ids);
     for (p = batch; p; p = next) {
         next = p->next;
         p->next = NULL;
@@ -605,12 +607,9 @@ static void *api_courier_main(void *arg)
         api_courier_busy = true;
         pthread_mutex_unlock(&api_batch_mu);
 
-        if (done->enq) {
+        if (done->enq)
             api_enq_send(w, done->enq);
-            api_enq_done(done->enq);
-            kf_buf_release(&done->enq->outbox);
-            free(done->enq);
-        }
+        api_enq_free(done->enq);
         kf_log_flush(&done->lines);
         kf_buf_release(&done->lines);
         free(done);
