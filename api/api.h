@@ -310,8 +310,9 @@ void api_batch_stop(void);
  * idempotent response (doc), in one statement together with the jobs
  * waiting with it; after the commit it sets status and resumes nj->req,
  * then puts the jobs on Redis (their outbox rows are deleted once
- * delivered; if Redis is away, the scheduler's relay enqueues them).  False (status 503, nothing written, nothing resumed) when the
- * writer is stopping: the caller resumes the request itself. */
+ * delivered; if Redis is away, the scheduler's relay enqueues them).
+ * False (status 503, nothing written, nothing resumed) when the writer is
+ * stopping: the caller resumes the request itself. */
 bool api_job_submit(api_new_job *nj);
 /* Batch counters in Prometheus text format. */
 void api_batch_metrics(kf_buf *out);

@@ -192,10 +192,10 @@ void kf_json_add_str(kf_buf *b, const char *s)
     kf_buf_addc(b, '"');
 }
 
-/* A number as cJSON prints one, with integers (the common case: sizes,
- * counts, milliseconds) written digit by digit rather than through printf:
- * non-finite -> null; else the shortest of %.15g and %.17g that reads
- * back as the same double. */
+/* A number in cJSON's notation, but exact: non-finite -> null; integers
+ * below 2^53 (the common case: sizes, counts, milliseconds) digit by
+ * digit rather than through printf; else %.15g, or %.17g when %.15g does
+ * not read back as the same double. */
 static void kf_json_add_num(kf_buf *b, double d)
 {
     char tmp[32];
