@@ -328,6 +328,9 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
     lim.wall_ms = lim.cpu_seconds * 1000u;
     lim.memory_mib = req->memory_mib ? req->memory_mib : (unsigned)kf_config_int(KF_CFG_SIM_MEMORY_MIB);
     lim.max_result_bytes = 64u << 20;
+    /* all the evaluation may read of the machine: the kernel and its reference */
+    const char *files[] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL, NULL };
+    lim.ro_paths = files;
     if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
         return kf_err_set(err, KF_INVALID, "validation needs a NumPy reference");
     /* The sandbox API takes a mutable context; the child only reads req. */

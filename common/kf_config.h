@@ -76,6 +76,12 @@ enum {
        "Wall-clock limit of one sandboxed kernel evaluation (kforge-sim --timeout; CPU limit likewise).")               \
     XX(SIM_MEMORY_MIB,   INT, "8192",                                   64, 1048576,     KF_USE_SIM | KF_USE_WORKER,      \
        "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
+    XX(SANDBOX,          STR, "strict",                                 0, 0,            KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \
+       "How user code is isolated: strict (namespaces, seccomp allowlist, rlimits; see docs/security.md) or unconfined (limits only, never for other people's kernels).") \
+    XX(SANDBOX_UID,      INT, "65534",                                  1, 4294967294L,  KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \
+       "Unprivileged uid that user code runs as when kforge runs as root (otherwise the user's first subordinate uid).") \
+    XX(SANDBOX_GID,      INT, "65534",                                  1, 4294967294L,  KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \
+       "Unprivileged gid that user code runs as when kforge runs as root (otherwise the user's first subordinate gid).") \
     XX(KERNELS_DIR,      STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
        "Folder of kforge's kernel library (<op>.py templates); empty: kernels/ here or next to the binary.")             \
     XX(CACHE_DIR,        STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \

@@ -126,7 +126,12 @@ kf_code sim_check_evaluate(const sim_sandbox_limits *lim, const sim_eval_spec *s
     memset(ev, 0, sizeof(*ev));
     sim_error_clear(&ev->serr);
     sim_eval_spec copy = *spec;      /* the child reads it; the sandbox API takes void * */
-    rc = sim_sandbox_run(lim, sim_check_eval_child, &copy, &ev->sb, err);
+    const char *files[] = { spec->run.source_path, spec->ref_path, NULL };
+    sim_sandbox_limits l = *lim;
+    if (!files[0])
+        files[0] = spec->ref_path, files[1] = NULL;
+    l.ro_paths = files;              /* all the evaluation may read of the machine */
+    rc = sim_sandbox_run(&l, sim_check_eval_child, &copy, &ev->sb, err);
     if (rc != KF_OK)
         return rc;
     if (ev->sb.json)

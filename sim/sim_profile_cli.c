@@ -306,6 +306,8 @@ int sim_profile_cli_main(int argc, char **argv)
     lim.memory_mib = (unsigned)a.memory_mib;
     lim.wall_ms = (unsigned)(a.timeout_s * 1000);
     lim.max_result_bytes = 64u << 20;
+    const char *files[] = { a.kernel, NULL };
+    lim.ro_paths = files;            /* all the evaluation may read of the machine */
     child.a = &a;
     child.inputs = inputs;
     if (sim_sandbox_run(&lim, pcli_child_fn, &child, &res, &err) != KF_OK) {

@@ -1,42 +1,70 @@
 /*
  * sim_sandbox — evaluate untrusted work (a user's kernel, a user's NumPy
- * reference) in a child process with limits, and get its results back.
+ * reference) in a child process that cannot leave its box, and get its
+ * results back.  docs/security.md has the threat model; this is the how.
  *
- * sim_sandbox_run() forks.  The child:
- *   - becomes its own process group (and gets SIGKILL if the caller dies:
- *     PR_SET_PDEATHSIG), resets signal handlers to the defaults,
- *     closes every inherited file descriptor except stdin and its two pipes
- *     (so a worker's Redis or HTTP sockets are out of reach);
- *   - gets RLIMIT_CPU = cpu_seconds (soft; hard one second later) and
- *     RLIMIT_AS = memory_mib (not under AddressSanitizer, whose shadow
- *     mappings exceed any address-space limit; the parent's RSS watchdog
- *     below still applies), RLIMIT_CORE = 0;
- *   - loses the network twice over: unshare(CLONE_NEWNET) when permitted
- *     (root or user namespaces: a fresh namespace with only a down loopback),
- *     and always a seccomp filter that makes socket() fail with EPERM for any
- *     family but AF_UNIX and io_uring_setup() fail with EPERM (io_uring can
- *     open sockets).  If neither can be installed the child refuses to run
- *     the function (status FAILED, reason says why).  The same filter stops
- *     new processes (fork, vfork and clone without CLONE_THREAD fail with
- *     EPERM; threads still start), so a kernel cannot fork-bomb the machine
- *     or leave processes behind;
+ * sim_sandbox_run() forks a child C, which becomes its own process group
+ * (and gets SIGKILL if the caller dies: PR_SET_PDEATHSIG), resets signal
+ * handlers, keeps only stdin (/dev/null), its log pipe (stdout and stderr)
+ * and its result pipes, then, in the default "strict" mode:
+ *   - unshares a user namespace and new mount, PID, network, IPC and UTS
+ *     namespaces.  The caller writes the user namespace's maps: one inner id
+ *     (SIM_SANDBOX_INNER_ID) maps to the unprivileged KFORGE_SANDBOX_UID/GID
+ *     when the caller is root, or to the first subordinate id of the
+ *     caller's user (/etc/subuid, /etc/subgid, through newuidmap/newgidmap)
+ *     otherwise; never to the caller's own user;
+ *   - forks G, PID 1 of the new PID namespace (C waits for it and exits as
+ *     it did; the caller watches G's resident memory through its pid).  G
+ *     builds a fresh root on a tmpfs: /usr, the /bin /lib... links, a few
+ *     /etc files the dynamic loader and OpenBLAS need, /dev/{null,zero,full,
+ *     random,urandom}, and the caller's lim->ro_paths, all read-only; a
+ *     private writable /work (and /tmp -> /work) on a tmpfs of
+ *     lim->work_mib; no /proc, no /sys, nothing else of the machine.  It
+ *     pivots into it, drops the old root, becomes the inner id with no
+ *     supplementary groups, drops every capability (bounding, ambient,
+ *     effective, permitted), sets RLIMIT_CORE 0, RLIMIT_CPU, RLIMIT_AS (not
+ *     under AddressSanitizer, whose shadow mappings exceed any address-space
+ *     limit; the RSS watchdog below still applies), RLIMIT_FSIZE (the work
+ *     folder's size), RLIMIT_NOFILE and RLIMIT_NPROC (threads); replaces
+ *     the environment with an allowlist (PATH, HOME and TMPDIR=/kforge-work,
+ *     LANG, and the OPENBLAS_/OMP_ threading knobs; never KFORGE_*), after
+ *     zeroing the inherited environment's bytes; sets PR_SET_NO_NEW_PRIVS
+ *     and installs a seccomp allowlist (libseccomp): the file, memory,
+ *     time, signal and thread calls CPython, NumPy and the simulator make;
+ *     everything else, ptrace, process_vm_*, pidfd_*, kill outside itself,
+ *     mount, unshare, setns, bpf, perf_event_open, keyctl, userfaultfd,
+ *     io_uring_*, socket, execve, fork and any call added to the kernel
+ *     later, fails with EPERM (clone3 with ENOSYS, so glibc falls back to
+ *     clone, whose flags the filter reads: threads yes, processes no);
  *   - runs fn(arg, out), which sends arrays and a JSON summary through
- *     sim_sandbox_send_*(), and _exit()s.  Its stdout and stderr go to a pipe
- *     whose last SIM_SANDBOX_LOG_TAIL bytes the parent keeps.
- * The parent polls both pipes and the child's pidfd, kills the whole process
- * group with SIGKILL at the wall-clock limit or when the child's resident
- * memory passes memory_mib (checked every 50 ms), bounds what it accepts
- * (max_result_bytes), validates every frame, then reaps the child and
- * classifies the outcome (sim_sandbox_status) with a reason a user reads:
- * "killed by signal SIGSEGV (Segmentation fault)", "CPU time limit of 2 s
- * exceeded", "memory limit of 256 MiB exceeded", "wall-clock limit of 1.0 s
- * exceeded".  A failed evaluation is a result, not an error: the caller keeps
- * going.
+ *     sim_sandbox_send_*(), and _exit()s.
+ * A step that fails ends the evaluation as SIM_SB_FAILED with a reason that
+ * names the step and what to enable (sim_sandbox_probe() runs the same steps
+ * once, for a daemon that must refuse to start without them).
+ *
+ * KFORGE_SANDBOX=unconfined (the only way past a machine that lacks user
+ * namespaces) keeps the process limits (rlimits, fd closing, the watchdog)
+ * and a best-effort network cut, logs a warning on every evaluation, and
+ * reports isolation "unconfined".  Never run other people's kernels so.
+ *
+ * The parent marks itself non-dumpable (PR_SET_DUMPABLE 0) so that no
+ * process of its user can ptrace it or read its memory, polls the pipes
+ * and the child's pidfd, kills the whole process group with SIGKILL at the
+ * wall-clock limit or when G's resident memory passes memory_mib (checked
+ * every 50 ms), bounds what it accepts (max_result_bytes), validates every
+ * frame, then reaps the child and classifies the outcome
+ * (sim_sandbox_status) with a reason a user reads: "killed by signal SIGSEGV
+ * (Segmentation fault)", "CPU time limit of 2 s exceeded", "memory limit of
+ * 256 MiB exceeded", "wall-clock limit of 1.0 s exceeded".  A failed
+ * evaluation is a result, not an error: the caller keeps going.  The work
+ * folder is a tmpfs of the evaluation's own mount namespace: it is gone
+ * when the evaluation ends, however it ends.
  *
  * Ownership: the result owns its arrays, JSON and log (release with
- * sim_sandbox_result_release, NULL-safe).  Returns KF_OK whenever the child
- * was started (look at res->status); KF_INTERNAL when pipe/fork failed.
- * Not thread-safe with respect to other forks in the same process.
+ * sim_sandbox_result_release, NULL-safe).  lim->ro_paths is borrowed for
+ * the call.  Returns KF_OK whenever the child was started (look at
+ * res->status); KF_INTERNAL when pipe/fork failed.  Not thread-safe with
+ * respect to other forks in the same process.
  */
 #ifndef SIM_SANDBOX_H
 #define SIM_SANDBOX_H
@@ -49,14 +77,25 @@
 
 enum {
     SIM_SANDBOX_LOG_TAIL = 16384,
+    SIM_SANDBOX_INNER_ID = 1000,        /* the uid and gid user code sees */
+    SIM_SANDBOX_WORK_MIB = 256,         /* default size of /work */
+    SIM_SANDBOX_MAX_FILES = 256,        /* default RLIMIT_NOFILE */
+    SIM_SANDBOX_MAX_THREADS = 64,       /* default RLIMIT_NPROC */
 };
 
 typedef struct sim_sandbox_limits {
     unsigned cpu_seconds;        /* 0 = no CPU limit */
     unsigned memory_mib;         /* 0 = no memory limit */
     unsigned wall_ms;            /* 0 = no wall-clock limit */
-    bool     allow_network;      /* true skips both network barriers (tests only use false) */
+    bool     allow_network;      /* unconfined mode only: skip the network cut */
     size_t   max_result_bytes;   /* 0 = 1 GiB */
+    unsigned work_mib;           /* size of /work and RLIMIT_FSIZE; 0 = SIM_SANDBOX_WORK_MIB */
+    unsigned max_files;          /* RLIMIT_NOFILE; 0 = SIM_SANDBOX_MAX_FILES */
+    unsigned max_threads;        /* RLIMIT_NPROC; 0 = SIM_SANDBOX_MAX_THREADS */
+    /* NULL-terminated list of files or folders the evaluation may read, at
+     * the same absolute paths (relative ones are resolved against the
+     * caller's working folder); missing ones are left out. */
+    const char *const *ro_paths;
 } sim_sandbox_limits;
 
 #define SIM_SANDBOX_STATUS_MAP(XX)                                                      \
@@ -87,7 +126,7 @@ typedef struct sim_sandbox_result {
     char      *log;              /* tail of the child's stdout+stderr ("" if none) */
     double     wall_seconds, cpu_seconds;
     long       max_rss_kib;      /* the child's peak resident set */
-    char       isolation[32];    /* "netns+seccomp", "seccomp", "netns" or "none" */
+    char       isolation[32];    /* "strict", or "unconfined" (KFORGE_SANDBOX=unconfined) */
 } sim_sandbox_result;
 
 const char *sim_sandbox_status_name(sim_sandbox_status s);
@@ -106,5 +145,15 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
                         sim_sandbox_result *res, kf_err *err);
 
 void sim_sandbox_result_release(sim_sandbox_result *r);
+
+/* True when KFORGE_SANDBOX=unconfined (read at each call). */
+bool sim_sandbox_unconfined(void);
+
+/* Build the sandbox once with a trivial evaluation and check from inside it
+ * that it holds (no capabilities, not the caller's uid, no network, no
+ * /proc, NoNewPrivs).  KF_OK when it does, or in unconfined mode (with a
+ * warning logged); KF_UNAVAILABLE naming the missing mechanism and how to
+ * provide it otherwise.  Daemons call this at start-up and refuse to run. */
+kf_code sim_sandbox_probe(kf_err *err);
 
 #endif

@@ -100,7 +100,7 @@ static struct criterion_test_params make_params(int negative)
 
 static sim_sandbox_limits limits(void)
 {
-    sim_sandbox_limits l = { 300, 4096, 300000, false, 0 };
+    sim_sandbox_limits l = { .cpu_seconds = 300, .memory_mib = 4096, .wall_ms = 300000 };
     return l;
 }
 

@@ -109,7 +109,7 @@ static kf_code ref_child(void *arg, sim_sandbox_out *out, kf_err *err)
 
 static void run_ref(ref_job *j, sim_sandbox_result *res)
 {
-    sim_sandbox_limits l = { 60, 2048, 60000, false, 0 };
+    sim_sandbox_limits l = { .cpu_seconds = 60, .memory_mib = 2048, .wall_ms = 60000 };
     cr_assert_eq(sim_sandbox_run(&l, ref_child, j, res, NULL), KF_OK);
 }
 
