@@ -3,6 +3,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_log.h"
+#include "sim_target.h"
 
 #include <Python.h>
 
@@ -71,6 +72,10 @@ enum {
 struct sim_sandbox_out {
     int fd;
 };
+
+/* The simulator's targets folder, resolved by the parent (the child has
+ * neither /proc nor the configuration once its environment is scrubbed). */
+static char sb_targets[PATH_MAX];
 
 static const char *const sb_status_names[] = {
 #define XX(id, name) name,
@@ -231,6 +236,68 @@ static int sb_bind(const char *path, bool rw)
     return 0;
 }
 
+/* Attach at /newroot<path> the tree `fd` that open_tree() cloned of
+ * <path> before G gave up the caller's identity, read-only. */
+static int sb_attach(int fd, const char *path)
+{
+    char dst[PATH_MAX];
+    struct stat st, seen;
+    if (snprintf(dst, sizeof(dst), "/newroot%s", path) >= (int)sizeof(dst))
+        return errno = ENAMETOOLONG, -1;
+    if (fstat(fd, &st) < 0)
+        return -1;
+    if (lstat(dst, &seen) == 0)
+        return 0;
+    if (S_ISDIR(st.st_mode)) {
+        if (sb_mkdirs(dst) < 0)
+            return -1;
+    } else {
+        char *slash = strrchr(dst, '/');
+        *slash = '\0';
+        if (sb_mkdirs(dst) < 0)
+            return -1;
+        *slash = '/';
+        int f = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (f < 0)
+            return -1;
+        close(f);
+    }
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return -1;
+    return mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | sb_locked_flags(dst), NULL);
+}
+
+enum { SB_MAX_TREES = 16 };
+
+typedef struct sb_trees {
+    int         fd[SB_MAX_TREES];
+    const char *path[SB_MAX_TREES];
+    int         n;
+} sb_trees;
+
+/* Clone the caller's paths while G still has the caller's identity (so a
+ * 0700 job folder of the worker's is no obstacle); missing ones are left out. */
+static void sb_clone_trees(const sim_sandbox_limits *lim, sb_trees *t)
+{
+    t->n = 0;
+    for (size_t i = 0; lim->ro_paths && lim->ro_paths[i] && t->n < SB_MAX_TREES - 1; i++) {
+        int fd = (int)syscall(SYS_open_tree, AT_FDCWD, lim->ro_paths[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fd >= 0) {
+            t->fd[t->n] = fd;
+            t->path[t->n++] = lim->ro_paths[i];
+        } else if (errno != ENOENT && errno != ENOTDIR) {
+            sb_die("open_tree of a kernel or reference file", "the kernel needs open_tree(2) (Linux 5.2 or later)");
+        }
+    }
+    if (sb_targets[0]) {
+        int fd = (int)syscall(SYS_open_tree, AT_FDCWD, sb_targets, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fd < 0)
+            sb_die("open_tree of the simulator's targets folder", NULL);
+        t->fd[t->n] = fd;
+        t->path[t->n++] = sb_targets;
+    }
+}
+
 /* The top-level links of a merged /usr (bin -> usr/bin ...), or the
  * folders themselves where /usr is not merged. */
 static void sb_top(const char *name)
@@ -258,7 +325,7 @@ static void sb_top(const char *name)
 
 /* G, as root of its user namespace: a new root with exactly what an
  * evaluation needs, then pivot into it. */
-static void sb_build_root(const sim_sandbox_limits *lim, unsigned work_mib)
+static void sb_build_root(const sb_trees *trees, unsigned work_mib)
 {
     static const char *const tops[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32", NULL };
     static const char *const sys_ro[] = {
@@ -269,8 +336,6 @@ static void sb_build_root(const sim_sandbox_limits *lim, unsigned work_mib)
     char opts[96], cwd[PATH_MAX], dir[PATH_MAX + 16];
     bool have_cwd = getcwd(cwd, sizeof(cwd)) != NULL && cwd[0] == '/';
 
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-        sb_die("making the mount tree private", NULL);
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") < 0)
         sb_die("mounting a tmpfs for the new root", NULL);
     if (mkdir("/tmp/oldroot", 0755) < 0 || mkdir("/tmp/newroot", 0755) < 0)
@@ -297,9 +362,11 @@ static void sb_build_root(const sim_sandbox_limits *lim, unsigned work_mib)
         sb_die("mounting the work folder", NULL);
     if (mkdir("/newroot/tmp", 0755) < 0)
         sb_die("mkdir /tmp", NULL);
-    for (size_t i = 0; lim->ro_paths && lim->ro_paths[i]; i++)
-        if (lim->ro_paths[i][0] == '/' && sb_bind(lim->ro_paths[i], false) < 0)
-            sb_die("bind-mounting a kernel or reference file read-only", NULL);
+    for (int i = 0; i < trees->n; i++) {
+        if (trees->path[i][0] == '/' && sb_attach(trees->fd[i], trees->path[i]) < 0)
+            sb_die("mounting a kernel or reference file read-only", NULL);
+        close(trees->fd[i]);
+    }
     /* the caller's working folder, as an empty read-only folder (or the one
      * the files above made), so that relative paths to them still work */
     if (have_cwd) {
@@ -525,9 +592,14 @@ static _Noreturn void sb_inner(const sim_sandbox_limits *lim, sim_sandbox_fn fn,
     unsigned files = lim->max_files ? lim->max_files : SIM_SANDBOX_MAX_FILES;
     unsigned threads = lim->max_threads ? lim->max_threads : SIM_SANDBOX_MAX_THREADS;
 
+    sb_trees trees;
+
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        sb_die("making the mount tree private", NULL);
+    sb_clone_trees(lim, &trees);
     sb_become_inner();
-    sb_build_root(lim, work_mib);
+    sb_build_root(&trees, work_mib);
     if (sethostname("kforge-sandbox", 14) < 0)
         sb_die("sethostname", NULL);
     sb_drop_capabilities();
@@ -536,6 +608,7 @@ static _Noreturn void sb_inner(const sim_sandbox_limits *lim, sim_sandbox_fn fn,
     set_limit(RLIMIT_NOFILE, files, files);
     set_limit(RLIMIT_NPROC, threads, threads);
     sb_scrub_env();
+    sim_target_pin_dir(sb_targets);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         sb_die("PR_SET_NO_NEW_PRIVS", NULL);
     /* a change of credentials clears the parent-death signal: set it again
@@ -1042,6 +1115,12 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim_in, sim_sandbox_fn fn, voi
     static bool undumpable;
 
     limv.ro_paths = (const char *const *)ro;
+    {
+        const char *t = sim_target_default_dir();
+        char *abs = t ? realpath(t, NULL) : NULL;
+        snprintf(sb_targets, sizeof(sb_targets), "%s", abs ? abs : "");
+        free(abs);
+    }
     if (!undumpable) {
         /* nothing of this process's user may ptrace it or read its memory */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);

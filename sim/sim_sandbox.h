@@ -17,9 +17,11 @@
  *     it did; the caller watches G's resident memory through its pid).  G
  *     builds a fresh root on a tmpfs: /usr, the /bin /lib... links, a few
  *     /etc files the dynamic loader and OpenBLAS need, /dev/{null,zero,full,
- *     random,urandom}, and the caller's lim->ro_paths, all read-only; a
- *     private writable /work (and /tmp -> /work) on a tmpfs of
- *     lim->work_mib; no /proc, no /sys, nothing else of the machine.  It
+ *     random,urandom}, the simulator's targets folder and the caller's
+ *     lim->ro_paths, all read-only; a private writable /kforge-work (HOME
+ *     and TMPDIR) on a tmpfs of lim->work_mib; the caller's working folder
+ *     as an empty read-only folder to start in (relative paths to ro_paths
+ *     keep working); no /proc, no /sys, nothing else of the machine.  It
  *     pivots into it, drops the old root, becomes the inner id with no
  *     supplementary groups, drops every capability (bounding, ambient,
  *     effective, permitted), sets RLIMIT_CORE 0, RLIMIT_CPU, RLIMIT_AS (not
@@ -78,7 +80,7 @@
 enum {
     SIM_SANDBOX_LOG_TAIL = 16384,
     SIM_SANDBOX_INNER_ID = 1000,        /* the uid and gid user code sees */
-    SIM_SANDBOX_WORK_MIB = 256,         /* default size of /work */
+    SIM_SANDBOX_WORK_MIB = 256,         /* default size of /kforge-work */
     SIM_SANDBOX_MAX_FILES = 256,        /* default RLIMIT_NOFILE */
     SIM_SANDBOX_MAX_THREADS = 64,       /* default RLIMIT_NPROC */
 };
@@ -89,7 +91,7 @@ typedef struct sim_sandbox_limits {
     unsigned wall_ms;            /* 0 = no wall-clock limit */
     bool     allow_network;      /* unconfined mode only: skip the network cut */
     size_t   max_result_bytes;   /* 0 = 1 GiB */
-    unsigned work_mib;           /* size of /work and RLIMIT_FSIZE; 0 = SIM_SANDBOX_WORK_MIB */
+    unsigned work_mib;           /* size of /kforge-work and RLIMIT_FSIZE; 0 = SIM_SANDBOX_WORK_MIB */
     unsigned max_files;          /* RLIMIT_NOFILE; 0 = SIM_SANDBOX_MAX_FILES */
     unsigned max_threads;        /* RLIMIT_NPROC; 0 = SIM_SANDBOX_MAX_THREADS */
     /* NULL-terminated list of files or folders the evaluation may read, at

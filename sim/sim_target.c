@@ -51,6 +51,13 @@ static int sim_target_is_dir(const char *p)
     return p && *p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static char sim_target_pinned[PATH_MAX];
+
+void sim_target_pin_dir(const char *dir)
+{
+    snprintf(sim_target_pinned, sizeof(sim_target_pinned), "%s", dir ? dir : "");
+}
+
 const char *sim_target_default_dir(void)
 {
     static char dir[PATH_MAX];
@@ -58,6 +65,8 @@ const char *sim_target_default_dir(void)
     char exe[PATH_MAX];
     ssize_t n;
 
+    if (sim_target_pinned[0])
+        return sim_target_pinned;
     if (cfg && *cfg) {
         snprintf(dir, sizeof(dir), "%s", cfg);
         return sim_target_is_dir(dir) ? dir : NULL;

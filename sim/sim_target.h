@@ -109,6 +109,10 @@ kf_code sim_target_load_file(const char *path, sim_target *out, kf_err *err);
 /* The folder sim_target_load(name, NULL, ...) reads, or NULL if none of the
  * candidates exists.  The string is static (valid until the next call). */
 const char *sim_target_default_dir(void);
+/* From now on, sim_target_default_dir() answers `dir` (a sandboxed
+ * evaluation, which has neither the configuration nor /proc, gets the
+ * folder its caller resolved); NULL or "" undoes it. */
+void sim_target_pin_dir(const char *dir);
 
 /* Derived figures the timing model and the profiler share. */
 double sim_target_te_peak_flops(const sim_target *t);   /* rows*cols*2*clock, FLOP/s (bf16) */

@@ -79,7 +79,7 @@ static void run_child_progress(void *ctx, const char *json)
     run_child_frame('P', json, strlen(json), NULL, 0);
 }
 
-static void run_child_main(const kf_backend *backend, const kf_job_payload *job, int wfd, pid_t parent)
+_Noreturn void kf_runner_serve(const kf_backend *backend, const kf_job_payload *job)
 {
     struct sigaction sa;
     struct rlimit nocore = { 0, 0 };
@@ -89,9 +89,6 @@ static void run_child_main(const kf_backend *backend, const kf_job_payload *job,
     bool retryable = false;
     sigset_t all;
 
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(4);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = run_child_on_term;
     sigaction(SIGTERM, &sa, NULL);
@@ -101,11 +98,6 @@ static void run_child_main(const kf_backend *backend, const kf_job_payload *job,
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
     setrlimit(RLIMIT_CORE, &nocore);
-    if (wfd != RUN_FD) {
-        dup2(wfd, RUN_FD);
-        close(wfd);
-    }
-    syscall(SYS_close_range, RUN_FD + 1, ~0U, 0);
 
     if (backend->run(backend, job, &hooks, &result, &retryable, &err) == KF_OK) {
         const char *r = result ? result : "{}";
@@ -115,6 +107,19 @@ static void run_child_main(const kf_backend *backend, const kf_job_payload *job,
     }
     free(result);
     _exit(0);
+}
+
+static void run_child_main(const kf_backend *backend, const kf_job_payload *job, int wfd, pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(4);
+    if (wfd != RUN_FD) {
+        dup2(wfd, RUN_FD);
+        close(wfd);
+    }
+    syscall(SYS_close_range, RUN_FD + 1, ~0U, 0);
+    kf_runner_serve(backend, job);
 }
 
 /* ---- parent --------------------------------------------------------- */

@@ -48,4 +48,9 @@ kf_code kf_runner_run(const kf_backend *backend, const kf_job_payload *job, cons
                       int grace_ms, kf_run_result *out, kf_err *err);
 void kf_run_result_release(kf_run_result *r);
 
+/* The job process's side, for a process that already has the pipe on fd 3
+ * (kf_runner_run's child, or an exec'd job process: kf_jobproc.h): run the
+ * backend with SIGTERM as its cancel, send its frames, _exit(0). */
+_Noreturn void kf_runner_serve(const kf_backend *backend, const kf_job_payload *job);
+
 #endif

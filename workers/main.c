@@ -28,7 +28,9 @@
 #include "kf_log.h"
 #include "kf_queue.h"
 #include "kf_report.h"
+#include "kf_jobproc.h"
 #include "kf_runner.h"
+#include "sim_sandbox.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -547,6 +550,7 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
     kf_job_payload p;
     kf_err err = KF_ERR_INIT;
     const kf_backend *b = NULL;
+    kf_backend fresh;
     kf_run_result res;
     w_job j = { .w = w, .lease = l };
     kf_runner_hooks hooks = { &j, w_progress, w_should_stop };
@@ -585,7 +589,8 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
         goto out;
     }
 
-    if (kf_runner_run(b, &p, &hooks, W_STOP_GRACE_MS, &res, &err) != KF_OK) {
+    /* the job process is a fresh image that never held this worker's secrets */
+    if (kf_runner_run(kf_jobproc_wrap(b, &fresh), &p, &hooks, W_STOP_GRACE_MS, &res, &err) != KF_OK) {
         /* fork/pipe failure is the machine's problem, not the job's: hand it back. */
         kf_log_error("%s; handing the job back", err.msg);
         kf_queue_release(w->q, l->id, l->token, &err);
@@ -728,6 +733,14 @@ int main(int argc, char **argv)
     const char *id;
     int rc;
 
+    if (argc == 2 && strcmp(argv[1], KF_JOBPROC_ARG) == 0)
+        kf_jobproc_main();          /* a job process (kf_jobproc.h): never returns */
+    /* nothing of this user may ptrace the worker or read its memory (its token) */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (kf_jobproc_init(&err) != KF_OK) {
+        fprintf(stderr, "kforge-worker: %s\n", err.msg);
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             w_usage(stdout);
@@ -759,6 +772,11 @@ int main(int argc, char **argv)
                     w.id);
             return 2;
         }
+    }
+    /* user code must not run here unless the machine can hold it */
+    if (sim_sandbox_probe(&err) != KF_OK) {
+        fprintf(stderr, "kforge-worker: refusing to start: %s\n", err.msg);
+        return 2;
     }
     if (w_parse_targets(&w, kf_config_str(KF_CFG_WORKER_TARGETS), &err) != KF_OK) {
         fprintf(stderr, "kforge-worker: %s\n", err.msg);

@@ -7,7 +7,7 @@ $(WORKER_LIB): $(WORKER_SRCS:%.c=$(BUILD)/obj/%.o)
 	$(AR) rcs $@ $^
 # First in link order: a backend (sim) may depend on any later library.
 LIBS := $(WORKER_LIB) $(LIBS)
-$(BUILD)/obj/workers/%.o: CFLAGS += -Iworkers
+$(BUILD)/obj/workers/%.o: CFLAGS += -Iworkers -Isim
 $(BUILD)/bin/kforge-worker: $(BUILD)/obj/workers/main.o $(WORKER_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)

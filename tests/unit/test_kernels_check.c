@@ -109,7 +109,8 @@ static kf_code ref_child(void *arg, sim_sandbox_out *out, kf_err *err)
 
 static void run_ref(ref_job *j, sim_sandbox_result *res)
 {
-    sim_sandbox_limits l = { .cpu_seconds = 60, .memory_mib = 2048, .wall_ms = 60000 };
+    const char *files[] = { j->path, NULL };   /* all it may read of the machine */
+    sim_sandbox_limits l = { .cpu_seconds = 60, .memory_mib = 2048, .wall_ms = 60000, .ro_paths = files };
     cr_assert_eq(sim_sandbox_run(&l, ref_child, j, res, NULL), KF_OK);
 }
 

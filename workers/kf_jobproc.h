@@ -1,0 +1,49 @@
+/*
+ * kf_jobproc — run a job's backend in a fresh process image that never
+ * held the worker's secrets.
+ *
+ * The worker holds its API token, its Redis address and the buffers of
+ * every report it sent; a job process that is only fork()ed carries all of
+ * that in its memory, and the evaluations it forks carry it further, within
+ * reach of a kernel that reads its own memory.  So the worker's job
+ * process exec()s the worker binary again (kf_jobproc_init() records which,
+ * before anything else runs) as `kforge-worker --job-process`, with an
+ * environment reduced to an allowlist (PATH, HOME, locale, OpenBLAS and
+ * sanitizer knobs, and the KFORGE_* settings a backend reads: log level,
+ * simulator limits and targets, kernels and cache folders, the sandbox
+ * mode; never KFORGE_TOKEN, KFORGE_TOKEN_FILE, KFORGE_REDIS_URL,
+ * KFORGE_PG_DSN, KFORGE_BOOTSTRAP_TOKEN or anything else), and the job's
+ * payload in a sealed memfd on fd 4.
+ *
+ * kf_jobproc_wrap() gives a backend whose run() does that exec inside the
+ * child kf_runner_run() forked; kf_jobproc_main() is the new image's side:
+ * it reads the payload, finds the named backend and serves the frame
+ * protocol on fd 3 (kf_runner_serve()), so kf_runner's parent sees no
+ * difference.
+ *
+ * Failure: kf_jobproc_init() returns KF_IO when /proc/self/exe cannot be
+ * read; the wrapped run() returns KF_IO (retryable) when the exec fails;
+ * kf_jobproc_main() exits 2 with a message on stderr for a bad payload.
+ */
+#ifndef KF_JOBPROC_H
+#define KF_JOBPROC_H
+
+#include "kf_backend.h"
+#include "kf_error.h"
+
+#define KF_JOBPROC_ARG "--job-process"
+
+/* Record the running binary's path (call first thing in main). */
+kf_code kf_jobproc_init(kf_err *err);
+
+/* `real`, run in a fresh image.  The wrapper lives in *storage. */
+const kf_backend *kf_jobproc_wrap(const kf_backend *real, kf_backend *storage);
+
+/* The job process: never returns. */
+_Noreturn void kf_jobproc_main(void);
+
+/* True when name=value (a KFORGE_* or other environment entry) may reach a
+ * job process. */
+bool kf_jobproc_env_allowed(const char *entry);
+
+#endif
