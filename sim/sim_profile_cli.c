@@ -93,7 +93,9 @@ static kf_code pcli_write_text(const char *path, const char *text, kf_err *err)
     return KF_OK;
 }
 
-/* Child side: run, time, write the files, send {"profile", "screen"}. */
+/* Child side: run, time, send {"profile", "trace", "instructions",
+ * "screen"}; the parent writes the files (the child sees none of the
+ * caller's folders). */
 static kf_code pcli_child_fn(void *arg, sim_sandbox_out *out, kf_err *err)
 {
     pcli_child *c = arg;
@@ -105,8 +107,8 @@ static kf_code pcli_child_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     size_t n_outs = 0;
     sim_target tgt;
     sim_profile *p = NULL;
-    char *json = NULL, *path = NULL, *screen = NULL;
-    size_t screen_len = 0;
+    char *json = NULL, *screen = NULL, *trace = NULL, *insns = NULL;
+    size_t screen_len = 0, trace_len = 0, insns_len = 0;
     kf_code rc;
 
     sim_record_init(&rec, a->target);
@@ -127,25 +129,14 @@ static kf_code pcli_child_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     if (rc)
         goto out;
     json = sim_profile_json(p);
-    path = kf_asprintf("%s/profile.json", a->out_dir);
-    rc = pcli_write_text(path, json, err);
+    FILE *tf = open_memstream(&trace, &trace_len);
+    rc = sim_trace_write(p, tf, err);
+    fclose(tf);
     if (rc)
         goto out;
-    free(path);
-    path = kf_asprintf("%s/trace.json", a->out_dir);
-    rc = sim_trace_write_file(p, path, err);
-    if (rc)
-        goto out;
-    free(path);
-    path = kf_asprintf("%s/instructions.json", a->out_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        rc = kf_err_set(err, KF_IO, "cannot write '%s': %s", path, strerror(errno));
-        goto out;
-    }
-    rc = sim_profile_write_instructions(p, f, err);
-    if (fclose(f) != 0 && !rc)
-        rc = kf_err_set(err, KF_IO, "writing '%s' failed: %s", path, strerror(errno));
+    FILE *inf = open_memstream(&insns, &insns_len);
+    rc = sim_profile_write_instructions(p, inf, err);
+    fclose(inf);
     if (rc)
         goto out;
     FILE *m = open_memstream(&screen, &screen_len);
@@ -155,6 +146,9 @@ static kf_code pcli_child_fn(void *arg, sim_sandbox_out *out, kf_err *err)
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddItemToObject(doc, "profile", cJSON_Parse(json));
         cJSON_AddStringToObject(doc, "screen", screen);
+        cJSON_AddStringToObject(doc, "profile_text", json);
+        cJSON_AddStringToObject(doc, "trace", trace);
+        cJSON_AddStringToObject(doc, "instructions", insns);
         char *txt = cJSON_PrintUnformatted(doc);
         sim_sandbox_send_json(out, txt);
         free(txt);
@@ -165,7 +159,8 @@ out:
         sim_array_release(&outs[i]);
     free(outs);
     free(json);
-    free(path);
+    free(trace);
+    free(insns);
     free(screen);
     sim_profile_free(p);
     sim_record_release(&rec);
@@ -327,7 +322,21 @@ int sim_profile_cli_main(int argc, char **argv)
         cJSON *doc = cJSON_Parse(res.json);
         cJSON *prof = cJSON_GetObjectItem(doc, "profile");
         cJSON *screen = cJSON_GetObjectItem(doc, "screen");
-        if (a.json && prof) {
+        static const char *const docs[][2] = { { "profile_text", "profile.json" },
+                                                { "trace", "trace.json" },
+                                                { "instructions", "instructions.json" } };
+        for (size_t i = 0; i < 3 && status == PCLI_OK; i++) {
+            cJSON *t = cJSON_GetObjectItem(doc, docs[i][0]);
+            char *path = kf_asprintf("%s/%s", a.out_dir, docs[i][1]);
+            if (!cJSON_IsString(t) || pcli_write_text(path, t->valuestring, &err) != KF_OK) {
+                fprintf(stderr, "kforge-sim profile: %s\n",
+                        cJSON_IsString(t) ? err.msg : "the child sent a malformed profile");
+                status = cJSON_IsString(t) ? PCLI_USAGE : PCLI_KERNEL;
+            }
+            free(path);
+        }
+        if (status != PCLI_OK) {
+        } else if (a.json && prof) {
             char *txt = cJSON_Print(prof);
             puts(txt);
             free(txt);

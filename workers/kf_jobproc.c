@@ -99,9 +99,15 @@ static kf_code jp_exec(const kf_backend *self, const kf_job_payload *job, const 
     }
     free(json);
     (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-    if (dup2(fd, JP_PAYLOAD_FD) < 0)
-        return kf_err_set(err, KF_IO, "dup2: %s", strerror(errno));
-    close(fd);
+    if (fd == JP_PAYLOAD_FD) {
+        /* it got the number it needs (fd 3 is the pipe, 4 the first free) */
+        if (fcntl(fd, F_SETFD, 0) < 0)
+            return kf_err_set(err, KF_IO, "fcntl: %s", strerror(errno));
+    } else {
+        if (dup2(fd, JP_PAYLOAD_FD) < 0)
+            return kf_err_set(err, KF_IO, "dup2: %s", strerror(errno));
+        close(fd);
+    }
     while (environ && environ[n])
         n++;
     env = kf_calloc(n + 1, sizeof(*env));

@@ -15,6 +15,7 @@
 #include "tests/lib/kf_test.h"
 #include "workers/kf_backend.h"
 #include "workers/kf_report.h"
+#include "workers/kf_jobproc.h"
 #include "workers/kf_runner.h"
 
 static kf_job_payload diag_job(int64_t sleep_ms, bool fail, bool crash)
@@ -244,4 +245,22 @@ Test(spool, refuses_an_unusable_folder)
     if (geteuid() != 0) {
         cr_assert_null(kf_spool_open("/proc/kforge-no-such/spool", &e));
     }
+}
+
+/* ---- the job process's environment --------------------------------------- */
+
+Test(jobproc, only_allowlisted_settings_reach_a_job_process)
+{
+    const char *allowed[] = { "PATH=/usr/bin", "HOME=/root", "LANG=C.UTF-8", "LC_ALL=C", "OPENBLAS_CORETYPE=Haswell",
+                              "KFORGE_LOG_LEVEL=debug", "KFORGE_SIM_TIMEOUT_S=5", "KFORGE_SANDBOX=strict",
+                              "KFORGE_KERNELS_DIR=/k", "ASAN_OPTIONS=x=1", NULL };
+    const char *refused[] = { "KFORGE_TOKEN=kf_secret", "KFORGE_TOKEN_FILE=/var/lib/kforge/token",
+                              "KFORGE_REDIS_URL=redis://:pw@h/0", "KFORGE_PG_DSN=postgresql://u:pw@h/db",
+                              "KFORGE_BOOTSTRAP_TOKEN=kf_admin", "KFORGE_API_URL=http://x", "AWS_SECRET_ACCESS_KEY=x",
+                              "LC_", "OPENBLAS_", "PATHX=1", "KFORGE_LOG_LEVELX=1", "LD_PRELOAD=/tmp/x.so",
+                              "PYTHONPATH=/tmp", NULL };
+    for (int i = 0; allowed[i]; i++)
+        cr_assert(kf_jobproc_env_allowed(allowed[i]), "%s should reach the job process", allowed[i]);
+    for (int i = 0; refused[i]; i++)
+        cr_assert(!kf_jobproc_env_allowed(refused[i]), "%s must not reach the job process", refused[i]);
 }
