@@ -85,6 +85,13 @@ bench_sim_timing() {
   "$BUILD/bench/sim_timing_bench" trn2
 }
 
+# The evaluation sandbox's cost: a trivial evaluation before (unconfined)
+# and after (strict), alternating in one run, next to a real evaluation.
+bench_sandbox() {
+  echo "== sandbox: start-up cost per evaluation (target: adds <= 20 ms)"
+  "$BUILD/bench/sandbox_bench" "${KFORGE_BENCH_SANDBOX_ROUNDS:-200}" 20
+}
+
 # Queue and pipeline parts (queue_*) live in their own file.
 . bench/queue.sh
 # Agent parts (agent_*: quality, search efficiency, loop overhead).

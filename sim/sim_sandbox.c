@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -329,10 +332,9 @@ static void sb_build_root(const sb_trees *trees, unsigned work_mib)
 {
     static const char *const tops[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32", NULL };
     static const char *const sys_ro[] = {
-        "/usr", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-        "/etc/localtime", NULL,
+        "/usr", "/etc/ld.so.cache", "/etc/alternatives", NULL,
     };
-    static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", NULL };
+    static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", NULL };
     char opts[96], cwd[PATH_MAX], dir[PATH_MAX + 16];
     bool have_cwd = getcwd(cwd, sizeof(cwd)) != NULL && cwd[0] == '/';
 
@@ -464,8 +466,50 @@ static int sb_allow(scmp_filter_ctx f, const char *name)
 }
 
 /* The allowlist: what CPython, NumPy, OpenBLAS and the simulator call
- * (measured with strace over the kernel corpus), and nothing else. */
-static int sb_seccomp(void)
+ * (measured with strace over the kernel corpus), and nothing else.  Built
+ * once per process by the parent (libseccomp's compiler is the slow part),
+ * exported as BPF, and installed by each child. */
+typedef struct sb_bpf {
+    struct sock_filter *prog;
+    unsigned short      len;
+} sb_bpf;
+
+static sb_bpf sb_strict_bpf, sb_unconfined_bpf;
+
+/* Compile f to BPF once (libseccomp writes it to a file descriptor). */
+static int sb_export(scmp_filter_ctx f, sb_bpf *out)
+{
+    int fd = memfd_create("kforge-seccomp", MFD_CLOEXEC);
+    off_t len = 0;
+    int rc = fd < 0 ? -errno : seccomp_export_bpf(f, fd);
+    if (rc == 0 && ((len = lseek(fd, 0, SEEK_END)) <= 0 || len % (off_t)sizeof(struct sock_filter) != 0 ||
+                    len / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+        rc = -EINVAL;
+    if (rc == 0) {
+        struct sock_filter *prog = kf_malloc((size_t)len);
+        if (pread(fd, prog, (size_t)len, 0) != (ssize_t)len) {
+            free(prog);
+            rc = -EIO;
+        } else {
+            out->prog = prog;
+            out->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* Child: install a program the parent built (no_new_privs is set). */
+static int sb_install(const sb_bpf *b)
+{
+    struct sock_fprog p = { b->len, b->prog };
+    if (!b->prog)
+        return errno = ENOSYS, -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p);
+}
+
+static int sb_seccomp_build(void)
 {
     static const char *const allow[] = {
         /* files (the view is read-only but /work) */
@@ -518,7 +562,7 @@ static int sb_seccomp(void)
     if (rc == 0)
         rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_EQ, 0));
     if (rc == 0)
-        rc = seccomp_load(f);
+        rc = sb_export(f, &sb_strict_bpf);
     seccomp_release(f);
     if (rc < 0)
         errno = -rc;
@@ -526,7 +570,7 @@ static int sb_seccomp(void)
 }
 
 /* Filter for the unconfined mode: no network, no new processes. */
-static int sb_seccomp_unconfined(void)
+static int sb_seccomp_unconfined_build(void)
 {
     scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
     int rc = f ? 0 : -ENOMEM;
@@ -544,8 +588,10 @@ static int sb_seccomp_unconfined(void)
         rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                               SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
     if (rc == 0)
-        rc = seccomp_load(f);
+        rc = sb_export(f, &sb_unconfined_bpf);
     seccomp_release(f);
+    if (rc < 0)
+        errno = -rc;
     return rc < 0 ? -1 : 0;
 }
 
@@ -566,12 +612,12 @@ static void sb_run_fn(sim_sandbox_fn fn, void *arg)
     _exit(0);
 }
 
+/* Tell the parent how the code is isolated (an 'I' frame, before fn). */
 static void sb_note_isolation(const char *what)
 {
-    char iso[32];
-    memset(iso, 0, sizeof(iso));
-    snprintf(iso, sizeof(iso), "%s", what);
-    write_all(SB_NOTE_FD, iso, sizeof(iso));
+    size_t n = strlen(what);
+    send_frame_head(SB_RESULT_FD, 'I', n);
+    write_all(SB_RESULT_FD, what, n);
     close(SB_NOTE_FD);
 }
 
@@ -620,7 +666,7 @@ static _Noreturn void sb_inner(const sim_sandbox_limits *lim, sim_sandbox_fn fn,
             _exit(SB_EXIT_PIPE);
         close(alive);
     }
-    if (sb_seccomp() < 0)
+    if (sb_install(&sb_strict_bpf) < 0)
         sb_die("installing the seccomp filter", "is the kernel built with CONFIG_SECCOMP_FILTER?");
     sb_note_isolation("strict");
     sb_run_fn(fn, arg);
@@ -689,7 +735,8 @@ static _Noreturn void child_main(const sim_sandbox_limits *lim, sim_sandbox_fn f
         sb_common_limits(lim);
         if (!lim->allow_network)
             netns = unshare(CLONE_NEWNET) == 0;
-        filt = lim->allow_network || sb_seccomp_unconfined() == 0;
+        filt = lim->allow_network ||
+               (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && sb_install(&sb_unconfined_bpf) == 0);
         if (!netns && !filt) {
             fprintf(stderr, SB_TAG "cannot cut the network off (unshare(CLONE_NEWNET) and seccomp both "
                                    "refused); not running untrusted code\n");
@@ -720,26 +767,22 @@ static _Noreturn void child_main(const sim_sandbox_limits *lim, sim_sandbox_fn f
             _exit(SB_EXIT_NOISOLATION);     /* the parent said why */
         close(SB_SYNC_FD);
     }
-    /* G waits on `go` until its pid is on the note pipe, so the parent
-     * reads the pid before G's own note */
-    int go[2];
-    if (pipe2(go, O_CLOEXEC) < 0)
+    /* `alive`: C holds the write end until it exits; G sees C's end as POLLHUP */
+    int alive[2];
+    if (pipe2(alive, O_CLOEXEC) < 0)
         sb_die("pipe", NULL);
     pid_t g = fork();
     if (g < 0)
         sb_die("fork into the new PID namespace", NULL);
     if (g == 0) {
-        char c;
-        close(go[1]);
-        if (read(go[0], &c, 1) != 1)
-            _exit(SB_EXIT_PIPE);
-        sb_inner(lim, fn, arg, go[0]);
+        close(alive[1]);
+        close(SB_NOTE_FD);
+        sb_inner(lim, fn, arg, alive[0]);
     }
-    close(go[0]);
+    close(alive[0]);
     {
         int32_t gp = (int32_t)g;
         write_all(SB_NOTE_FD, &gp, sizeof(gp));
-        write_all(go[1], "g", 1);      /* go[1] stays open: G sees C's end as POLLHUP */
     }
     close(SB_NOTE_FD);
     close(SB_RESULT_FD);
@@ -937,6 +980,9 @@ static int parse_frames(const kf_buf *b, sim_sandbox_result *r, int *have_result
         if (type == 'J') {
             free(r->json);
             r->json = kf_strndup((const char *)q, (size_t)len);
+        } else if (type == 'I') {
+            snprintf(r->isolation, sizeof(r->isolation), "%.*s",
+                     (int)(len < sizeof(r->isolation) ? len : sizeof(r->isolation) - 1), (const char *)q);
         } else if (type == 'R') {
             uint32_t code;
             if (len < 4)
@@ -1126,6 +1172,12 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim_in, sim_sandbox_fn fn, voi
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         undumpable = true;
     }
+    if ((strict && !sb_strict_bpf.prog && sb_seccomp_build() < 0) ||
+        (!strict && !sb_unconfined_bpf.prog && sb_seccomp_unconfined_build() < 0)) {
+        kf_err_set(err, KF_INTERNAL, "sandbox: building the seccomp filter failed: %s", strerror(errno));
+        free_paths(ro);
+        return KF_INTERNAL;
+    }
     if (!strict)
         kf_log_warn("KFORGE_SANDBOX=unconfined: running user code without namespaces or the seccomp "
                     "allowlist; never do this with other people's kernels");
@@ -1238,12 +1290,6 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim_in, sim_sandbox_fn fn, voi
     if (!log_eof)
         drain(log_p[0], &lbuf, SIM_SANDBOX_LOG_TAIL, NULL);
 
-    {
-        char iso[32] = "";
-        ssize_t got = read(note_p[0], iso, sizeof(iso));
-        if (got == (ssize_t)sizeof(iso) && memchr(iso, '\0', sizeof(iso)))
-            snprintf(res->isolation, sizeof(res->isolation), "%s", iso);
-    }
     res->wall_seconds = now_s() - t0;
     res->cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
                        (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
