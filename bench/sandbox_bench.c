@@ -134,7 +134,7 @@ int main(int argc, char **argv)
         in[k].ndim = 2;
         in[k].shape[0] = 256;
         in[k].shape[1] = 1024;
-        in[k].data = calloc(256 * 1024, sizeof(float));
+        in[k].data = calloc((size_t)256 * 1024, sizeof(float));
         for (int j = 0; j < 256 * 1024; j++)
             ((float *)in[k].data)[j] = (float)(j % 97) * 0.01f * (float)(k + 1);
     }
