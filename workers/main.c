@@ -172,7 +172,8 @@ static char *w_registry_json(worker *w, const char *job)
         kf_buf_addf(&b, "],\"job\":\"%s\"", job);
     else
         kf_buf_adds(&b, "],\"job\":null");
-    kf_buf_addf(&b, ",\"started_ms\":%lld}", w->started_ms);
+    kf_buf_addf(&b, ",\"started_ms\":%lld,\"sandbox\":\"%s\"}", w->started_ms,
+                sim_sandbox_unconfined() ? "unconfined" : "strict");
     return kf_buf_detach(&b);
 }
 
@@ -289,7 +290,8 @@ static void *w_api_heartbeat_thread(void *arg)
     const kf_backend *const *all = kf_backend_all();
     for (int i = 0; all[i]; i++)
         kf_buf_addf(&body, "%s\"%s\"", i ? "," : "", all[i]->name);
-    kf_buf_addf(&body, "],\"host\":\"%s\"}", w->host);
+    kf_buf_addf(&body, "],\"host\":\"%s\",\"sandbox\":\"%s\"}", w->host,
+                sim_sandbox_unconfined() ? "unconfined" : "strict");
     pthread_mutex_unlock(&w_fork_mu);
 
     pthread_mutex_lock(&w->mu);
