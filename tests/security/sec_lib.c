@@ -29,6 +29,27 @@ const char *const sec_attacks[] = {
     NULL,
 };
 
+const char *const sec_ref_attacks[] = {
+#define SEC_NAME(name) #name,
+    SEC_REF_ATTACKS(SEC_NAME)
+#undef SEC_NAME
+    NULL,
+};
+
+const char sec_benign_kernel[] =
+    "import nki\n"
+    "import nki.language as nl\n"
+    "import nki.isa as nisa\n"
+    "\n"
+    "\n"
+    "@nki.jit\n"
+    "def kernel(x):\n"
+    "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+    "    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)\n"
+    "    nisa.dma_copy(dst=t, src=x)\n"
+    "    nisa.dma_copy(dst=out, src=t)\n"
+    "    return out\n";
+
 static const char *sec_root(void)
 {
     const char *r = kf_test_env_opt("KFORGE_TEST_ROOT");
@@ -43,7 +64,7 @@ char *sec_marker(void)
 
     cr_assert(fd >= 0 && read(fd, raw, sizeof(raw)) == (ssize_t)sizeof(raw), "cannot read /dev/urandom");
     close(fd);
-    for (int i = 0; i < 16; i++)
+    for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(hex + 2 * i, 3, "%02x", raw[i]);
     return kf_asprintf("KFSECRET-%s", hex);
 }
@@ -280,6 +301,15 @@ char *sec_kernel_source(const sec_world *w, const char *name)
     free(config);
     free(filled);
     return src;
+}
+
+char *sec_reference_source(const sec_world *w, const char *name)
+{
+    char *src = sec_kernel_source(w, name);
+    char *ref = sec_replace(src, "\n@nki.jit\ndef kernel(x):\n", "\ndef kernel(x):\n");
+
+    free(src);
+    return ref;
 }
 
 bool sec_check_text(const sec_world *w, const char *name, const char *where, const char *text, size_t len,

@@ -47,6 +47,19 @@
 /* The same names as strings, NULL-terminated. */
 extern const char *const sec_attacks[];
 
+/* The attacks also run as a user's NumPy reference (kforge-sim run --check,
+ * a validate job): references are user code too and are evaluated in the
+ * same sandbox, or should be. */
+#define SEC_REF_ATTACKS(X)                                                                   \
+    X(env) X(secret_files) X(parent_environ) X(proc_environ_walk) X(parent_mem) X(self_mem)  \
+    X(ptrace) X(pidfd_getfd) X(write_outside) X(capabilities) X(identity)
+
+extern const char *const sec_ref_attacks[];
+
+/* A harmless kernel `kernel(x)` (x: 128x128 float32) that returns a copy of
+ * x: the kernel of the jobs whose reference attacks. */
+extern const char sec_benign_kernel[];
+
 /* The outside world one run of the attacks is checked against. */
 typedef struct sec_world {
     char  *dir;                     /* scratch folder (planted files, decoys) */
@@ -91,8 +104,11 @@ void sec_plant(sec_world *w, const char *worker_token, const char *admin_token, 
 void sec_listen_tcp(sec_world *w);
 void sec_listen_unix(sec_world *w);
 
-/* The source of attack `name`: its kernel with the prelude and CONFIG. */
+/* The source of attack `name`: its kernel with the prelude and CONFIG.
+ * sec_reference_source() makes it a NumPy reference: `kernel(x)` without
+ * @nki.jit. */
 char *sec_kernel_source(const sec_world *w, const char *name);
+char *sec_reference_source(const sec_world *w, const char *name);
 
 /* Checks (cr_expect: every failure is reported, the test goes on) that the
  * len bytes at text (binary-safe), which the caller got back from attack

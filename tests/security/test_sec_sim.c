@@ -24,6 +24,7 @@
 
 /* cppcheck-suppress unknownMacro */
 TestSuite(sec_sim, .timeout = 180);
+TestSuite(sec_sim_ref, .timeout = 180);
 
 /* The whole file (binary) appended to b; nothing when it cannot be read. */
 static void add_file(kf_buf *b, const char *path)
@@ -58,7 +59,9 @@ static void add_outputs(kf_buf *all, const char *dir)
     closedir(d);
 }
 
-static void sim_attack(const char *name)
+/* Runs attack `name` through kforge-sim run: as the kernel, or (as_ref) as
+ * the --check reference of a harmless kernel. */
+static void sim_attack(const char *name, bool as_ref)
 {
     sec_world w;
     char *admin, *worker, *aws, *src, *kpath, *out, *err, *outdir, *sim, *victim_env[3], *env[3];
@@ -66,6 +69,8 @@ static void sim_attack(const char *name)
     int status;
     long long t0;
     kf_buf all = KF_BUF_INIT;
+
+    char *label = kf_asprintf("%s%s", name, as_ref ? " (as a reference)" : "");
 
     sec_world_init(&w, "sec-sim");
     worker = sec_marker();
@@ -84,9 +89,12 @@ static void sim_attack(const char *name)
     victim = kf_test_spawn((char *[]){ "/bin/sleep", "300", NULL }, victim_env, vlog);
     sec_add_victim(&w, victim);
 
-    src = sec_kernel_source(&w, name);
+    src = as_ref ? sec_reference_source(&w, name) : sec_kernel_source(&w, name);
     kpath = kf_asprintf("%s/kernel.py", w.dir);
-    kf_test_write_file(kpath, src);
+    kf_test_write_file(kpath, as_ref ? sec_benign_kernel : src);
+    char *rpath = kf_asprintf("%s/reference.py", w.dir);
+    if (as_ref)
+        kf_test_write_file(rpath, src);
     out = kf_asprintf("%s/stdout", w.dir);
     err = kf_asprintf("%s/stderr", w.dir);
     outdir = kf_asprintf("%s/out", w.dir);
@@ -95,19 +103,19 @@ static void sim_attack(const char *name)
     env[1] = kf_asprintf("AWS_SECRET_ACCESS_KEY=%s", aws);
     env[2] = NULL;
     char *argv[] = { sim, "run", kpath, "--entry", "kernel", "--input", "x=shape:128x128:f32", "--output-dir",
-                     outdir, "--timeout", "90", "--json", NULL };
+                     outdir, "--timeout", "90", "--json", as_ref ? "--check" : NULL, rpath, NULL };
 
     t0 = kf_test_now_ms();
     status = sec_run(argv, env, w.dir, out, err, 150000);
-    cr_log_info("attack %s: kforge-sim took %lld ms", name, kf_test_now_ms() - t0);
-    cr_expect_neq(status, -1, "attack %s: kforge-sim did not finish within 150 s (traced? stopped?)", name);
-    cr_expect_eq(kill(victim, 0), 0, "attack %s: the neighbour process was killed", name);
+    cr_log_info("attack %s: kforge-sim took %lld ms", label, kf_test_now_ms() - t0);
+    cr_expect_neq(status, -1, "attack %s: kforge-sim did not finish within 150 s (traced? stopped?)", label);
+    cr_expect_eq(kill(victim, 0), 0, "attack %s: the neighbour process was killed", label);
 
     add_file(&all, out);
     add_file(&all, err);
     add_outputs(&all, outdir);
-    sec_check_text(&w, name, "kforge-sim's stdout, stderr and outputs", all.data, all.len, 1u << 20);
-    sec_check_outside(&w, name);
+    sec_check_text(&w, label, "kforge-sim's stdout, stderr and outputs", all.data, all.len, 1u << 20);
+    sec_check_outside(&w, label);
 
     kf_test_stop(victim, SIGKILL, 2000);
     kf_buf_release(&all);
@@ -121,6 +129,8 @@ static void sim_attack(const char *name)
     free(out);
     free(err);
     free(kpath);
+    free(rpath);
+    free(label);
     free(src);
     free(aws);
     free(admin);
@@ -172,6 +182,13 @@ Test(sec_sim, every_attack_kernel_is_listed_and_well_formed)
 #define SIM_ATTACK(name)   \
     Test(sec_sim, name)    \
     {                      \
-        sim_attack(#name); \
+        sim_attack(#name, false); \
     }
 SEC_ATTACKS(SIM_ATTACK)
+
+#define SIM_REF_ATTACK(name)     \
+    Test(sec_sim_ref, name)      \
+    {                            \
+        sim_attack(#name, true); \
+    }
+SEC_REF_ATTACKS(SIM_REF_ATTACK)

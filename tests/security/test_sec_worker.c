@@ -6,7 +6,8 @@
  * token in KFORGE_BOOTSTRAP_TOKEN, the workers their worker token in
  * KFORGE_TOKEN and a cloud key in their environment and inherit a TCP and a
  * Unix listener, token files sit under var/, a secret file the workers' user
- * can read, PostgreSQL trusts its local socket.  One job per attack, all
+ * can read, PostgreSQL trusts its local socket.  One job per attack (and a
+ * validate job per attack of SEC_REF_ATTACKS, by its reference), all
  * submitted at once to two workers; then, per attack, everything the user
  * can read back (GET /v1/jobs/{id} and its events) and everything recorded
  * for the job (its jobs, job_results, iterations and job_events rows) is
@@ -40,18 +41,21 @@ static void teardown(void)
 /* cppcheck-suppress unknownMacro */
 TestSuite(sec_worker, .fini = teardown, .timeout = 600);
 
-static char *profile_body(const char *source)
+/* A profile job of `source`, or with a reference a validate job. */
+static char *job_body(const char *source, const char *reference)
 {
     cJSON *b = cJSON_CreateObject(), *spec, *inputs, *x, *shape;
     char *text;
 
-    cJSON_AddStringToObject(b, "kind", "profile");
+    cJSON_AddStringToObject(b, "kind", reference ? "validate" : "profile");
     cJSON_AddStringToObject(b, "target", "trn2");
     cJSON_AddStringToObject(b, "backend", "sim");
     cJSON_AddNumberToObject(b, "max_attempts", 1);
     spec = cJSON_AddObjectToObject(b, "spec");
     cJSON_AddStringToObject(spec, "source", source);
     cJSON_AddStringToObject(spec, "entry", "kernel");
+    if (reference)
+        cJSON_AddStringToObject(spec, "reference", reference);
     inputs = cJSON_AddObjectToObject(spec, "inputs");
     x = cJSON_AddObjectToObject(inputs, "x");
     shape = cJSON_AddArrayToObject(x, "shape");
@@ -110,8 +114,8 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     char *worker_env = kf_asprintf("AWS_SECRET_ACCESS_KEY=%s", aws);
     kf_stack_opts o = { .redis_db = SEC_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000,
                         .api_env = api_env };
-    char *ids[SEC_N_ATTACKS] = { 0 };
-    const char *failing[SEC_N_ATTACKS];
+    char *ids[SEC_N_ATTACKS] = { 0 }, *labels[SEC_N_ATTACKS] = { 0 };
+    const char *failing[SEC_N_ATTACKS + 1];
     int n = 0, n_failing = 0;
     long long t0, end;
 
@@ -136,14 +140,25 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     sec_add_victim(&w, S.workers[0]);
     sec_add_victim(&w, S.workers[1]);
 
+    /* one profile job per attack, then one validate job per attack by reference */
     t0 = kf_test_now_ms();
-    for (n = 0; sec_attacks[n]; n++) {
+    for (int i = 0; sec_attacks[i]; i++, n++) {
         cr_assert_lt(n, SEC_N_ATTACKS);
-        char *src = sec_kernel_source(&w, sec_attacks[n]);
-        char *body = profile_body(src);
+        char *src = sec_kernel_source(&w, sec_attacks[i]);
+        char *body = job_body(src, NULL);
+        labels[n] = kf_strdup(sec_attacks[i]);
         ids[n] = kf_stack_submit(&S, body);
         free(body);
         free(src);
+    }
+    for (int i = 0; sec_ref_attacks[i]; i++, n++) {
+        cr_assert_lt(n, SEC_N_ATTACKS);
+        char *ref = sec_reference_source(&w, sec_ref_attacks[i]);
+        char *body = job_body(sec_benign_kernel, ref);
+        labels[n] = kf_asprintf("%s (as a reference)", sec_ref_attacks[i]);
+        ids[n] = kf_stack_submit(&S, body);
+        free(body);
+        free(ref);
     }
 
     /* every job ends (a failed evaluation is a failed job, never a stuck one) */
@@ -152,7 +167,7 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
         while (!terminal(kf_stack_state(&S, ids[i])) && kf_test_now_ms() < end)
             kf_test_sleep_ms(100);
         cr_expect(terminal(kf_stack_state(&S, ids[i])), "attack %s: job %s is still '%s' after %lld s; see %s",
-                  sec_attacks[i], ids[i], kf_stack_state(&S, ids[i]), (kf_test_now_ms() - t0) / 1000, S.dir);
+                  labels[i], ids[i], kf_stack_state(&S, ids[i]), (kf_test_now_ms() - t0) / 1000, S.dir);
     }
     cr_log_info("%d attack jobs ended in %lld ms", n, kf_test_now_ms() - t0);
 
@@ -161,8 +176,8 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
         char where[160];
         collect(ids[i], &all);
         snprintf(where, sizeof(where), "job %s as its user reads it and as PostgreSQL keeps it", ids[i]);
-        if (!sec_check_text(&w, sec_attacks[i], where, all.data, all.len, 1u << 20))
-            failing[n_failing++] = sec_attacks[i];
+        if (!sec_check_text(&w, labels[i], where, all.data, all.len, 1u << 20))
+            failing[n_failing++] = labels[i];
         kf_buf_release(&all);
     }
     if (!sec_check_outside(&w, "write_outside or symlink_escape"))
@@ -173,12 +188,14 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     if (n_failing) {
         kf_buf list = KF_BUF_INIT;
         for (int i = 0; i < n_failing; i++)
-            kf_buf_addf(&list, "%s%s", i ? " " : "", failing[i]);
+            kf_buf_addf(&list, "%s%s", i ? ", " : "", failing[i]);
         cr_log_error("%d of %d attacks got something out through the worker: %s", n_failing, n, list.data);
         kf_buf_release(&list);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         free(ids[i]);
+        free(labels[i]);
+    }
     free(spool);
     free(api_env);
     free(worker_env);
