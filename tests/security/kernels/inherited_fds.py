@@ -1,11 +1,37 @@
 """Attack: use file descriptors inherited from the worker or kforge-sim.
-Every open descriptor is listed (/proc/self/fd, else probed with fstat);
-a socket, a regular file, a folder or a process handle from outside is a
-leak, and each is written to (folders: a file is created through them).
-Pipes are the sandbox's own channels (stdout, stderr, results) and are left
-alone."""
+Every open descriptor is listed (/proc/self/fd, else probed with fstat) and
+judged by what it reaches: a network socket or a listening socket (the
+worker's Redis and API connections, a server's socket), a process handle
+(pidfd), a file open for writing, a file holding a secret, or a folder
+other than the evaluation's own (a way around its filesystem view) is a
+leak.  Pipes, character devices, connected Unix sockets and stdout and
+stderr can be the sandbox's own channels (output, results): nothing is
+written on them."""
 # @@PRELUDE@@
+import fcntl
+import socket
 import stat
+
+
+def _own_dirs():
+    ids = set()
+    for d in (os.getcwd(), os.environ.get("TMPDIR"), "/tmp", work_dir()):
+        try:
+            st = os.stat(d)
+            ids.add((st.st_dev, st.st_ino))
+        except (OSError, TypeError):
+            pass
+    return ids
+
+
+def _flags(fd):
+    try:
+        for line in read_file("/proc/self/fdinfo/%d" % fd).decode().splitlines():
+            if line.startswith("flags:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
 
 
 @nki.jit
@@ -15,6 +41,7 @@ def kernel(x):
     except OSError as ex:
         R.note("/proc/self/fd " + oserr(ex))
         fds = list(range(0, 1024))
+    own = _own_dirs()
     kinds = []
     for fd in fds:
         try:
@@ -28,24 +55,43 @@ def kernel(x):
         m = st.st_mode
         if stat.S_ISFIFO(m) or stat.S_ISCHR(m):
             kinds.append("%d:%s" % (fd, "pipe" if stat.S_ISFIFO(m) else "chr"))
-            continue
-        if stat.S_ISSOCK(m):
+        elif stat.S_ISSOCK(m):
+            s = socket.socket(fileno=os.dup(fd))
             try:
-                n = os.write(fd, b"PING\r\n")
-                R.leak("fd %d is a socket (%s), wrote %d bytes" % (fd, target, n))
+                fam = s.family
+                listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
             except OSError as ex:
-                R.leak("fd %d is a socket (%s), write %s" % (fd, target, oserr(ex)))
+                fam, listening = None, 0
+                R.note("fd %d socket %s" % (fd, oserr(ex)))
+            finally:
+                s.close()
+            if fam != socket.AF_UNIX:
+                R.leak("fd %d is a network socket (%s, family %s)" % (fd, target, fam))
+            elif listening:
+                R.leak("fd %d is a listening Unix socket (%s)" % (fd, target))
+            else:
+                kinds.append("%d:unix" % fd)
         elif stat.S_ISDIR(m):
-            try:
-                nfd = os.open("sectest-fd-escape", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-                os.close(nfd)
-                os.unlink("sectest-fd-escape", dir_fd=fd)
-                R.leak("fd %d is a folder (%s), created a file in it" % (fd, target))
-            except OSError as ex:
-                R.leak("fd %d is a folder (%s) (create %s)" % (fd, target, oserr(ex)))
+            if (st.st_dev, st.st_ino) in own:
+                kinds.append("%d:own dir" % fd)
+            else:
+                R.leak("fd %d is a folder outside the work folder (%s)" % (fd, target))
         elif stat.S_ISREG(m):
-            R.leak("fd %d is a file (%s)" % (fd, target))
+            acc = _flags(fd) & 3
+            s = None
+            try:
+                s = find_secret(os.pread(fd, 1 << 20, 0))
+            except OSError:
+                pass
+            if acc != os.O_RDONLY and fd > 2:          # stdout, stderr may go to a log file
+                R.leak("fd %d is a file open for writing (%s)" % (fd, target))
+            elif s:
+                R.leak("fd %d holds a secret (%s): %s" % (fd, target, s))
+            else:
+                kinds.append("%d:ro file" % fd)
+        elif "pidfd" in target:
+            R.leak("fd %d is a process handle (%s)" % (fd, target))
         else:
-            R.leak("fd %d: %s" % (fd, target))
+            kinds.append("%d:%s" % (fd, target[:20]))
     R.note("fds: " + " ".join(kinds))
     R.finish()
