@@ -99,6 +99,9 @@ void sec_add_port(sec_world *w, int port);
  * worker's spool).  Every value goes into the secrets. */
 void sec_plant(sec_world *w, const char *worker_token, const char *admin_token, const char *extra_decoy);
 
+/* Add a folder (created if missing) a kernel must not write. */
+void sec_add_decoy(sec_world *w, const char *path);
+
 /* A TCP listener on 127.0.0.1 and a Unix listener in dir, both added to
  * the world: reaching them from the sandbox is a way out. */
 void sec_listen_tcp(sec_world *w);

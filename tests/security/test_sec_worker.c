@@ -3,9 +3,10 @@
  * nothing out of the evaluation sandbox.
  *
  * The stack holds its secrets as a deployment does: kforge-api has the admin
- * token in KFORGE_BOOTSTRAP_TOKEN, the workers their worker token in
- * KFORGE_TOKEN and a cloud key in their environment and inherit a TCP and a
- * Unix listener, token files sit under var/, a secret file the workers' user
+ * token in KFORGE_BOOTSTRAP_TOKEN, the scheduler a cloud key in its
+ * environment, the workers their worker token in KFORGE_TOKEN, a shared
+ * evaluation cache (KFORGE_CACHE_DIR) and a spool, and inherit a TCP and a
+ * Unix listener; token files sit under var/, a secret file the workers' user
  * can read, PostgreSQL trusts its local socket.  One job per attack (and a
  * validate job per attack of SEC_REF_ATTACKS, by its reference), all
  * submitted at once to two workers; then, per attack, everything the user
@@ -111,9 +112,9 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     sec_world w;
     char *boot = sec_marker(), *aws = sec_marker();
     char *api_env = kf_asprintf("KFORGE_BOOTSTRAP_TOKEN=%s", boot);
-    char *worker_env = kf_asprintf("AWS_SECRET_ACCESS_KEY=%s", aws);
+    char *sched_env = kf_asprintf("AWS_SECRET_ACCESS_KEY=%s", aws);
     kf_stack_opts o = { .redis_db = SEC_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000,
-                        .api_env = api_env };
+                        .api_env = api_env, .sched_env = sched_env };
     char *ids[SEC_N_ATTACKS] = { 0 }, *labels[SEC_N_ATTACKS] = { 0 };
     const char *failing[SEC_N_ATTACKS + 1];
     int n = 0, n_failing = 0;
@@ -133,6 +134,10 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     sec_add_port(&w, atoi(kf_test_env("KFORGE_TEST_PG_PORT")));
     char *pg_sock = kf_asprintf("%s/.s.PGSQL.%s", kf_test_env("KFORGE_TEST_PG_DIR"), kf_test_env("KFORGE_TEST_PG_PORT"));
     w.unix_sockets[w.n_unix++] = pg_sock;
+    /* the workers share an evaluation cache, which a kernel must not poison */
+    char *cache = kf_asprintf("%s/cache", w.dir);
+    char *worker_env = kf_asprintf("KFORGE_CACHE_DIR=%s", cache);
+    sec_add_decoy(&w, cache);
     kf_stack_worker(&S, 0, worker_env);
     kf_stack_worker(&S, 1, worker_env);
     sec_add_victim(&w, S.api);
@@ -199,6 +204,8 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     free(spool);
     free(api_env);
     free(worker_env);
+    free(sched_env);
+    free(cache);
     free(boot);
     free(aws);
     sec_world_release(&w);
