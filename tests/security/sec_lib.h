@@ -99,6 +99,9 @@ void sec_add_port(sec_world *w, int port);
  * worker's spool).  Every value goes into the secrets. */
 void sec_plant(sec_world *w, const char *worker_token, const char *admin_token, const char *extra_decoy);
 
+/* A Unix socket path outside (e.g. PostgreSQL's) a kernel must not reach. */
+void sec_add_unix_socket(sec_world *w, const char *path);
+
 /* Add a folder (created if missing) a kernel must not write. */
 void sec_add_decoy(sec_world *w, const char *path);
 
