@@ -22,9 +22,18 @@
 
 #include <netinet/in.h>
 
+#define SEC_TARGET_TEXT "the original content of a file outside the sandbox\n"
+
 const char *const sec_attacks[] = {
 #define SEC_NAME(name) #name,
     SEC_ATTACKS(SEC_NAME)
+#undef SEC_NAME
+    NULL,
+};
+
+const char *const sec_sim_attacks[] = {
+#define SEC_NAME(name) #name,
+    SEC_SIM_ATTACKS(SEC_NAME)
 #undef SEC_NAME
     NULL,
 };
@@ -84,6 +93,8 @@ void sec_world_init(sec_world *w, const char *tag)
     /* the folder holds the planted secrets: readable by the worker's user only */
     chmod(w->dir, 0700);
     w->tmp_name = kf_asprintf("sectest-tmp-%s", m + 9);
+    w->target_file = kf_asprintf("%s/target-file", w->dir);
+    kf_test_write_file(w->target_file, SEC_TARGET_TEXT);
     free(m);
 }
 
@@ -104,6 +115,8 @@ void sec_world_release(sec_world *w)
     for (int i = 0; i < w->n_decoys; i++)
         free(w->decoy_dirs[i]);
     free(w->tmp_name);
+    free(w->output_dir);
+    free(w->target_file);
     free(w->dir);
     memset(w, 0, sizeof(*w));
 }
@@ -271,6 +284,8 @@ static char *sec_config(const sec_world *w)
     cJSON_AddItemToObject(c, "real_dirs", sec_str_array(real_dirs, 2));
     cJSON_AddItemToObject(c, "real_files", sec_str_array(real_files, 2));
     cJSON_AddStringToObject(c, "tmp_name", w->tmp_name);
+    cJSON_AddStringToObject(c, "output_dir", w->output_dir ? w->output_dir : "");
+    cJSON_AddStringToObject(c, "target_file", w->target_file);
     cJSON_AddNumberToObject(c, "worker_uid", (double)getuid());
     cJSON_AddNumberToObject(c, "worker_gid", (double)getgid());
     text = cJSON_PrintUnformatted(c);
@@ -319,8 +334,8 @@ char *sec_reference_source(const sec_world *w, const char *name)
     return ref;
 }
 
-bool sec_check_text(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
-                    size_t max_bytes)
+static bool sec_check(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
+                      size_t max_bytes, bool need_marker)
 {
     const char *leak;
     bool ok = true;
@@ -348,12 +363,24 @@ bool sec_check_text(const sec_world *w, const char *name, const char *where, con
         cr_expect_fail("attack %s: %zu bytes came back in %s (at most %zu expected)", name, len, where, max_bytes);
         ok = false;
     }
-    if (!leak && !memmem(text, len, "DENIED:", 7)) {
+    if (need_marker && !leak && !memmem(text, len, "DENIED:", 7)) {
         cr_expect_fail("attack %s: no DENIED marker in %s, so the kernel did not run to its end: %.*s", name,
                        where, (int)(len < 600 ? len : 600), text);
         ok = false;
     }
     return ok;
+}
+
+bool sec_check_text(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
+                    size_t max_bytes)
+{
+    return sec_check(w, name, where, text, len, max_bytes, true);
+}
+
+bool sec_check_leaks(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
+                     size_t max_bytes)
+{
+    return sec_check(w, name, where, text, len, max_bytes, false);
 }
 
 /* Names "sectest-*" in dir, removed; the first one in *found. */
@@ -397,6 +424,19 @@ bool sec_check_outside(const sec_world *w, const char *name)
             found = kf_strdup(tmp);
         unlink(tmp);
         n++;
+    }
+    {
+        char buf[sizeof(SEC_TARGET_TEXT) + 1] = "";
+        int fd = open(w->target_file, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (got != (ssize_t)strlen(SEC_TARGET_TEXT) || memcmp(buf, SEC_TARGET_TEXT, (size_t)got) != 0) {
+            if (!found)
+                found = kf_strdup(w->target_file);
+            n++;
+            kf_test_write_file(w->target_file, SEC_TARGET_TEXT);
+        }
     }
     cr_expect_eq(n, 0, "attack %s: %d file(s) written outside the sandbox, e.g. %s", name, n, found ? found : "");
     free(found);

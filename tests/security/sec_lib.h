@@ -47,6 +47,13 @@
 /* The same names as strings, NULL-terminated. */
 extern const char *const sec_attacks[];
 
+/* Attacks on kforge-sim alone: output_symlink plants symlinks where the
+ * unsandboxed kforge-sim writes its output files and returns normally, so
+ * it has no marker; its test checks the file the links point at. */
+#define SEC_SIM_ATTACKS(X) X(output_symlink)
+
+extern const char *const sec_sim_attacks[];
+
 /* The attacks also run as a user's NumPy reference (kforge-sim run --check,
  * a validate job): references are user code too and are evaluated in the
  * same sandbox, or should be. */
@@ -76,6 +83,8 @@ typedef struct sec_world {
     char  *decoy_dirs[SEC_MAX];     /* folders a kernel must not write */
     int    n_decoys;
     char  *tmp_name;                /* the file write_outside makes in /tmp */
+    char  *output_dir;              /* kforge-sim's --output-dir, or NULL */
+    char  *target_file;             /* a file outside that must keep its content */
     int    listen_fds[SEC_MAX];     /* sockets sec_listen_* opened */
     int    n_listen;
 } sec_world;
@@ -119,13 +128,17 @@ char *sec_reference_source(const sec_world *w, const char *name);
 /* Checks (cr_expect: every failure is reported, the test goes on) that the
  * len bytes at text (binary-safe), which the caller got back from attack
  * `name` through `where`, hold no "LEAK:", no secret of w, are at most
- * max_bytes, and hold the "DENIED:" marker.  True when every check passed. */
+ * max_bytes, and hold the "DENIED:" marker.  True when every check passed.
+ * sec_check_leaks() is the same without the marker. */
 bool sec_check_text(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
                     size_t max_bytes);
+bool sec_check_leaks(const sec_world *w, const char *name, const char *where, const char *text, size_t len,
+                     size_t max_bytes);
 
 /* Checks that no kernel left a file outside the sandbox: nothing named
  * "sectest-*" in the decoy folders, in kforge's kernels/ and binaries
- * folders, and no /tmp/<tmp_name>.  Removes what it finds. */
+ * folders, no /tmp/<tmp_name>, and target_file keeps its content.  Removes
+ * what it finds. */
 bool sec_check_outside(const sec_world *w, const char *name);
 
 /* Run argv in cwd with extra environment entries, stdout and stderr to
