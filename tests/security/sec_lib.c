@@ -38,6 +38,13 @@ const char *const sec_sim_attacks[] = {
     NULL,
 };
 
+const char *const sec_worker_attacks[] = {
+#define SEC_NAME(name) #name,
+    SEC_WORKER_ATTACKS(SEC_NAME)
+#undef SEC_NAME
+    NULL,
+};
+
 const char *const sec_ref_attacks[] = {
 #define SEC_NAME(name) #name,
     SEC_REF_ATTACKS(SEC_NAME)

@@ -54,6 +54,14 @@ extern const char *const sec_attacks[];
 
 extern const char *const sec_sim_attacks[];
 
+/* Attacks on the worker alone: source_swap (an optimize job) replaces its
+ * own source file in the worker's job folder by a symlink to a secret and
+ * returns normally, so it has no marker; its test checks that the job
+ * succeeded and that no secret came back. */
+#define SEC_WORKER_ATTACKS(X) X(source_swap)
+
+extern const char *const sec_worker_attacks[];
+
 /* The attacks also run as a user's NumPy reference (kforge-sim run --check,
  * a validate job): references are user code too and are evaluated in the
  * same sandbox, or should be. */

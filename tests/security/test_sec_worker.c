@@ -8,8 +8,9 @@
  * evaluation cache (KFORGE_CACHE_DIR) and a spool, and inherit a TCP and a
  * Unix listener; token files sit under var/, a secret file the workers' user
  * can read, PostgreSQL trusts its local socket.  One job per attack (and a
- * validate job per attack of SEC_REF_ATTACKS, by its reference), all
- * submitted at once to two workers; then, per attack, everything the user
+ * validate job per attack of SEC_REF_ATTACKS, by its reference, and an
+ * optimize job per attack of SEC_WORKER_ATTACKS), all submitted at once to
+ * two workers; then, per attack, everything the user
  * can read back (GET /v1/jobs/{id} and its events) and everything recorded
  * for the job (its jobs, job_results, iterations and job_events rows) is
  * checked by sec_check_text, each attack's failures reported on their own.
@@ -30,6 +31,9 @@
 #include "tests/security/sec_lib.h"
 
 #define SEC_DB 6
+
+/* The NumPy reference of a kernel that copies x. */
+#define COPY_REFERENCE "import numpy as np\n\n\ndef kernel(x):\n    return np.asarray(x, dtype=np.float64)\n"
 #define SEC_N_ATTACKS 64
 
 static kf_stack S;
@@ -42,13 +46,14 @@ static void teardown(void)
 /* cppcheck-suppress unknownMacro */
 TestSuite(sec_worker, .fini = teardown, .timeout = 600);
 
-/* A profile job of `source`, or with a reference a validate job. */
-static char *job_body(const char *source, const char *reference)
+/* A job of `kind` (profile, validate, optimize) on `source`, with a
+ * reference or NULL. */
+static char *job_body(const char *kind, const char *source, const char *reference)
 {
     cJSON *b = cJSON_CreateObject(), *spec, *inputs, *x, *shape;
     char *text;
 
-    cJSON_AddStringToObject(b, "kind", reference ? "validate" : "profile");
+    cJSON_AddStringToObject(b, "kind", kind);
     cJSON_AddStringToObject(b, "target", "trn2");
     cJSON_AddStringToObject(b, "backend", "sim");
     cJSON_AddNumberToObject(b, "max_attempts", 1);
@@ -150,7 +155,7 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     for (int i = 0; sec_attacks[i]; i++, n++) {
         cr_assert_lt(n, SEC_N_ATTACKS);
         char *src = sec_kernel_source(&w, sec_attacks[i]);
-        char *body = job_body(src, NULL);
+        char *body = job_body("profile", src, NULL);
         labels[n] = kf_strdup(sec_attacks[i]);
         ids[n] = kf_stack_submit(&S, body);
         free(body);
@@ -159,11 +164,23 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     for (int i = 0; sec_ref_attacks[i]; i++, n++) {
         cr_assert_lt(n, SEC_N_ATTACKS);
         char *ref = sec_reference_source(&w, sec_ref_attacks[i]);
-        char *body = job_body(sec_benign_kernel, ref);
+        char *body = job_body("validate", sec_benign_kernel, ref);
         labels[n] = kf_asprintf("%s (as a reference)", sec_ref_attacks[i]);
         ids[n] = kf_stack_submit(&S, body);
         free(body);
         free(ref);
+    }
+
+    /* attacks that need a job of their own kind: they end without a marker */
+    int n_marked = n;
+    for (int i = 0; sec_worker_attacks[i]; i++, n++) {
+        cr_assert_lt(n, SEC_N_ATTACKS);
+        char *src = sec_kernel_source(&w, sec_worker_attacks[i]);
+        char *body = job_body("optimize", src, COPY_REFERENCE);
+        labels[n] = kf_strdup(sec_worker_attacks[i]);
+        ids[n] = kf_stack_submit(&S, body);
+        free(body);
+        free(src);
     }
 
     /* every job ends (a failed evaluation is a failed job, never a stuck one) */
@@ -181,8 +198,20 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
         char where[160];
         collect(ids[i], &all);
         snprintf(where, sizeof(where), "job %s as its user reads it and as PostgreSQL keeps it", ids[i]);
-        if (!sec_check_text(&w, labels[i], where, all.data, all.len, 1u << 20))
-            failing[n_failing++] = labels[i];
+        if (i < n_marked) {
+            if (!sec_check_text(&w, labels[i], where, all.data, all.len, 1u << 20))
+                failing[n_failing++] = labels[i];
+        } else {
+            /* no marker: a correct kernel that succeeded is what proves it ran */
+            char *correct = kf_stack_sql_value(&S, "SELECT result->>'correct' FROM job_results WHERE job_id = $1::uuid",
+                                               ids[i]);
+            bool ran = strcmp(kf_stack_state(&S, ids[i]), "succeeded") == 0 && correct && strcmp(correct, "true") == 0;
+            cr_expect(ran, "attack %s: job %s is '%s' (correct: %s), not a correct kernel that succeeded: %.600s",
+                      labels[i], ids[i], kf_stack_state(&S, ids[i]), correct ? correct : "-", all.data);
+            if (!sec_check_leaks(&w, labels[i], where, all.data, all.len, 1u << 20) || !ran)
+                failing[n_failing++] = labels[i];
+            free(correct);
+        }
         kf_buf_release(&all);
     }
     if (!sec_check_outside(&w, "write_outside or symlink_escape"))
