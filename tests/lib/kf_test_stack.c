@@ -130,6 +130,8 @@ void kf_stack_api(kf_stack *s)
     env[n++] = st_env("KFORGE_API_LISTEN", s->api_listen);
     env[n++] = st_env("KFORGE_API_THREADS", "8");
     env[n++] = st_env("KFORGE_PG_POOL", "8");
+    if (s->o.api_env)
+        env[n++] = kf_strdup(s->o.api_env);
     s->api = kf_test_spawn(argv, env, log);
     st_free_env(env);
     snprintf(url, sizeof(url), "%s/healthz", s->api_url);

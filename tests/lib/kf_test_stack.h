@@ -32,6 +32,7 @@ typedef struct kf_stack_opts {
     int         retry_base_ms;  /* KFORGE_RETRY_BASE_MS, default 100 */
     const char *targets;        /* KFORGE_WORKER_TARGETS, default "trn2" */
     const char *sched_env;      /* one extra "K=V" for schedulers, or NULL */
+    const char *api_env;        /* one extra "K=V" for kforge-api, or NULL */
 } kf_stack_opts;
 
 typedef struct kf_stack {
