@@ -16,7 +16,9 @@
  * Failure behaviour: no request ever crashes the process.  Bad input is a
  * 4xx problem+json naming the field and rule; PostgreSQL unreachable is 503
  * with Retry-After; Redis unreachable never fails a POST (the outbox keeps
- * the job).  Ownership: an api_req lives from the first callback of a
+ * the job), and a worker report is then checked against the lease recorded
+ * in PostgreSQL at its start, or answered 503 when there is none (never
+ * accepted unchecked; api_internal.c).  Ownership: an api_req lives from the first callback of a
  * request to MHD's completion callback, which frees it and returns its
  * pooled connections.
  */

@@ -20,8 +20,10 @@
  * the API path on the first line, the JSON body after it), written to a
  * temporary name, fsynced, renamed and the folder fsynced, so a report is
  * either wholly there or absent after a crash.  Flushing sends them in name
- * (= time) order under an exclusive lock on the folder, so workers sharing
- * a spool folder never send a report twice at once; a report is removed
+ * (= time) order under an exclusive lock on the folder, so two processes
+ * of one worker id never send a report twice at once (kforge-worker keeps
+ * one folder per worker id: a report can only be resent with the token of
+ * the worker that wrote it); a report is removed
  * only once the API gave a final status.  Nothing is ever dropped.
  *
  * Ownership: kf_report / kf_spool handles are released with *_free()

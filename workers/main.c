@@ -11,6 +11,11 @@
  * fork lock, so the job process is never forked mid-call (see "fork
  * safety").
  *
+ * Identity: the worker's token comes from KFORGE_TOKEN_FILE (a private
+ * file; KFORGE_TOKEN still works, with a warning, and is blanked and unset
+ * at start-up so no child inherits it); its id is the token's name, asked
+ * of the API (GET /v1/internal/whoami); its spool is KFORGE_SPOOL_DIR/<id>.
+ *
  * Failure behaviour: Redis or the API unreachable → retried with backoff,
  * never fatal.  Reports the API cannot take go to the spool and are resent;
  * a final result is delivered (or left in the spool) before the job is
