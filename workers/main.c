@@ -470,7 +470,7 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/result", l->id);
     bool retry = !ok && retryable && l->attempt < l->max_attempts;
-    bool exhausted = !ok && retryable && !retry;
+    bool exhausted = !ok && retryable && !retry, lost_to_other;
     kf_buf body = KF_BUF_INIT;
     kf_err err = KF_ERR_INIT;
     kf_queue_fate fate = 0;
@@ -490,7 +490,10 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
         st = w_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
-        if (st >= 400 && st != 404 && st != 409) {
+        /* 403 not-lease-holder: another worker holds this attempt's lease
+         * (as for 409, nothing of ours to record). */
+        lost_to_other = st == 403 && strcmp(kf_report_problem(w->rep), "not-lease-holder") == 0;
+        if (st >= 400 && st != 404 && st != 409 && !lost_to_other) {
             /* The API refused the report itself (malformed, too large): record
              * a failure instead, or PostgreSQL would keep the job running. */
             char *e = kf_asprintf("the API refused this attempt's result report (HTTP %ld)", st);
