@@ -1,6 +1,7 @@
 /* api_internal — the worker-only endpoints of docs/protocol.md.
  *
- * Every job report is bound to the lease the queue granted (api_lease_check):
+ * Every job report is bound to the lease the queue granted (api_lease_redis,
+ * api_lease_recorded):
  *   - the token's worker: a worker token speaks only for the worker id that
  *     is its name (another id in the path or body is 403 forbidden);
  *   - Redis: the report's (attempt, lease_token, worker) must be the latest
