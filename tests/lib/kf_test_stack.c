@@ -178,9 +178,9 @@ pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env)
     {
         /* One token per worker, in a file only its user can read. */
         char *tf = kf_asprintf("%s/token-%d", s->dir, i);
-        FILE *f;
         int fd = open(tf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        cr_assert(fd >= 0 && (f = fdopen(fd, "w")) != NULL, "cannot write %s", tf);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        cr_assert_not_null(f, "cannot write %s", tf);
         fprintf(f, "%s\n", s->worker_token[i]);
         fclose(f);
         env[n++] = st_env("KFORGE_TOKEN_FILE", tf);
