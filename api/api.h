@@ -16,7 +16,9 @@
  * Failure behaviour: no request ever crashes the process.  Bad input is a
  * 4xx problem+json naming the field and rule; PostgreSQL unreachable is 503
  * with Retry-After; Redis unreachable never fails a POST (the outbox keeps
- * the job).  Ownership: an api_req lives from the first callback of a
+ * the job), and a worker report is then checked against the lease recorded
+ * in PostgreSQL at its start, or answered 503 when there is none (never
+ * accepted unchecked; api_internal.c).  Ownership: an api_req lives from the first callback of a
  * request to MHD's completion callback, which frees it and returns its
  * pooled connections.
  */
@@ -87,9 +89,13 @@ enum {
     API_PUBLIC = 0,          /* route needs no token */
 };
 
+#define API_NAME_MAX 128   /* longest token name, and worker id */
+
 typedef struct api_principal {
     int64_t token_id;        /* api_tokens.id; 0 when anonymous */
     int     role;            /* one API_ROLE_* bit */
+    char    name[API_NAME_MAX + 1];   /* api_tokens.name: for a worker token, the one
+                                       * worker id it may speak for */
 } api_principal;
 
 const char *api_role_name(int role);
@@ -97,9 +103,16 @@ int api_role_parse(const char *s);   /* 0 when unknown */
 
 /* SHA-256 of a token secret. */
 void api_token_hash(const char *secret, unsigned char out[32]);
+/* The same as a bytea literal in hex form ("\\x" + 64 hex digits), as
+ * PostgreSQL prints a bytea. */
+void api_token_hash_hex(const char *secret, char out[67]);
 /* A new random secret "kf_<64 hex>" (caller frees). */
 char *api_token_new_secret(void);
-/* Insert a token row; returns KF_OK and its id. */
+/* A worker id: 1..API_NAME_MAX of [A-Za-z0-9_.:-].  A worker token's name
+ * must be one (token create refuses others). */
+bool api_worker_id_valid(const char *id);
+/* Insert a token row; returns KF_OK and its id.  A worker token's name
+ * must be a valid worker id (KF_INVALID otherwise, saying why). */
 kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const char *role, int64_t *id,
                          kf_err *err);
 /* Ensure an admin token with this secret exists (KFORGE_BOOTSTRAP_TOKEN). */
@@ -145,6 +158,8 @@ typedef struct api_server_config {
     const char *redis_url;
     int         idem_ttl_s;
     int         default_max_attempts;
+    long        max_iteration_bytes;   /* largest iteration report body */
+    int         max_iterations;        /* most iterations one attempt records */
 } api_server_config;
 
 /* Start listening; NULL with err on failure (port in use, bad address). */
@@ -329,6 +344,7 @@ void api_h_internal_start(api_req *r);
 void api_h_internal_iteration(api_req *r);
 void api_h_internal_result(api_req *r);
 void api_h_internal_heartbeat(api_req *r);
+void api_h_internal_whoami(api_req *r);
 void api_h_healthz(api_req *r);
 void api_h_readyz(api_req *r);
 void api_h_metrics(api_req *r);

@@ -85,6 +85,19 @@ void api_token_hash(const char *secret, unsigned char out[32])
         EVP_Digest(secret, strlen(secret), out, &n, md, NULL);
 }
 
+bool api_worker_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n == 0 || n > API_NAME_MAX)
+        return false;
+    for (const char *p = id; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_.-:", *p)))
+            return false;
+    }
+    return true;
+}
+
 static void api_hex(const unsigned char *p, size_t n, char *out)
 {
     static const char hx[] = "0123456789abcdef";
@@ -108,8 +121,8 @@ char *api_token_new_secret(void)
     return kf_asprintf("kf_%s", hex);
 }
 
-/* bytea parameter in hex form ("\\x..."). */
-static void api_hash_param(const char *secret, char out[67])
+/* bytea parameter in hex form ("\\x..."), as PostgreSQL also prints one. */
+void api_token_hash_hex(const char *secret, char out[67])
 {
     unsigned char h[32];
     api_token_hash(secret, h);
@@ -126,7 +139,12 @@ kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const 
     PGresult *res;
     kf_code rc = KF_OK;
 
-    api_hash_param(secret, hash);
+    if (strcmp(role, "worker") == 0 && !api_worker_id_valid(name))
+        return kf_err_set(err, KF_INVALID,
+                          "a worker token's name is the worker id it speaks for: 1-%d of letters, digits and "
+                          "_ . : - (got \"%s\"); give --name the worker's KFORGE_WORKER_ID",
+                          API_NAME_MAX, name);
+    api_token_hash_hex(secret, hash);
     params[0] = name;
     params[1] = role;
     params[2] = hash;
@@ -149,7 +167,7 @@ kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err)
 
     if (strlen(secret) < 16)
         return kf_err_set(err, KF_CONFIG, "KFORGE_BOOTSTRAP_TOKEN is shorter than 16 characters; use a long random value");
-    api_hash_param(secret, hash);
+    api_token_hash_hex(secret, hash);
     params[0] = hash;
     res = PQexecParams(c,
                        "INSERT INTO api_tokens (name, role, token_hash) VALUES ('bootstrap', 'admin', $1::bytea) "
@@ -169,8 +187,7 @@ kf_code api_token_bootstrap(PGconn *c, const char *secret, kf_err *err)
 
 typedef struct api_token_slot {
     unsigned char hash[32];
-    int64_t       id;
-    int           role;
+    api_principal who;
     long long     expires_ms;   /* 0: empty */
 } api_token_slot;
 
@@ -191,10 +208,8 @@ static bool api_token_cache_get(const unsigned char h[32], api_principal *who)
 
     pthread_mutex_lock(&api_token_mu);
     hit = s->expires_ms > api_mono_ms() && CRYPTO_memcmp(s->hash, h, 32) == 0;
-    if (hit) {
-        who->token_id = s->id;
-        who->role = s->role;
-    }
+    if (hit)
+        *who = s->who;
     pthread_mutex_unlock(&api_token_mu);
     return hit;
 }
@@ -205,8 +220,7 @@ static void api_token_cache_put(const unsigned char h[32], const api_principal *
 
     pthread_mutex_lock(&api_token_mu);
     memcpy(s->hash, h, 32);
-    s->id = who->token_id;
-    s->role = who->role;
+    s->who = *who;
     s->expires_ms = api_mono_ms() + API_TOKEN_CACHE_MS;
     pthread_mutex_unlock(&api_token_mu);
 }
@@ -218,7 +232,7 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
 }
 
 static const api_stmt api_st_token = {
-    0, "kf_token", "SELECT id, role FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL", 1,
+    0, "kf_token", "SELECT id, role, name FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL", 1,
 };
 
 bool api_authenticate(api_req *r)
@@ -255,7 +269,7 @@ bool api_authenticate(api_req *r)
     }
     api_token_hash(tok, raw);
     if (!api_token_cache_get(raw, &r->who)) {
-        api_hash_param(tok, hash);
+        api_token_hash_hex(tok, hash);
         params[0] = hash;
         res = api_req_stmt(r, &api_st_token, params);
         if (!res)
@@ -267,6 +281,7 @@ bool api_authenticate(api_req *r)
         }
         r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
         r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
+        snprintf(r->who.name, sizeof(r->who.name), "%s", PQgetvalue(res, 0, 2));
         PQclear(res);
         api_token_cache_put(raw, &r->who);
         /* Release the connection while the body uploads. */

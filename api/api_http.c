@@ -32,6 +32,7 @@ const api_route api_routes[] = {
     { "POST", "/v1/internal/jobs/{id}/iterations", api_h_internal_iteration, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/result", api_h_internal_result, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/workers/{id}/heartbeat", api_h_internal_heartbeat, API_ROLE_WORKER, API_F_JSON },
+    { "GET", "/v1/internal/whoami", api_h_internal_whoami, API_ROLE_WORKER, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 32

@@ -1,17 +1,35 @@
 /* api_internal — the worker-only endpoints of docs/protocol.md.
  *
- * Every report is fenced by (job_id, attempt): the job row is locked, a
- * report from an attempt older than the job's current one, or for a job
- * that already ended, is refused with 409 (type stale-attempt) and changes
- * nothing.  Reports are idempotent: a repeat is answered 200 and changes
- * nothing.  The final result goes into job_results exactly once (INSERT ..
- * ON CONFLICT DO NOTHING) in the same transaction as the state change and
- * its event. */
+ * Every job report is bound to the lease the queue granted (api_lease_redis,
+ * api_lease_recorded):
+ *   - the token's worker: a worker token speaks only for the worker id that
+ *     is its name (another id in the path or body is 403 forbidden);
+ *   - Redis: the report's (attempt, lease_token, worker) must be the latest
+ *     lease the queue granted for the job (kf_queue_grant_get; it may have
+ *     ended since, as long as no newer attempt was granted: a finished
+ *     attempt's late result is not lost).  Another worker's lease is 403
+ *     (type not-lease-holder); an older attempt, an attempt never granted,
+ *     a job nobody leased or a wrong token is 409 (type stale-attempt);
+ *   - PostgreSQL: the job row is locked; a report from an attempt older
+ *     than the job's current one, or for a job that already ended, is 409.
+ *     /start records the lease (attempt, worker, SHA-256 of the token).
+ * When Redis cannot tell (unreachable, or the job has left it) the lease
+ * recorded at /start decides instead; when neither can, the report is 503
+ * (Redis unreachable: retry later) or 409 (no such lease), never accepted
+ * blindly.  A refused report changes nothing.
+ *
+ * Reports are idempotent: a repeat is answered 200 and changes nothing.
+ * The final result goes into job_results exactly once (INSERT .. ON
+ * CONFLICT DO NOTHING) in the same transaction as the state change and its
+ * event.  Iteration reports are bounded in size (KFORGE_MAX_ITERATION_BYTES,
+ * 413) and in number per attempt (KFORGE_MAX_ITERATIONS, 422). */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_job.h"
 #include "kf_log.h"
+#include "kf_queue.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +39,8 @@ typedef struct api_fence {
     char state[16];
     int  attempt;
     bool cancel_requested;
+    char worker[API_NAME_MAX + 1];   /* worker_id of the recorded lease, or "" */
+    char lease_hash[72];             /* "\\x<hex>" of its token's SHA-256, or "" */
 } api_fence;
 
 /* BEGIN, lock the job, fill f.  False after answering (404, 503). */
@@ -29,14 +49,12 @@ static bool api_fence_lock(api_req *r, api_fence *f)
     const char *params[1] = { r->param };
     PGresult *res;
 
-    if (!kf_uuid_valid(r->param)) {
-        api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
-        return false;
-    }
     if (!api_req_begin(r))
         return false;
-    res = api_req_sql(r, "SELECT state, attempt, cancel_requested FROM jobs WHERE id = $1::uuid FOR UPDATE", 1,
-                      params);
+    res = api_req_sql(r,
+                      "SELECT state, attempt, cancel_requested, coalesce(worker_id, ''), "
+                      "coalesce(lease_token_hash::text, '') FROM jobs WHERE id = $1::uuid FOR UPDATE",
+                      1, params);
     if (!res)
         return false;
     if (PQntuples(res) == 0) {
@@ -47,19 +65,173 @@ static bool api_fence_lock(api_req *r, api_fence *f)
     snprintf(f->state, sizeof(f->state), "%s", PQgetvalue(res, 0, 0));
     f->attempt = atoi(PQgetvalue(res, 0, 1));
     f->cancel_requested = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+    snprintf(f->worker, sizeof(f->worker), "%s", PQgetvalue(res, 0, 3));
+    snprintf(f->lease_hash, sizeof(f->lease_hash), "%s", PQgetvalue(res, 0, 4));
     PQclear(res);
     return true;
 }
 
-/* attempt and lease_token, common to every job report. */
-static bool api_report_head(api_req *r, kf_fields *fe, int *attempt, const char **token)
+/* The lease a report claims to run under. */
+typedef struct api_claim {
+    int         attempt;
+    const char *token;
+    const char *worker;              /* the token's worker id */
+    char        token_hash[67];      /* api_token_hash_hex(token) */
+    int         redis;               /* API_LEASE_* from the queue */
+} api_claim;
+
+enum {
+    API_LEASE_OK = 1,     /* the queue's latest lease is this one */
+    API_LEASE_ABSENT,     /* the job is not in Redis */
+    API_LEASE_UNKNOWN,    /* Redis unreachable */
+};
+
+static bool api_str_eq_ct(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return n == strlen(b) && CRYPTO_memcmp(a, b, n) == 0;
+}
+
+static void api_stale(api_req *r, const char *fmt_detail)
+{
+    api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease", "%s", fmt_detail);
+}
+
+static void api_not_holder(api_req *r, int attempt, const char *worker)
+{
+    api_reply_problem(r, 403, "not-lease-holder", "Not this worker's lease",
+                      "attempt %d of job %s is leased to another worker, not to %s (this token's worker)",
+                      attempt, r->param, worker);
+}
+
+/* Check the claim against the latest lease Redis granted for the job (no
+ * PostgreSQL lock held).  False after answering 403/409; true with
+ * c->redis set otherwise. */
+static bool api_lease_redis(api_req *r, api_claim *c)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
+    kf_queue_grant g;
+    bool exists = false;
+    char msg[320];
+
+    if (!q || kf_queue_grant_get(q, r->param, &g, &exists, &e) != KF_OK) {
+        kf_log_warn("cannot check a report's lease in Redis job=%s err=\"%s\"", r->param, e.msg);
+        api_qpool_put(api_req_qpool(r), q);
+        c->redis = API_LEASE_UNKNOWN;
+        return true;
+    }
+    api_qpool_put(api_req_qpool(r), q);
+    if (!exists) {
+        c->redis = API_LEASE_ABSENT;
+        return true;
+    }
+    if (c->attempt < g.attempt) {
+        snprintf(msg, sizeof(msg), "attempt %d of job %s is over: the queue has granted attempt %d since",
+                 c->attempt, r->param, g.attempt);
+        api_stale(r, msg);
+        return false;
+    }
+    if (c->attempt > g.attempt) {
+        snprintf(msg, sizeof(msg), "the queue never granted attempt %d of job %s (its latest is attempt %d)",
+                 c->attempt, r->param, g.attempt);
+        api_stale(r, msg);
+        return false;
+    }
+    if (!g.worker[0] || !g.token[0]) {
+        snprintf(msg, sizeof(msg), "attempt %d of job %s holds no lease in the queue (the job is %s); only the "
+                 "worker that leases it may report", c->attempt, r->param, g.state);
+        api_stale(r, msg);
+        return false;
+    }
+    if (strcmp(g.worker, c->worker) != 0) {
+        api_not_holder(r, c->attempt, c->worker);
+        return false;
+    }
+    if (!api_str_eq_ct(g.token, c->token)) {
+        snprintf(msg, sizeof(msg), "lease_token does not match the lease the queue granted for attempt %d of job %s",
+                 c->attempt, r->param);
+        api_stale(r, msg);
+        return false;
+    }
+    c->redis = API_LEASE_OK;
+    return true;
+}
+
+/* With the job row locked: when Redis could not tell, the lease recorded
+ * at /start must be this one.  False after answering. */
+static bool api_lease_recorded(api_req *r, const api_claim *c, const api_fence *f)
+{
+    char msg[320];
+
+    if (c->redis == API_LEASE_OK)
+        return true;
+    if (c->attempt == f->attempt && f->lease_hash[0] && strcmp(f->worker, c->worker) == 0 &&
+        api_str_eq_ct(f->lease_hash, c->token_hash))
+        return true;
+    if (c->attempt < f->attempt) {
+        snprintf(msg, sizeof(msg), "job %s is on attempt %d; this report is from attempt %d", r->param, f->attempt,
+                 c->attempt);
+        api_stale(r, msg);
+    } else if (c->attempt == f->attempt && f->lease_hash[0] && strcmp(f->worker, c->worker) != 0) {
+        api_not_holder(r, c->attempt, c->worker);
+    } else if (c->attempt == f->attempt && f->lease_hash[0]) {
+        snprintf(msg, sizeof(msg), "lease_token does not match the lease recorded for attempt %d of job %s",
+                 c->attempt, r->param);
+        api_stale(r, msg);
+    } else if (c->redis == API_LEASE_UNKNOWN) {
+        r->retry_after = 2;
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "cannot check this report against the queue (Redis is unreachable) and no lease of "
+                          "attempt %d is recorded yet; send it again later", c->attempt);
+    } else {
+        snprintf(msg, sizeof(msg), "job %s is not in the queue (it has ended, was cancelled or is not queued yet) and "
+                 "no lease of attempt %d is recorded: nothing to report on", r->param, c->attempt);
+        api_stale(r, msg);
+    }
+    return false;
+}
+
+/* attempt, lease_token and worker, common to every job report, and the
+ * claim they make.  The optional "worker" field must name the token's
+ * worker.  False after answering (404, 422, 403, 409, 503). */
+static bool api_report_head(api_req *r, kf_fields *fe, api_claim *c)
 {
     int64_t a = 0;
+    const char *worker = NULL;
 
+    memset(c, 0, sizeof(*c));
+    if (!kf_uuid_valid(r->param)) {
+        api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
+        return false;
+    }
     kf_fields_int(fe, r->json, "", "attempt", true, 1, 1000000, &a);
-    kf_fields_str(fe, r->json, "", "lease_token", true, 1, 128, token);
-    *attempt = (int)a;
-    return fe->n == 0;
+    kf_fields_str(fe, r->json, "", "lease_token", true, 1, 64, &c->token);
+    kf_fields_str(fe, r->json, "", "worker", false, 1, API_NAME_MAX, &worker);
+    c->attempt = (int)a;
+    c->worker = r->who.name;
+    if (fe->n)
+        return true;   /* the caller adds its own fields, then answers 422 */
+    if (worker && strcmp(worker, r->who.name) != 0) {
+        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's worker",
+                          "this token belongs to worker %s and cannot report as %s; give each worker its own "
+                          "token (kforge-api token create --role worker --name %s)",
+                          r->who.name, worker, worker);
+        return false;
+    }
+    api_token_hash_hex(c->token, c->token_hash);
+    return true;
+}
+
+/* 422 when fields were wrong, else the Redis half of the lease check.
+ * False after answering. */
+static bool api_report_checked(api_req *r, const kf_fields *fe, api_claim *c)
+{
+    if (fe->n) {
+        api_reply_fields(r, 422, "validation", fe);
+        return false;
+    }
+    return api_lease_redis(r, c);
 }
 
 static bool api_exec(api_req *r, const char *sql, int n, const char *const *params)
@@ -87,24 +259,20 @@ static void api_report_ok(api_req *r, const char *state, int attempt, bool cance
 void api_h_internal_start(api_req *r)
 {
     kf_fields fe;
-    int attempt = 0;
-    const char *token = NULL, *worker = NULL;
+    api_claim c;
     char att[16];
-    const char *params[4];
+    const char *params[5];
     api_fence f;
+    bool same;
 
     kf_fields_init(&fe);
-    api_report_head(r, &fe, &attempt, &token);
-    kf_fields_str(&fe, r->json, "", "worker", true, 1, 128, &worker);
-    if (fe.n) {
-        api_reply_fields(r, 422, "validation", &fe);
+    if (!api_report_head(r, &fe, &c) || !api_report_checked(r, &fe, &c))
         return;
-    }
-    if (!api_fence_lock(r, &f))
+    if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         return;
-    if (attempt < f.attempt) {
+    if (c.attempt < f.attempt) {
         api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s is on attempt %d; this report is from attempt %d", r->param, f.attempt, attempt);
+                          "job %s is on attempt %d; this report is from attempt %d", r->param, f.attempt, c.attempt);
         return;
     }
     if (kf_job_state_terminal(f.state)) {
@@ -112,15 +280,30 @@ void api_h_internal_start(api_req *r)
                           "job %s has ended (%s) and takes no more reports", r->param, f.state);
         return;
     }
-    if (attempt == f.attempt) {
+    same = c.attempt == f.attempt && f.lease_hash[0] && strcmp(f.worker, c.worker) == 0 &&
+           api_str_eq_ct(f.lease_hash, c.token_hash);
+    if (same) {
         api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
         return;
     }
-    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(att, sizeof(att), "%d", c.attempt);
     params[0] = r->param;
     params[1] = att;
-    params[2] = worker;
+    params[2] = c.worker;
     params[3] = f.state;
+    params[4] = c.token_hash;
+    if (c.attempt == f.attempt && strcmp(f.state, "running") == 0) {
+        /* The queue granted this attempt's lease again (a re-delivery after
+         * Redis lost a write): the new holder takes over the record. */
+        if (!api_exec(r,
+                      "UPDATE jobs SET worker_id = $2, lease_token_hash = $3::bytea, updated_at = now() "
+                      "WHERE id = $1::uuid",
+                      3, (const char *const[]){ params[0], params[2], params[4] }) ||
+            !api_req_commit(r))
+            return;
+        api_report_ok(r, f.state, f.attempt, f.cancel_requested, true);
+        return;
+    }
     /* A retry leased before the scheduler's promoter recorded it (the two
      * race): record the requeue here, so every retry has its event.  The
      * row lock makes this and the promoter's conditional update exclusive. */
@@ -135,34 +318,44 @@ void api_h_internal_start(api_req *r)
     }
     if (!api_exec(r,
                   "WITH u AS (UPDATE jobs SET state = 'running', attempt = $2::int, worker_id = $3, "
-                  "  started_at = coalesce(started_at, now()), updated_at = now() WHERE id = $1::uuid RETURNING id) "
+                  "  lease_token_hash = $5::bytea, started_at = coalesce(started_at, now()), updated_at = now() "
+                  "  WHERE id = $1::uuid RETURNING id) "
                   "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
                   "SELECT id, $2::int, 'started', $4, 'running', jsonb_build_object('worker', $3::text) FROM u",
-                  4, params) ||
+                  5, params) ||
         !api_req_commit(r))
         return;
-    api_report_ok(r, "running", attempt, f.cancel_requested, true);
+    api_report_ok(r, "running", c.attempt, f.cancel_requested, true);
 }
 
 void api_h_internal_iteration(api_req *r)
 {
     kf_fields fe;
-    int attempt = 0;
+    api_claim c;
+    const api_server_config *cfg = api_req_config(r);
     int64_t seq = 0;
     double lat = 0;
     bool correct = false, has_lat, has_correct;
-    const char *token = NULL, *source = NULL, *diff = NULL, *action = NULL, *reason = NULL;
+    const char *source = NULL, *diff = NULL, *action = NULL, *reason = NULL;
     const cJSON *obj = NULL;
     char *js[6] = { NULL };
     static const char *const obj_names[] = { "params", "compile", "validation", "profile", "timings" };
-    char att[16], seqs[24], lats[40];
+    char att[16], seqs[24], lats[40], maxs[16];
     const char *params[16];
     PGresult *res = NULL;
     api_fence f;
     bool inserted;
 
     kf_fields_init(&fe);
-    api_report_head(r, &fe, &attempt, &token);
+    if (r->body.len > (size_t)cfg->max_iteration_bytes) {
+        api_reply_problem(r, 413, "iteration-too-large", "Iteration report too large",
+                          "this iteration report is %zu bytes; the API records at most %ld per iteration "
+                          "(KFORGE_MAX_ITERATION_BYTES): send a diff or trim the profile",
+                          r->body.len, cfg->max_iteration_bytes);
+        return;
+    }
+    if (!api_report_head(r, &fe, &c))
+        return;
     kf_fields_int(&fe, r->json, "", "seq", true, 0, 1000000, &seq);
     kf_fields_str(&fe, r->json, "", "source", false, 0, KF_JOB_MAX_SOURCE_BYTES, &source);
     kf_fields_str(&fe, r->json, "", "source_diff", false, 0, KF_JOB_MAX_SOURCE_BYTES, &diff);
@@ -178,19 +371,18 @@ void api_h_internal_iteration(api_req *r)
     obj = NULL;
     if (kf_fields_obj(&fe, r->json, "", "findings", false, true, &obj))
         js[5] = kf_json_print(obj);
-    if (fe.n) {
-        api_reply_fields(r, 422, "validation", &fe);
+    if (!api_report_checked(r, &fe, &c))
         goto out;
-    }
-    if (!api_fence_lock(r, &f))
+    if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         goto out;
-    if (attempt < f.attempt || kf_job_state_terminal(f.state)) {
+    if (c.attempt < f.attempt || kf_job_state_terminal(f.state)) {
         api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
                           "job %s is on attempt %d in state %s; this report is refused", r->param, f.attempt, f.state);
         goto out;
     }
-    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(att, sizeof(att), "%d", c.attempt);
     snprintf(seqs, sizeof(seqs), "%lld", (long long)seq);
+    snprintf(maxs, sizeof(maxs), "%d", cfg->max_iterations);
     snprintf(lats, sizeof(lats), "%.17g", lat);
     params[0] = r->param;
     params[1] = att;
@@ -207,6 +399,22 @@ void api_h_internal_iteration(api_req *r)
     params[12] = js[4] ? js[4] : "{}";
     params[13] = has_lat ? lats : NULL;
     params[14] = has_correct ? (correct ? "t" : "f") : NULL;
+    /* At most max_iterations rows per attempt (a repeat of a recorded seq
+     * is still the idempotent no-op); the row lock makes the count exact. */
+    res = api_req_sql(r,
+                      "SELECT count(*) >= $4::int AND NOT bool_or(seq = $3::int) IS TRUE FROM iterations "
+                      "WHERE job_id = $1::uuid AND attempt = $2::int",
+                      4, (const char *const[]){ params[0], params[1], params[2], maxs });
+    if (!res)
+        goto out;
+    if (strcmp(PQgetvalue(res, 0, 0), "t") == 0) {
+        api_reply_problem(r, 422, "too-many-iterations", "Too many iterations",
+                          "attempt %d of job %s already recorded %d iterations, the most one attempt may "
+                          "(KFORGE_MAX_ITERATIONS); this one is not recorded",
+                          c.attempt, r->param, cfg->max_iterations);
+        goto out;
+    }
+    PQclear(res);
     res = api_req_sql(r,
                       "INSERT INTO iterations (job_id, attempt, seq, source, source_diff, params, compile, validation, "
                       "profile, findings, action, reason, timings, latency_ns, correct) VALUES ($1::uuid, $2::int, "
@@ -235,7 +443,7 @@ void api_h_internal_iteration(api_req *r)
     }
     if (!api_req_commit(r))
         goto out;
-    api_report_ok(r, f.state, attempt > f.attempt ? attempt : f.attempt, f.cancel_requested, inserted);
+    api_report_ok(r, f.state, c.attempt > f.attempt ? c.attempt : f.attempt, f.cancel_requested, inserted);
 out:
     PQclear(res);
     for (int i = 0; i < 6; i++)
@@ -246,8 +454,8 @@ void api_h_internal_result(api_req *r)
 {
     static const char *const states[] = { "succeeded", "failed", NULL };
     kf_fields fe;
-    int attempt = 0;
-    const char *token = NULL, *state = NULL, *error = NULL, *worker = NULL, *new_state;
+    api_claim c;
+    const char *state = NULL, *error = NULL, *new_state;
     const cJSON *result = NULL;
     bool retry = false;
     char *result_s = NULL, att[16];
@@ -256,26 +464,24 @@ void api_h_internal_result(api_req *r)
     api_fence f;
 
     kf_fields_init(&fe);
-    api_report_head(r, &fe, &attempt, &token);
+    if (!api_report_head(r, &fe, &c))
+        return;
     kf_fields_enum(&fe, r->json, "", "state", true, states, &state);
     kf_fields_obj(&fe, r->json, "", "result", false, false, &result);
     kf_fields_str(&fe, r->json, "", "error", false, 0, 8192, &error);
     kf_fields_bool(&fe, r->json, "", "retry", false, &retry);
-    kf_fields_str(&fe, r->json, "", "worker", false, 1, 128, &worker);
-    if (fe.n) {
-        api_reply_fields(r, 422, "validation", &fe);
+    if (!api_report_checked(r, &fe, &c))
         return;
-    }
     if (strcmp(state, "succeeded") == 0)
         retry = false;
-    if (!api_fence_lock(r, &f))
+    if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         return;
-    if (attempt < f.attempt) {
+    if (c.attempt < f.attempt) {
         api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s is on attempt %d; this result is from attempt %d", r->param, f.attempt, attempt);
+                          "job %s is on attempt %d; this result is from attempt %d", r->param, f.attempt, c.attempt);
         return;
     }
-    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(att, sizeof(att), "%d", c.attempt);
     params[0] = r->param;
     params[1] = att;
     /* A result already recorded: the same report again is a no-op. */
@@ -283,7 +489,7 @@ void api_h_internal_result(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 1) {
-        bool same = atoi(PQgetvalue(res, 0, 0)) == attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
+        bool same = atoi(PQgetvalue(res, 0, 0)) == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
         PQclear(res);
         if (same)
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
@@ -300,7 +506,7 @@ void api_h_internal_result(api_req *r)
         return;
     }
     if (retry && !f.cancel_requested) {
-        if (strcmp(f.state, "retrying") == 0 && attempt == f.attempt) {
+        if (strcmp(f.state, "retrying") == 0 && c.attempt == f.attempt) {
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
             return;
         }
@@ -314,7 +520,7 @@ void api_h_internal_result(api_req *r)
                       4, params) ||
             !api_req_commit(r))
             return;
-        api_report_ok(r, "retrying", attempt, false, true);
+        api_report_ok(r, "retrying", c.attempt, false, true);
         return;
     }
     /* Final: succeeded, failed, or cancelled when a cancel was asked for. */
@@ -326,9 +532,9 @@ void api_h_internal_result(api_req *r)
     params[5] = new_state;
     res = api_req_sql(r,
                       "INSERT INTO job_results (job_id, attempt, state, result, error, worker_id) "
-                      "SELECT $1::uuid, $2::int, $3, $4::jsonb, $5, coalesce($6, worker_id) FROM jobs "
+                      "SELECT $1::uuid, $2::int, $3, $4::jsonb, $5, $6 FROM jobs "
                       "WHERE id = $1::uuid ON CONFLICT (job_id) DO NOTHING RETURNING 1",
-                      6, (const char *const[]){ params[0], params[1], params[2], params[3], params[4], worker });
+                      6, (const char *const[]){ params[0], params[1], params[2], params[3], params[4], c.worker });
     if (!res)
         goto out;
     if (PQntuples(res) == 1) {
@@ -344,23 +550,10 @@ void api_h_internal_result(api_req *r)
     }
     if (!api_req_commit(r))
         goto out;
-    api_report_ok(r, new_state, attempt > f.attempt ? attempt : f.attempt, f.cancel_requested, true);
+    api_report_ok(r, new_state, c.attempt > f.attempt ? c.attempt : f.attempt, f.cancel_requested, true);
 out:
     PQclear(res);
     free(result_s);
-}
-
-static bool api_worker_id_valid(const char *id)
-{
-    size_t n = strlen(id);
-
-    if (n == 0 || n > 128)
-        return false;
-    for (const char *p = id; *p; p++) {
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_.-:", *p)))
-            return false;
-    }
-    return true;
 }
 
 void api_h_internal_heartbeat(api_req *r)
@@ -375,6 +568,13 @@ void api_h_internal_heartbeat(api_req *r)
     kf_fields_init(&fe);
     if (!api_worker_id_valid(r->param)) {
         api_reply_problem(r, 404, "not-found", "Not found", "a worker id is 1-128 of [A-Za-z0-9_.:-]");
+        return;
+    }
+    if (strcmp(r->param, r->who.name) != 0) {
+        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's worker",
+                          "this token belongs to worker %s and cannot send heartbeats for %s; give each worker its "
+                          "own token (kforge-api token create --role worker --name %s) or set KFORGE_WORKER_ID=%s",
+                          r->who.name, r->param, r->param, r->who.name);
         return;
     }
     kf_fields_obj(&fe, r->json, "", "targets", false, true, &targets);
@@ -426,4 +626,15 @@ void api_h_internal_heartbeat(api_req *r)
 out:
     free(tl);
     free(bl);
+}
+
+void api_h_internal_whoami(api_req *r)
+{
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(o, "role", api_role_name(r->who.role));
+    cJSON_AddStringToObject(o, "worker_id", r->who.name);
+    cJSON_AddNumberToObject(o, "token_id", (double)r->who.token_id);
+    api_reply_json(r, 200, o);
+    cJSON_Delete(o);
 }

@@ -106,7 +106,9 @@ static int cmd_token(int argc, char **argv)
                    "on the last line of standard output.  Keep it: it cannot be shown again.\n"
                    "  admin   sees and manages every job\n"
                    "  user    submits jobs and sees only its own\n"
-                   "  worker  may only use /v1/internal (kforge-worker's reports)\n");
+                   "  worker  may only use /v1/internal (kforge-worker's reports), and only for the\n"
+                   "          worker whose id is NAME: make one token per worker, named after its\n"
+                   "          KFORGE_WORKER_ID (letters, digits and _ . : -)\n");
             return 0;
         default:
             return 2;
@@ -114,6 +116,11 @@ static int cmd_token(int argc, char **argv)
     }
     if (!role || !api_role_parse(role) || !name || !*name || strlen(name) > 128) {
         fprintf(stderr, "kforge-api token create: give --role admin|user|worker and --name (1-128 characters)\n");
+        return 2;
+    }
+    if (strcmp(role, "worker") == 0 && !api_worker_id_valid(name)) {
+        fprintf(stderr, "kforge-api token create: a worker token's --name is the id of the one worker it speaks "
+                        "for (its KFORGE_WORKER_ID): 1-128 letters, digits and _ . : -\n");
         return 2;
     }
     c = connect_retry(10, &e);
@@ -226,6 +233,8 @@ static int cmd_serve(int argc, char **argv)
     cfg.redis_url = kf_config_str(KF_CFG_REDIS_URL);
     cfg.idem_ttl_s = (int)kf_config_int(KF_CFG_IDEMPOTENCY_TTL_S);
     cfg.default_max_attempts = (int)kf_config_int(KF_CFG_MAX_ATTEMPTS);
+    cfg.max_iteration_bytes = kf_config_int(KF_CFG_MAX_ITERATION_BYTES);
+    cfg.max_iterations = (int)kf_config_int(KF_CFG_MAX_ITERATIONS);
     s = api_server_start(&cfg, &e);
     if (!s) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);

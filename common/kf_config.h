@@ -45,13 +45,19 @@ enum {
     XX(API_URL,          STR, "http://127.0.0.1:8080",                  0, 0,            KF_USE_WORKER | KF_USE_CLI,      \
        "Base URL of kforge-api, used by workers to report and by the CLI.")                                               \
     XX(TOKEN,            STR, "",                                       0, 0,            KF_USE_WORKER | KF_USE_CLI,      \
-       "Bearer token the worker (role worker) or the CLI (role user/admin) sends to the API.")                            \
+       "Bearer token the CLI (role user/admin) sends to the API.  Workers: use KFORGE_TOKEN_FILE (this still works, with a warning, and is removed from the worker's environment).") \
+    XX(TOKEN_FILE,       STR, "",                                       0, 0,            KF_USE_WORKER,                   \
+       "File holding the worker's token (role worker, named after its worker id); must be mode 0600 or 0400 and owned by the worker's user.") \
     XX(BOOTSTRAP_TOKEN,  STR, "",                                       0, 0,            KF_USE_API,                      \
        "If set, kforge-api ensures an admin token with this value exists at start-up (make run uses it).")                \
     XX(LEASE_MS,         INT, "30000",                                  1000, 86400000,  KF_USE_WORKER | KF_USE_SCHED,    \
        "Lease duration; a worker renews every third of it (at least every second), the reaper takes back leases past it.")                         \
     XX(HEARTBEAT_MS,     INT, "5000",                                   100, 600000,     KF_USE_WORKER,                   \
        "How often a worker refreshes its registry entry in Redis.")                                                       \
+    XX(MAX_ITERATION_BYTES, INT, "524288",                              1024, 67108864,  KF_USE_API,                      \
+       "Largest iteration report a worker may send (bytes); larger ones get 413 (also bounded by KFORGE_MAX_BODY_BYTES).") \
+    XX(MAX_ITERATIONS,   INT, "10000",                                  1, 1000000,      KF_USE_API,                      \
+       "Most iterations one attempt of a job may record; more get 422.")                                                  \
     XX(MAX_ATTEMPTS,     INT, "3",                                      1, 100,          KF_USE_API,                      \
        "Default max_attempts of a job (a job may set its own, 1..20).")                                                   \
     XX(RETRY_BASE_MS,    INT, "1000",                                   1, 3600000,      KF_USE_WORKER | KF_USE_SCHED,    \
@@ -61,9 +67,9 @@ enum {
     XX(WORKER_TARGETS,   STR, "trn1,inf2,trn2,trn3",                    0, 0,            KF_USE_WORKER,                   \
        "Comma-separated targets this worker leases jobs for.")                                                            \
     XX(WORKER_ID,        STR, "",                                       0, 0,            KF_USE_WORKER,                   \
-       "Worker name in the registry; empty means HOSTNAME-PID.")                                                          \
+       "Worker id (registry, leases, reports); must equal its token's name.  Empty: the token's name (asked of the API at start-up).")                                                          \
     XX(SPOOL_DIR,        STR, "var/spool",                              0, 0,            KF_USE_WORKER,                   \
-       "Folder where a worker keeps reports the API has not yet accepted.")                                               \
+       "Folder where workers keep reports the API has not yet accepted, one subfolder per worker id.")                                               \
     XX(DRAIN_MS,         INT, "30000",                                  0, 3600000,      KF_USE_WORKER,                   \
        "On SIGTERM, how long a worker lets the current job finish before handing it back.")                               \
     XX(SCHED_TICK_MS,    INT, "250",                                    10, 60000,       KF_USE_SCHED,                    \

@@ -846,6 +846,48 @@ out:
     return rc;
 }
 
+kf_code kf_queue_grant_get(kf_queue *q, const char *id, kf_queue_grant *g, bool *exists, kf_err *err)
+{
+    char jk[96];
+    const char *argv[8] = { "HMGET", jk, "state", "attempt", "granted_token", "granted_worker", "lease_token",
+                            "worker" };
+    redisReply *r;
+    kf_code rc;
+
+    memset(g, 0, sizeof(*g));
+    *exists = false;
+    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
+        return rc;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    kq_job_key(jk, sizeof(jk), id);
+    r = redisCommandArgv(q->c, 8, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "HMGET");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+        rc = kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
+        goto out;
+    }
+    if (r->element[0]->type == REDIS_REPLY_STRING) {
+        /* A lease granted before granted_* existed still has its live
+         * lease_token and worker while it runs. */
+        size_t tk = r->element[2]->type == REDIS_REPLY_STRING ? 2 : 4;
+        size_t wk = r->element[3]->type == REDIS_REPLY_STRING ? 3 : 5;
+
+        *exists = true;
+        snprintf(g->state, sizeof(g->state), "%s", r->element[0]->str);
+        g->attempt = (int)kq_int(r, 1);
+        g->live = strcmp(g->state, "running") == 0;
+        if (r->element[tk]->type == REDIS_REPLY_STRING && (tk == 2 || g->live))
+            snprintf(g->token, sizeof(g->token), "%s", r->element[tk]->str);
+        if (r->element[wk]->type == REDIS_REPLY_STRING && (wk == 3 || g->live))
+            snprintf(g->worker, sizeof(g->worker), "%s", r->element[wk]->str);
+    }
+out:
+    freeReplyObject(r);
+    return rc;
+}
+
 void kf_queue_info_release(kf_queue_info *info)
 {
     if (!info)

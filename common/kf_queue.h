@@ -161,6 +161,23 @@ typedef struct kf_queue_info {
 kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err);
 void kf_queue_info_release(kf_queue_info *info);
 
+/* The latest lease the queue granted for a job: its attempt number, and
+ * the token and worker of that lease, kept after the lease ends (a late
+ * report of a finished attempt can still be matched; a newer lease has a
+ * higher attempt).  *exists = false when the job is not in Redis (never
+ * queued, finished and acked, cancelled, or Redis lost its data).  token
+ * and worker are "" when the job has not been leased at its current
+ * attempt (a queued job, a job re-queued by reconciliation).  The API
+ * checks every worker report against it (docs/protocol.md). */
+typedef struct kf_queue_grant {
+    char state[16];            /* queued|running|retrying|dead */
+    int  attempt;
+    char token[72];            /* lease token of `attempt`, or "" */
+    char worker[136];          /* worker id it was granted to, or "" */
+    bool live;                 /* the lease is still held (state running) */
+} kf_queue_grant;
+kf_code kf_queue_grant_get(kf_queue *q, const char *id, kf_queue_grant *g, bool *exists, kf_err *err);
+
 /* Drop a job from Redis whatever its state (its history is final in
  * PostgreSQL).  A worker still holding it finds its lease STALE. */
 kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err);

@@ -111,7 +111,10 @@ static const char lua_enqueue[] = PRELUDE
     "end\n"
     "return out\n";
 
-/* KEYS[1] kf:active, KEYS[2..] waiting sets.  ARGV: worker lease_ms token */
+/* KEYS[1] kf:active, KEYS[2..] waiting sets.  ARGV: worker lease_ms token.
+ * granted_token / granted_worker keep this lease after it ends (fail,
+ * reap and release clear lease_token and worker): the API checks a late
+ * report of the latest attempt against them (kf_queue_grant). */
 static const char lua_lease[] = PRELUDE
     "local now = now_ms()\n"
     "for _ = 1, 1000 do\n"
@@ -129,7 +132,7 @@ static const char lua_lease[] = PRELUDE
     "    local attempt = redis.call('HINCRBY', jk, 'attempt', 1)\n"
     "    local exp = now + tonumber(ARGV[2])\n"
     "    redis.call('HSET', jk, 'state', 'running', 'lease_token', ARGV[3], 'worker', ARGV[1],\n"
-    "               'lease_expires_ms', n2s(exp))\n"
+    "               'lease_expires_ms', n2s(exp), 'granted_token', ARGV[3], 'granted_worker', ARGV[1])\n"
     "    redis.call('ZADD', KEYS[1], n2s(exp), best)\n"
     "    local h = redis.call('HMGET', jk, 'target', 'kind', 'backend', 'payload', 'max_attempts', 'released')\n"
     "    return {'OK', best, h[1], h[2], h[3], h[4], ARGV[3], attempt,\n"

@@ -1,13 +1,14 @@
 #!/bin/sh
-# Container entry point: if KFORGE_TOKEN_FILE names a file (a secret or a
-# shared volume written by the token-init service), export its content as
-# KFORGE_TOKEN; then run the command.
+# Container entry point.  If KFORGE_TOKEN_FILE is set (a worker: a Docker or
+# Kubernetes secret, or the per-worker volume the compose token-init
+# service writes), wait up to a minute for the file to appear, then run the
+# command.  The token stays in the file: kforge-worker reads it itself and
+# refuses one that other users could read.  It is never exported into the
+# environment, which every child process (the kernels a worker evaluates)
+# would inherit.
 set -eu
 if [ -n "${KFORGE_TOKEN_FILE:-}" ]; then
   i=0
   while [ ! -s "$KFORGE_TOKEN_FILE" ] && [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); done
-  KFORGE_TOKEN=$(cat "$KFORGE_TOKEN_FILE")
-  export KFORGE_TOKEN
-  unset KFORGE_TOKEN_FILE
 fi
 exec "$@"

@@ -4,7 +4,8 @@
 #   Redis       127.0.0.1:${KF_RUN_REDIS_PORT:-6399}  (AOF everysec, noeviction)
 #   PostgreSQL  127.0.0.1:${KF_RUN_PG_PORT:-5499}     (database kforge, role kforge)
 #   kforge-api  127.0.0.1:8080  (KFORGE_API_LISTEN to change)
-#   kforge-scheduler, and one kforge-worker per core
+#   kforge-scheduler, and one kforge-worker per core, each with its own
+#   worker token (var/worker-tokens/<worker id>, mode 600)
 #
 # Prints the URL and the admin token, then waits; Ctrl-C stops everything.
 set -euo pipefail
@@ -49,17 +50,31 @@ export KFORGE_API_URL="http://$KFORGE_API_LISTEN"
 export KFORGE_SPOOL_DIR=$VAR/spool
 export KFORGE_CACHE_DIR=$VAR/cache
 
-# Tokens are made once and kept under var/ (mode 600).
+# Tokens are made once and kept under var/, each in its own mode-600 file.
+# The admin token (var/admin-token) goes to kforge-api only, never to a
+# worker: not in a worker's environment, not in a file handed to it.
 if [ ! -s "$VAR/admin-token" ]; then
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/kf_/' > "$VAR/admin-token")
 fi
+chmod 600 "$VAR/admin-token"
 ADMIN_TOKEN=$(cat "$VAR/admin-token")
 
 "$BIN/kforge-api" migrate
-if [ ! -s "$VAR/worker-token" ]; then
-  (umask 077; "$BIN/kforge-api" token create --role worker --name local-workers | tail -n 1 > "$VAR/worker-token")
-fi
-WORKER_TOKEN=$(cat "$VAR/worker-token")
+# One worker token per worker, named after its worker id (a worker token
+# may report only for that id), in var/worker-tokens/<id> (mode 600).
+NWORKERS=$(nproc)
+mkdir -p "$VAR/worker-tokens"
+chmod 700 "$VAR/worker-tokens"
+worker_id() { echo "$(hostname)-w$1"; }
+for i in $(seq 1 "$NWORKERS"); do
+  f="$VAR/worker-tokens/$(worker_id "$i")"
+  if [ ! -s "$f" ]; then
+    (umask 077; "$BIN/kforge-api" token create --role worker --name "$(worker_id "$i")" | tail -n 1 > "$f.tmp" && mv "$f.tmp" "$f")
+  fi
+  chmod 600 "$f"
+done
+# The shared token of older versions speaks for no worker id any more.
+rm -f "$VAR/worker-token"
 
 KFORGE_BOOTSTRAP_TOKEN=$ADMIN_TOKEN "$BIN/kforge-api" serve >>"$VAR/log/api.log" 2>&1 &
 pids+=($!)
@@ -71,11 +86,21 @@ curl -fsS "$KFORGE_API_URL/healthz" >/dev/null || { echo "kforge-api did not sta
 
 "$BIN/kforge-scheduler" >>"$VAR/log/scheduler.log" 2>&1 &
 pids+=($!)
-for i in $(seq 1 "$(nproc)"); do
-  KFORGE_TOKEN=$WORKER_TOKEN KFORGE_WORKER_ID="$(hostname)-w$i" \
+worker_pids=()
+for i in $(seq 1 "$NWORKERS"); do
+  # Workers hold no database credentials and no admin token: only their
+  # own token file (env -u drops what this script exported for the API).
+  env -u KFORGE_PG_DSN -u KFORGE_BOOTSTRAP_TOKEN -u KFORGE_TOKEN \
+    KFORGE_TOKEN_FILE="$VAR/worker-tokens/$(worker_id "$i")" KFORGE_WORKER_ID="$(worker_id "$i")" \
     "$BIN/kforge-worker" >>"$VAR/log/worker-$i.log" 2>&1 &
   pids+=($!)
+  worker_pids+=($!)
 done
+sleep 1
+if ! scripts/check-secrets.sh "$VAR/admin-token" "$VAR" "${worker_pids[@]}" >&2; then
+  echo "the admin token is within a worker's reach (see above); stopping" >&2
+  exit 1
+fi
 
 cat <<MSG
 

@@ -5,6 +5,7 @@
 #include "kf_buf.h"
 #include "kf_log.h"
 
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +25,7 @@ struct kf_report {
     char              *base;
     struct curl_slist *headers;
     int                timeout_ms;
+    char               problem[64];   /* type slug of the last answer */
 };
 
 struct kf_spool {
@@ -77,47 +79,151 @@ void kf_report_free(kf_report *r)
     free(r);
 }
 
-long kf_report_post(kf_report *r, const char *path, const char *body, char *errbuf, size_t errlen)
+/* Remember the problem type of an answer body ("" if none). */
+static void rep_note_problem(kf_report *r, const kf_buf *resp)
+{
+    static const char pre[] = "urn:kforge:problem:";
+    cJSON *j = resp->len ? cJSON_ParseWithLength(resp->data, resp->len) : NULL;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
+
+    r->problem[0] = '\0';
+    if (cJSON_IsString(t) && strncmp(t->valuestring, pre, sizeof(pre) - 1) == 0)
+        snprintf(r->problem, sizeof(r->problem), "%s", t->valuestring + sizeof(pre) - 1);
+    cJSON_Delete(j);
+}
+
+static long rep_request(kf_report *r, const char *path, const char *body, kf_buf *resp, char *cerr)
 {
     char *url = kf_asprintf("%s%s", r->base, path);
-    char cerr[CURL_ERROR_SIZE] = "";
-    kf_buf resp = KF_BUF_INIT;
     long status = 0;
     CURLcode rc;
 
     curl_easy_reset(r->curl);
     curl_easy_setopt(r->curl, CURLOPT_URL, url);
-    curl_easy_setopt(r->curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    if (body) {
+        curl_easy_setopt(r->curl, CURLOPT_POST, 1L);
+        curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
     curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
     curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, (long)r->timeout_ms);
     curl_easy_setopt(r->curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
     curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, rep_collect);
-    curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, &resp);
+    curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, resp);
     rc = curl_easy_perform(r->curl);
     if (rc == CURLE_OK)
         curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
-    if (errbuf && errlen) {
-        if (rc != CURLE_OK)
-            snprintf(errbuf, errlen, "%s", cerr[0] ? cerr : curl_easy_strerror(rc));
-        else
-            snprintf(errbuf, errlen, "%.200s", resp.data);
-    }
-    kf_buf_release(&resp);
+    else if (!cerr[0])
+        snprintf(cerr, CURL_ERROR_SIZE, "%s", curl_easy_strerror(rc));
+    rep_note_problem(r, resp);
     free(url);
     return status;
 }
 
-bool kf_report_final(long status)
+long kf_report_post(kf_report *r, const char *path, const char *body, char *errbuf, size_t errlen)
+{
+    char cerr[CURL_ERROR_SIZE] = "";
+    kf_buf resp = KF_BUF_INIT;
+    long status = rep_request(r, path, body, &resp, cerr);
+
+    if (errbuf && errlen) {
+        if (status == 0)
+            snprintf(errbuf, errlen, "%s", cerr);
+        else
+            snprintf(errbuf, errlen, "%.200s", resp.data ? resp.data : "");
+    }
+    kf_buf_release(&resp);
+    return status;
+}
+
+long kf_report_get(kf_report *r, const char *path, char *body, size_t len)
+{
+    char cerr[CURL_ERROR_SIZE] = "";
+    kf_buf resp = KF_BUF_INIT;
+    long status = rep_request(r, path, NULL, &resp, cerr);
+
+    if (body && len)
+        snprintf(body, len, "%s", status == 0 ? cerr : resp.data ? resp.data : "");
+    kf_buf_release(&resp);
+    return status;
+}
+
+const char *kf_report_problem(const kf_report *r)
+{
+    return r->problem;
+}
+
+bool kf_report_final(long status, const char *problem)
 {
     if (status >= 200 && status < 300)
+        return true;
+    if (status == 403 && problem && strcmp(problem, "not-lease-holder") == 0)
         return true;
     if (status == 0 || status >= 500 || status == 408 || status == 429 || status == 401 || status == 403)
         return false;
     return true;
+}
+
+char *kf_report_token_read(const char *path, kf_err *err)
+{
+    struct stat st;
+    kf_buf b = KF_BUF_INIT;
+    char chunk[512];
+    ssize_t n;
+    char *tok = NULL;
+    size_t i = 0, end;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd < 0) {
+        kf_err_set(err, KF_CONFIG, "cannot read the token file %s (KFORGE_TOKEN_FILE): %s", path, strerror(errno));
+        return NULL;
+    }
+    /* fstat the open file: what is checked is what is read. */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        kf_err_set(err, KF_CONFIG, "the token file %s (KFORGE_TOKEN_FILE) is not a regular file", path);
+        goto out;
+    }
+    if (st.st_uid != geteuid()) {
+        kf_err_set(err, KF_CONFIG,
+                   "the token file %s is owned by uid %u, not by this worker's user (uid %u): "
+                   "chown %u %s (a token others own may be swapped under the worker)",
+                   path, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(), path);
+        goto out;
+    }
+    if (st.st_mode & 077) {
+        kf_err_set(err, KF_CONFIG,
+                   "the token file %s has mode %04o: other users may read it; run chmod 600 %s (or 400)",
+                   path, (unsigned)(st.st_mode & 07777), path);
+        goto out;
+    }
+    while ((n = read(fd, chunk, sizeof(chunk))) > 0 && b.len < 4096)
+        kf_buf_add(&b, chunk, (size_t)n);
+    if (n < 0) {
+        kf_err_set(err, KF_CONFIG, "cannot read the token file %s: %s", path, strerror(errno));
+        goto out;
+    }
+    end = b.len;
+    while (i < end && (b.data[i] == ' ' || b.data[i] == '\t' || b.data[i] == '\n' || b.data[i] == '\r'))
+        i++;
+    while (end > i && (b.data[end - 1] == ' ' || b.data[end - 1] == '\t' || b.data[end - 1] == '\n' ||
+                       b.data[end - 1] == '\r'))
+        end--;
+    if (end == i || end - i > 256 || memchr(b.data + i, '\n', end - i)) {
+        kf_err_set(err, KF_CONFIG,
+                   "the token file %s must hold one token on one line (as `kforge-api token create --role worker` "
+                   "prints it)", path);
+        goto out;
+    }
+    tok = kf_strndup(b.data + i, end - i);
+out:
+    if (b.data)
+        explicit_bzero(b.data, b.cap);
+    kf_buf_release(&b);
+    explicit_bzero(chunk, sizeof(chunk));
+    close(fd);
+    return tok;
 }
 
 /* ---- spool ---------------------------------------------------------- */
@@ -293,7 +399,7 @@ kf_code kf_spool_flush(kf_spool *s, kf_report *r, int *pending, kf_err *err)
         }
         *nl = '\0';
         status = kf_report_post(r, text, nl + 1, why, sizeof(why));
-        if (kf_report_final(status)) {
+        if (kf_report_final(status, kf_report_problem(r))) {
             if (status >= 300)
                 kf_log_warn("spooled report ended by the API path=%s status=%ld detail=\"%s\"", text, status, why);
             else

@@ -5,17 +5,25 @@
  *
  * kf_report_post() sends one JSON body with the worker token and returns the
  * HTTP status (0 when the request never completed: refused, timed out).
- * kf_report_final() tells whether a status ends a report's life: 2xx
- * (accepted), 409 (stale: a newer attempt or a final state exists), and the
+ * kf_report_final() tells whether a status (and the problem type of its
+ * body, kf_report_problem()) ends a report's life: 2xx (accepted), 409
+ * (stale: a newer attempt or a final state exists), 403 not-lease-holder
+ * (the lease is another worker's: no resend can change that), and the
  * other 4xx that no resend could fix (logged) do; 0, 5xx, 408, 429, 401
- * and 403 (a token the operator can still fix) do not.
+ * and other 403s (a token or worker id the operator can still fix) do not.
+ *
+ * kf_report_token_read() reads a worker token file (KFORGE_TOKEN_FILE) and
+ * refuses one that others could read: it must be a regular file owned by
+ * the worker's user with no group or other permission bits (0600/0400).
  *
  * The spool is a folder of files, one report each ("<ns>-<pid>-<seq>.rpt":
  * the API path on the first line, the JSON body after it), written to a
  * temporary name, fsynced, renamed and the folder fsynced, so a report is
  * either wholly there or absent after a crash.  Flushing sends them in name
- * (= time) order under an exclusive lock on the folder, so workers sharing
- * a spool folder never send a report twice at once; a report is removed
+ * (= time) order under an exclusive lock on the folder, so two processes
+ * of one worker id never send a report twice at once (kforge-worker keeps
+ * one folder per worker id: a report can only be resent with the token of
+ * the worker that wrote it); a report is removed
  * only once the API gave a final status.  Nothing is ever dropped.
  *
  * Ownership: kf_report / kf_spool handles are released with *_free()
@@ -36,7 +44,19 @@ void kf_report_free(kf_report *r);
 /* path starts with '/'.  errbuf (may be NULL) gets curl's message or the
  * start of an error body. */
 long kf_report_post(kf_report *r, const char *path, const char *body, char *errbuf, size_t errlen);
-bool kf_report_final(long status);
+/* GET path; body (may be NULL) gets up to len-1 bytes of the answer. */
+long kf_report_get(kf_report *r, const char *path, char *body, size_t len);
+/* The problem type slug ("stale-attempt", "not-lease-holder", ...) of the
+ * last answer, "" when it was not problem+json.  Owned by r; valid until
+ * the next request. */
+const char *kf_report_problem(const kf_report *r);
+bool kf_report_final(long status, const char *problem);
+
+/* The token in `path` (surrounding white space removed; caller frees), or
+ * NULL with err (KF_CONFIG) saying what is wrong and how to fix it:
+ * missing, not a regular file, not owned by this user, readable or
+ * writable by group or others, empty or not one line. */
+char *kf_report_token_read(const char *path, kf_err *err);
 
 typedef struct kf_spool kf_spool;
 

@@ -11,6 +11,11 @@
  * fork lock, so the job process is never forked mid-call (see "fork
  * safety").
  *
+ * Identity: the worker's token comes from KFORGE_TOKEN_FILE (a private
+ * file; KFORGE_TOKEN still works, with a warning, and is blanked and unset
+ * at start-up so no child inherits it); its id is the token's name, asked
+ * of the API (GET /v1/internal/whoami); its spool is KFORGE_SPOOL_DIR/<id>.
+ *
  * Failure behaviour: Redis or the API unreachable → retried with backoff,
  * never fatal.  Reports the API cannot take go to the spool and are resent;
  * a final result is delivered (or left in the spool) before the job is
@@ -32,7 +37,9 @@
 #include "kf_runner.h"
 #include "sim_sandbox.h"
 
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -53,13 +60,14 @@
 
 typedef struct worker {
     /* configuration */
-    char        id[65];
+    char        id[129];
     char        host[128];
     const char *targets[W_MAX_TARGETS];
     char        target_buf[W_MAX_TARGETS][16];
     int         n_targets;
     int64_t     lease_ms, heartbeat_ms, drain_ms, retry_base_ms, retry_cap_ms;
-    const char *redis_url, *api_url, *token;
+    const char *redis_url, *api_url;
+    char       *token;        /* from KFORGE_TOKEN_FILE (or KFORGE_TOKEN); never in the environment */
     long long   started_ms;
 
     /* main thread's handles */
@@ -349,7 +357,7 @@ static long w_deliver(worker *w, const char *path, const char *body, char *name_
         kf_spool_flush(w->spool, w->rep, &pending, &err);
     if (pending == 0) {
         st = kf_report_post(w->rep, path, body, why, sizeof(why));
-        if (kf_report_final(st)) {
+        if (kf_report_final(st, kf_report_problem(w->rep))) {
             if (st >= 300)
                 kf_log_info("report refused by the API path=%s status=%ld detail=\"%s\"", path, st, why);
             return st;
@@ -467,7 +475,7 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/result", l->id);
     bool retry = !ok && retryable && l->attempt < l->max_attempts;
-    bool exhausted = !ok && retryable && !retry;
+    bool exhausted = !ok && retryable && !retry, lost_to_other;
     kf_buf body = KF_BUF_INIT;
     kf_err err = KF_ERR_INIT;
     kf_queue_fate fate = 0;
@@ -487,7 +495,10 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
         st = w_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
-        if (st >= 400 && st != 404 && st != 409) {
+        /* 403 not-lease-holder: another worker holds this attempt's lease
+         * (as for 409, nothing of ours to record). */
+        lost_to_other = st == 403 && strcmp(kf_report_problem(w->rep), "not-lease-holder") == 0;
+        if (st >= 400 && st != 404 && st != 409 && !lost_to_other) {
             /* The API refused the report itself (malformed, too large): record
              * a failure instead, or PostgreSQL would keep the job running. */
             char *e = kf_asprintf("the API refused this attempt's result report (HTTP %ld)", st);
@@ -689,7 +700,8 @@ static void w_usage(FILE *out)
             "), renews the lease every\n"
             "KFORGE_LEASE_MS/3 (at least every second, which is when it sees cancel\n"
             "requests), reports start, iterations and the result to the API at\n"
-            "KFORGE_API_URL with KFORGE_TOKEN (role worker), then acks the job.  Reports\n"
+            "KFORGE_API_URL with the token in KFORGE_TOKEN_FILE (role worker, named after\n"
+            "this worker's id; mode 0600), then acks the job.  Reports\n"
             "the API cannot take are kept in KFORGE_SPOOL_DIR and resent; a job crash is a\n"
             "failed attempt (retried with backoff up to the job's max_attempts, then dead).\n"
             "SIGTERM/SIGINT: stop leasing, let the running job finish for up to\n"
@@ -725,6 +737,131 @@ static int w_parse_targets(worker *w, const char *list, kf_err *err)
     return KF_OK;
 }
 
+/* ---- start-up: token, identity, spool --------------------------------- */
+
+/* KFORGE_TOKEN holds a secret in the environment, which every child
+ * inherits and /proc/<pid>/environ shows: blank its bytes in place (the
+ * original environment block is what /proc reads) and unset it. */
+static void w_scrub_env_token(void)
+{
+    extern char **environ;
+    static const char name[] = "KFORGE_TOKEN=";
+
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, name, sizeof(name) - 1) == 0)
+            explicit_bzero(*e + sizeof(name) - 1, strlen(*e + sizeof(name) - 1));
+    }
+    unsetenv("KFORGE_TOKEN");
+}
+
+/* The worker's token, from KFORGE_TOKEN_FILE, or (kept for existing
+ * deployments, with a warning) from KFORGE_TOKEN, which is then removed
+ * from the environment so no child can inherit it. */
+static kf_code w_load_token(worker *w, kf_err *err)
+{
+    const char *file = kf_config_str(KF_CFG_TOKEN_FILE);
+    const char *env = kf_config_str(KF_CFG_TOKEN);
+    bool in_env = env && *env;
+
+    if (file && *file) {
+        w->token = kf_report_token_read(file, err);
+        if (in_env)
+            kf_log_warn("both KFORGE_TOKEN_FILE and KFORGE_TOKEN are set: using the file, removing KFORGE_TOKEN "
+                        "from the environment");
+    } else if (in_env) {
+        w->token = kf_strdup(env);
+        kf_log_warn("KFORGE_TOKEN in the environment is deprecated: put the token in a file only this user can "
+                    "read (chmod 600) and set KFORGE_TOKEN_FILE to it; removed from this worker's environment");
+    } else {
+        kf_err_set(err, KF_CONFIG, "no token: set KFORGE_TOKEN_FILE to a file (mode 0600) holding a worker token "
+                                   "made with `kforge-api token create --role worker --name WORKER_ID`");
+    }
+    w_scrub_env_token();
+    return w->token ? KF_OK : err->code;
+}
+
+/* Learn this worker's id from its token (GET /v1/internal/whoami): a worker
+ * token speaks only for the worker id that is its name.  KFORGE_WORKER_ID,
+ * when set, must be that id.  With the API unreachable, a set
+ * KFORGE_WORKER_ID is used as it is (the API refuses reports if it is
+ * wrong, and the heartbeat's log says so); without one, the worker waits
+ * for the API. */
+static kf_code w_identify(worker *w, const char *configured, kf_err *err)
+{
+    int backoff = W_BACKOFF_MIN;
+    bool warned = false;
+    char body[1024];
+
+    for (;;) {
+        long st = kf_report_get(w->rep, "/v1/internal/whoami", body, sizeof(body));
+        if (st == 200) {
+            cJSON *j = cJSON_Parse(body);
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "worker_id");
+            kf_code rc = KF_OK;
+
+            if (!cJSON_IsString(id) || !*id->valuestring || strlen(id->valuestring) >= sizeof(w->id))
+                rc = kf_err_set(err, KF_CONFIG, "the API at %s did not say which worker this token belongs to",
+                                w->api_url);
+            else if (configured && *configured && strcmp(configured, id->valuestring) != 0)
+                rc = kf_err_set(err, KF_CONFIG,
+                                "KFORGE_WORKER_ID is %s but this worker's token belongs to worker %s: set "
+                                "KFORGE_WORKER_ID=%s (or leave it empty), or give this worker a token of its own "
+                                "(kforge-api token create --role worker --name %s)",
+                                configured, id->valuestring, id->valuestring, configured);
+            else
+                snprintf(w->id, sizeof(w->id), "%s", id->valuestring);
+            cJSON_Delete(j);
+            return rc;
+        }
+        if (st == 401)
+            return kf_err_set(err, KF_CONFIG, "the API at %s does not know this worker's token (revoked, or the "
+                                              "wrong file?): make one with `kforge-api token create --role worker "
+                                              "--name WORKER_ID`", w->api_url);
+        if (st == 403)
+            return kf_err_set(err, KF_CONFIG, "this token is not a worker token: make one with `kforge-api token "
+                                              "create --role worker --name WORKER_ID`");
+        if (configured && *configured) {
+            snprintf(w->id, sizeof(w->id), "%s", configured);
+            kf_log_warn("cannot ask the API which worker this token belongs to (status=%ld); going on as %s",
+                        st, w->id);
+            return KF_OK;
+        }
+        if (!warned)
+            kf_log_warn("waiting for the API at %s to learn this worker's id from its token (status=%ld); set "
+                        "KFORGE_WORKER_ID to start without it", w->api_url, st);
+        warned = true;
+        w_sleep(backoff);
+        backoff = backoff * 2 > W_BACKOFF_MAX ? W_BACKOFF_MAX : backoff * 2;
+        if (w_term)
+            return kf_err_set(err, KF_CONFIG, "stopped before the API answered");
+    }
+}
+
+/* The worker's own spool, KFORGE_SPOOL_DIR/<worker id>: a report is sent
+ * again only with the token of the worker that wrote it (another worker's
+ * token would be refused). */
+static kf_spool *w_spool_open(worker *w, kf_err *err)
+{
+    const char *root = kf_config_str(KF_CFG_SPOOL_DIR);
+    char *dir = kf_asprintf("%s/%s", root && *root ? root : ".", w->id);
+    kf_spool *sp = kf_spool_open(dir, err);
+    DIR *d = opendir(root && *root ? root : ".");
+    struct dirent *e;
+
+    while (d && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] != '.' && n > 4 && strcmp(e->d_name + n - 4, ".rpt") == 0) {
+            kf_log_warn("reports spooled by an older kforge-worker wait in %s: move each into the folder of the "
+                        "worker that wrote it (%s/<worker id>/) to have them sent", root, root);
+            break;
+        }
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    return sp;
+}
+
 int main(int argc, char **argv)
 {
     static worker w;
@@ -732,7 +869,6 @@ int main(int argc, char **argv)
     pthread_t lease_thr, hb_thr;
     struct sigaction sa;
     sigset_t block, old;
-    const char *id;
     int rc;
 
     if (argc == 2 && strcmp(argv[1], KF_JOBPROC_ARG) == 0)
@@ -762,16 +898,11 @@ int main(int argc, char **argv)
     }
     if (gethostname(w.host, sizeof(w.host) - 1) != 0)
         snprintf(w.host, sizeof(w.host), "localhost");
-    id = kf_config_str(KF_CFG_WORKER_ID);
-    if (id && *id)
-        snprintf(w.id, sizeof(w.id), "%s", id);
-    else
-        snprintf(w.id, sizeof(w.id), "%.40s-%d", w.host, (int)getpid());
-    for (const char *c = w.id; *c; c++) {
+    for (const char *c = kf_config_str(KF_CFG_WORKER_ID); *c; c++) {
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              strchr("_.:-", *c))) {
-            fprintf(stderr, "kforge-worker: KFORGE_WORKER_ID '%s' may only hold letters, digits and _ . : -\n",
-                    w.id);
+              strchr("_.:-", *c)) || strlen(kf_config_str(KF_CFG_WORKER_ID)) >= sizeof(w.id)) {
+            fprintf(stderr, "kforge-worker: KFORGE_WORKER_ID '%s' must be 1-128 letters, digits and _ . : -\n",
+                    kf_config_str(KF_CFG_WORKER_ID));
             return 2;
         }
     }
@@ -791,25 +922,30 @@ int main(int argc, char **argv)
     w.retry_cap_ms = kf_config_int(KF_CFG_RETRY_CAP_MS);
     w.redis_url = kf_config_str(KF_CFG_REDIS_URL);
     w.api_url = kf_config_str(KF_CFG_API_URL);
-    w.token = kf_config_str(KF_CFG_TOKEN);
-    w.started_ms = (long long)time(NULL) * 1000;
-    if (!w.token || !*w.token)
-        kf_log_warn("KFORGE_TOKEN is empty: the API will refuse this worker's reports (create one with "
-                    "`kforge-api token create --role worker --name NAME`)");
-
+    if (w_load_token(&w, &err) != KF_OK) {
+        fprintf(stderr, "kforge-worker: %s\n", err.msg);
+        return 2;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     w.q = kf_queue_connect(w.redis_url, &err);
     if (!w.q) {
         fprintf(stderr, "kforge-worker: %s\n", err.msg);
         return 2;
     }
-    w.spool = kf_spool_open(kf_config_str(KF_CFG_SPOOL_DIR), &err);
+    w.rep = kf_report_new(w.api_url, w.token, 10000);
+    if (!w.rep || w_identify(&w, kf_config_str(KF_CFG_WORKER_ID), &err) != KF_OK) {
+        fprintf(stderr, "kforge-worker: %s\n", w.rep ? err.msg : "cannot set up libcurl");
+        kf_report_free(w.rep);
+        kf_queue_free(w.q);
+        return w_term ? 0 : 2;
+    }
+    w.spool = w_spool_open(&w, &err);
     if (!w.spool) {
         fprintf(stderr, "kforge-worker: %s\n", err.msg);
+        kf_report_free(w.rep);
         kf_queue_free(w.q);
         return 2;
     }
-    w.rep = kf_report_new(w.api_url, w.token, 10000);
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
 
@@ -850,5 +986,7 @@ int main(int argc, char **argv)
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
     curl_global_cleanup();
+    explicit_bzero(w.token, strlen(w.token));
+    free(w.token);
     return rc;
 }

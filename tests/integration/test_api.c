@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdarg.h>
 
 #include "api/api.h"
 #include "test_api_fixture.h"
@@ -15,7 +16,7 @@ static api_fx fx;
 
 static void setup(void)
 {
-    fx_start(&fx, REDIS_DB, "KFORGE_MAX_BODY_BYTES=4096");
+    fx_start(&fx, REDIS_DB, "KFORGE_MAX_BODY_BYTES=4096\nKFORGE_MAX_ITERATION_BYTES=2048\nKFORGE_MAX_ITERATIONS=3");
 }
 
 static void teardown(void)
@@ -605,12 +606,17 @@ Test(api, pages_cover_every_job_once_newest_first)
 
 /* ---- cancel and the worker endpoints ----------------------------------------- */
 
-static long report(const char *what, const char *id, const char *body, kf_http_resp *r)
+static long report_as(const char *tok, const char *what, const char *id, const char *body, kf_http_resp *r)
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/%s", id, what);
-    long st = fx_req(&fx, "POST", path, fx.worker, body, r);
+    long st = fx_req(&fx, "POST", path, tok, body, r);
     free(path);
     return st;
+}
+
+static long report(const char *what, const char *id, const char *body, kf_http_resp *r)
+{
+    return report_as(fx.worker, what, id, body, r);
 }
 
 static long report_s(const char *what, const char *id, const char *body)
@@ -618,6 +624,31 @@ static long report_s(const char *what, const char *id, const char *body)
     kf_http_resp r;
     long st = report(what, id, body, &r);
     kf_http_resp_release(&r);
+    return st;
+}
+
+/* The same with a printf-made body and the answer's problem type checked
+ * (type NULL: not checked). */
+static long report_f(const char *tok, const char *what, const char *id, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static long report_f(const char *tok, const char *what, const char *id, const char *type, const char *fmt, ...)
+{
+    va_list ap;
+    char *body;
+    kf_http_resp r;
+    long st;
+
+    va_start(ap, fmt);
+    cr_assert(vasprintf(&body, fmt, ap) >= 0);
+    va_end(ap);
+    st = report_as(tok, what, id, body, &r);
+    if (type) {
+        char *want = kf_asprintf("urn:kforge:problem:%s", type);
+        cr_assert(strstr(r.body, want), "%s %s: %ld %s", what, body, st, r.body);
+        free(want);
+    }
+    kf_http_resp_release(&r);
+    free(body);
     return st;
 }
 
@@ -634,22 +665,80 @@ static long cancel(const char *id, kf_http_resp *r)
     return st;
 }
 
+/* A lease of job `id` granted by the real queue to `worker` (the job must
+ * be the only one waiting for trn2, or a due retry). */
+typedef struct test_lease {
+    char token[40];
+    int  attempt;
+} test_lease;
+
+static test_lease lease_as(const char *id, const char *worker)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
+    const char *targets[1] = { "trn2" };
+    char key[80];
+    test_lease tl = { "", 0 };
+
+    cr_assert_not_null(q, "%s", e.msg);
+    snprintf(key, sizeof(key), "kf:job:%s", id);
+    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
+    for (int i = 0; i < 300 && !tl.attempt; i++) {
+        kf_queue_lease l;
+        kf_queue_moved *m = NULL;
+        int n = 0;
+        bool got = false;
+
+        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+        kf_queue_moved_free(m, n);
+        cr_assert_eq(kf_queue_lease_job(q, targets, 1, worker, 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        if (got) {
+            cr_assert_str_eq(l.id, id, "another job was waiting");
+            snprintf(tl.token, sizeof(tl.token), "%s", l.token);
+            tl.attempt = l.attempt;
+            kf_queue_lease_release(&l);
+        } else {
+            kf_test_sleep_ms(10);
+        }
+    }
+    cr_assert(tl.attempt > 0, "job %s could not be leased", id);
+    kf_queue_free(q);
+    return tl;
+}
+
+/* Settle a lease in Redis as the worker would: fail (retry at once). */
+static void lease_fail(const char *id, const test_lease *tl)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
+    kf_queue_fate fate = 0;
+
+    cr_assert_eq(kf_queue_fail(q, id, tl->token, "x", true, 1, 1, &fate, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(fate, KF_FATE_RETRYING);
+    kf_queue_free(q);
+}
+
+static char *submit_leased(const char *worker, test_lease *tl)
+{
+    char *id = fx_submit(&fx, fx.user, NULL);
+    *tl = lease_as(id, worker);
+    return id;
+}
+
 Test(api, cancel_in_each_state)
 {
     kf_http_resp r;
     char *st;
+    test_lease lr, lt, ld;
     char *q = fx_submit(&fx, fx.user, NULL);
-    char *run = fx_submit(&fx, fx.user, NULL);
-    char *retry = fx_submit(&fx, fx.user, NULL);
-    char *done = fx_submit(&fx, fx.user, NULL);
 
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD kf:wait:%s", "trn2", 4), 4);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD kf:wait:%s", "trn2", 1), 1);
     /* queued → cancelled at once, and gone from Redis. */
     cr_assert_eq(cancel(q, &r), 200, "%s", r.body);
     cr_assert(strstr(r.body, "\"cancelled\""), "%s", r.body);
     kf_http_resp_release(&r);
     cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", q), 0);
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 3);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 0);
     /* The cancel reached Redis at once: nothing left pending for the relay. */
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", q), 0);
     cr_assert_eq(cancel(q, &r), 409, "%s", r.body);
@@ -658,7 +747,9 @@ Test(api, cancel_in_each_state)
     cr_assert_eq(report_s("start", q, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 409);
 
     /* running → cancel_requested, then the worker's failure makes it cancelled. */
-    cr_assert_eq(report_s("start", run, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
+    char *run = submit_leased("w1", &lr);
+    cr_assert_eq(report_f(fx.worker, "start", run, NULL, "{\"attempt\":1,\"lease_token\":\"%s\",\"worker\":\"w1\"}",
+                          lr.token), 200);
     cr_assert_eq(cancel(run, &r), 202, "%s", r.body);
     cr_assert(strstr(r.body, "\"cancel_requested\" : true"), "%s", r.body);
     kf_http_resp_release(&r);
@@ -667,17 +758,19 @@ Test(api, cancel_in_each_state)
     free(st);
     cr_assert_eq(cancel(run, &r), 202, "a second cancel is accepted too: %s", r.body);
     kf_http_resp_release(&r);
-    cr_assert_eq(report(
-                     "result", run, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"failed\",\"error\":\"cancelled\",\"retry\":true}", &r),
-                 200, "%s", r.body);
-    kf_http_resp_release(&r);
+    cr_assert_eq(report_f(fx.worker, "result", run, NULL,
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"failed\",\"error\":\"cancelled\","
+                          "\"retry\":true}", lr.token), 200);
     st = job_state(run);
     cr_assert_str_eq(st, "cancelled");
     free(st);
 
     /* retrying → cancelled at once. */
-    cr_assert_eq(report_s("start", retry, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
-    cr_assert_eq(report_s("result", retry, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"failed\",\"error\":\"x\",\"retry\":true}"), 200);
+    char *retry = submit_leased("w1", &lt);
+    cr_assert_eq(report_f(fx.worker, "start", retry, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", lt.token), 200);
+    cr_assert_eq(report_f(fx.worker, "result", retry, NULL,
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"failed\",\"error\":\"x\",\"retry\":true}",
+                          lt.token), 200);
     st = job_state(retry);
     cr_assert_str_eq(st, "retrying");
     free(st);
@@ -693,8 +786,11 @@ Test(api, cancel_in_each_state)
                                  "AND detail->>'reason' = 'no longer needed'", retry), 1);
 
     /* finished → 409. */
-    cr_assert_eq(report_s("start", done, "{\"attempt\":1,\"lease_token\":\"t\",\"worker\":\"w1\"}"), 200);
-    cr_assert_eq(report_s("result", done, "{\"attempt\":1,\"lease_token\":\"t\",\"state\":\"succeeded\",\"result\":{\"ok\":true}}"), 200);
+    char *done = submit_leased("w1", &ld);
+    cr_assert_eq(report_f(fx.worker, "start", done, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", ld.token), 200);
+    cr_assert_eq(report_f(fx.worker, "result", done, NULL,
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{\"ok\":true}}",
+                          ld.token), 200);
     cr_assert_eq(cancel(done, &r), 409, "%s", r.body);
     cr_assert(strstr(r.body, "job-finished"), "%s", r.body);
     kf_http_resp_release(&r);
@@ -707,31 +803,43 @@ Test(api, cancel_in_each_state)
 Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
 {
     kf_http_resp r;
-    char *id = fx_submit(&fx, fx.user, NULL);
-    char *st;
-    const char *it1 = "{\"attempt\":1,\"lease_token\":\"a\",\"seq\":0,\"latency_ns\":5000,\"correct\":true,"
-                      "\"params\":{\"TILE\":256},\"findings\":[],\"action\":\"tune\",\"reason\":\"first\"}";
+    test_lease a, b;
+    char *id = submit_leased("w1", &a);
+    char *st, *it1;
 
-    cr_assert_eq(report("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}", &r), 200, "%s", r.body);
-    cr_assert(strstr(r.body, "\"changed\":true"), "%s", r.body);
-    kf_http_resp_release(&r);
-    cr_assert_eq(report("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}", &r), 200);
-    cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
-    kf_http_resp_release(&r);
+    it1 = kf_asprintf("{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":0,\"latency_ns\":5000,\"correct\":true,"
+                      "\"params\":{\"TILE\":256},\"findings\":[],\"action\":\"tune\",\"reason\":\"first\"}", a.token);
+    {
+        char *body = kf_asprintf("{\"attempt\":1,\"lease_token\":\"%s\",\"worker\":\"w1\"}", a.token);
+        cr_assert_eq(report("start", id, body, &r), 200, "%s", r.body);
+        cr_assert(strstr(r.body, "\"changed\":true"), "%s", r.body);
+        kf_http_resp_release(&r);
+        cr_assert_eq(report("start", id, body, &r), 200);
+        cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
+        kf_http_resp_release(&r);
+        free(body);
+    }
     cr_assert_eq(report_s("iterations", id, it1), 200);
     cr_assert_eq(report_s("iterations", id, it1), 200);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM iterations WHERE job_id = $1", id), 1);
     cr_assert_eq(fx_sql_int(&fx, "SELECT best_iteration FROM jobs WHERE id = $1", id), 0);
+    /* The lease is recorded as a hash, never in clear. */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE id = $1 AND lease_token_hash = "
+                                 "sha256(convert_to(worker_id || '', 'UTF8'))", id), 0);
 
-    /* The lease was lost; attempt 2 starts elsewhere. */
-    cr_assert_eq(report_s("start", id, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w2\"}"), 200);
+    /* The attempt fails; attempt 2 is leased by w2. */
+    lease_fail(id, &a);
+    b = lease_as(id, "w2");
+    cr_assert_eq(b.attempt, 2);
+    cr_assert_eq(report_f(fx.worker2, "start", id, NULL, "{\"attempt\":2,\"lease_token\":\"%s\",\"worker\":\"w2\"}",
+                          b.token), 200);
     cr_assert_eq(fx_sql_int(&fx, "SELECT attempt FROM jobs WHERE id = $1", id), 2);
     /* Everything from attempt 1 is now refused and changes nothing. */
-    cr_assert_eq(report("iterations", id, "{\"attempt\":1,\"lease_token\":\"a\",\"seq\":1}", &r), 409);
-    cr_assert(strstr(r.body, "urn:kforge:problem:stale-attempt"), "%s", r.body);
-    kf_http_resp_release(&r);
-    cr_assert_eq(report_s("start", id, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 409);
-    cr_assert_eq(report_s("result", id, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"succeeded\"}"), 409);
+    cr_assert_eq(report_f(fx.worker, "iterations", id, "stale-attempt",
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":1}", a.token), 409);
+    cr_assert_eq(report_f(fx.worker, "start", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", a.token), 409);
+    cr_assert_eq(report_f(fx.worker, "result", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"succeeded\"}",
+                          a.token), 409);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM iterations WHERE job_id = $1", id), 1);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1", id), 0);
     st = fx_sql(&fx, "SELECT worker_id FROM jobs WHERE id = $1", id);
@@ -739,23 +847,34 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     free(st);
 
     /* A faster correct iteration of attempt 2 becomes the best. */
-    cr_assert_eq(report_s("iterations", id, "{\"attempt\":2,\"lease_token\":\"b\",\"seq\":3,\"latency_ns\":4000,\"correct\":true}"), 200);
-    cr_assert_eq(report_s("iterations", id, "{\"attempt\":2,\"lease_token\":\"b\",\"seq\":4,\"latency_ns\":100,\"correct\":false}"), 200);
+    cr_assert_eq(report_f(fx.worker2, "iterations", id, NULL,
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"seq\":3,\"latency_ns\":4000,\"correct\":true}",
+                          b.token), 200);
+    cr_assert_eq(report_f(fx.worker2, "iterations", id, NULL,
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"seq\":4,\"latency_ns\":100,\"correct\":false}",
+                          b.token), 200);
     cr_assert_eq(fx_sql_int(&fx, "SELECT best_iteration FROM jobs WHERE id = $1", id), 3);
 
     /* The result lands once; a repeat is a 200 no-op; anything else is 409. */
-    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000},\"worker\":\"w2b\"}", &r),
-                 200, "%s", r.body);
-    kf_http_resp_release(&r);
-    cr_assert_eq(report("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000}}", &r), 200);
-    cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
-    kf_http_resp_release(&r);
-    cr_assert_eq(report_s("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"failed\",\"retry\":false}"), 409);
-    cr_assert_eq(report_s("result", id, "{\"attempt\":3,\"lease_token\":\"c\",\"state\":\"succeeded\"}"), 409);
-    cr_assert_eq(report_s("start", id, "{\"attempt\":3,\"lease_token\":\"c\",\"worker\":\"w3\"}"), 409);
+    cr_assert_eq(report_f(fx.worker2, "result", id, NULL,
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{\"latency_ns\":4000},"
+                          "\"worker\":\"w2\"}", b.token), 200);
+    {
+        char *body = kf_asprintf("{\"attempt\":2,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":"
+                                 "{\"latency_ns\":4000}}", b.token);
+        cr_assert_eq(report_as(fx.worker2, "result", id, body, &r), 200);
+        cr_assert(strstr(r.body, "\"changed\":false"), "%s", r.body);
+        kf_http_resp_release(&r);
+        free(body);
+    }
+    cr_assert_eq(report_f(fx.worker2, "result", id, NULL,
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"state\":\"failed\",\"retry\":false}", b.token), 409);
+    cr_assert_eq(report_f(fx.worker2, "result", id, NULL,
+                          "{\"attempt\":3,\"lease_token\":\"%s\",\"state\":\"succeeded\"}", b.token), 409);
+    cr_assert_eq(report_f(fx.worker2, "start", id, NULL, "{\"attempt\":3,\"lease_token\":\"%s\"}", b.token), 409);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_results WHERE job_id = $1", id), 1);
     st = fx_sql(&fx, "SELECT worker_id FROM job_results WHERE job_id = $1", id);
-    cr_assert_str_eq(st, "w2b");
+    cr_assert_str_eq(st, "w2");
     free(st);
     st = job_state(id);
     cr_assert_str_eq(st, "succeeded");
@@ -768,9 +887,12 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
 
     /* A failure without retry is final too. */
     {
-        char *f = fx_submit(&fx, fx.user, NULL);
-        cr_assert_eq(report_s("start", f, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 200);
-        cr_assert_eq(report_s("result", f, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"failed\",\"error\":\"boom\",\"retry\":false}"), 200);
+        test_lease fl;
+        char *f = submit_leased("w1", &fl);
+        cr_assert_eq(report_f(fx.worker, "start", f, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", fl.token), 200);
+        cr_assert_eq(report_f(fx.worker, "result", f, NULL,
+                              "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"failed\",\"error\":\"boom\","
+                              "\"retry\":false}", fl.token), 200);
         st = fx_sql(&fx, "SELECT state || ':' || last_error FROM jobs WHERE id = $1", f);
         cr_assert_str_eq(st, "failed:boom");
         free(st);
@@ -780,11 +902,16 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     /* A retry that a worker leases before the scheduler's promoter marks it
      * queued still gets its requeued event, once. */
     {
-        char *rt = fx_submit(&fx, fx.user, NULL);
-        cr_assert_eq(report_s("start", rt, "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 200);
-        cr_assert_eq(report_s("result", rt, "{\"attempt\":1,\"lease_token\":\"a\",\"state\":\"failed\",\"error\":\"x\",\"retry\":true}"), 200);
-        cr_assert_eq(report_s("start", rt, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w1\"}"), 200);
-        cr_assert_eq(report_s("start", rt, "{\"attempt\":2,\"lease_token\":\"b\",\"worker\":\"w1\"}"), 200);
+        test_lease l1, l2;
+        char *rt = submit_leased("w1", &l1);
+        cr_assert_eq(report_f(fx.worker, "start", rt, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", l1.token), 200);
+        cr_assert_eq(report_f(fx.worker, "result", rt, NULL,
+                              "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"failed\",\"error\":\"x\","
+                              "\"retry\":true}", l1.token), 200);
+        lease_fail(rt, &l1);
+        l2 = lease_as(rt, "w1");
+        cr_assert_eq(report_f(fx.worker, "start", rt, NULL, "{\"attempt\":2,\"lease_token\":\"%s\"}", l2.token), 200);
+        cr_assert_eq(report_f(fx.worker, "start", rt, NULL, "{\"attempt\":2,\"lease_token\":\"%s\"}", l2.token), 200);
         cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'requeued'", rt), 1);
         st = fx_sql(&fx, "SELECT string_agg(type || ':' || coalesce(from_state, '') || '>' || to_state, ',' ORDER BY id) "
                          "FROM job_events WHERE job_id = $1", rt);
@@ -796,8 +923,197 @@ Test(api, worker_reports_are_fenced_by_attempt_and_idempotent)
     /* Bad reports. */
     cr_assert_eq(report_s("start", id, "{\"lease_token\":\"a\",\"worker\":\"w1\"}"), 422);
     cr_assert_eq(report_s("result", id, "{\"attempt\":2,\"lease_token\":\"b\",\"state\":\"maybe\"}"), 422);
-    cr_assert_eq(report_s("start", "00000000-0000-0000-0000-000000000000", "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w\"}"), 404);
-    cr_assert_eq(report_s("start", "nope", "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w\"}"), 404);
+    cr_assert_eq(report_s("start", "00000000-0000-0000-0000-000000000000", "{\"attempt\":1,\"lease_token\":\"a\"}"), 404);
+    cr_assert_eq(report_s("start", "nope", "{\"attempt\":1,\"lease_token\":\"a\",\"worker\":\"w1\"}"), 404);
+    free(it1);
+    free(id);
+}
+
+/* Everything PostgreSQL and Redis hold about a job, to check a refused
+ * report changed nothing. */
+static char *job_snapshot(const char *id)
+{
+    redisContext *c = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    redisReply *rr;
+    char *pg, *out;
+    kf_buf b = KF_BUF_INIT;
+
+    pg = fx_sql(&fx, "SELECT row_to_json(x)::text FROM (SELECT j.state, j.attempt, j.worker_id, j.lease_token_hash, "
+                     "j.result, j.last_error, j.best_iteration, j.updated_at, (SELECT count(*) FROM iterations i "
+                     "WHERE i.job_id = j.id) AS its, (SELECT count(*) FROM job_results r WHERE r.job_id = j.id) AS res, "
+                     "(SELECT count(*) FROM job_events e WHERE e.job_id = j.id) AS evs, (SELECT count(*) FROM workers) "
+                     "AS ws FROM jobs j WHERE j.id = $1::uuid) x", id);
+    cr_assert(c && !c->err);
+    freeReplyObject(redisCommand(c, "SELECT %d", fx.redis_db));
+    rr = redisCommand(c, "HMGET kf:job:%s state attempt lease_token worker granted_token granted_worker "
+                         "lease_expires_ms cancel last_error released due_ms", id);
+    kf_buf_addf(&b, "%s |", pg ? pg : "(none)");
+    for (size_t i = 0; rr && i < rr->elements; i++)
+        kf_buf_addf(&b, " %s", rr->element[i]->str ? rr->element[i]->str : "-");
+    freeReplyObject(rr);
+    rr = redisCommand(c, "ZSCORE kf:active %s", id);
+    kf_buf_addf(&b, " | active %s", rr && rr->str ? rr->str : "-");
+    freeReplyObject(rr);
+    redisFree(c);
+    free(pg);
+    out = kf_buf_detach(&b);
+    return out;
+}
+
+/* Issue 13: reports that do not match the lease the queue granted are
+ * refused (409 stale, 403 not yours) and change nothing, for each endpoint. */
+Test(api, forged_reports_are_refused_and_change_nothing)
+{
+    static const char *const whats[] = { "start", "iterations", "result" };
+    /* body tails per endpoint, after attempt and lease_token */
+    static const char *const tails[] = { "", ",\"seq\":7,\"latency_ns\":1,\"correct\":true",
+                                         ",\"state\":\"succeeded\",\"result\":{\"stolen\":true}" };
+    test_lease own, held;
+    char *queued = fx_submit(&fx, fx.user, NULL);
+    char *before, *after;
+
+    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS kf:job:%s", queued, 1), 1);
+    for (int k = 0; k < 3; k++) {
+        before = job_snapshot(queued);
+        /* A queued job no worker leased. */
+        cr_assert_eq(report_f(fx.worker, whats[k], queued, "stale-attempt",
+                              "{\"attempt\":1,\"lease_token\":\"0123456789abcdef0123456789abcdef\"%s}", tails[k]), 409);
+        cr_assert_eq(report_f(fx.worker, whats[k], queued, "stale-attempt",
+                              "{\"attempt\":1000,\"lease_token\":\"x\"%s}", tails[k]), 409);
+        after = job_snapshot(queued);
+        cr_assert_str_eq(after, before, "%s changed a queued job:\n%s\n%s", whats[k], before, after);
+        free(before);
+        free(after);
+    }
+    /* Lease it to w1 (the only waiting job), started properly. */
+    own = lease_as(queued, "w1");
+    cr_assert_eq(report_f(fx.worker, "start", queued, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", own.token), 200);
+    char *running = queued;
+    /* A second job leased by w2, not started. */
+    char *other = submit_leased("w2", &held);
+
+    for (int k = 0; k < 3; k++) {
+        for (int j = 0; j < 2; j++) {
+            const char *id = j ? other : running;
+            const char *tok = j ? held.token : own.token;
+            before = job_snapshot(id);
+            /* A made-up lease token: w1's own job → 409; w2's job → 403. */
+            cr_assert_eq(report_f(fx.worker, whats[k], id, j ? "not-lease-holder" : "stale-attempt",
+                                  "{\"attempt\":1,\"lease_token\":\"0123456789abcdef0123456789abcdef\"%s}", tails[k]),
+                         j ? 403 : 409);
+            /* A huge attempt number. */
+            cr_assert_eq(report_f(fx.worker, whats[k], id, "stale-attempt",
+                                  "{\"attempt\":1000,\"lease_token\":\"%s\"%s}", tok, tails[k]), 409);
+            /* Speaking as another worker id. */
+            cr_assert_eq(report_f(fx.worker, whats[k], id, "forbidden",
+                                  "{\"attempt\":1,\"lease_token\":\"%s\",\"worker\":\"w2\"%s}", held.token, tails[k]),
+                         403);
+            after = job_snapshot(id);
+            cr_assert_str_eq(after, before, "%s changed job %d", whats[k], j);
+            free(before);
+            free(after);
+        }
+        /* Another worker's lease, token and all: w1 reporting w2's lease. */
+        before = job_snapshot(other);
+        cr_assert_eq(report_f(fx.worker, whats[k], other, "not-lease-holder",
+                              "{\"attempt\":1,\"lease_token\":\"%s\"%s}", held.token, tails[k]), 403);
+        after = job_snapshot(other);
+        cr_assert_str_eq(after, before, "%s with another worker's lease changed the job", whats[k]);
+        free(before);
+        free(after);
+    }
+    /* Heartbeats: only for the token's own worker id. */
+    before = job_snapshot(running);
+    {
+        kf_http_resp r;
+        cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w2/heartbeat", fx.worker, "{}", &r), 403, "%s", r.body);
+        cr_assert(strstr(r.body, "urn:kforge:problem:forbidden") && strstr(r.body, "belongs to worker w1"), "%s",
+                  r.body);
+        kf_http_resp_release(&r);
+        cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM workers WHERE id = 'w2'", NULL), 0);
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/internal/whoami", fx.worker2, NULL, &r), 200);
+        cr_assert(strstr(r.body, "\"worker_id\":\"w2\"") && strstr(r.body, "\"role\":\"worker\""), "%s", r.body);
+        kf_http_resp_release(&r);
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/internal/whoami", fx.admin, NULL, &r), 403);
+        kf_http_resp_release(&r);
+    }
+    after = job_snapshot(running);
+    cr_assert_str_eq(after, before);
+    free(before);
+    free(after);
+
+    /* The real holders still report fine. */
+    cr_assert_eq(report_f(fx.worker2, "start", other, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", held.token), 200);
+    cr_assert_eq(report_f(fx.worker, "result", running, NULL,
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{}}", own.token),
+                 200);
+    free(running);
+    free(other);
+}
+
+/* A finished attempt whose lease ran out before its result arrived (the
+ * worker spooled it): accepted while no newer attempt was granted, refused
+ * once one was.  With Redis unable to tell, the lease recorded at start
+ * decides. */
+Test(api, late_results_of_the_latest_lease_are_kept)
+{
+    test_lease a, b;
+    char *id = submit_leased("w1", &a);
+    char *st;
+
+    cr_assert_eq(report_f(fx.worker, "start", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", a.token), 200);
+    /* What the reaper does when the lease expires. */
+    lease_fail(id, &a);
+    cr_assert_eq(report_f(fx.worker, "iterations", id, NULL,
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":1,\"latency_ns\":9,\"correct\":true}", a.token),
+                 200);
+    /* Once a newer attempt is granted, attempt 1 is stale. */
+    b = lease_as(id, "w2");
+    cr_assert_eq(report_f(fx.worker, "result", id, "stale-attempt",
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{}}", a.token), 409);
+    cr_assert_eq(report_f(fx.worker2, "start", id, NULL, "{\"attempt\":2,\"lease_token\":\"%s\"}", b.token), 200);
+    /* The job leaves Redis (Redis lost its data): the recorded lease decides. */
+    {
+        redisContext *c = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+        freeReplyObject(redisCommand(c, "SELECT %d", fx.redis_db));
+        freeReplyObject(redisCommand(c, "DEL kf:job:%s", id));
+        redisFree(c);
+    }
+    cr_assert_eq(report_f(fx.worker2, "result", id, "stale-attempt",
+                          "{\"attempt\":2,\"lease_token\":\"0123456789abcdef0123456789abcdef\",\"state\":\"succeeded\"}"),
+                 409);
+    cr_assert_eq(report_f(fx.worker, "result", id, "not-lease-holder",
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"state\":\"succeeded\"}", b.token), 403);
+    cr_assert_eq(report_f(fx.worker2, "result", id, NULL,
+                          "{\"attempt\":2,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{\"ok\":1}}", b.token),
+                 200);
+    st = fx_sql(&fx, "SELECT state || ':' || attempt FROM job_results WHERE job_id = $1", id);
+    cr_assert_str_eq(st, "succeeded:2");
+    free(st);
+    free(id);
+}
+
+/* Iteration reports: bounded per body (413) and per attempt (422). */
+Test(api, iteration_reports_have_size_and_count_limits)
+{
+    test_lease a;
+    char *id = submit_leased("w1", &a);
+    char *big = kf_calloc(1, 3000);
+
+    memset(big, 'x', 2999);
+    cr_assert_eq(report_f(fx.worker, "start", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\"}", a.token), 200);
+    cr_assert_eq(report_f(fx.worker, "iterations", id, "iteration-too-large",
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":1,\"reason\":\"%s\"}", a.token, big), 413);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(report_f(fx.worker, "iterations", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":%d}",
+                              a.token, i), 200);
+    cr_assert_eq(report_f(fx.worker, "iterations", id, "too-many-iterations",
+                          "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":4}", a.token), 422);
+    /* A repeat of a recorded one is still the idempotent no-op. */
+    cr_assert_eq(report_f(fx.worker, "iterations", id, NULL, "{\"attempt\":1,\"lease_token\":\"%s\",\"seq\":2}", a.token),
+                 200);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM iterations WHERE job_id = $1", id), 3);
+    free(big);
     free(id);
 }
 
@@ -844,18 +1160,18 @@ Test(api, heartbeats_upsert_workers)
     kf_http_resp r;
     char *v;
 
-    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker,
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
                         "{\"targets\":[\"trn1\",\"trn2\"],\"backends\":[\"diag\",\"sim\"],\"host\":\"host-a\"}", &r),
                  200, "%s", r.body);
     kf_http_resp_release(&r);
-    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker,
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
                         "{\"targets\":[\"trn3\"],\"backends\":[\"sim\"],\"host\":\"host-a\"}", &r),
                  200);
     kf_http_resp_release(&r);
-    v = fx_sql(&fx, "SELECT array_to_string(targets, ',') FROM workers WHERE id = 'host-a.w1'", NULL);
+    v = fx_sql(&fx, "SELECT array_to_string(targets, ',') FROM workers WHERE id = 'w1'", NULL);
     cr_assert_str_eq(v, "trn3");
     free(v);
-    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/host-a.w1/heartbeat", fx.worker, "{\"targets\":[1]}", &r), 422);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{\"targets\":[1]}", &r), 422);
     kf_http_resp_release(&r);
     cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/bad%20id/heartbeat", fx.worker, "{}", &r), 404);
     kf_http_resp_release(&r);

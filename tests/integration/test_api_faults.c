@@ -126,7 +126,7 @@ Test(faults, postgres_down_is_503_with_retry_after_then_recovers)
     fx_req(&fx, "GET", "/v1/jobs", fx.user, NULL, &r);
     expect_503(&r, "list");
     kf_http_resp_release(&r);
-    fx_req(&fx, "POST", "/v1/internal/workers/w/heartbeat", fx.worker, "{}", &r);
+    fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{}", &r);
     expect_503(&r, "heartbeat");
     kf_http_resp_release(&r);
     /* Nothing half-written: no Redis entry without its PostgreSQL row. */

@@ -29,7 +29,7 @@ typedef struct api_fx {
     pid_t   pid;
     char   *dir;
     char   *log;
-    char   *admin, *user, *user2, *worker;
+    char   *admin, *user, *user2, *worker, *worker2;   /* worker tokens: w1, w2 */
     PGconn *pg;
 } api_fx;
 
@@ -120,7 +120,7 @@ static void fx_start_api(api_fx *f, const char *extra_env)
     char *bin = kf_test_bin("kforge-api");
     char *argv[] = { bin, "serve", NULL };
     char listen[64], url[96];
-    char *env[8];
+    char *env[16];
     int n = 0;
 
     f->port = kf_test_free_port();
@@ -131,7 +131,14 @@ static void fx_start_api(api_fx *f, const char *extra_env)
     env[n++] = fx_env("KFORGE_API_LISTEN", listen);
     env[n++] = fx_env("KFORGE_API_THREADS", "4");
     env[n++] = fx_env("KFORGE_PG_POOL", "4");
-    env[n++] = extra_env ? kf_strdup(extra_env) : fx_env("KFORGE_LOG_LEVEL", "info");
+    /* extra_env: "K=V" entries, one per line. */
+    for (const char *p = extra_env; p && *p && n < 15;) {
+        size_t len = strcspn(p, "\n");
+        env[n++] = kf_strndup(p, len);
+        p += len + (p[len] == '\n');
+    }
+    if (!extra_env)
+        env[n++] = fx_env("KFORGE_LOG_LEVEL", "info");
     env[n] = NULL;
     f->pid = kf_test_spawn(argv, env, f->log);
     for (int i = 0; i < n; i++)
@@ -160,6 +167,7 @@ static void fx_start(api_fx *f, int redis_db, const char *extra_env)
     f->user = fx_token(f, "user", "alice");
     f->user2 = fx_token(f, "user", "bob");
     f->worker = fx_token(f, "worker", "w1");
+    f->worker2 = fx_token(f, "worker", "w2");
     f->pg = PQconnectdb(f->dsn);
     cr_assert_eq(PQstatus(f->pg), CONNECTION_OK);
     fx_start_api(f, extra_env);
@@ -182,6 +190,7 @@ static void fx_stop(api_fx *f)
     free(f->user);
     free(f->user2);
     free(f->worker);
+    free(f->worker2);
     memset(f, 0, sizeof(*f));
 }
 

@@ -265,14 +265,27 @@ Test(fault, postgres_down_during_enqueue)
     free(body);
 }
 
+/* Reports waiting in the workers' spools (one folder per worker id). */
 static int spool_files(void)
 {
     char *dir = kf_asprintf("%s/spool", S.dir);
     DIR *d = opendir(dir);
     struct dirent *e;
     int n = 0;
-    while (d && (e = readdir(d)) != NULL)
-        n += strstr(e->d_name, ".rpt") != NULL && e->d_name[0] != '.';
+    while (d && (e = readdir(d)) != NULL) {
+        char *sub;
+        DIR *sd;
+        struct dirent *f;
+        if (e->d_name[0] == '.')
+            continue;
+        sub = kf_asprintf("%s/%s", dir, e->d_name);
+        sd = opendir(sub);
+        while (sd && (f = readdir(sd)) != NULL)
+            n += strstr(f->d_name, ".rpt") != NULL && f->d_name[0] != '.';
+        if (sd)
+            closedir(sd);
+        free(sub);
+    }
     if (d)
         closedir(d);
     free(dir);

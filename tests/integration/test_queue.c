@@ -705,3 +705,50 @@ Test(queue, url_password_user_and_database_are_used)
     free(log);
     free(dir);
 }
+
+/* The lease granted for the latest attempt stays readable after it ends
+ * (the API checks late reports against it); a newer lease replaces it. */
+Test(queue, the_granted_lease_outlives_the_lease)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l1, l2;
+    kf_queue_grant g;
+    bool exists = true;
+    char t1[40];
+
+    cr_assert_eq(kf_queue_grant_get(q, "nope", &g, &exists, &e), KF_OK);
+    cr_assert_not(exists);
+    put("g", "trn2", 5, 3);
+    cr_assert_eq(kf_queue_grant_get(q, "g", &g, &exists, &e), KF_OK);
+    cr_assert(exists);
+    cr_assert_eq(g.attempt, 0);
+    cr_assert_str_eq(g.token, "", "a queued job has no lease");
+    cr_assert_str_eq(g.worker, "");
+    cr_assert(take("trn2", &l1));
+    snprintf(t1, sizeof(t1), "%s", l1.token);
+    cr_assert_eq(kf_queue_grant_get(q, "g", &g, &exists, &e), KF_OK);
+    cr_assert(g.live);
+    cr_assert_eq(g.attempt, 1);
+    cr_assert_str_eq(g.token, t1);
+    cr_assert_str_eq(g.state, "running");
+    cr_assert_eq(kf_queue_fail(q, "g", l1.token, "x", true, 1, 1, NULL, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_grant_get(q, "g", &g, &exists, &e), KF_OK);
+    cr_assert_not(g.live, "the lease ended");
+    cr_assert_eq(g.attempt, 1);
+    cr_assert_str_eq(g.token, t1, "its grant is kept");
+    cr_assert_str_neq(g.worker, "");
+    kf_test_sleep_ms(20);
+    {
+        kf_queue_moved *m = NULL;
+        int n = 0;
+        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK);
+        kf_queue_moved_free(m, n);
+    }
+    cr_assert(take("trn2", &l2));
+    cr_assert_eq(kf_queue_grant_get(q, "g", &g, &exists, &e), KF_OK);
+    cr_assert_eq(g.attempt, 2);
+    cr_assert_str_eq(g.token, l2.token);
+    cr_assert_str_neq(g.token, t1);
+    kf_queue_lease_release(&l1);
+    kf_queue_lease_release(&l2);
+}

@@ -6,6 +6,7 @@
 #include "kf_test_http.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <criterion/criterion.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
@@ -39,10 +40,10 @@ static int st_api_cmd(kf_stack *s, char *const argv[], char **token)
     return status;
 }
 
-static char *st_token(kf_stack *s, const char *role)
+static char *st_token(kf_stack *s, const char *role, const char *name)
 {
     char *bin = kf_test_bin("kforge-api");
-    char *r1 = kf_strdup(role), *r2 = kf_strdup(role);
+    char *r1 = kf_strdup(role), *r2 = kf_strdup(name);
     char *argv[] = { bin, "token", "create", "--role", r1, "--name", r2, NULL };
     char *tok = NULL;
     int rc = st_api_cmd(s, argv, &tok);
@@ -173,9 +174,21 @@ pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env)
     int n = 0;
 
     st_common_env(s, env, &n);
-    env[n++] = st_env("KFORGE_TOKEN", s->worker_token);
-    env[n++] = st_env("KFORGE_WORKER_TARGETS", s->o.targets);
     snprintf(v, sizeof(v), "test-w%d", i);
+    if (!s->worker_token[i])
+        s->worker_token[i] = st_token(s, "worker", v);
+    {
+        /* One token per worker, in a file only its user can read. */
+        char *tf = kf_asprintf("%s/token-%d", s->dir, i);
+        int fd = open(tf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        cr_assert_not_null(f, "cannot write %s", tf);
+        fprintf(f, "%s\n", s->worker_token[i]);
+        fclose(f);
+        env[n++] = st_env("KFORGE_TOKEN_FILE", tf);
+        free(tf);
+    }
+    env[n++] = st_env("KFORGE_WORKER_TARGETS", s->o.targets);
     env[n++] = st_env("KFORGE_WORKER_ID", v);
     env[n++] = st_env("KFORGE_HEARTBEAT_MS", "300");
     snprintf(v, sizeof(v), "%d", s->o.drain_ms);
@@ -218,9 +231,8 @@ void kf_stack_start(kf_stack *s, const kf_stack_opts *o)
     kf_stack_redis(s, "FLUSHDB");
     rc = st_api_cmd(s, argv, NULL);
     cr_assert_eq(rc, 0, "kforge-api migrate exited %d (see %s/cmd.out)", rc, s->dir);
-    s->admin = st_token(s, "admin");
-    s->user = st_token(s, "user");
-    s->worker_token = st_token(s, "worker");
+    s->admin = st_token(s, "admin", "admin");
+    s->user = st_token(s, "user", "user");
     snprintf(s->api_listen, sizeof(s->api_listen), "127.0.0.1:%d", kf_test_free_port());
     snprintf(s->api_url, sizeof(s->api_url), "http://%s", s->api_listen);
     kf_stack_api(s);
@@ -253,7 +265,8 @@ void kf_stack_stop(kf_stack *s)
     s->pg = NULL;
     free(s->admin);
     free(s->user);
-    free(s->worker_token);
+    for (int i = 0; i < KF_STACK_MAX_PROCS; i++)
+        free(s->worker_token[i]);
     free(s->dsn);
     free(s->redis_url);
     free(s->dir);

@@ -3,8 +3,10 @@
  * end-to-end, worker, scheduler and fault-injection tests.
  *
  * kf_stack_start() makes a fresh database (kf_test_fresh_db + `kforge-api
- * migrate`), flushes the given Redis DB, creates admin/user/worker tokens
- * with `kforge-api token create`, and starts kforge-api on a free port,
+ * migrate`), flushes the given Redis DB, creates admin/user tokens and one
+ * worker token per worker slot (named after its worker id test-w<i>, given
+ * to the worker as a 0600 KFORGE_TOKEN_FILE) with `kforge-api token
+ * create`, and starts kforge-api on a free port,
  * `n_schedulers` kforge-scheduler and `n_workers` kforge-worker processes
  * with short timings (lease, tick, heartbeat from the options).  Logs go to
  * files in a scratch folder (named in assertion messages).  Helpers submit
@@ -42,7 +44,8 @@ typedef struct kf_stack {
     char   *redis_url;
     char    api_url[64];
     char    api_listen[32];
-    char   *admin, *user, *worker_token;
+    char   *admin, *user;
+    char   *worker_token[KF_STACK_MAX_PROCS];  /* slot i's token (worker id test-w<i>), made on first use */
     pid_t   api;
     pid_t   sched[KF_STACK_MAX_PROCS];
     pid_t   workers[KF_STACK_MAX_PROCS];

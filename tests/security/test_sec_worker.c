@@ -128,7 +128,6 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     sec_world_init(&w, "sec-worker");
     kf_stack_start(&S, &o);
     char *spool = kf_asprintf("%s/spool", S.dir);
-    sec_plant(&w, S.worker_token, S.admin, spool);
     sec_add_secret(&w, boot);
     sec_add_secret(&w, aws);
     /* listeners before the workers start: they inherit them */
@@ -145,6 +144,9 @@ Test(sec_worker, every_attack_through_a_worker_gets_nothing_out)
     sec_add_decoy(&w, cache);
     kf_stack_worker(&S, 0, worker_env);
     kf_stack_worker(&S, 1, worker_env);
+    /* each worker has its own token (made as it starts), in a 0600 file */
+    sec_plant(&w, S.worker_token[0], S.admin, spool);
+    sec_add_secret(&w, S.worker_token[1]);
     sec_add_victim(&w, S.api);
     sec_add_victim(&w, S.sched[0]);
     sec_add_victim(&w, S.workers[0]);

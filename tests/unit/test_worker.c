@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -226,8 +227,13 @@ Test(spool, keeps_reports_until_the_api_takes_them_in_order)
 
     http_status = 200;
     cr_assert_eq(kf_report_post(r, "/v1/internal/jobs/y/result", "{}", NULL, 0), 200);
-    cr_assert(kf_report_final(200) && kf_report_final(409) && kf_report_final(404));
-    cr_assert(!kf_report_final(0) && !kf_report_final(503) && !kf_report_final(401) && !kf_report_final(429));
+    cr_assert(kf_report_final(200, "") && kf_report_final(409, "stale-attempt") && kf_report_final(404, ""));
+    cr_assert(!kf_report_final(0, "") && !kf_report_final(503, "") && !kf_report_final(401, "") &&
+              !kf_report_final(429, ""));
+    /* Another worker's lease never becomes ours: final.  A token the
+     * operator can fix (wrong worker id, wrong role): kept. */
+    cr_assert(kf_report_final(403, "not-lease-holder"));
+    cr_assert(!kf_report_final(403, "forbidden") && !kf_report_final(403, ""));
 
     MHD_stop_daemon(d);
     kf_report_free(r);
@@ -263,4 +269,64 @@ Test(jobproc, only_allowlisted_settings_reach_a_job_process)
         cr_assert(kf_jobproc_env_allowed(allowed[i]), "%s should reach the job process", allowed[i]);
     for (int i = 0; refused[i]; i++)
         cr_assert(!kf_jobproc_env_allowed(refused[i]), "%s must not reach the job process", refused[i]);
+}
+
+static char *write_file(const char *dir, const char *name, const char *text, mode_t mode)
+{
+    char *p = kf_asprintf("%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s", p);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(chmod(p, mode), 0);
+    return p;
+}
+
+Test(token_file, only_a_private_file_of_this_user_is_read)
+{
+    char *dir = kf_test_tmpdir("tok");
+    kf_err e = KF_ERR_INIT;
+    char *p, *t;
+
+    p = write_file(dir, "ok", "  kf_0123456789abcdef\n", 0600);
+    t = kf_report_token_read(p, &e);
+    cr_assert_str_eq(t, "kf_0123456789abcdef", "%s", e.msg);
+    free(t);
+    cr_assert_eq(chmod(p, 0400), 0);
+    t = kf_report_token_read(p, &e);
+    cr_assert_str_eq(t, "kf_0123456789abcdef", "%s", e.msg);
+    free(t);
+    /* World- or group-readable: refused, saying how to fix it. */
+    cr_assert_eq(chmod(p, 0644), 0);
+    cr_assert_null(kf_report_token_read(p, &e));
+    cr_assert_eq(e.code, KF_CONFIG);
+    cr_assert(strstr(e.msg, "chmod 600") && strstr(e.msg, "0644"), "%s", e.msg);
+    cr_assert_eq(chmod(p, 0640), 0);
+    cr_assert_null(kf_report_token_read(p, &e));
+    cr_assert_eq(chmod(p, 0604), 0);
+    cr_assert_null(kf_report_token_read(p, &e));
+    /* Owned by someone else (only root can make such a file here). */
+    if (geteuid() == 0) {
+        cr_assert_eq(chmod(p, 0600), 0);
+        cr_assert_eq(chown(p, 65534, 65534), 0);
+        cr_assert_null(kf_report_token_read(p, &e));
+        cr_assert(strstr(e.msg, "owned by uid 65534") && strstr(e.msg, "chown"), "%s", e.msg);
+    }
+    free(p);
+    /* Empty, two lines, a folder, missing. */
+    p = write_file(dir, "empty", "\n", 0600);
+    cr_assert_null(kf_report_token_read(p, &e));
+    cr_assert(strstr(e.msg, "one token"), "%s", e.msg);
+    free(p);
+    p = write_file(dir, "two", "kf_a\nkf_b\n", 0600);
+    cr_assert_null(kf_report_token_read(p, &e));
+    free(p);
+    cr_assert_eq(chmod(dir, 0700), 0);
+    cr_assert_null(kf_report_token_read(dir, &e));
+    cr_assert(strstr(e.msg, "regular file"), "%s", e.msg);
+    p = kf_asprintf("%s/none", dir);
+    cr_assert_null(kf_report_token_read(p, &e));
+    cr_assert(strstr(e.msg, "KFORGE_TOKEN_FILE"), "%s", e.msg);
+    free(p);
+    free(dir);
 }
