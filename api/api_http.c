@@ -122,6 +122,28 @@ static void api_safe_path(const char *url, char *out, size_t cap)
     out[n] = '\0';
 }
 
+/* A path or method as it goes into a log line: bounded, and every byte
+ * that is not printable ASCII, or is a space, '"' or '%', as %XX (the
+ * URL's own escape), so a request can neither start a line of its own
+ * nor add a key=value pair to the line that records it. */
+static void api_log_text(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+
+    for (const char *p = s ? s : ""; *p && n + 4 < cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c > 0x20 && c < 0x7f && c != '"' && c != '%') {
+            out[n++] = (char)c;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    out[n] = '\0';
+}
+
 static cJSON *api_problem_new(api_req *r, int status, const char *slug, const char *title, const char *detail)
 {
     cJSON *p = cJSON_CreateObject();
@@ -431,6 +453,7 @@ static enum MHD_Result api_send(api_req *r)
     int status = r->status ? r->status : 500;
     int row = r->route ? r->route_index : API_UNMATCHED;
     long long dur_us = (api_now_ns() - r->started_ns) / 1000;
+    kf_log_level lvl = status >= 500 ? KF_LOG_WARN : status >= 400 ? KF_LOG_INFO : KF_LOG_DEBUG;
 
     r->done = true;
     resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
@@ -468,15 +491,13 @@ static enum MHD_Result api_send(api_req *r)
     atomic_fetch_add(&r->srv->count[row][status >= 100 && status < 600 ? status : 500], 1);
     if (row < api_n_routes)
         atomic_fetch_add(&r->srv->dur_us[row], (unsigned long long)dur_us);
-    if (status >= 500)
-        kf_log_warn("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                    (double)dur_us / 1000.0, r->request_id);
-    else if (status >= 400)
-        kf_log_info("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                    (double)dur_us / 1000.0, r->request_id);
-    else
-        kf_log_debug("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                     (double)dur_us / 1000.0, r->request_id);
+    if (lvl >= kf_log__level) {
+        char m[40], path[600];
+        api_log_text(r->method, m, sizeof(m));
+        api_log_text(r->url, path, sizeof(path));
+        kf_log(lvl, "request method=%s path=%s status=%d ms=%.1f req=%s", m, path, status, (double)dur_us / 1000.0,
+               r->request_id);
+    }
     /* The pooled connection is not needed while MHD sends. */
     api_req_pg_put(r);
     return ret;

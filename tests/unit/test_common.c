@@ -190,3 +190,37 @@ Test(kf_log, lines_of_a_batch_are_written_whole_in_order)
     free(text);
     kf_buf_release(&lines);
 }
+
+/* A message quoting client bytes (a path with a newline, a carriage
+ * return, an escape sequence, a backslash) stays one line, with those
+ * bytes escaped so that they read back unambiguously. */
+Test(kf_log, control_bytes_in_a_message_are_escaped_never_a_line_of_their_own)
+{
+    char path[] = "/tmp/kf_log_test_XXXXXX";
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    char text[8192];
+    ssize_t got;
+    int lines = 0;
+
+    cr_assert(fd >= 0 && saved >= 0);
+    cr_assert_eq(kf_log_init("test", "info"), 0);
+    dup2(fd, STDERR_FILENO);
+    kf_log_info("request path=%s", "/v1/x\n2026-01-01T00:00:00.000Z level=error comp=api msg=forged\r\x1b[2J\\n\x7f");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    lseek(fd, 0, SEEK_SET);
+    got = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    unlink(path);
+    cr_assert_gt(got, 0);
+    text[got] = '\0';
+    for (ssize_t i = 0; i < got; i++)
+        lines += text[i] == '\n';
+    cr_assert_eq(lines, 1, "one line: %s", text);
+    cr_assert_eq(text[got - 1], '\n');
+    cr_assert(strstr(text, "path=/v1/x\\n2026-01-01T00:00:00.000Z level=error comp=api msg=forged\\r\\x1b[2J\\\\n\\x7f\n"),
+              "%s", text);
+    for (ssize_t i = 0; i < got - 1; i++)
+        cr_assert((unsigned char)text[i] >= 0x20 && text[i] != 0x7f, "byte %zd is 0x%02x: %s", i,
+                  (unsigned char)text[i], text);
+}
