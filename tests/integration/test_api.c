@@ -152,6 +152,11 @@ static const http_case http_cases[] = {
     { "application/json", "{\"kind\":\"diag\",\"target\":\"tr\xffn2\"}", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\"}\x00", 32, 400, "malformed-body", NULL, NULL },
+    /* Accepted and cut by cJSON alone: a leading zero, a raw control character, \u0000. */
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":05}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":-01}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"labels\":{\"a\":\"x\ny\"}}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\\u0000evil\"}", 0, 400, "malformed-body", NULL, NULL },
     { "text/plain", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { "application/json; charset=latin1", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { NULL, "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },

@@ -79,6 +79,44 @@ Test(kf_json, add_str_escapes_what_json_needs)
     kf_buf_release(&b);
 }
 
+/* kf_json_parse takes only RFC 8259 JSON that survives whole: numbers
+ * without leading zeros (cJSON alone reads "01" as 1), strings without raw
+ * control characters, and no \u0000 (cJSON alone cuts the string there). */
+Test(kf_json, parse_refuses_leading_zeros_raw_controls_and_nul_escapes)
+{
+    static const char *const bad[] = {
+        "{\"a\":01}", "[-01]", "[00]", "[1.]", "[-]", "[1.e5]", "[1e]", "[.5]", "[0x10]",
+        "[\"a\x01b\"]", "[\"tab\there\"]", "{\"k\nk\":1}", "[\"a\\u0000b\"]", "{\"\\u0000\":1}", NULL,
+    };
+    static const char *const good[] = {
+        "[0,-0,0.5,-0.5e-3,10,1E+2,2e10,120]", "[\"01\",\"\\\\u0000\",\"a\\u0001\\n\"]", "{\"a\":[-1,{\"b\":0}]}",
+        "0", "-12.5", NULL,
+    };
+    for (int i = 0; bad[i]; i++) {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(kf_json_parse(bad[i], strlen(bad[i]), KF_JSON_MAX_DEPTH, &v, &e), KF_INVALID, "accepted %s",
+                     bad[i]);
+        cr_assert_null(v);
+        cr_assert(strstr(e.msg, "offset"), "%s: %s", bad[i], e.msg);
+    }
+    for (int i = 0; good[i]; i++) {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(kf_json_parse(good[i], strlen(good[i]), KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s: %s", good[i],
+                     e.msg);
+        cJSON_Delete(v);
+    }
+    {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        const char *t = "[\"\\\\u0000\"]";   /* an escaped backslash, then the text u0000 */
+        cr_assert_eq(kf_json_parse(t, strlen(t), KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s", e.msg);
+        cr_assert_str_eq(cJSON_GetArrayItem(v, 0)->valuestring, "\\u0000");
+        cJSON_Delete(v);
+    }
+}
+
 /* kf_json_print writes cJSON's compact text: the same as
  * cJSON_PrintUnformatted for every tree the API prints, and numbers that
  * read back as the same double. */
