@@ -350,6 +350,10 @@ void api_idem_finish(api_req *r);
 
 /* ---- small parsers (unit-tested in tests/unit/test_api.c) ------------------ */
 
+/* A decimal number of digits only (no sign, space or exponent) that is at
+ * most max, into *out; false for anything else, overflow included, so a
+ * query parameter never reaches PostgreSQL out of range. */
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 /* Content-Type is application/json, with charset utf-8 if any. */
 bool api_content_type_json(const char *ct);
 /* Idempotency-Key value: an sf-string ("...") or a bare visible-ASCII

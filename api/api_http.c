@@ -221,6 +221,22 @@ const char *api_req_query(api_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+{
+    unsigned long long v = 0;
+
+    if (!s || !*s)
+        return false;
+    for (const char *p = s; *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (d > 9 || v > max / 10 || d > max - v * 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
 typedef struct api_qcheck {
     const char *const *allowed;
     kf_fields         *fe;

@@ -1,6 +1,8 @@
 /* Unit tests for kforge-api's pieces that need no services: the route
  * table, tokens, and the small parsers of headers and cursors. */
 #include <criterion/criterion.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +118,41 @@ Test(api_parsers, cursors_round_trip_and_refuse_forgeries)
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "time too long");
     api_cursor_make("', 1); DROP TABLE jobs; --", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id));
+    /* 19 digits that overflow a bigint, or a time PostgreSQL cannot hold. */
+    api_cursor_make("9999999999999999999", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "beyond a bigint");
+    api_cursor_make("9223372036854775807", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "beyond PostgreSQL's timestamps");
+    api_cursor_make("253402300799999999", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(api_cursor_parse(cur, micros, sizeof(micros), id), "the last microsecond of year 9999");
+}
+
+/* Query numbers: digits only, and never past the bound, overflow included. */
+Test(api_parsers, unsigned_query_numbers)
+{
+    unsigned long long v = 7;
+
+    cr_assert(api_parse_uint("0", 10, &v) && v == 0);
+    cr_assert(api_parse_uint("200", 200, &v) && v == 200);
+    cr_assert(api_parse_uint("9223372036854775807", INT64_MAX, &v) && v == (unsigned long long)INT64_MAX);
+    cr_assert(api_parse_uint("18446744073709551615", ULLONG_MAX, &v) && v == ULLONG_MAX);
+    v = 7;
+    cr_assert(!api_parse_uint("201", 200, &v));
+    cr_assert(!api_parse_uint("5", 3, &v), "a bound below 9");
+    cr_assert(!api_parse_uint("10", 9, &v));
+    cr_assert(api_parse_uint("9", 9, &v) && v == 9);
+    v = 7;
+    cr_assert(!api_parse_uint("9223372036854775808", INT64_MAX, &v));
+    cr_assert(!api_parse_uint("18446744073709551616", ULLONG_MAX, &v), "wraps an unsigned long long");
+    cr_assert(!api_parse_uint("99999999999999999999999999", INT64_MAX, &v));
+    cr_assert(!api_parse_uint("", 10, &v));
+    cr_assert(!api_parse_uint(NULL, 10, &v));
+    cr_assert(!api_parse_uint("-1", 10, &v));
+    cr_assert(!api_parse_uint("+1", 10, &v));
+    cr_assert(!api_parse_uint(" 1", 10, &v));
+    cr_assert(!api_parse_uint("1e3", 10000, &v));
+    cr_assert(!api_parse_uint("0x10", 100, &v));
+    cr_assert_eq(v, 7, "untouched on failure");
 }
 
 Test(api_jobs, created_at_is_postgres_json_text_and_always_later)

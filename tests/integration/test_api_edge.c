@@ -1,0 +1,118 @@
+/* Integration tests of kforge-api's HTTP edge (issue 13): what a client
+ * cannot do to the server or its log with the bytes it sends.  Log lines
+ * stay the server's own; query numbers that overflow are 400. */
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "test_api_fixture.h"
+#include "tests/lib/kf_test.h"
+
+#define REDIS_DB 7
+
+static api_fx fx;
+
+static void setup(void)
+{
+    fx_start(&fx, REDIS_DB, "KFORGE_LOG_LEVEL=info");
+}
+
+static void teardown(void)
+{
+    fx_stop(&fx);
+}
+
+TestSuite(api_edge, .init = setup, .fini = teardown, .timeout = 120);
+
+/* The whole of the API's log once it holds `want` (5 s at most). */
+static char *log_with(const char *want)
+{
+    char *text = kf_test_read_file(fx.log);
+
+    for (int i = 0; i < 100 && !strstr(text, want); i++) {
+        free(text);
+        kf_test_sleep_ms(50);
+        text = kf_test_read_file(fx.log);
+    }
+    return text;
+}
+
+Test(api_edge, no_request_writes_a_log_line_of_its_own)
+{
+    kf_http_resp r;
+    char *text, *line;
+    int n = 0;
+
+    /* MHD decodes %0a to a newline, %0d to a carriage return. */
+    cr_assert_eq(fx_req(&fx, "GET",
+                        "/v1/x%0a2026-01-01T00:00:00.000Z%20level=error%20comp=api%20msg=%22forged%22%0d%1b[2J",
+                        fx.user, NULL, &r),
+                 404);
+    kf_http_resp_release(&r);
+    /* A space and a quote cannot add a key=value pair to the request line. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/y%20status=200%20req=%22x", fx.user, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    text = log_with("path=/v1/y");
+    cr_assert(strstr(text, "path=/v1/x%0A2026-01-01T00:00:00.000Z%20level=error%20comp=api%20msg=%22forged%22%0D%1B[2J "
+                           "status=404"),
+              "the path is logged percent-encoded: %s", text);
+    cr_assert(strstr(text, "path=/v1/y%20status=200%20req=%22x status=404"), "%s", text);
+    for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        cr_assert(strncmp(line, "20", 2) == 0 && strstr(line, " level=") && strstr(line, " comp=api "),
+                  "line %d is not the server's: %s", n, line);
+        for (const char *p = line; *p; p++)
+            cr_assert((unsigned char)*p >= 0x20 && *p != 0x7f, "line %d holds byte 0x%02x: %s", n,
+                      (unsigned char)*p, line);
+    }
+    cr_assert_gt(n, 2);
+    free(text);
+}
+
+/* Expect `status` and problem type `slug` for GET path (with the user token). */
+static void expect_problem(const char *path, long status, const char *slug)
+{
+    kf_http_resp r;
+    cJSON *j;
+    char type[96];
+
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), status, "%s: %ld %s", path, r.status, r.body);
+    j = fx_json(&r);
+    snprintf(type, sizeof(type), "urn:kforge:problem:%s", slug);
+    cr_assert_str_eq(fx_str(j, "type"), type, "%s: %s", path, r.body);
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+}
+
+Test(api_edge, query_numbers_that_overflow_are_400_never_500)
+{
+    char *id = fx_submit(&fx, fx.user, NULL);
+    char *p;
+    kf_http_resp r;
+    static const char *const bad_after[] = { "99999999999999999999", "9223372036854775808", "-1", "+5", "%205",
+                                             "1e3", "0x10", "", NULL };
+
+    for (int i = 0; bad_after[i]; i++) {
+        p = kf_asprintf("/v1/jobs/%s/events?after=%s", id, bad_after[i]);
+        expect_problem(p, 400, "bad-query");
+        free(p);
+    }
+    p = kf_asprintf("/v1/jobs/%s/events?after=9223372036854775807", id);
+    cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 200, "the largest bigint is an event id: %s", r.body);
+    kf_http_resp_release(&r);
+    free(p);
+    p = kf_asprintf("/v1/jobs/%s/events?limit=18446744073709551617", id);
+    expect_problem(p, 400, "bad-query");
+    free(p);
+    expect_problem("/v1/jobs?limit=99999999999999999999999", 400, "bad-query");
+    expect_problem("/v1/jobs?limit=18446744073709551616", 400, "bad-query");
+    /* A cursor whose time is past what PostgreSQL holds. */
+    {
+        char cur[128];
+        api_cursor_make("9223372036854775807", id, cur, sizeof(cur));
+        p = kf_asprintf("/v1/jobs?cursor=%s", cur);
+        expect_problem(p, 400, "bad-query");
+        free(p);
+    }
+    free(id);
+}
