@@ -1,5 +1,6 @@
 /* api_http — libmicrohttpd glue: one api_req per request, the route table,
- * dispatch, problem+json replies and the request counters of /metrics. */
+ * dispatch (HEAD runs the GET route; MHD sends no body), problem+json
+ * replies and the request counters of /metrics (HEAD counts as GET). */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_log.h"
@@ -496,7 +497,9 @@ static enum MHD_Result api_send(api_req *r)
             char tmp[128];
             if (api_route_match(api_routes[i].pattern, r->url, tmp, sizeof(tmp))) {
                 size_t n = strlen(allow);
-                snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "", api_routes[i].method);
+                bool get = strcmp(api_routes[i].method, MHD_HTTP_METHOD_GET) == 0;
+                snprintf(allow + n, sizeof(allow) - n, "%s%s%s", n ? ", " : "", api_routes[i].method,
+                         get ? ", HEAD" : "");
             }
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
@@ -556,6 +559,8 @@ static void api_first_call(api_req *r)
 {
     bool path_known = false;
     const char *cl, *te, *ct;
+    /* HEAD is GET without the body (MHD leaves the body out). */
+    const char *method = strcmp(r->method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : r->method;
     bool has_body;
 
     for (int i = 0; i < api_n_routes; i++) {
@@ -563,7 +568,7 @@ static void api_first_call(api_req *r)
         if (!api_route_match(api_routes[i].pattern, r->url, param, sizeof(param)))
             continue;
         path_known = true;
-        if (strcmp(api_routes[i].method, r->method) == 0) {
+        if (strcmp(api_routes[i].method, method) == 0) {
             r->route = &api_routes[i];
             r->route_index = i;
             memcpy(r->param, param, sizeof(param));

@@ -1,6 +1,7 @@
 /* Integration tests of kforge-api's HTTP edge (issue 13): what a client
  * cannot do to the server or its log with the bytes it sends.  Log lines
- * stay the server's own; query numbers that overflow are 400. */
+ * stay the server's own; query numbers that overflow are 400; HEAD answers
+ * every GET route. */
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -112,6 +113,92 @@ Test(api_edge, query_numbers_that_overflow_are_400_never_500)
         api_cursor_make("9223372036854775807", id, cur, sizeof(cur));
         p = kf_asprintf("/v1/jobs?cursor=%s", cur);
         expect_problem(p, 400, "bad-query");
+        free(p);
+    }
+    free(id);
+}
+
+/* A GET route's path with {id} filled in. */
+static char *route_path(const char *pattern, const char *id)
+{
+    const char *brace = strchr(pattern, '{');
+    if (!brace)
+        return kf_strdup(pattern);
+    return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, strstr(pattern, "/v1/internal/workers") ? "w1" : id,
+                       strchr(brace, '}') + 1);
+}
+
+Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
+{
+    char *id = fx_submit(&fx, fx.user, NULL);
+    int gets = 0;
+
+    for (int i = 0; i < api_n_routes; i++) {
+        char *path, *url, *auth;
+        const char *hdr[2] = { NULL, NULL };
+        kf_http_resp g, h;
+        char *gct, *hct, *hcl;
+
+        if (strcmp(api_routes[i].method, "GET") != 0)
+            continue;
+        gets++;
+        path = route_path(api_routes[i].pattern, id);
+        url = kf_asprintf("%s%s", fx.base, path);
+        auth = kf_asprintf("Authorization: Bearer %s", fx.admin);
+        hdr[0] = auth;
+        kf_http_request("GET", url, NULL, hdr, NULL, 0, &g);
+        kf_http_request("HEAD", url, NULL, hdr, NULL, 0, &h);
+        cr_assert_eq(g.status, 200, "GET %s: %ld %s", path, g.status, g.body);
+        cr_assert_eq(h.status, g.status, "HEAD %s: %ld", path, h.status);
+        cr_assert_eq(h.body_len, 0, "HEAD %s sent a body", path);
+        gct = kf_http_header(&g, "Content-Type");
+        hct = kf_http_header(&h, "Content-Type");
+        cr_assert(gct && hct && strcmp(gct, hct) == 0, "HEAD %s: Content-Type %s vs %s", path, hct ? hct : "-",
+                  gct ? gct : "-");
+        hcl = kf_http_header(&h, "Content-Length");
+        cr_assert(hcl && atol(hcl) > 0, "HEAD %s: Content-Length %s", path, hcl ? hcl : "-");
+        if (strstr(path, "/v1/jobs/"))   /* the same document, byte for byte */
+            cr_assert_eq((size_t)atol(hcl), g.body_len, "HEAD %s: Content-Length %s, GET sent %zu", path, hcl,
+                         g.body_len);
+        free(gct);
+        free(hct);
+        free(hcl);
+        kf_http_resp_release(&g);
+        kf_http_resp_release(&h);
+        free(path);
+        free(url);
+        free(auth);
+    }
+    cr_assert_geq(gets, 7);
+    /* HEAD is checked like GET: a token, the route's roles. */
+    {
+        kf_http_resp r;
+        char *url = kf_asprintf("%s/v1/jobs", fx.base);
+        cr_assert_eq(kf_http_request("HEAD", url, NULL, NULL, NULL, 0, &r), 401);
+        kf_http_resp_release(&r);
+        free(url);
+    }
+    /* Allow names HEAD wherever GET is allowed, and only there. */
+    {
+        kf_http_resp r;
+        char *p = kf_asprintf("/v1/jobs/%s", id), *allow;
+        cr_assert_eq(fx_req(&fx, "DELETE", p, fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "GET, HEAD");
+        free(allow);
+        kf_http_resp_release(&r);
+        cr_assert_eq(fx_req(&fx, "PUT", "/v1/jobs", fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "POST, GET, HEAD");
+        free(allow);
+        kf_http_resp_release(&r);
+        free(p);
+        p = kf_asprintf("/v1/jobs/%s/cancel", id);
+        cr_assert_eq(fx_req(&fx, "HEAD", p, fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "POST");
+        free(allow);
+        kf_http_resp_release(&r);
         free(p);
     }
     free(id);
