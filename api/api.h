@@ -176,6 +176,7 @@ struct api_req {
     int                retry_after;   /* seconds; 0 = no header */
     const char        *www_auth;      /* WWW-Authenticate value or NULL */
     bool               replayed;      /* answered from the idempotency store */
+    bool               close;         /* Connection: close (the request's framing is in doubt) */
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];

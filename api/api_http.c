@@ -6,6 +6,7 @@
 #include "kf_log.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -504,6 +505,8 @@ static enum MHD_Result api_send(api_req *r)
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
 
@@ -554,6 +557,57 @@ bool api_content_type_json(const char *ct)
     return true;
 }
 
+typedef struct api_framing {
+    int                n_length;      /* Content-Length headers */
+    bool               bad_length;    /* one is not a number, or two differ */
+    bool               chunked;       /* a Transfer-Encoding header */
+    unsigned long long length;
+} api_framing;
+
+static enum MHD_Result api_framing_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    api_framing *f = cls;
+    unsigned long long n = 0;
+
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->chunked = true;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (!api_parse_uint(value, ULLONG_MAX, &n) || (f->n_length > 0 && n != f->length))
+            f->bad_length = true;
+        f->length = n;
+        f->n_length++;
+    }
+    return MHD_YES;
+}
+
+/* A body's length must be stated once: libmicrohttpd (0.9.75) reads the
+ * first of two different Content-Length headers, and prefers chunked
+ * Transfer-Encoding over Content-Length, where a proxy in front may do
+ * the opposite; the bytes one reads as the next request, the other reads
+ * as this body (request smuggling, RFC 9112 6.3).  False after answering
+ * 400; the connection is closed after the answer, its framing unknown. */
+static bool api_framing_ok(api_req *r)
+{
+    api_framing f = { 0, false, false, 0 };
+
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, api_framing_iter, &f);
+    if (f.bad_length) {
+        r->close = true;
+        api_reply_problem(r, 400, "malformed-request", "Invalid request",
+                          "the request has Content-Length headers that disagree or are not numbers; send one "
+                          "Content-Length with the body's size in bytes");
+        return false;
+    }
+    if (f.chunked && f.n_length > 0) {
+        r->close = true;
+        api_reply_problem(r, 400, "malformed-request", "Invalid request",
+                          "the request has both Content-Length and Transfer-Encoding; send one of them");
+        return false;
+    }
+    return true;
+}
+
 /* Checks made when the headers arrive, before any body byte is read. */
 static void api_first_call(api_req *r)
 {
@@ -563,6 +617,8 @@ static void api_first_call(api_req *r)
     const char *method = strcmp(r->method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : r->method;
     bool has_body;
 
+    if (!api_framing_ok(r))
+        return;
     for (int i = 0; i < api_n_routes; i++) {
         char param[128];
         if (!api_route_match(api_routes[i].pattern, r->url, param, sizeof(param)))

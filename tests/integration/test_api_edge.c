@@ -1,7 +1,8 @@
 /* Integration tests of kforge-api's HTTP edge (issue 13): what a client
  * cannot do to the server or its log with the bytes it sends.  Log lines
  * stay the server's own; query numbers that overflow are 400; HEAD answers
- * every GET route. */
+ * every GET route; conflicting framing headers are 400 and close the
+ * connection.  Raw sockets where libcurl would not send the bytes. */
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -202,4 +203,49 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         free(p);
     }
     free(id);
+}
+
+/* POST /v1/jobs over a raw socket with the given framing headers. */
+static long raw_post(const char *framing, const char *body, char **reply)
+{
+    char *req = kf_asprintf("POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                            "Content-Type: application/json\r\n%s\r\n%s",
+                            fx.user, framing, body);
+    long st = kf_http_raw(fx.port, req, strlen(req), 3000, reply);
+    free(req);
+    return st;
+}
+
+Test(api_edge, conflicting_content_length_or_transfer_encoding_is_400_and_closes)
+{
+    const char *job = "{\"kind\":\"diag\",\"target\":\"trn2\"}";   /* 31 bytes */
+    /* What a proxy that reads the other header would take for a second request. */
+    const char *smuggled = "GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    char *body = kf_asprintf("%s%s", job, smuggled);
+    char *framing, *reply = NULL;
+    static const char *const bad[] = {
+        "Content-Length: 31\r\nContent-Length: 74\r\n",
+        "Content-Length: 74\r\nContent-Length: 31\r\n",
+        "Content-Length: 31\r\nContent-Length: x\r\n",
+        "Content-Length: 31\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 31\r\n",
+        NULL,
+    };
+
+    for (int i = 0; bad[i]; i++) {
+        long st = raw_post(bad[i], body, &reply);
+        cr_assert_eq(st, 400, "case %d: %s", i, reply);
+        cr_assert(strstr(reply, "urn:kforge:problem:malformed-request"), "case %d: %s", i, reply);
+        cr_assert(strstr(reply, "Connection: close") || strstr(reply, "connection: close"), "case %d: %s", i, reply);
+        cr_assert_null(strstr(reply + 12, "HTTP/1.1 "), "case %d: one answer only: %s", i, reply);
+        free(reply);
+    }
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "no framing case made a job");
+    /* The same length twice is one length (RFC 9110 8.6). */
+    framing = kf_asprintf("Content-Length: %zu\r\nContent-Length: %zu\r\nConnection: close\r\n", strlen(job),
+                          strlen(job));
+    cr_assert_eq(raw_post(framing, job, &reply), 202, "%s", reply);
+    free(reply);
+    free(framing);
+    free(body);
 }
