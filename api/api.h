@@ -139,6 +139,8 @@ typedef struct api_route {
 typedef struct api_server_config {
     const char *listen;       /* HOST:PORT */
     int         threads;
+    int         conns_per_ip;   /* 0: no limit */
+    int         idle_timeout_s;
     long        max_body;
     const char *pg_dsn;
     int         pg_pool;

@@ -880,7 +880,8 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_NOTIFY_COMPLETED, api_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 30),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->conns_per_ip,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
                             MHD_OPTION_END);
     if (!s->d) {

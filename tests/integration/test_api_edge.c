@@ -2,7 +2,8 @@
  * cannot do to the server or its log with the bytes it sends.  Log lines
  * stay the server's own; query numbers that overflow are 400; HEAD answers
  * every GET route; conflicting framing headers are 400 and close the
- * connection.  Raw sockets where libcurl would not send the bytes. */
+ * connection; one address holds a bounded number of connections, and a
+ * silent connection is closed.  Raw sockets where libcurl would not send the bytes. */
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,7 +18,7 @@ static api_fx fx;
 
 static void setup(void)
 {
-    fx_start(&fx, REDIS_DB, "KFORGE_LOG_LEVEL=info");
+    fx_start(&fx, REDIS_DB, "KFORGE_LOG_LEVEL=info\nKFORGE_API_CONNS_PER_IP=6\nKFORGE_API_IDLE_TIMEOUT_S=2");
 }
 
 static void teardown(void)
@@ -248,4 +249,61 @@ Test(api_edge, conflicting_content_length_or_transfer_encoding_is_400_and_closes
     free(reply);
     free(framing);
     free(body);
+}
+
+/* True when the server closes fd (or has closed it) within ms, having sent
+ * nothing; the time it took in *took_ms. */
+static bool closed_silently(int fd, int ms, long long *took_ms)
+{
+    long long t0 = kf_test_now_ms();
+    bool closed;
+    char *got = kf_http_raw_read(fd, ms, &closed);
+    bool silent = got[0] == '\0';
+
+    *took_ms = kf_test_now_ms() - t0;
+    free(got);
+    return closed && silent;
+}
+
+Test(api_edge, one_address_holds_a_bounded_number_of_connections_and_silence_is_closed)
+{
+    int fds[6], extra, fresh;
+    long long took;
+    const char *get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    bool closed;
+    char *got;
+
+    /* KFORGE_API_CONNS_PER_IP=6: six connections are served... */
+    for (int i = 0; i < 6; i++) {
+        fds[i] = kf_http_raw_connect(fx.port);
+        cr_assert_geq(fds[i], 0);
+        cr_assert_eq(send(fds[i], get, strlen(get), MSG_NOSIGNAL), (ssize_t)strlen(get));
+        got = kf_http_raw_read(fds[i], 300, &closed);
+        cr_assert(strncmp(got, "HTTP/1.1 200", 12) == 0, "connection %d: %s", i, got);
+        cr_assert_not(closed, "connection %d kept alive", i);
+        free(got);
+    }
+    /* ...the seventh is closed at once, without an answer. */
+    extra = kf_http_raw_connect(fx.port);
+    cr_assert_geq(extra, 0);
+    (void)send(extra, get, strlen(get), MSG_NOSIGNAL);
+    cr_assert(closed_silently(extra, 1500, &took), "a seventh connection from 127.0.0.1 was served");
+    close(extra);
+    /* One closed, one more may come. */
+    close(fds[0]);
+    kf_test_sleep_ms(200);
+    cr_assert_eq(kf_http_raw(fx.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 54, 2000, NULL),
+                 200);
+    /* KFORGE_API_IDLE_TIMEOUT_S=2: idle keep-alive connections, and one that
+     * stops half-way through its headers, are closed after 2 s of silence. */
+    fresh = kf_http_raw_connect(fx.port);
+    cr_assert_geq(fresh, 0);
+    cr_assert_eq(send(fresh, "GET /healthz HTTP/1.1\r\nHo", 25, MSG_NOSIGNAL), 25);
+    cr_assert(closed_silently(fresh, 6000, &took), "a half-sent request was kept open");
+    cr_assert(took >= 1000 && took <= 5000, "closed after %lld ms", took);
+    close(fresh);
+    for (int i = 1; i < 6; i++) {
+        cr_assert(closed_silently(fds[i], 6000, &took), "idle connection %d kept open", i);
+        close(fds[i]);
+    }
 }
