@@ -251,8 +251,14 @@ void api_req_pg_reset(api_req *r);
 void api_req_pg_put(api_req *r);
 
 /* Authenticate the Bearer token and check the route's roles; false after
- * answering 401/403/503 (api_auth.c). */
+ * answering 401/403/429/503 (api_auth.c). */
 bool api_authenticate(api_req *r);
+/* Count one failed authentication from address sa (IPv4 or IPv6; others
+ * are not counted) at now_ms (CLOCK_MONOTONIC milliseconds).  True when
+ * the address has failed more than 20 times in its current 60 s window:
+ * answer 429 with Retry-After *retry_after_s (seconds to the window's end)
+ * instead of 401.  Thread-safe; the state is a fixed table (api_auth.c). */
+bool api_auth_fail_note(const struct sockaddr *sa, long long now_ms, int *retry_after_s);
 
 /* Replies.  The body strings are copied. */
 void api_reply_json_text(api_req *r, int status, const char *json);

@@ -3,7 +3,8 @@
  * stay the server's own; query numbers that overflow are 400; HEAD answers
  * every GET route; conflicting framing headers are 400 and close the
  * connection; one address holds a bounded number of connections, and a
- * silent connection is closed.  Raw sockets where libcurl would not send the bytes. */
+ * silent connection is closed; unknown tokens are limited to 429 while
+ * valid tokens pass.  Raw sockets where libcurl would not send the bytes. */
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -306,4 +307,43 @@ Test(api_edge, one_address_holds_a_bounded_number_of_connections_and_silence_is_
         cr_assert(closed_silently(fds[i], 6000, &took), "idle connection %d kept open", i);
         close(fds[i]);
     }
+}
+
+Test(api_edge, unknown_tokens_are_limited_to_429_and_valid_tokens_never_are)
+{
+    kf_http_resp r;
+    char *ra, *www;
+    cJSON *j;
+
+    for (int i = 1; i <= 20; i++) {
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", "kf_guess", NULL, &r), 401, "failure %d: %s", i, r.body);
+        kf_http_resp_release(&r);
+        /* A valid token in between is never slowed. */
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.user, NULL, &r), 200);
+        kf_http_resp_release(&r);
+    }
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", "kf_guess_21", NULL, &r), 429, "%s", r.body);
+    j = fx_json(&r);
+    cr_assert_str_eq(fx_str(j, "type"), "urn:kforge:problem:rate-limited");
+    cr_assert_eq(cJSON_GetObjectItem(j, "status")->valueint, 429);
+    cr_assert(strstr(fx_str(j, "detail"), "Retry-After"), "%s", r.body);
+    cJSON_Delete(j);
+    ra = kf_http_header(&r, "Retry-After");
+    cr_assert(ra && atoi(ra) >= 1 && atoi(ra) <= 60, "Retry-After: %s", ra ? ra : "(none)");
+    www = kf_http_header(&r, "Content-Type");
+    cr_assert_str_eq(www, "application/problem+json");
+    free(www);
+    free(ra);
+    kf_http_resp_release(&r);
+    /* No token at all counts the same; a worker's and an admin's valid tokens still pass. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", NULL, NULL, &r), 429);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.admin, NULL, &r), 200);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(fx_submit(&fx, fx.user, NULL));
+    /* Public routes need no token and are not limited. */
+    cr_assert_eq(fx_req(&fx, "GET", "/healthz", NULL, NULL, &r), 200);
+    kf_http_resp_release(&r);
 }
