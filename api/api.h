@@ -365,8 +365,8 @@ void api_idem_finish(api_req *r);
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 /* Content-Type is application/json, with charset utf-8 if any. */
 bool api_content_type_json(const char *ct);
-/* Idempotency-Key value: an sf-string ("...") or a bare visible-ASCII
- * token; false when malformed or too long for cap. */
+/* Idempotency-Key value: an sf-string ("...", quotes required, \" and \\
+ * escapes); false when unquoted, malformed, empty or too long for cap. */
 bool api_idem_parse_key(const char *h, char *out, size_t cap);
 /* The opaque list cursor for (created_at µs, id), and back.  parse fills
  * micros (digits) and id (37 bytes) and refuses anything make() did not produce. */

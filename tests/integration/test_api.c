@@ -462,8 +462,13 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
         char *url = kf_asprintf("%s/v1/jobs", fx.base);
         char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
         const char *hdr[] = { auth, "Content-Type: application/json", "Idempotency-Key: \"unterminated", NULL };
+        const char *bare[] = { auth, "Content-Type: application/json", "Idempotency-Key: k-1", NULL };
         cr_assert_eq(kf_http_request("POST", url, NULL, hdr, body, strlen(body), &a), 400);
         cr_assert(strstr(a.body, "idempotency-key-invalid"), "%s", a.body);
+        kf_http_resp_release(&a);
+        /* Without quotes the key is refused, not taken as "k-1" (README). */
+        cr_assert_eq(kf_http_request("POST", url, NULL, bare, body, strlen(body), &a), 400, "%s", a.body);
+        cr_assert(strstr(a.body, "idempotency-key-invalid") && strstr(a.body, "quoted"), "%s", a.body);
         kf_http_resp_release(&a);
         free(url);
         free(auth);

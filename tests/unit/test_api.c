@@ -84,8 +84,10 @@ Test(api_parsers, idempotency_keys)
     cr_assert_str_eq(k, "8e03978e-40d5-43e8-bc93-6894a57f9324");
     cr_assert(api_idem_parse_key("\"a \\\"quoted\\\" \\\\ key\"", k, sizeof(k)));
     cr_assert_str_eq(k, "a \"quoted\" \\ key");
-    cr_assert(api_idem_parse_key("bare-token_1", k, sizeof(k)));
-    cr_assert_str_eq(k, "bare-token_1");
+    cr_assert(!api_idem_parse_key("bare-token_1", k, sizeof(k)), "the draft's sf-string has quotes");
+    cr_assert(!api_idem_parse_key("8e03978e-40d5-43e8-bc93-6894a57f9324", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("'single'", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key(" \"leading space\"", k, sizeof(k)));
     cr_assert(!api_idem_parse_key("\"unterminated", k, sizeof(k)));
     cr_assert(!api_idem_parse_key("\"\"", k, sizeof(k)), "empty");
     cr_assert(!api_idem_parse_key("\"a\"b", k, sizeof(k)), "bytes after the string");
@@ -96,8 +98,16 @@ Test(api_parsers, idempotency_keys)
     {
         char longk[300];
         memset(longk, 'x', sizeof(longk) - 1);
+        longk[0] = longk[sizeof(longk) - 2] = '"';
         longk[sizeof(longk) - 1] = '\0';
         cr_assert(!api_idem_parse_key(longk, k, sizeof(k)), "longer than the buffer");
+        longk[257] = '"';
+        longk[258] = '\0';
+        cr_assert(!api_idem_parse_key(longk, k, sizeof(k)), "256 characters");
+        longk[256] = '"';
+        longk[257] = '\0';
+        cr_assert(api_idem_parse_key(longk, k, sizeof(k)), "255 characters fit");
+        cr_assert_eq(strlen(k), 255);
     }
 }
 
