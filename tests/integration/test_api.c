@@ -144,6 +144,7 @@ static const http_case http_cases[] = {
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"max_attempts\":50}", 0, 422, "validation", "max_attempts", "range" },
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"labels\":{\"a\":[]}}", 0, 422, "validation", "labels.a", "type" },
     { "application/json", "{\"kind\":\"optimize\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\"}", 0, 422, "validation", "reference", "required" },
+    { "application/json", "{\"kind\":\"validate\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[4],\"dtype\":\"float32\"}}}", 0, 422, "validation", "reference", "required" },
     { "application/json", "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float64\",\"shapes\":[[1]]}", 0, 422, "validation", "dtype", "enum" },
     { "application/json", "{\"kind\":", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "[1,2]", 0, 400, "malformed-body", NULL, NULL },
