@@ -4,8 +4,10 @@
  *   api_pg.c        PostgreSQL connection pool and query helpers
  *   api_qpool.c     pool of kf_queue handles (kf_queue is not thread-safe)
  *   api_http.c      libmicrohttpd glue: request context, route table,
- *                   dispatch, problem+json replies, request metrics
- *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation
+ *                   dispatch (HEAD as GET), framing checks, problem+json
+ *                   replies, request metrics
+ *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation,
+ *                   the 429 limit on failed authentications per address
  *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
  *   api_jobs.c      /v1/jobs routes
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
