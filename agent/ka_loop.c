@@ -1276,24 +1276,27 @@ out:
 
 /* ---- one-shot evaluations ------------------------------------------------ */
 
-kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, cJSON **result, kf_err *err)
+kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned timeout_s, cJSON **result,
+                        kf_err *err)
 {
     ka_eval_req r;
     memset(&r, 0, sizeof(r));
     r.pb = pb;
     r.kwargs_json = kwargs_json;
     r.mode = KA_EVAL_TIMING;
+    r.timeout_s = timeout_s;
     return ka_eval_run(&r, result, err);
 }
 
-kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds, cJSON **result,
-                         kf_err *err)
+kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
+                         unsigned timeout_s, cJSON **result, kf_err *err)
 {
     ka_eval_req r;
     memset(&r, 0, sizeof(r));
     r.pb = pb;
     r.kwargs_json = kwargs_json;
     r.mode = KA_EVAL_VALIDATE;
+    r.timeout_s = timeout_s;
     r.rtol = r.atol = -1;
     r.n_seeds = n_seeds > 0 ? (n_seeds > KA_MAX_SEEDS ? KA_MAX_SEEDS : n_seeds) : KA_DEF_SEEDS;
     for (int s = 0; s < r.n_seeds; s++) {

@@ -83,10 +83,14 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
                 kf_err *err);
 
 /* One-shot helpers for the profile / validate / untuned optimize kinds:
- * an iteration-shaped JSON for the given kwargs (no planner). */
-kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, cJSON **result, kf_err *err);
+ * an iteration-shaped JSON for the given kwargs (no planner).  timeout_s
+ * is the evaluation's CPU and wall-clock limit (0: KFORGE_SIM_TIMEOUT_S);
+ * a kernel that reaches it is a result with "ok": false and error code
+ * "wall_limit" or "cpu_limit". */
+kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned timeout_s, cJSON **result,
+                        kf_err *err);
 kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
-                         cJSON **result, kf_err *err);
+                         unsigned timeout_s, cJSON **result, kf_err *err);
 
 /* The source of `path` with the entry's keyword defaults set to `params`
  * (heap string), so the best kernel runs as is. */

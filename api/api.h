@@ -4,8 +4,10 @@
  *   api_pg.c        PostgreSQL connection pool and query helpers
  *   api_qpool.c     pool of kf_queue handles (kf_queue is not thread-safe)
  *   api_http.c      libmicrohttpd glue: request context, route table,
- *                   dispatch, problem+json replies, request metrics
- *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation
+ *                   dispatch (HEAD as GET), framing checks, problem+json
+ *                   replies, request metrics
+ *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation,
+ *                   the 429 limit on failed authentications per address
  *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
  *   api_jobs.c      /v1/jobs routes
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
@@ -152,6 +154,8 @@ typedef struct api_route {
 typedef struct api_server_config {
     const char *listen;       /* HOST:PORT */
     int         threads;
+    int         conns_per_ip;   /* 0: no limit */
+    int         idle_timeout_s;
     long        max_body;
     const char *pg_dsn;
     int         pg_pool;
@@ -191,6 +195,7 @@ struct api_req {
     int                retry_after;   /* seconds; 0 = no header */
     const char        *www_auth;      /* WWW-Authenticate value or NULL */
     bool               replayed;      /* answered from the idempotency store */
+    bool               close;         /* Connection: close (the request's framing is in doubt) */
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];
@@ -263,8 +268,14 @@ void api_req_pg_reset(api_req *r);
 void api_req_pg_put(api_req *r);
 
 /* Authenticate the Bearer token and check the route's roles; false after
- * answering 401/403/503 (api_auth.c). */
+ * answering 401/403/429/503 (api_auth.c). */
 bool api_authenticate(api_req *r);
+/* Count one failed authentication from address sa (IPv4 or IPv6; others
+ * are not counted) at now_ms (CLOCK_MONOTONIC milliseconds).  True when
+ * the address has failed more than 20 times in its current 60 s window:
+ * answer 429 with Retry-After *retry_after_s (seconds to the window's end)
+ * instead of 401.  Thread-safe; the state is a fixed table (api_auth.c). */
+bool api_auth_fail_note(const struct sockaddr *sa, long long now_ms, int *retry_after_s);
 
 /* Replies.  The body strings are copied. */
 void api_reply_json_text(api_req *r, int status, const char *json);
@@ -366,10 +377,14 @@ void api_idem_finish(api_req *r);
 
 /* ---- small parsers (unit-tested in tests/unit/test_api.c) ------------------ */
 
+/* A decimal number of digits only (no sign, space or exponent) that is at
+ * most max, into *out; false for anything else, overflow included, so a
+ * query parameter never reaches PostgreSQL out of range. */
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 /* Content-Type is application/json, with charset utf-8 if any. */
 bool api_content_type_json(const char *ct);
-/* Idempotency-Key value: an sf-string ("...") or a bare visible-ASCII
- * token; false when malformed or too long for cap. */
+/* Idempotency-Key value: an sf-string ("...", quotes required, \" and \\
+ * escapes); false when unquoted, malformed, empty or too long for cap. */
 bool api_idem_parse_key(const char *h, char *out, size_t cap);
 /* The opaque list cursor for (created_at µs, id), and back.  parse fills
  * micros (digits) and id (37 bytes) and refuses anything make() did not produce. */

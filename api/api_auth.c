@@ -1,5 +1,7 @@
 /* api_auth — Bearer tokens.  Only SHA-256 hashes of the secrets are stored;
- * the secret is shown once, by `kforge-api token create`. */
+ * the secret is shown once, by `kforge-api token create`.  Valid tokens are
+ * cached for a few seconds; failed authentications are counted per client
+ * address and answered 429 past a bound (see api_auth_fail_note). */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_log.h"
@@ -7,8 +9,12 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,8 +231,107 @@ static void api_token_cache_put(const unsigned char h[32], const api_principal *
     pthread_mutex_unlock(&api_token_mu);
 }
 
+/* ---- failed authentications per client address ------------------------------
+ *
+ * A fixed table of API_AUTH_FAIL_SLOTS slots, one address each, picked by
+ * a keyed hash of the address (a process-random key, so nobody can aim two
+ * addresses at one slot); a new address takes over its slot.  A slot
+ * counts the 401s of a fixed window of API_AUTH_FAIL_WINDOW_MS that starts
+ * at the address's first failure; past API_AUTH_FAIL_MAX failures in the
+ * window each further one is answered 429 with Retry-After (the window's
+ * end) instead of 401.  Only failures are counted and consulted, so a valid
+ * token is never slowed, even from a limited address (its token is still
+ * checked).  128 KiB in all, behind one mutex held for a few loads and
+ * stores. */
+#define API_AUTH_FAIL_SLOTS     4096
+#define API_AUTH_FAIL_MAX       20
+#define API_AUTH_FAIL_WINDOW_MS 60000
+
+typedef struct api_fail_slot {
+    unsigned char addr[16];       /* IPv6, or IPv4 mapped (::ffff:a.b.c.d) */
+    long long     window_start_ms;
+    int           failures;       /* in the window; 0: slot empty */
+} api_fail_slot;
+
+static api_fail_slot api_fail_table[API_AUTH_FAIL_SLOTS];
+static pthread_mutex_t api_fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t api_fail_key;
+static pthread_once_t api_fail_once = PTHREAD_ONCE_INIT;
+
+static void api_fail_key_init(void)
+{
+    if (RAND_bytes((unsigned char *)&api_fail_key, sizeof(api_fail_key)) != 1)
+        api_fail_key = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+}
+
+/* The address as 16 bytes; false for families other than IPv4 and IPv6. */
+static bool api_fail_addr(const struct sockaddr *sa, unsigned char out[16])
+{
+    memset(out, 0, 16);
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &in->sin_addr, 4);
+        return true;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        memcpy(out, &in6->sin6_addr, 16);
+        return true;
+    }
+    return false;
+}
+
+bool api_auth_fail_note(const struct sockaddr *sa, long long now_ms, int *retry_after_s)
+{
+    unsigned char a[16];
+    uint64_t h;
+    api_fail_slot *s;
+    bool limited = false;
+
+    *retry_after_s = 0;
+    if (!api_fail_addr(sa, a))
+        return false;
+    pthread_once(&api_fail_once, api_fail_key_init);
+    h = 0xcbf29ce484222325ULL ^ api_fail_key;   /* FNV-1a, keyed */
+    for (int i = 0; i < 16; i++)
+        h = (h ^ a[i]) * 0x100000001b3ULL;
+    s = &api_fail_table[(h ^ (h >> 32)) % API_AUTH_FAIL_SLOTS];
+    pthread_mutex_lock(&api_fail_mu);
+    if (s->failures == 0 || memcmp(s->addr, a, 16) != 0 || now_ms - s->window_start_ms >= API_AUTH_FAIL_WINDOW_MS ||
+        now_ms < s->window_start_ms) {
+        memcpy(s->addr, a, 16);
+        s->window_start_ms = now_ms;
+        s->failures = 0;
+    }
+    if (s->failures < INT_MAX)
+        s->failures++;
+    if (s->failures > API_AUTH_FAIL_MAX) {
+        long long left = s->window_start_ms + API_AUTH_FAIL_WINDOW_MS - now_ms;
+        limited = true;
+        *retry_after_s = (int)((left + 999) / 1000);
+        if (*retry_after_s < 1)
+            *retry_after_s = 1;
+    }
+    pthread_mutex_unlock(&api_fail_mu);
+    return limited;
+}
+
+/* 401, or 429 once the client's address has failed too often. */
 static void api_unauthorized(api_req *r, bool invalid, const char *detail)
 {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    int retry = 0;
+
+    if (ci && api_auth_fail_note(ci->client_addr, api_mono_ms(), &retry)) {
+        r->retry_after = retry;
+        api_reply_problem(r, 429, "rate-limited", "Too many requests",
+                          "more than %d requests from this address had a missing, unknown or revoked token within "
+                          "%d s; check the token (kforge-api token create makes one) and retry after the number of "
+                          "seconds in Retry-After",
+                          API_AUTH_FAIL_MAX, API_AUTH_FAIL_WINDOW_MS / 1000);
+        return;
+    }
     r->www_auth = invalid ? "Bearer realm=\"kforge\", error=\"invalid_token\"" : "Bearer realm=\"kforge\"";
     api_reply_problem(r, 401, "unauthorized", "Missing or invalid token", "%s", detail);
 }

@@ -1,10 +1,12 @@
 /* api_http — libmicrohttpd glue: one api_req per request, the route table,
- * dispatch, problem+json replies and the request counters of /metrics. */
+ * dispatch (HEAD runs the GET route; MHD sends no body), problem+json
+ * replies and the request counters of /metrics (HEAD counts as GET). */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_log.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -123,6 +125,28 @@ static void api_safe_path(const char *url, char *out, size_t cap)
     out[n] = '\0';
 }
 
+/* A path or method as it goes into a log line: bounded, and every byte
+ * that is not printable ASCII, or is a space, '"' or '%', as %XX (the
+ * URL's own escape), so a request can neither start a line of its own
+ * nor add a key=value pair to the line that records it. */
+static void api_log_text(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+
+    for (const char *p = s ? s : ""; *p && n + 4 < cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c > 0x20 && c < 0x7f && c != '"' && c != '%') {
+            out[n++] = (char)c;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    out[n] = '\0';
+}
+
 static cJSON *api_problem_new(api_req *r, int status, const char *slug, const char *title, const char *detail)
 {
     cJSON *p = cJSON_CreateObject();
@@ -198,6 +222,22 @@ const char *api_req_header(api_req *r, const char *name)
 const char *api_req_query(api_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+{
+    unsigned long long v = 0;
+
+    if (!s || !*s)
+        return false;
+    for (const char *p = s; *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (d > 9 || v > max / 10 || d > max - v * 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
 }
 
 typedef struct api_qcheck {
@@ -432,6 +472,7 @@ static enum MHD_Result api_send(api_req *r)
     int status = r->status ? r->status : 500;
     int row = r->route ? r->route_index : API_UNMATCHED;
     long long dur_us = (api_now_ns() - r->started_ns) / 1000;
+    kf_log_level lvl = status >= 500 ? KF_LOG_WARN : status >= 400 ? KF_LOG_INFO : KF_LOG_DEBUG;
 
     r->done = true;
     resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
@@ -458,26 +499,28 @@ static enum MHD_Result api_send(api_req *r)
             char tmp[128];
             if (api_route_match(api_routes[i].pattern, r->url, tmp, sizeof(tmp))) {
                 size_t n = strlen(allow);
-                snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "", api_routes[i].method);
+                bool get = strcmp(api_routes[i].method, MHD_HTTP_METHOD_GET) == 0;
+                snprintf(allow + n, sizeof(allow) - n, "%s%s%s", n ? ", " : "", api_routes[i].method,
+                         get ? ", HEAD" : "");
             }
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
 
     atomic_fetch_add(&r->srv->count[row][status >= 100 && status < 600 ? status : 500], 1);
     if (row < api_n_routes)
         atomic_fetch_add(&r->srv->dur_us[row], (unsigned long long)dur_us);
-    if (status >= 500)
-        kf_log_warn("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                    (double)dur_us / 1000.0, r->request_id);
-    else if (status >= 400)
-        kf_log_info("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                    (double)dur_us / 1000.0, r->request_id);
-    else
-        kf_log_debug("request method=%s path=%s status=%d ms=%.1f req=%s", r->method, r->url, status,
-                     (double)dur_us / 1000.0, r->request_id);
+    if (lvl >= kf_log__level) {
+        char m[40], path[600];
+        api_log_text(r->method, m, sizeof(m));
+        api_log_text(r->url, path, sizeof(path));
+        kf_log(lvl, "request method=%s path=%s status=%d ms=%.1f req=%s", m, path, status, (double)dur_us / 1000.0,
+               r->request_id);
+    }
     /* The pooled connection is not needed while MHD sends. */
     api_req_pg_put(r);
     return ret;
@@ -515,19 +558,74 @@ bool api_content_type_json(const char *ct)
     return true;
 }
 
+typedef struct api_framing {
+    int                n_length;      /* Content-Length headers */
+    bool               bad_length;    /* one is not a number, or two differ */
+    bool               chunked;       /* a Transfer-Encoding header */
+    unsigned long long length;
+} api_framing;
+
+static enum MHD_Result api_framing_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    api_framing *f = cls;
+    unsigned long long n = 0;
+
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->chunked = true;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (!api_parse_uint(value, ULLONG_MAX, &n) || (f->n_length > 0 && n != f->length))
+            f->bad_length = true;
+        f->length = n;
+        f->n_length++;
+    }
+    return MHD_YES;
+}
+
+/* A body's length must be stated once: libmicrohttpd (0.9.75) reads the
+ * first of two different Content-Length headers, and prefers chunked
+ * Transfer-Encoding over Content-Length, where a proxy in front may do
+ * the opposite; the bytes one reads as the next request, the other reads
+ * as this body (request smuggling, RFC 9112 6.3).  False after answering
+ * 400; the connection is closed after the answer, its framing unknown. */
+static bool api_framing_ok(api_req *r)
+{
+    api_framing f = { 0, false, false, 0 };
+
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, api_framing_iter, &f);
+    if (f.bad_length) {
+        r->close = true;
+        api_reply_problem(r, 400, "malformed-request", "Invalid request",
+                          "the request has Content-Length headers that disagree or are not numbers; send one "
+                          "Content-Length with the body's size in bytes");
+        return false;
+    }
+    if (f.chunked && f.n_length > 0) {
+        r->close = true;
+        api_reply_problem(r, 400, "malformed-request", "Invalid request",
+                          "the request has both Content-Length and Transfer-Encoding; send one of them");
+        return false;
+    }
+    return true;
+}
+
 /* Checks made when the headers arrive, before any body byte is read. */
 static void api_first_call(api_req *r)
 {
     bool path_known = false;
     const char *cl, *te, *ct;
+    /* HEAD is GET without the body (MHD leaves the body out). */
+    const char *method = strcmp(r->method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : r->method;
     bool has_body;
 
+    if (!api_framing_ok(r))
+        return;
     for (int i = 0; i < api_n_routes; i++) {
         char param[128];
         if (!api_route_match(api_routes[i].pattern, r->url, param, sizeof(param)))
             continue;
         path_known = true;
-        if (strcmp(api_routes[i].method, r->method) == 0) {
+        if (strcmp(api_routes[i].method, method) == 0) {
             r->route = &api_routes[i];
             r->route_index = i;
             memcpy(r->param, param, sizeof(param));
@@ -783,7 +881,8 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_NOTIFY_COMPLETED, api_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 30),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->conns_per_ip,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
                             MHD_OPTION_END);
     if (!s->d) {

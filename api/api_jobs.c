@@ -12,6 +12,7 @@
 #include "kf_log.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,12 +290,15 @@ void api_cursor_make(const char *micros, const char *id, char *out, size_t cap)
     api_b64url_encode(raw, strlen(raw), out, cap);
 }
 
+#define API_CURSOR_MAX_US 253402300799999999ULL   /* 9999-12-31T23:59:59.999999Z */
+
 /* Cursor = base64url("<created_at in µs since the epoch>,<uuid>"). */
 bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
 {
     char raw[96];
     char *comma;
     size_t n;
+    unsigned long long us = 0;
 
     if (strlen(cur) > 120 || !api_b64url_decode(cur, raw, sizeof(raw)))
         return false;
@@ -302,13 +306,14 @@ bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
     if (!comma)
         return false;
     n = (size_t)(comma - raw);
-    if (n == 0 || n >= mcap || n > 19)
+    if (n == 0 || n >= mcap)
         return false;
-    for (size_t i = 0; i < n; i++)
-        if (raw[i] < '0' || raw[i] > '9')
-            return false;
     memcpy(micros, raw, n);
     micros[n] = '\0';
+    /* Before year 10000: PostgreSQL's timestamps end in year 294276, and
+     * a bigint of microseconds past that is a 500, not a page. */
+    if (!api_parse_uint(micros, API_CURSOR_MAX_US, &us))
+        return false;
     if (!kf_uuid_valid(comma + 1))
         return false;
     memcpy(id, comma + 1, 37);
@@ -347,10 +352,10 @@ void api_h_job_list(api_req *r)
             kf_fields_add(&fe, "target", "enum", "must be one of: trn1, inf2, trn2, trn3");
     }
     if (lim_s) {
-        char *end = NULL;
-        limit = strtol(lim_s, &end, 10);
-        if (!*lim_s || !end || *end || limit < 1 || limit > 200)
+        unsigned long long v = 0;
+        if (!api_parse_uint(lim_s, 200, &v) || v < 1)
             kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 200");
+        limit = (long)v;
     }
     if (cursor && !api_cursor_parse(cursor, micros, sizeof(micros), cur_id))
         kf_fields_add(&fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
@@ -589,24 +594,17 @@ void api_h_job_events(api_req *r)
     const char *after = api_req_query(r, "after"), *lim = api_req_query(r, "limit");
     const char *params[4];
     char ob[24];
+    unsigned long long v = 0;
     kf_fields fe;
     PGresult *res;
 
     if (!api_req_query_known(r, allowed) || !api_job_id_ok(r))
         return;
     kf_fields_init(&fe);
-    if (after) {
-        char *end = NULL;
-        long long v = strtoll(after, &end, 10);
-        if (!*after || *end || v < 0)
-            kf_fields_add(&fe, "after", "range", "must be an event id (an integer >= 0)");
-    }
-    if (lim) {
-        char *end = NULL;
-        long v = strtol(lim, &end, 10);
-        if (!*lim || *end || v < 1 || v > 1000)
-            kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 1000");
-    }
+    if (after && !api_parse_uint(after, INT64_MAX, &v))
+        kf_fields_add(&fe, "after", "range", "must be an event id (an integer from 0 to %lld)", (long long)INT64_MAX);
+    if (lim && (!api_parse_uint(lim, 1000, &v) || v < 1))
+        kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 1000");
     if (fe.n) {
         api_reply_fields(r, 400, "bad-query", &fe);
         return;

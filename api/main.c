@@ -227,6 +227,8 @@ static int cmd_serve(int argc, char **argv)
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         cfg.threads = cores < 2 ? 4 : cores > 128 ? 256 : (int)(2 * cores);
     }
+    cfg.conns_per_ip = (int)kf_config_int(KF_CFG_API_CONNS_PER_IP);
+    cfg.idle_timeout_s = (int)kf_config_int(KF_CFG_API_IDLE_TIMEOUT_S);
     cfg.max_body = kf_config_int(KF_CFG_MAX_BODY_BYTES);
     cfg.pg_dsn = kf_config_str(KF_CFG_PG_DSN);
     cfg.pg_pool = (int)kf_config_int(KF_CFG_PG_POOL);

@@ -246,6 +246,9 @@ static void qb_start_api(void)
 
     qb_env_common(env, &n, 30000);
     env[n++] = kf_asprintf("KFORGE_API_LISTEN=%s", qb_listen);
+    /* Every bench client connects from 127.0.0.1 (wrk up to 256 connections):
+     * the per-address limit that guards a deployment would cap the bench. */
+    env[n++] = kf_strdup("KFORGE_API_CONNS_PER_IP=0");
     /* KFB_API_THREADS / KFB_PG_POOL override kforge-api's defaults for experiments. */
     if (getenv("KFB_API_THREADS"))
         env[n++] = kf_asprintf("KFORGE_API_THREADS=%s", getenv("KFB_API_THREADS"));

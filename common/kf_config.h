@@ -34,6 +34,10 @@ enum {
        "Address and port kforge-api listens on (HOST:PORT).")                                                             \
     XX(API_THREADS,      INT, "0",                                      0, 256,          KF_USE_API,                      \
        "HTTP worker threads in kforge-api; 0: two per CPU core, at least 4.")                                             \
+    XX(API_CONNS_PER_IP, INT, "64",                                     0, 1000000,      KF_USE_API,                      \
+       "Connections one client address may hold open to kforge-api; more are closed at once. 0: no limit (use 0 behind a proxy: its clients share its address).") \
+    XX(API_IDLE_TIMEOUT_S, INT, "30",                                   1, 3600,         KF_USE_API,                      \
+       "Seconds a connection to kforge-api may stay silent, mid-request or between requests, before it is closed.") \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
     XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \

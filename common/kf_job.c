@@ -304,7 +304,9 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
         kf_job_check_inputs(spec, parent, true, fe);
         break;
     case KF_KIND_VALIDATE:
-        kf_job_check_source(spec, parent, true, false, fe);
+        /* Validation compares the kernel's outputs with the reference's:
+         * without one there is nothing to check (the worker refuses it). */
+        kf_job_check_source(spec, parent, true, true, fe);
         kf_job_check_inputs(spec, parent, true, fe);
         break;
     case KF_KIND_NONE:

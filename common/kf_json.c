@@ -48,9 +48,51 @@ bad:
     return false;
 }
 
-/* Depth of brackets outside strings, without building anything, so that a
- * hostile document never reaches cJSON's recursive parser. */
-static bool kf_json_depth_ok(const char *buf, size_t len, int max_depth, size_t *at)
+static bool kf_is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* The length of the JSON number (RFC 8259) at buf[i..len), or 0 when the
+ * text there is not one: cJSON hands anything of [0-9+-.eE] to strtod,
+ * which takes "01", "1." and "-01" too. */
+static size_t kf_json_number_len(const char *buf, size_t len, size_t i)
+{
+    size_t j = i;
+
+    if (j < len && buf[j] == '-')
+        j++;
+    if (j >= len || !kf_is_digit(buf[j]))
+        return 0;
+    if (buf[j] == '0' && j + 1 < len && kf_is_digit(buf[j + 1]))
+        return 0;                                   /* a leading zero */
+    while (j < len && kf_is_digit(buf[j]))
+        j++;
+    if (j < len && buf[j] == '.') {
+        if (++j >= len || !kf_is_digit(buf[j]))
+            return 0;
+        while (j < len && kf_is_digit(buf[j]))
+            j++;
+    }
+    if (j < len && (buf[j] == 'e' || buf[j] == 'E')) {
+        j++;
+        if (j < len && (buf[j] == '+' || buf[j] == '-'))
+            j++;
+        if (j >= len || !kf_is_digit(buf[j]))
+            return 0;
+        while (j < len && kf_is_digit(buf[j]))
+            j++;
+    }
+    return j - i;
+}
+
+/* What cJSON lets through and kforge refuses, checked in one pass over the
+ * text before cJSON sees it: nesting deeper than max_depth (so a hostile
+ * document never reaches cJSON's recursive parser), numbers that are not
+ * RFC 8259 numbers (leading zeros, "1.", "-"), raw control characters in
+ * strings, and \u0000 (cJSON would cut the string there).  KF_OK, or
+ * KF_INVALID in err with the offset. */
+static kf_code kf_json_lex_check(const char *buf, size_t len, int max_depth, kf_err *err)
 {
     int depth = 0;
     bool in_str = false;
@@ -58,24 +100,39 @@ static bool kf_json_depth_ok(const char *buf, size_t len, int max_depth, size_t 
     for (size_t i = 0; i < len; i++) {
         char c = buf[i];
         if (in_str) {
-            if (c == '\\')
+            if ((unsigned char)c < 0x20)
+                return kf_err_set(err, KF_INVALID,
+                                  "a string holds a raw control character (byte 0x%02x at offset %zu); escape it "
+                                  "(\\n, \\t, \\u001f...)",
+                                  (unsigned char)c, i);
+            if (c == '\\') {
+                if (i + 5 < len && buf[i + 1] == 'u' && memcmp(buf + i + 2, "0000", 4) == 0)
+                    return kf_err_set(err, KF_INVALID,
+                                      "a string holds \\u0000 (at offset %zu); kforge takes no NUL characters", i);
                 i++;
-            else if (c == '"')
+            } else if (c == '"') {
                 in_str = false;
+            }
             continue;
         }
         if (c == '"') {
             in_str = true;
         } else if (c == '[' || c == '{') {
-            if (++depth > max_depth) {
-                *at = i;
-                return false;
-            }
+            if (++depth > max_depth)
+                return kf_err_set(err, KF_INVALID, "JSON nests deeper than %d levels (at offset %zu)", max_depth, i);
         } else if (c == ']' || c == '}') {
             depth--;
+        } else if (c == '-' || kf_is_digit(c)) {
+            size_t n = kf_json_number_len(buf, len, i);
+            if (n == 0)
+                return kf_err_set(err, KF_INVALID,
+                                  "malformed number at offset %zu (JSON numbers have no leading zeros, and digits "
+                                  "after a '.', 'e' or '-')",
+                                  i);
+            i += n - 1;
         }
     }
-    return true;
+    return KF_OK;
 }
 
 static int kf_json_cmp_names(const void *a, const void *b)
@@ -124,8 +181,8 @@ kf_code kf_json_parse(const char *buf, size_t len, int max_depth, cJSON **out, k
     *out = NULL;
     if (!kf_utf8_valid(buf, len, &at))
         return kf_err_set(err, KF_INVALID, "body is not valid UTF-8 (first bad byte at offset %zu)", at);
-    if (!kf_json_depth_ok(buf, len, max_depth, &at))
-        return kf_err_set(err, KF_INVALID, "JSON nests deeper than %d levels (at offset %zu)", max_depth, at);
+    if (kf_json_lex_check(buf, len, max_depth, err) != KF_OK)
+        return KF_INVALID;
     v = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!v) {
         size_t off = (end && end >= buf) ? (size_t)(end - buf) : 0;

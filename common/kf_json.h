@@ -3,7 +3,10 @@
  *
  * kf_json_parse() is the one way kforge turns untrusted bytes into a cJSON
  * tree: it checks UTF-8 first (cJSON does not), bounds the nesting depth,
- * refuses trailing bytes, and says where the text went wrong.
+ * refuses what cJSON alone would accept and alter (numbers with leading
+ * zeros or other strtod-only forms, raw control characters in strings,
+ * \u0000, which would cut a string), refuses trailing bytes and duplicate
+ * member names, and says where the text went wrong.
  *
  * The kf_fields_* functions validate one member of an object and record a
  * kf_field_error {field, rule, detail} for each violation instead of
@@ -33,8 +36,8 @@
  * nothing above U+10FFFF). *bad_at gets the offset of the first bad byte. */
 bool kf_utf8_valid(const char *s, size_t n, size_t *bad_at);
 
-/* Parse exactly one JSON value from buf[0..len) (need not be NUL-terminated)
- * with nesting at most max_depth.  KF_INVALID with a message naming the byte
+/* Parse exactly one RFC 8259 JSON value from buf[0..len) (need not be
+ * NUL-terminated) with nesting at most max_depth and no \u0000.  KF_INVALID with a message naming the byte
  * offset on failure; *out is NULL then. */
 kf_code kf_json_parse(const char *buf, size_t len, int max_depth, cJSON **out, kf_err *err);
 

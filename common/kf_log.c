@@ -1,3 +1,5 @@
+/* kf_log — see kf_log.h.  Every message is formatted whole, then its
+ * control bytes are escaped, then it goes out in one write(2). */
 #include "kf_log.h"
 
 #include <stdarg.h>
@@ -25,6 +27,39 @@ int kf_log_init(const char *comp, const char *level_name)
     return -1;
 }
 
+/* The message into out (cap bytes, room for a newline kept): control
+ * bytes (U+0000..U+001F, DEL) escaped as \n, \r, \t or \xHH, and a
+ * backslash as \\, so that whatever a message quotes (a request's path,
+ * a header, a worker's id) stays on its own line and reads back
+ * unambiguously.  Returns the length written, without a NUL. */
+static size_t kf_log_msg(char *out, size_t cap, const char *fmt, va_list ap)
+{
+    static const char hex[] = "0123456789abcdef";
+    char raw[4096];
+    size_t n = 0;
+
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    for (const char *p = raw; *p && n + 5 < cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c >= 0x20 && c != 0x7f && c != '\\') {
+            out[n++] = (char)c;
+            continue;
+        }
+        out[n++] = '\\';
+        switch (c) {
+        case '\n': out[n++] = 'n'; break;
+        case '\r': out[n++] = 'r'; break;
+        case '\t': out[n++] = 't'; break;
+        case '\\': out[n++] = '\\'; break;
+        default:
+            out[n++] = 'x';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    return n;
+}
+
 /* One line, newline included, into line (cap bytes); returns its length. */
 static size_t kf_log_format(char *line, size_t cap, kf_log_level lvl, const char *fmt, va_list ap)
 {
@@ -37,10 +72,7 @@ static size_t kf_log_format(char *line, size_t cap, kf_log_level lvl, const char
     n = strftime(line, cap, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(line + n, cap - n, ".%03ldZ level=%s comp=%s pid=%d msg=", ts.tv_nsec / 1000000L,
                           kf_log_names[lvl], kf_log_comp, (int)getpid());
-    vsnprintf(line + n, cap - n, fmt, ap);
-    n = strlen(line);
-    if (n >= cap - 1)
-        n = cap - 2;
+    n += kf_log_msg(line + n, cap - n, fmt, ap);
     line[n++] = '\n';
     return n;
 }

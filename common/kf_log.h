@@ -2,7 +2,10 @@
  * kf_log — one-line structured logs on stderr.
  *
  * Format: `2026-11-30T09:41:07.123Z level=info comp=api msg="..." k=v ...`,
- * logfmt so that both people and tools read it.  The level is checked
+ * logfmt so that both people and tools read it.  Control bytes in a
+ * message (whatever it quotes: a path, a header, an id) are escaped as
+ * \n, \r, \t or \xHH and a backslash as \\, so every call writes exactly
+ * one line and no input can forge one.  The level is checked
  * before the arguments are evaluated.  Set once at start-up with
  * kf_log_init(); thread-safe (one write(2) per line, or per batch of
  * whole lines with kf_log_add).

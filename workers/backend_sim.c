@@ -13,6 +13,10 @@
  *   profile   {source, entry, inputs}: one timing-only run, the profile;
  *   validate  {source, entry, reference, inputs}: seeded inputs, full-output
  *             comparison with the reference.
+ * The one-evaluation kinds (profile, validate, optimize without tunables)
+ * give each evaluation KFORGE_SIM_TIMEOUT_S or what is left of the job's
+ * budget.seconds, whichever is less; the tuning loop checks the budget
+ * between evaluations.
  * User source and reference are written to a private temporary folder; every
  * run of user code happens in a sandboxed child (ka_eval).  Each iteration
  * goes to hooks->progress; hooks->cancelled() is checked before every
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kf_alloc.h"
@@ -125,6 +130,35 @@ static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_pr
         pb->n_inputs++;
     }
     return KF_OK;
+}
+
+static double bs_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The time limit of one evaluation of a profile, validate or untuned
+ * optimize job: KFORGE_SIM_TIMEOUT_S, or what `used` seconds leave of the
+ * job's budget.seconds when that is less, in whole seconds (the sandbox's
+ * unit), rounded down so the budget is never exceeded; 0 when less than a
+ * second is left. */
+static unsigned bs_eval_limit(const kf_job_payload *job, double used)
+{
+    double def = (double)kf_config_int(KF_CFG_SIM_TIMEOUT_S), budget = bs_num(job->budget, "seconds");
+    double left = budget > 0 ? budget - used : def;
+
+    if (left > def)
+        left = def;
+    return left < 1 ? 0 : (unsigned)left;
+}
+
+/* True when an evaluation's error is one of the sandbox's time limits. */
+static bool bs_timed_out(const cJSON *e)
+{
+    const char *code = bs_str(e, "code");
+    return code && (strcmp(code, "wall_limit") == 0 || strcmp(code, "cpu_limit") == 0);
 }
 
 static void bs_opts(const kf_job_payload *job, ka_opts *o)
@@ -320,6 +354,8 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
         /* one evaluation: profile and/or validate */
         cJSON *out = cJSON_CreateObject(), *it = cJSON_CreateObject(), *prof = NULL, *val = NULL;
         bool want_prof = job->kind != KF_KIND_VALIDATE, want_val = job->kind != KF_KIND_PROFILE;
+        double t0 = bs_now();   /* the evaluations of this job share budget.seconds */
+        unsigned lim_prof = bs_eval_limit(job, 0), lim_val = 0;
         if (want_val && !pb.ref_path[0]) {
             cJSON_Delete(out);
             cJSON_Delete(it);
@@ -333,9 +369,18 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
             rc = kf_err_set(err, KF_UNAVAILABLE, "the job stopped before its evaluation (cancelled or lease lost)");
             goto out;
         }
-        rc = want_prof ? ka_profile_once(&pb, NULL, &prof, err) : KF_OK;
-        if (rc == KF_OK && want_val && (!prof || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(prof, "ok"))))
-            rc = ka_validate_once(&pb, NULL, 1, 3, &val, err);
+        /* budget.seconds bounds the evaluations too, not only the tuning loop. */
+        rc = want_prof ? ka_profile_once(&pb, NULL, lim_prof, &prof, err) : KF_OK;
+        if (rc == KF_OK && want_val && (!prof || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(prof, "ok")))) {
+            lim_val = bs_eval_limit(job, want_prof ? bs_now() - t0 : 0);
+            if (lim_val == 0)
+                rc = kf_err_set(err, KF_UNPROCESSABLE,
+                                "the profile used the time budget (budget.seconds = %.0f); no time was left to "
+                                "validate; raise budget.seconds",
+                                bs_num(job->budget, "seconds"));
+            else
+                rc = ka_validate_once(&pb, NULL, 1, 3, lim_val, &val, err);
+        }
         if (rc) {
             *retryable = rc == KF_INTERNAL;
             cJSON_Delete(out);
@@ -361,8 +406,9 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
                                                       : cJSON_CreateArray());
             cJSON_AddStringToObject(it, "action", job->kind == KF_KIND_PROFILE ? "profile"
                                                   : job->kind == KF_KIND_VALIDATE ? "validate" : "diagnose");
-            cJSON_AddStringToObject(it, "reason", e ? "the kernel does not compile or run"
-                                                    : "one evaluation: no tunables to search");
+            cJSON_AddStringToObject(it, "reason", e && bs_timed_out(e) ? "the evaluation reached its time limit"
+                                                  : e ? "the kernel does not compile or run"
+                                                      : "one evaluation: no tunables to search");
             if (prof && !perr)
                 cJSON_AddNumberToObject(it, "latency_ns", bs_num(prof, "latency_ns"));
             if (val && !e)
@@ -373,7 +419,12 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
                     hooks->progress(hooks->ctx, txt);
                 free(txt);
             }
-            if (e) {
+            if (e && bs_timed_out(e)) {
+                rc = kf_err_set(err, KF_UNPROCESSABLE,
+                                "the %s stopped at its time limit of %u s (budget.seconds, or KFORGE_SIM_TIMEOUT_S "
+                                "when lower): %s; raise budget.seconds or make the kernel faster",
+                                perr ? "profile" : "validation", perr ? lim_prof : lim_val, bs_str(e, "message"));
+            } else if (e) {
                 rc = kf_err_set(err, KF_UNPROCESSABLE, "the kernel does not compile: %s", bs_str(e, "message"));
             } else if (val && bs_str(val, "ref_error")) {
                 rc = kf_err_set(err, KF_UNPROCESSABLE, "the reference does not run: %s", bs_str(val, "ref_error"));

@@ -145,6 +145,7 @@ static const http_case http_cases[] = {
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"max_attempts\":50}", 0, 422, "validation", "max_attempts", "range" },
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"labels\":{\"a\":[]}}", 0, 422, "validation", "labels.a", "type" },
     { "application/json", "{\"kind\":\"optimize\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\"}", 0, 422, "validation", "reference", "required" },
+    { "application/json", "{\"kind\":\"validate\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[4],\"dtype\":\"float32\"}}}", 0, 422, "validation", "reference", "required" },
     { "application/json", "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float64\",\"shapes\":[[1]]}", 0, 422, "validation", "dtype", "enum" },
     { "application/json", "{\"kind\":", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "[1,2]", 0, 400, "malformed-body", NULL, NULL },
@@ -153,6 +154,11 @@ static const http_case http_cases[] = {
     { "application/json", "{\"kind\":\"diag\",\"target\":\"tr\xffn2\"}", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", 0, 400, "malformed-body", NULL, NULL },
     { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\"}\x00", 32, 400, "malformed-body", NULL, NULL },
+    /* Accepted and cut by cJSON alone: a leading zero, a raw control character, \u0000. */
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":05}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"priority\":-01}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\",\"labels\":{\"a\":\"x\ny\"}}", 0, 400, "malformed-body", NULL, NULL },
+    { "application/json", "{\"kind\":\"diag\",\"target\":\"trn2\\u0000evil\"}", 0, 400, "malformed-body", NULL, NULL },
     { "text/plain", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { "application/json; charset=latin1", "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
     { NULL, "{\"kind\":\"diag\",\"target\":\"trn2\"}", 0, 415, "unsupported-media-type", NULL, NULL },
@@ -458,8 +464,13 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
         char *url = kf_asprintf("%s/v1/jobs", fx.base);
         char *auth = kf_asprintf("Authorization: Bearer %s", fx.user);
         const char *hdr[] = { auth, "Content-Type: application/json", "Idempotency-Key: \"unterminated", NULL };
+        const char *bare[] = { auth, "Content-Type: application/json", "Idempotency-Key: k-1", NULL };
         cr_assert_eq(kf_http_request("POST", url, NULL, hdr, body, strlen(body), &a), 400);
         cr_assert(strstr(a.body, "idempotency-key-invalid"), "%s", a.body);
+        kf_http_resp_release(&a);
+        /* Without quotes the key is refused, not taken as "k-1" (README). */
+        cr_assert_eq(kf_http_request("POST", url, NULL, bare, body, strlen(body), &a), 400, "%s", a.body);
+        cr_assert(strstr(a.body, "idempotency-key-invalid") && strstr(a.body, "quoted"), "%s", a.body);
         kf_http_resp_release(&a);
         free(url);
         free(auth);

@@ -104,7 +104,7 @@ static long long fx_redis_int(api_fx *f, const char *fmt, const char *arg)
 
 /* fx_redis_int until it gives `want` (3 s at most): a job answered 202 is
  * put on Redis right after its answer. */
-static long long fx_redis_int_soon(api_fx *f, const char *fmt, const char *arg, long long want)
+__attribute__((unused)) static long long fx_redis_int_soon(api_fx *f, const char *fmt, const char *arg, long long want)
 {
     long long n = fx_redis_int(f, fmt, arg);
 
@@ -131,14 +131,16 @@ static void fx_start_api(api_fx *f, const char *extra_env)
     env[n++] = fx_env("KFORGE_API_LISTEN", listen);
     env[n++] = fx_env("KFORGE_API_THREADS", "4");
     env[n++] = fx_env("KFORGE_PG_POOL", "4");
-    /* extra_env: "K=V" entries, one per line. */
-    for (const char *p = extra_env; p && *p && n < 15;) {
-        size_t len = strcspn(p, "\n");
-        env[n++] = kf_strndup(p, len);
-        p += len + (p[len] == '\n');
-    }
-    if (!extra_env)
+    if (!extra_env) {
         env[n++] = fx_env("KFORGE_LOG_LEVEL", "info");
+    } else {
+        /* One "K=V" or several separated by newlines. */
+        for (const char *p = extra_env; *p && n < 15;) {
+            size_t len = strcspn(p, "\n");
+            env[n++] = kf_strndup(p, len);
+            p += len + (p[len] == '\n');
+        }
+    }
     env[n] = NULL;
     f->pid = kf_test_spawn(argv, env, f->log);
     for (int i = 0; i < n; i++)
@@ -242,7 +244,7 @@ static long fx_sql_int(api_fx *f, const char *sql, const char *arg)
 /* fx_sql_int once it equals want, or its value after 3 s: for what the
  * API does right after it answers (its writer deletes delivered outbox
  * rows after resuming the requests). */
-static long fx_sql_int_soon(api_fx *f, const char *sql, const char *arg, long want)
+__attribute__((unused)) static long fx_sql_int_soon(api_fx *f, const char *sql, const char *arg, long want)
 {
     long n = fx_sql_int(f, sql, arg);
 

@@ -2,8 +2,14 @@
 #include "kf_alloc.h"
 #include "kf_buf.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,4 +154,81 @@ bool kf_http_wait_status(const char *url, long status, int timeout_ms)
         ts.tv_nsec = 50 * 1000000L;
         nanosleep(&ts, NULL);
     }
+}
+
+int kf_http_raw_connect(int port)
+{
+    struct sockaddr_in sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+char *kf_http_raw_read(int fd, int timeout_ms, bool *closed)
+{
+    kf_buf b = KF_BUF_INIT;
+    struct timespec ts;
+    long long end;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    end = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+    *closed = false;
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        char chunk[4096];
+        long long left;
+        ssize_t n;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        left = end - ((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        n = recv(fd, chunk, sizeof(chunk), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            *closed = true;
+            break;
+        }
+        kf_buf_add(&b, chunk, (size_t)n);
+    }
+    return kf_buf_detach(&b);
+}
+
+long kf_http_raw(int port, const char *req, size_t len, int timeout_ms, char **reply)
+{
+    int fd = kf_http_raw_connect(port);
+    long status = 0;
+    bool closed;
+    char *text;
+
+    if (reply)
+        *reply = NULL;
+    if (fd < 0)
+        return 0;
+    for (size_t off = 0; off < len;) {
+        ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    text = kf_http_raw_read(fd, timeout_ms, &closed);
+    close(fd);
+    if (strncmp(text, "HTTP/1.", 7) == 0 && strlen(text) > 12)
+        status = strtol(text + 9, NULL, 10);
+    if (reply)
+        *reply = text;
+    else
+        free(text);
+    return status;
 }

@@ -40,6 +40,18 @@ char *kf_http_header(const kf_http_resp *r, const char *name);
 
 void kf_http_resp_release(kf_http_resp *r);
 
+/* Raw HTTP over a socket, for what libcurl will not send (conflicting
+ * framing headers, partial requests).  kf_http_raw_connect opens a TCP
+ * connection to 127.0.0.1:port (-1 on failure); kf_http_raw_read reads
+ * until the server closes or timeout_ms passes and returns what came
+ * (caller frees; "" when nothing), *closed telling whether the server
+ * closed the connection.  kf_http_raw sends req on a new connection and
+ * returns the status of the first response (0 when none came), its whole
+ * text in *reply when reply is not NULL (caller frees). */
+int kf_http_raw_connect(int port);
+char *kf_http_raw_read(int fd, int timeout_ms, bool *closed);
+long kf_http_raw(int port, const char *req, size_t len, int timeout_ms, char **reply);
+
 /* GET url until it answers `status` or timeout_ms passes.  True on success. */
 bool kf_http_wait_status(const char *url, long status, int timeout_ms);
 

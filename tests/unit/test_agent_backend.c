@@ -1,7 +1,8 @@
 /* The worker's sim backend driven directly (no services): an optimize job
  * without tunables is one diagnosed iteration with findings per line, a
  * generate job honours its budget and goal, a cancel stops it between
- * evaluations (retryable), and spec problems are final errors. */
+ * evaluations (retryable), spec problems are final errors, and
+ * budget.seconds bounds a single profile or validation. */
 #include <cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "kf_alloc.h"
 #include "kf_config.h"
 #include "kf_job.h"
+#include "tests/lib/kf_test.h"
 #include "workers/kf_backend.h"
 
 static void setup(void)
@@ -147,9 +149,67 @@ Test(agent_backend, spec_problems_are_final)
                       &r, &result, &retry, &err), KF_OK);
     cr_assert(!retry);
     cr_assert(strstr(err.msg, "softmax input x has shape NxD"), "%s", err.msg);
-    cr_assert_neq(run(bad, &r, &result, &retry, &err), KF_OK);
-    cr_assert(!retry);
-    cr_assert(strstr(err.msg, "needs a NumPy reference"), "%s", err.msg);
+    {
+        /* A validate job without a reference never reaches the backend: the
+         * payload check (the API's rules) refuses it. */
+        kf_job_payload p;
+        kf_err perr = KF_ERR_INIT;
+        cr_assert_eq(kf_job_payload_parse(bad, &p, &perr), KF_INVALID);
+        cr_assert(strstr(perr.msg, "reference"), "%s", perr.msg);
+    }
     free(bad);
     cJSON_Delete(r.last);
+}
+
+#define SPIN "import nki\\n\\n@nki.jit\\ndef spin(x):\\n    while True:\\n        pass\\n"
+#define SPIN_REF "import numpy as np\\ndef spin(x):\\n    return x\\n"
+
+/* budget.seconds bounds one evaluation, not only the tuning loop: a
+ * profile or a validation of a kernel that never returns stops at
+ * min(KFORGE_SIM_TIMEOUT_S, budget.seconds) with a message that says so,
+ * and is not retried (another attempt would spin the same). */
+Test(agent_backend, budget_seconds_bounds_a_single_profile_or_validation)
+{
+    static const char *const kinds[] = { "profile", "validate" };
+    kf_err cerr = KF_ERR_INIT;
+
+    for (int k = 0; k < 2; k++) {
+        char *payload = kf_asprintf("{" ID ",\"kind\":\"%s\",\"target\":\"trn2\",\"backend\":\"sim\","
+                                    "\"budget\":{\"iterations\":1,\"seconds\":2},\"goal\":{},\"spec\":{\"source\":\"" SPIN
+                                    "\",\"entry\":\"spin\",%s\"inputs\":{\"x\":{\"shape\":[128,64],\"dtype\":\"float32\"}}}}",
+                                    kinds[k], k == 1 ? "\"reference\":\"" SPIN_REF "\"," : "");
+        rec r = { 0, NULL, -1 };
+        char *result = NULL;
+        bool retry = true;
+        kf_err err = KF_ERR_INIT;
+        long long t0 = kf_test_now_ms(), took;
+
+        cr_assert_eq(run(payload, &r, &result, &retry, &err), KF_UNPROCESSABLE, "%s: %s", kinds[k], err.msg);
+        took = kf_test_now_ms() - t0;
+        cr_assert(took < 15000, "%s ran %lld ms on a budget of 2 s", kinds[k], took);
+        cr_assert(strstr(err.msg, "time limit of 2 s") && strstr(err.msg, "budget.seconds"), "%s: %s", kinds[k],
+                  err.msg);
+        cr_assert_not(retry);
+        cr_assert_null(result);
+        cr_assert_eq(r.n, 1, "the iteration is reported");
+        cJSON_Delete(r.last);
+        free(payload);
+    }
+    /* KFORGE_SIM_TIMEOUT_S still applies when it is the lower of the two. */
+    setenv("KFORGE_SIM_TIMEOUT_S", "1", 1);
+    cr_assert_eq(kf_config_load(&cerr), KF_OK, "%s", cerr.msg);
+    {
+        char *payload = kf_asprintf("{" ID ",\"kind\":\"profile\",\"target\":\"trn2\",\"backend\":\"sim\","
+                                    "\"budget\":{\"seconds\":600},\"goal\":{},\"spec\":{\"source\":\"" SPIN
+                                    "\",\"entry\":\"spin\",\"inputs\":{\"x\":{\"shape\":[128,64],\"dtype\":\"float32\"}}}}");
+        rec r = { 0, NULL, -1 };
+        char *result = NULL;
+        bool retry = true;
+        kf_err err = KF_ERR_INIT;
+
+        cr_assert_eq(run(payload, &r, &result, &retry, &err), KF_UNPROCESSABLE, "%s", err.msg);
+        cr_assert(strstr(err.msg, "time limit of 1 s"), "%s", err.msg);
+        cJSON_Delete(r.last);
+        free(payload);
+    }
 }

@@ -1,6 +1,12 @@
 /* Unit tests for kforge-api's pieces that need no services: the route
  * table, tokens, and the small parsers of headers and cursors. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,8 +84,10 @@ Test(api_parsers, idempotency_keys)
     cr_assert_str_eq(k, "8e03978e-40d5-43e8-bc93-6894a57f9324");
     cr_assert(api_idem_parse_key("\"a \\\"quoted\\\" \\\\ key\"", k, sizeof(k)));
     cr_assert_str_eq(k, "a \"quoted\" \\ key");
-    cr_assert(api_idem_parse_key("bare-token_1", k, sizeof(k)));
-    cr_assert_str_eq(k, "bare-token_1");
+    cr_assert(!api_idem_parse_key("bare-token_1", k, sizeof(k)), "the draft's sf-string has quotes");
+    cr_assert(!api_idem_parse_key("8e03978e-40d5-43e8-bc93-6894a57f9324", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key("'single'", k, sizeof(k)));
+    cr_assert(!api_idem_parse_key(" \"leading space\"", k, sizeof(k)));
     cr_assert(!api_idem_parse_key("\"unterminated", k, sizeof(k)));
     cr_assert(!api_idem_parse_key("\"\"", k, sizeof(k)), "empty");
     cr_assert(!api_idem_parse_key("\"a\"b", k, sizeof(k)), "bytes after the string");
@@ -90,8 +98,16 @@ Test(api_parsers, idempotency_keys)
     {
         char longk[300];
         memset(longk, 'x', sizeof(longk) - 1);
+        longk[0] = longk[sizeof(longk) - 2] = '"';
         longk[sizeof(longk) - 1] = '\0';
         cr_assert(!api_idem_parse_key(longk, k, sizeof(k)), "longer than the buffer");
+        longk[257] = '"';
+        longk[258] = '\0';
+        cr_assert(!api_idem_parse_key(longk, k, sizeof(k)), "256 characters");
+        longk[256] = '"';
+        longk[257] = '\0';
+        cr_assert(api_idem_parse_key(longk, k, sizeof(k)), "255 characters fit");
+        cr_assert_eq(strlen(k), 255);
     }
 }
 
@@ -116,6 +132,41 @@ Test(api_parsers, cursors_round_trip_and_refuse_forgeries)
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "time too long");
     api_cursor_make("', 1); DROP TABLE jobs; --", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id));
+    /* 19 digits that overflow a bigint, or a time PostgreSQL cannot hold. */
+    api_cursor_make("9999999999999999999", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "beyond a bigint");
+    api_cursor_make("9223372036854775807", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "beyond PostgreSQL's timestamps");
+    api_cursor_make("253402300799999999", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
+    cr_assert(api_cursor_parse(cur, micros, sizeof(micros), id), "the last microsecond of year 9999");
+}
+
+/* Query numbers: digits only, and never past the bound, overflow included. */
+Test(api_parsers, unsigned_query_numbers)
+{
+    unsigned long long v = 7;
+
+    cr_assert(api_parse_uint("0", 10, &v) && v == 0);
+    cr_assert(api_parse_uint("200", 200, &v) && v == 200);
+    cr_assert(api_parse_uint("9223372036854775807", INT64_MAX, &v) && v == (unsigned long long)INT64_MAX);
+    cr_assert(api_parse_uint("18446744073709551615", ULLONG_MAX, &v) && v == ULLONG_MAX);
+    v = 7;
+    cr_assert(!api_parse_uint("201", 200, &v));
+    cr_assert(!api_parse_uint("5", 3, &v), "a bound below 9");
+    cr_assert(!api_parse_uint("10", 9, &v));
+    cr_assert(api_parse_uint("9", 9, &v) && v == 9);
+    v = 7;
+    cr_assert(!api_parse_uint("9223372036854775808", INT64_MAX, &v));
+    cr_assert(!api_parse_uint("18446744073709551616", ULLONG_MAX, &v), "wraps an unsigned long long");
+    cr_assert(!api_parse_uint("99999999999999999999999999", INT64_MAX, &v));
+    cr_assert(!api_parse_uint("", 10, &v));
+    cr_assert(!api_parse_uint(NULL, 10, &v));
+    cr_assert(!api_parse_uint("-1", 10, &v));
+    cr_assert(!api_parse_uint("+1", 10, &v));
+    cr_assert(!api_parse_uint(" 1", 10, &v));
+    cr_assert(!api_parse_uint("1e3", 10000, &v));
+    cr_assert(!api_parse_uint("0x10", 100, &v));
+    cr_assert_eq(v, 7, "untouched on failure");
 }
 
 Test(api_jobs, created_at_is_postgres_json_text_and_always_later)
@@ -142,4 +193,75 @@ Test(api_jobs, created_at_is_postgres_json_text_and_always_later)
         }
         memcpy(prev, t, sizeof(prev));
     }
+}
+
+static struct sockaddr_in addr4(const char *ip)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    cr_assert_eq(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+    return a;
+}
+
+/* 20 failures per address per 60 s window are 401s; the next ones are
+ * 429 with Retry-After to the window's end; other addresses and the next
+ * window start afresh.  Clock values are made up (the function takes the
+ * time), far apart per test so the process-wide table holds no leftovers. */
+Test(api_auth, failed_tokens_are_limited_per_address_and_window)
+{
+    struct sockaddr_in a = addr4("192.0.2.10"), b = addr4("192.0.2.11");
+    struct sockaddr_in6 a6;
+    struct sockaddr_un_like { sa_family_t f; char path[8]; } other = { AF_UNIX, "x" };
+    long long t0 = 1000000000LL;
+    int retry = -1;
+
+    for (int i = 1; i <= 20; i++) {
+        cr_assert_not(api_auth_fail_note((struct sockaddr *)&a, t0 + i, &retry), "failure %d", i);
+        cr_assert_eq(retry, 0);
+    }
+    cr_assert(api_auth_fail_note((struct sockaddr *)&a, t0 + 1500, &retry), "the 21st");
+    cr_assert_eq(retry, 59, "the window started at t0 + 1 ms: %d", retry);
+    cr_assert(api_auth_fail_note((struct sockaddr *)&a, t0 + 59000, &retry));
+    cr_assert_eq(retry, 2);
+    /* Another address is not affected. */
+    cr_assert_not(api_auth_fail_note((struct sockaddr *)&b, t0 + 2000, &retry));
+    /* IPv6 addresses count on their own, families without an address never. */
+    memset(&a6, 0, sizeof(a6));
+    a6.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "2001:db8::1", &a6.sin6_addr);
+    cr_assert_not(api_auth_fail_note((struct sockaddr *)&a6, t0 + 2000, &retry));
+    for (int i = 0; i < 50; i++)
+        cr_assert_not(api_auth_fail_note((struct sockaddr *)(void *)&other, t0 + 2000, &retry));
+    /* The next window starts afresh. */
+    cr_assert_not(api_auth_fail_note((struct sockaddr *)&a, t0 + 60001, &retry));
+    cr_assert_eq(retry, 0);
+}
+
+static int fail_limited;
+
+static void *fail_many(void *p)
+{
+    const struct sockaddr_in *a = p;
+    int retry, limited = 0;
+
+    for (int i = 0; i < 1000; i++)
+        limited += api_auth_fail_note((const struct sockaddr *)a, 5000000000LL, &retry);
+    __atomic_add_fetch(&fail_limited, limited, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Failures from one address on many threads at once are all counted:
+ * exactly the first 20 of the 8000 pass. */
+Test(api_auth, failure_counts_are_thread_safe)
+{
+    enum { T = 8 };
+    pthread_t t[T];
+    struct sockaddr_in a = addr4("198.51.100.7");
+
+    for (int i = 0; i < T; i++)
+        pthread_create(&t[i], NULL, fail_many, &a);
+    for (int i = 0; i < T; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(fail_limited, T * 1000 - 20);
 }

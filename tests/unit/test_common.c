@@ -79,6 +79,44 @@ Test(kf_json, add_str_escapes_what_json_needs)
     kf_buf_release(&b);
 }
 
+/* kf_json_parse takes only RFC 8259 JSON that survives whole: numbers
+ * without leading zeros (cJSON alone reads "01" as 1), strings without raw
+ * control characters, and no \u0000 (cJSON alone cuts the string there). */
+Test(kf_json, parse_refuses_leading_zeros_raw_controls_and_nul_escapes)
+{
+    static const char *const bad[] = {
+        "{\"a\":01}", "[-01]", "[00]", "[1.]", "[-]", "[1.e5]", "[1e]", "[.5]", "[0x10]",
+        "[\"a\x01b\"]", "[\"tab\there\"]", "{\"k\nk\":1}", "[\"a\\u0000b\"]", "{\"\\u0000\":1}", NULL,
+    };
+    static const char *const good[] = {
+        "[0,-0,0.5,-0.5e-3,10,1E+2,2e10,120]", "[\"01\",\"\\\\u0000\",\"a\\u0001\\n\"]", "{\"a\":[-1,{\"b\":0}]}",
+        "0", "-12.5", NULL,
+    };
+    for (int i = 0; bad[i]; i++) {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(kf_json_parse(bad[i], strlen(bad[i]), KF_JSON_MAX_DEPTH, &v, &e), KF_INVALID, "accepted %s",
+                     bad[i]);
+        cr_assert_null(v);
+        cr_assert(strstr(e.msg, "offset"), "%s: %s", bad[i], e.msg);
+    }
+    for (int i = 0; good[i]; i++) {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(kf_json_parse(good[i], strlen(good[i]), KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s: %s", good[i],
+                     e.msg);
+        cJSON_Delete(v);
+    }
+    {
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        const char *t = "[\"\\\\u0000\"]";   /* an escaped backslash, then the text u0000 */
+        cr_assert_eq(kf_json_parse(t, strlen(t), KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s", e.msg);
+        cr_assert_str_eq(cJSON_GetArrayItem(v, 0)->valuestring, "\\u0000");
+        cJSON_Delete(v);
+    }
+}
+
 /* kf_json_print writes cJSON's compact text: the same as
  * cJSON_PrintUnformatted for every tree the API prints, and numbers that
  * read back as the same double. */
@@ -189,4 +227,38 @@ Test(kf_log, lines_of_a_batch_are_written_whole_in_order)
     cr_assert_eq(n, 60);
     free(text);
     kf_buf_release(&lines);
+}
+
+/* A message quoting client bytes (a path with a newline, a carriage
+ * return, an escape sequence, a backslash) stays one line, with those
+ * bytes escaped so that they read back unambiguously. */
+Test(kf_log, control_bytes_in_a_message_are_escaped_never_a_line_of_their_own)
+{
+    char path[] = "/tmp/kf_log_test_XXXXXX";
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    char text[8192];
+    ssize_t got;
+    int lines = 0;
+
+    cr_assert(fd >= 0 && saved >= 0);
+    cr_assert_eq(kf_log_init("test", "info"), 0);
+    dup2(fd, STDERR_FILENO);
+    kf_log_info("request path=%s", "/v1/x\n2026-01-01T00:00:00.000Z level=error comp=api msg=forged\r\x1b[2J\\n\x7f");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    lseek(fd, 0, SEEK_SET);
+    got = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    unlink(path);
+    cr_assert_gt(got, 0);
+    text[got] = '\0';
+    for (ssize_t i = 0; i < got; i++)
+        lines += text[i] == '\n';
+    cr_assert_eq(lines, 1, "one line: %s", text);
+    cr_assert_eq(text[got - 1], '\n');
+    cr_assert(strstr(text, "path=/v1/x\\n2026-01-01T00:00:00.000Z level=error comp=api msg=forged\\r\\x1b[2J\\\\n\\x7f\n"),
+              "%s", text);
+    for (ssize_t i = 0; i < got - 1; i++)
+        cr_assert((unsigned char)text[i] >= 0x20 && text[i] != 0x7f, "byte %zd is 0x%02x: %s", i,
+                  (unsigned char)text[i], text);
 }

@@ -119,6 +119,8 @@ static const bad_case bad_cases[] = {
     { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"tunables\":{\"T\":[{}]}," SRC "}", "tunables.T", "type" },
     { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"tunables\":[1]," SRC "}", "tunables", "type" },
     { "{\"kind\":\"validate\",\"target\":\"trn2\",\"tunables\":{}," SRC "}", "tunables", "unknown" },
+    /* Nothing to validate against: the worker would refuse it. */
+    { "{\"kind\":\"validate\",\"target\":\"trn2\"," SRC "}", "reference", "required" },
     { "{\"kind\":\"auto\",\"target\":\"trn2\"}", "kind", "auto" },
     { "[]", "", "type" },
 };
@@ -152,7 +154,7 @@ Test(kf_job, good_requests_get_defaults_and_a_spec)
         "{\"kind\":\"generate\",\"target\":\"inf2\",\"op\":\"rmsnorm\",\"dtype\":\"bfloat16\",\"shapes\":[[4096,8192],[8192]]}",
         "{\"kind\":\"optimize\",\"target\":\"trn2\",\"backend\":\"sim\",\"reference\":\"r\",\"tunables\":{\"TILE\":[256,512]},"
         "\"budget\":{\"iterations\":40,\"seconds\":900},\"goal\":{\"fraction_of_bound\":0.9}," SRC "}",
-        "{\"kind\":\"validate\",\"target\":\"trn1\"," SRC "}",
+        "{\"kind\":\"validate\",\"target\":\"trn1\",\"reference\":\"r\"," SRC "}",
         "{\"kind\":\"auto\",\"target\":\"trn3\",\"reference\":\"r\"," SRC "}",
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {

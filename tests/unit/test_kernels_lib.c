@@ -39,7 +39,7 @@ static void check(const ka_problem *pb, const ka_space *sp, const int *idx)
     char *kw = ka_space_kwargs(sp, idx, NULL);
     cJSON *res = NULL;
     kf_err err = KF_ERR_INIT;
-    cr_assert_eq(ka_validate_once(pb, kw, 11, 2, &res, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_validate_once(pb, kw, 11, 2, 0, &res, &err), KF_OK, "%s", err.msg);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "pass")), "%s %s (%s): %s", pb->op, kw,
               sim_dtype_name(pb->inputs[0].dtype), cJSON_PrintUnformatted(res));
     cJSON_Delete(res);

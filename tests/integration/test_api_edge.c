@@ -1,0 +1,356 @@
+/* Integration tests of kforge-api's HTTP edge (issue 13): what a client
+ * cannot do to the server or its log with the bytes it sends.  Log lines
+ * stay the server's own; query numbers that overflow are 400; HEAD answers
+ * every GET route; conflicting framing headers are 400 and close the
+ * connection; one address holds a bounded number of connections, and a
+ * silent connection is closed; unknown tokens are limited to 429 while
+ * valid tokens pass.  Raw sockets where libcurl would not send the bytes. */
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "test_api_fixture.h"
+#include "tests/lib/kf_test.h"
+
+#define REDIS_DB 7
+
+static api_fx fx;
+
+static void setup(void)
+{
+    fx_start(&fx, REDIS_DB, "KFORGE_LOG_LEVEL=info\nKFORGE_API_CONNS_PER_IP=6\nKFORGE_API_IDLE_TIMEOUT_S=2");
+}
+
+static void teardown(void)
+{
+    fx_stop(&fx);
+}
+
+TestSuite(api_edge, .init = setup, .fini = teardown, .timeout = 120);
+
+/* The whole of the API's log once it holds `want` (5 s at most). */
+static char *log_with(const char *want)
+{
+    char *text = kf_test_read_file(fx.log);
+
+    for (int i = 0; i < 100 && !strstr(text, want); i++) {
+        free(text);
+        kf_test_sleep_ms(50);
+        text = kf_test_read_file(fx.log);
+    }
+    return text;
+}
+
+Test(api_edge, no_request_writes_a_log_line_of_its_own)
+{
+    kf_http_resp r;
+    char *text, *line;
+    int n = 0;
+
+    /* MHD decodes %0a to a newline, %0d to a carriage return. */
+    cr_assert_eq(fx_req(&fx, "GET",
+                        "/v1/x%0a2026-01-01T00:00:00.000Z%20level=error%20comp=api%20msg=%22forged%22%0d%1b[2J",
+                        fx.user, NULL, &r),
+                 404);
+    kf_http_resp_release(&r);
+    /* A space and a quote cannot add a key=value pair to the request line. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/y%20status=200%20req=%22x", fx.user, NULL, &r), 404);
+    kf_http_resp_release(&r);
+    text = log_with("path=/v1/y");
+    cr_assert(strstr(text, "path=/v1/x%0A2026-01-01T00:00:00.000Z%20level=error%20comp=api%20msg=%22forged%22%0D%1B[2J "
+                           "status=404"),
+              "the path is logged percent-encoded: %s", text);
+    cr_assert(strstr(text, "path=/v1/y%20status=200%20req=%22x status=404"), "%s", text);
+    for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        cr_assert(strncmp(line, "20", 2) == 0 && strstr(line, " level=") && strstr(line, " comp=api "),
+                  "line %d is not the server's: %s", n, line);
+        for (const char *p = line; *p; p++)
+            cr_assert((unsigned char)*p >= 0x20 && *p != 0x7f, "line %d holds byte 0x%02x: %s", n,
+                      (unsigned char)*p, line);
+    }
+    cr_assert_gt(n, 2);
+    free(text);
+}
+
+/* Expect `status` and problem type `slug` for GET path (with the user token). */
+static void expect_problem(const char *path, long status, const char *slug)
+{
+    kf_http_resp r;
+    cJSON *j;
+    char type[96];
+
+    cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), status, "%s: %ld %s", path, r.status, r.body);
+    j = fx_json(&r);
+    snprintf(type, sizeof(type), "urn:kforge:problem:%s", slug);
+    cr_assert_str_eq(fx_str(j, "type"), type, "%s: %s", path, r.body);
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+}
+
+Test(api_edge, query_numbers_that_overflow_are_400_never_500)
+{
+    char *id = fx_submit(&fx, fx.user, NULL);
+    char *p;
+    kf_http_resp r;
+    static const char *const bad_after[] = { "99999999999999999999", "9223372036854775808", "-1", "+5", "%205",
+                                             "1e3", "0x10", "", NULL };
+
+    for (int i = 0; bad_after[i]; i++) {
+        p = kf_asprintf("/v1/jobs/%s/events?after=%s", id, bad_after[i]);
+        expect_problem(p, 400, "bad-query");
+        free(p);
+    }
+    p = kf_asprintf("/v1/jobs/%s/events?after=9223372036854775807", id);
+    cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 200, "the largest bigint is an event id: %s", r.body);
+    kf_http_resp_release(&r);
+    free(p);
+    p = kf_asprintf("/v1/jobs/%s/events?limit=18446744073709551617", id);
+    expect_problem(p, 400, "bad-query");
+    free(p);
+    expect_problem("/v1/jobs?limit=99999999999999999999999", 400, "bad-query");
+    expect_problem("/v1/jobs?limit=18446744073709551616", 400, "bad-query");
+    /* A cursor whose time is past what PostgreSQL holds. */
+    {
+        char cur[128];
+        api_cursor_make("9223372036854775807", id, cur, sizeof(cur));
+        p = kf_asprintf("/v1/jobs?cursor=%s", cur);
+        expect_problem(p, 400, "bad-query");
+        free(p);
+    }
+    free(id);
+}
+
+/* A GET route's path with {id} filled in. */
+static char *route_path(const char *pattern, const char *id)
+{
+    const char *brace = strchr(pattern, '{');
+    if (!brace)
+        return kf_strdup(pattern);
+    return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, strstr(pattern, "/v1/internal/workers") ? "w1" : id,
+                       strchr(brace, '}') + 1);
+}
+
+Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
+{
+    char *id = fx_submit(&fx, fx.user, NULL);
+    int gets = 0;
+
+    for (int i = 0; i < api_n_routes; i++) {
+        char *path, *url, *auth;
+        const char *hdr[2] = { NULL, NULL };
+        kf_http_resp g, h;
+        char *gct, *hct, *hcl;
+
+        if (strcmp(api_routes[i].method, "GET") != 0)
+            continue;
+        gets++;
+        path = route_path(api_routes[i].pattern, id);
+        url = kf_asprintf("%s%s", fx.base, path);
+        auth = kf_asprintf("Authorization: Bearer %s", fx.admin);
+        hdr[0] = auth;
+        kf_http_request("GET", url, NULL, hdr, NULL, 0, &g);
+        kf_http_request("HEAD", url, NULL, hdr, NULL, 0, &h);
+        cr_assert_eq(g.status, 200, "GET %s: %ld %s", path, g.status, g.body);
+        cr_assert_eq(h.status, g.status, "HEAD %s: %ld", path, h.status);
+        cr_assert_eq(h.body_len, 0, "HEAD %s sent a body", path);
+        gct = kf_http_header(&g, "Content-Type");
+        hct = kf_http_header(&h, "Content-Type");
+        cr_assert(gct && hct && strcmp(gct, hct) == 0, "HEAD %s: Content-Type %s vs %s", path, hct ? hct : "-",
+                  gct ? gct : "-");
+        hcl = kf_http_header(&h, "Content-Length");
+        cr_assert(hcl && atol(hcl) > 0, "HEAD %s: Content-Length %s", path, hcl ? hcl : "-");
+        if (strstr(path, "/v1/jobs/"))   /* the same document, byte for byte */
+            cr_assert_eq((size_t)atol(hcl), g.body_len, "HEAD %s: Content-Length %s, GET sent %zu", path, hcl,
+                         g.body_len);
+        free(gct);
+        free(hct);
+        free(hcl);
+        kf_http_resp_release(&g);
+        kf_http_resp_release(&h);
+        free(path);
+        free(url);
+        free(auth);
+    }
+    cr_assert_geq(gets, 7);
+    /* HEAD is checked like GET: a token, the route's roles. */
+    {
+        kf_http_resp r;
+        char *url = kf_asprintf("%s/v1/jobs", fx.base);
+        cr_assert_eq(kf_http_request("HEAD", url, NULL, NULL, NULL, 0, &r), 401);
+        kf_http_resp_release(&r);
+        free(url);
+    }
+    /* Allow names HEAD wherever GET is allowed, and only there. */
+    {
+        kf_http_resp r;
+        char *p = kf_asprintf("/v1/jobs/%s", id), *allow;
+        cr_assert_eq(fx_req(&fx, "DELETE", p, fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "GET, HEAD");
+        free(allow);
+        kf_http_resp_release(&r);
+        cr_assert_eq(fx_req(&fx, "PUT", "/v1/jobs", fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "POST, GET, HEAD");
+        free(allow);
+        kf_http_resp_release(&r);
+        free(p);
+        p = kf_asprintf("/v1/jobs/%s/cancel", id);
+        cr_assert_eq(fx_req(&fx, "HEAD", p, fx.user, NULL, &r), 405);
+        allow = kf_http_header(&r, "Allow");
+        cr_assert_str_eq(allow, "POST");
+        free(allow);
+        kf_http_resp_release(&r);
+        free(p);
+    }
+    free(id);
+}
+
+/* POST /v1/jobs over a raw socket with the given framing headers. */
+static long raw_post(const char *framing, const char *body, char **reply)
+{
+    char *req = kf_asprintf("POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                            "Content-Type: application/json\r\n%s\r\n%s",
+                            fx.user, framing, body);
+    long st = kf_http_raw(fx.port, req, strlen(req), 3000, reply);
+    free(req);
+    return st;
+}
+
+Test(api_edge, conflicting_content_length_or_transfer_encoding_is_400_and_closes)
+{
+    const char *job = "{\"kind\":\"diag\",\"target\":\"trn2\"}";   /* 31 bytes */
+    /* What a proxy that reads the other header would take for a second request. */
+    const char *smuggled = "GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    char *body = kf_asprintf("%s%s", job, smuggled);
+    char *framing, *reply = NULL;
+    static const char *const bad[] = {
+        "Content-Length: 31\r\nContent-Length: 74\r\n",
+        "Content-Length: 74\r\nContent-Length: 31\r\n",
+        "Content-Length: 31\r\nContent-Length: x\r\n",
+        "Content-Length: 31\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 31\r\n",
+        NULL,
+    };
+
+    for (int i = 0; bad[i]; i++) {
+        long st = raw_post(bad[i], body, &reply);
+        cr_assert_eq(st, 400, "case %d: %s", i, reply);
+        cr_assert(strstr(reply, "urn:kforge:problem:malformed-request"), "case %d: %s", i, reply);
+        cr_assert(strstr(reply, "Connection: close") || strstr(reply, "connection: close"), "case %d: %s", i, reply);
+        cr_assert_null(strstr(reply + 12, "HTTP/1.1 "), "case %d: one answer only: %s", i, reply);
+        free(reply);
+    }
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "no framing case made a job");
+    /* The same length twice is one length (RFC 9110 8.6). */
+    framing = kf_asprintf("Content-Length: %zu\r\nContent-Length: %zu\r\nConnection: close\r\n", strlen(job),
+                          strlen(job));
+    cr_assert_eq(raw_post(framing, job, &reply), 202, "%s", reply);
+    free(reply);
+    free(framing);
+    free(body);
+}
+
+/* True when the server closes fd (or has closed it) within ms, having sent
+ * nothing; the time it took in *took_ms. */
+static bool closed_silently(int fd, int ms, long long *took_ms)
+{
+    long long t0 = kf_test_now_ms();
+    bool closed;
+    char *got = kf_http_raw_read(fd, ms, &closed);
+    bool silent = got[0] == '\0';
+
+    *took_ms = kf_test_now_ms() - t0;
+    free(got);
+    return closed && silent;
+}
+
+Test(api_edge, one_address_holds_a_bounded_number_of_connections_and_silence_is_closed)
+{
+    int fds[6], extra, fresh;
+    long long took;
+    const char *get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    bool closed;
+    char *got;
+
+    /* KFORGE_API_CONNS_PER_IP=6: six connections are served... */
+    for (int i = 0; i < 6; i++) {
+        fds[i] = kf_http_raw_connect(fx.port);
+        cr_assert_geq(fds[i], 0);
+        cr_assert_eq(send(fds[i], get, strlen(get), MSG_NOSIGNAL), (ssize_t)strlen(get));
+        got = kf_http_raw_read(fds[i], 300, &closed);
+        cr_assert(strncmp(got, "HTTP/1.1 200", 12) == 0, "connection %d: %s", i, got);
+        cr_assert_not(closed, "connection %d kept alive", i);
+        free(got);
+    }
+    /* ...the seventh is closed at once, without an answer. */
+    extra = kf_http_raw_connect(fx.port);
+    cr_assert_geq(extra, 0);
+    (void)send(extra, get, strlen(get), MSG_NOSIGNAL);
+    cr_assert(closed_silently(extra, 1500, &took), "a seventh connection from 127.0.0.1 was served");
+    close(extra);
+    /* Two closed, others may come (once the server has seen the close). */
+    close(fds[0]);
+    close(fds[1]);
+    {
+        long st = 0;
+        for (int i = 0; i < 20 && st != 200; i++) {
+            st = kf_http_raw(fx.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 54, 2000, NULL);
+            if (st != 200)
+                kf_test_sleep_ms(50);
+        }
+        cr_assert_eq(st, 200, "no connection served after two closed");
+    }
+    /* KFORGE_API_IDLE_TIMEOUT_S=2: idle keep-alive connections, and one that
+     * stops half-way through its headers, are closed after 2 s of silence. */
+    fresh = kf_http_raw_connect(fx.port);
+    cr_assert_geq(fresh, 0);
+    cr_assert_eq(send(fresh, "GET /healthz HTTP/1.1\r\nHo", 25, MSG_NOSIGNAL), 25);
+    cr_assert(closed_silently(fresh, 6000, &took), "a half-sent request was kept open");
+    cr_assert(took >= 1000 && took <= 5000, "closed after %lld ms", took);
+    close(fresh);
+    for (int i = 2; i < 6; i++) {
+        cr_assert(closed_silently(fds[i], 6000, &took), "idle connection %d kept open", i);
+        close(fds[i]);
+    }
+}
+
+Test(api_edge, unknown_tokens_are_limited_to_429_and_valid_tokens_never_are)
+{
+    kf_http_resp r;
+    char *ra, *www;
+    cJSON *j;
+
+    for (int i = 1; i <= 20; i++) {
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", "kf_guess", NULL, &r), 401, "failure %d: %s", i, r.body);
+        kf_http_resp_release(&r);
+        /* A valid token in between is never slowed. */
+        cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.user, NULL, &r), 200);
+        kf_http_resp_release(&r);
+    }
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", "kf_guess_21", NULL, &r), 429, "%s", r.body);
+    j = fx_json(&r);
+    cr_assert_str_eq(fx_str(j, "type"), "urn:kforge:problem:rate-limited");
+    cr_assert_eq(cJSON_GetObjectItem(j, "status")->valueint, 429);
+    cr_assert(strstr(fx_str(j, "detail"), "Retry-After"), "%s", r.body);
+    cJSON_Delete(j);
+    ra = kf_http_header(&r, "Retry-After");
+    cr_assert(ra && atoi(ra) >= 1 && atoi(ra) <= 60, "Retry-After: %s", ra ? ra : "(none)");
+    www = kf_http_header(&r, "Content-Type");
+    cr_assert_str_eq(www, "application/problem+json");
+    free(www);
+    free(ra);
+    kf_http_resp_release(&r);
+    /* No token at all counts the same; a worker's and an admin's valid tokens still pass. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", NULL, NULL, &r), 429);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs", fx.admin, NULL, &r), 200);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(fx_submit(&fx, fx.user, NULL));
+    /* Public routes need no token and are not limited. */
+    cr_assert_eq(fx_req(&fx, "GET", "/healthz", NULL, NULL, &r), 200);
+    kf_http_resp_release(&r);
+}
