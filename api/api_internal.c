@@ -560,9 +560,10 @@ void api_h_internal_heartbeat(api_req *r)
 {
     kf_fields fe;
     const cJSON *targets = NULL, *backends = NULL, *c;
-    const char *host = NULL;
+    static const char *const sandboxes[] = { "strict", "unconfined", NULL };
+    const char *host = NULL, *sandbox = NULL;
     char *tl = NULL, *bl = NULL;
-    const char *params[4];
+    const char *params[5];
     kf_buf t = KF_BUF_INIT, b = KF_BUF_INIT;
 
     kf_fields_init(&fe);
@@ -580,6 +581,7 @@ void api_h_internal_heartbeat(api_req *r)
     kf_fields_obj(&fe, r->json, "", "targets", false, true, &targets);
     kf_fields_obj(&fe, r->json, "", "backends", false, true, &backends);
     kf_fields_str(&fe, r->json, "", "host", false, 0, 255, &host);
+    kf_fields_enum(&fe, r->json, "", "sandbox", false, sandboxes, &sandbox);
     kf_buf_addc(&t, '{');
     kf_buf_addc(&b, '{');
     cJSON_ArrayForEach(c, targets)
@@ -610,11 +612,13 @@ void api_h_internal_heartbeat(api_req *r)
     params[1] = host;
     params[2] = tl;
     params[3] = bl;
+    params[4] = sandbox;
     if (!api_exec(r,
-                  "INSERT INTO workers (id, hostname, targets, backends) VALUES ($1, $2, $3::text[], $4::text[]) "
+                  "INSERT INTO workers (id, hostname, targets, backends, sandbox) "
+                  "VALUES ($1, $2, $3::text[], $4::text[], $5) "
                   "ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, targets = EXCLUDED.targets, "
-                  "backends = EXCLUDED.backends, last_seen = now()",
-                  4, params))
+                  "backends = EXCLUDED.backends, sandbox = EXCLUDED.sandbox, last_seen = now()",
+                  5, params))
         goto out;
     {
         cJSON *o = cJSON_CreateObject();

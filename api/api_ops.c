@@ -37,6 +37,30 @@ static bool api_pg_ok(api_req *r, kf_err *e)
     return ok;
 }
 
+/* Live workers (a heartbeat within the last minute) that run user code
+ * unconfined: still ready, but said out loud (docs/security.md). */
+static void api_readyz_sandbox(api_req *r, cJSON *doc, cJSON *checks)
+{
+    PGresult *res = PQexec(r->pg, "SELECT id FROM workers WHERE sandbox = 'unconfined' "
+                                  "AND last_seen > now() - interval '1 minute' ORDER BY id LIMIT 100");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        cJSON_AddStringToObject(checks, "sandbox", "unknown");
+    } else if (PQntuples(res) == 0) {
+        cJSON_AddStringToObject(checks, "sandbox", "strict");
+    } else {
+        cJSON *ids = cJSON_CreateArray();
+        char warn[256];
+        for (int i = 0; i < PQntuples(res); i++)
+            cJSON_AddItemToArray(ids, cJSON_CreateString(PQgetvalue(res, i, 0)));
+        cJSON_AddStringToObject(checks, "sandbox", "unconfined");
+        snprintf(warn, sizeof(warn), "%d worker(s) run user code without the sandbox "
+                 "(KFORGE_SANDBOX=unconfined): never give them other people's kernels", PQntuples(res));
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "warnings"), cJSON_CreateString(warn));
+        cJSON_AddItemToObject(doc, "unconfined_workers", ids);
+    }
+    PQclear(res);
+}
+
 void api_h_readyz(api_req *r)
 {
     kf_err pe = KF_ERR_INIT, qe = KF_ERR_INIT;
@@ -54,6 +78,7 @@ void api_h_readyz(api_req *r)
     if (pg_ok && redis_ok) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "status", "ready");
+        api_readyz_sandbox(r, o, checks);
         cJSON_AddItemToObject(o, "checks", checks);
         api_reply_json(r, 200, o);
         cJSON_Delete(o);

@@ -1188,6 +1188,41 @@ Test(api, heartbeats_upsert_workers)
     kf_http_resp_release(&r);
 }
 
+Test(api, readyz_names_workers_that_run_user_code_unconfined)
+{
+    kf_http_resp r;
+    char *v;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn2\"],\"backends\":[\"sim\"],\"sandbox\":\"strict\"}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/readyz", NULL, NULL, &r), 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"sandbox\":\"strict\"") && !strstr(r.body, "warnings"), "%s", r.body);
+    kf_http_resp_release(&r);
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn2\"],\"backends\":[\"sim\"],\"sandbox\":\"unconfined\"}", &r), 200,
+                 "%s", r.body);
+    kf_http_resp_release(&r);
+    v = fx_sql(&fx, "SELECT sandbox FROM workers WHERE id = 'w1'", NULL);
+    cr_assert_str_eq(v, "unconfined");
+    free(v);
+    cr_assert_eq(fx_req(&fx, "GET", "/readyz", NULL, NULL, &r), 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"sandbox\":\"unconfined\""), "%s", r.body);
+    cr_assert(strstr(r.body, "\"unconfined_workers\":[\"w1\"]") && strstr(r.body, "KFORGE_SANDBOX=unconfined"), "%s",
+              r.body);
+    kf_http_resp_release(&r);
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{\"sandbox\":\"off\"}", &r), 422);
+    kf_http_resp_release(&r);
+    /* back to strict: /readyz stops naming it */
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker, "{\"sandbox\":\"strict\"}", &r), 200);
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/readyz", NULL, NULL, &r), 200, "%s", r.body);
+    cr_assert(!strstr(r.body, "unconfined_workers"), "%s", r.body);
+    kf_http_resp_release(&r);
+}
+
 /* ---- operational routes ----------------------------------------------------- */
 
 Test(api, health_readiness_metrics_and_openapi)
