@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,39 @@ kf_code kf_jobproc_init(kf_err *err)
                                       "job processes", strerror(errno));
     jp_exe[n] = '\0';
     return KF_OK;
+}
+
+void kf_jobproc_init_exe(const char *path)
+{
+    snprintf(jp_exe, sizeof(jp_exe), "%s", path ? path : "");
+}
+
+kf_code kf_jobproc_workdir_make(const char *job_id, char *out, size_t len, kf_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    int n = snprintf(out, len, "%s/kforge-job-%.40s-XXXXXX", tmp && *tmp ? tmp : "/tmp", job_id ? job_id : "");
+    if (n < 0 || (size_t)n >= len)
+        return kf_err_set(err, KF_INTERNAL, "the job folder's path is too long (TMPDIR=%.100s)", tmp);
+    if (!mkdtemp(out))
+        return kf_err_set(err, KF_IO, "cannot create a job folder in %s: %s (check TMPDIR)",
+                          tmp && *tmp ? tmp : "/tmp", strerror(errno));
+    return KF_OK;
+}
+
+static int jp_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st; (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+void kf_jobproc_workdir_remove(const char *dir)
+{
+    if (dir && *dir && nftw(dir, jp_rm, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        kf_log_warn("could not remove the job folder %s: %s", dir, strerror(errno));
 }
 
 bool kf_jobproc_env_allowed(const char *e)
@@ -79,14 +113,15 @@ static char *jp_payload_json(const kf_job_payload *job)
 static kf_code jp_exec(const kf_backend *self, const kf_job_payload *job, const kf_backend_hooks *hooks,
                        char **result_json, bool *retryable, kf_err *err)
 {
-    char *json = jp_payload_json(job);
+    const kf_jobproc *jp = (const kf_jobproc *)self;   /* the backend is its first member */
+    char *json = jp_payload_json(job), *tmpdir = NULL;
     char **env;
     size_t n = 0, k = 0, len = json ? strlen(json) : 0;
     char arg0[] = "kforge-worker", arg1[] = KF_JOBPROC_ARG;
     char *argv[] = { arg0, arg1, NULL };
     int fd;
 
-    (void)self; (void)hooks; (void)result_json;
+    (void)hooks; (void)result_json;
     *retryable = true;
     if (!json || !jp_exe[0]) {
         free(json);
@@ -110,21 +145,25 @@ static kf_code jp_exec(const kf_backend *self, const kf_job_payload *job, const 
     }
     while (environ && environ[n])
         n++;
-    env = kf_calloc(n + 1, sizeof(*env));
+    env = kf_calloc(n + 2, sizeof(*env));
     for (size_t i = 0; i < n; i++)
-        if (kf_jobproc_env_allowed(environ[i]))
+        if (kf_jobproc_env_allowed(environ[i]) && !(jp->tmpdir[0] && strncmp(environ[i], "TMPDIR=", 7) == 0))
             env[k++] = environ[i];
+    if (jp->tmpdir[0])
+        env[k++] = tmpdir = kf_asprintf("TMPDIR=%s", jp->tmpdir);
     execve(jp_exe, argv, env);
     free(env);
+    free(tmpdir);
     return kf_err_set(err, KF_IO, "cannot start the job process %s: %s", jp_exe, strerror(errno));
 }
 
-const kf_backend *kf_jobproc_wrap(const kf_backend *real, kf_backend *storage)
+const kf_backend *kf_jobproc_wrap(const kf_backend *real, const char *tmpdir, kf_jobproc *storage)
 {
-    storage->name = real->name;
-    storage->kinds = real->kinds;
-    storage->run = jp_exec;
-    return storage;
+    storage->backend.name = real->name;
+    storage->backend.kinds = real->kinds;
+    storage->backend.run = jp_exec;
+    snprintf(storage->tmpdir, sizeof(storage->tmpdir), "%s", tmpdir ? tmpdir : "");
+    return &storage->backend;
 }
 
 _Noreturn void kf_jobproc_main(void)

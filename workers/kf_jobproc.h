@@ -16,7 +16,11 @@
  * payload in a sealed memfd on fd 4.
  *
  * kf_jobproc_wrap() gives a backend whose run() does that exec inside the
- * child kf_runner_run() forked; kf_jobproc_main() is the new image's side:
+ * child kf_runner_run() forked, with TMPDIR set to a private folder the
+ * worker made for the job (kf_jobproc_workdir_make(), 0700) and removes
+ * after the run whatever became of the job process (a crash, a kill after
+ * the cancel grace): kf_jobproc_workdir_remove().  kf_jobproc_main() is the
+ * new image's side:
  * it reads the payload, finds the named backend and serves the frame
  * protocol on fd 3 (kf_runner_serve()), so kf_runner's parent sees no
  * difference.
@@ -35,9 +39,23 @@
 
 /* Record the running binary's path (call first thing in main). */
 kf_code kf_jobproc_init(kf_err *err);
+/* Or name the worker binary to exec (a program that is not kforge-worker). */
+void kf_jobproc_init_exe(const char *path);
 
-/* `real`, run in a fresh image.  The wrapper lives in *storage. */
-const kf_backend *kf_jobproc_wrap(const kf_backend *real, kf_backend *storage);
+/* The wrapper: a backend first, so run() finds the rest from `self`. */
+typedef struct kf_jobproc {
+    kf_backend backend;
+    char       tmpdir[4096];    /* the job process's TMPDIR; "" keeps the worker's */
+} kf_jobproc;
+
+/* `real`, run in a fresh image whose TMPDIR is tmpdir (NULL or "": the
+ * worker's).  The wrapper lives in *storage. */
+const kf_backend *kf_jobproc_wrap(const kf_backend *real, const char *tmpdir, kf_jobproc *storage);
+
+/* A new 0700 folder <TMPDIR or /tmp>/kforge-job-<id>-XXXXXX for one run. */
+kf_code kf_jobproc_workdir_make(const char *job_id, char *out, size_t len, kf_err *err);
+/* Remove it and everything in it (symlinks are removed, never followed). */
+void kf_jobproc_workdir_remove(const char *dir);
 
 /* The job process: never returns. */
 _Noreturn void kf_jobproc_main(void);

@@ -563,7 +563,8 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
     kf_job_payload p;
     kf_err err = KF_ERR_INIT;
     const kf_backend *b = NULL;
-    kf_backend fresh;
+    kf_jobproc fresh;
+    char workdir[4096] = "";
     kf_run_result res;
     w_job j = { .w = w, .lease = l };
     kf_runner_hooks hooks = { &j, w_progress, w_should_stop };
@@ -602,8 +603,10 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
         goto out;
     }
 
-    /* the job process is a fresh image that never held this worker's secrets */
-    if (kf_runner_run(kf_jobproc_wrap(b, &fresh), &p, &hooks, W_STOP_GRACE_MS, &res, &err) != KF_OK) {
+    /* the job process is a fresh image that never held this worker's secrets;
+     * its folder is the worker's to make and to remove, however the run ends */
+    if (kf_jobproc_workdir_make(l->id, workdir, sizeof(workdir), &err) != KF_OK ||
+        kf_runner_run(kf_jobproc_wrap(b, workdir, &fresh), &p, &hooks, W_STOP_GRACE_MS, &res, &err) != KF_OK) {
         /* fork/pipe failure is the machine's problem, not the job's: hand it back. */
         kf_log_error("%s; handing the job back", err.msg);
         kf_queue_release(w->q, l->id, l->token, &err);
@@ -639,6 +642,7 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
     }
 out:
     w_set_lease(w, NULL);
+    kf_jobproc_workdir_remove(workdir);
     kf_run_result_release(&res);
     kf_job_payload_release(&p);
     free(path);

@@ -330,3 +330,76 @@ Test(token_file, only_a_private_file_of_this_user_is_read)
     free(p);
     free(dir);
 }
+
+/* ---- the job process as a fresh image, and its folder ------------------- */
+
+static kf_job_payload exec_job(const char *spec)
+{
+    kf_job_payload p;
+    kf_err e = KF_ERR_INIT;
+    char *json = kf_asprintf("{\"id\":\"01a23362-bc26-7a28-874a-1f691bf386b1\",\"kind\":\"diag\",\"target\":\"trn2\","
+                             "\"backend\":\"diag\",\"spec\":%s,\"budget\":{\"iterations\":1,\"seconds\":60},"
+                             "\"goal\":{\"fraction_of_bound\":0.9}}", spec);
+    cr_assert_eq(kf_job_payload_parse(json, &p, &e), KF_OK, "%s", e.msg);
+    free(json);
+    return p;
+}
+
+/* One run through the exec'd job process, in a job folder the test fills
+ * with a file and a symlink to a file outside it. */
+static kf_run_result run_exec(const char *spec, long long stop_ms, char *dir, size_t len, const char *outside)
+{
+    char *exe = kf_asprintf("%s/%s/bin/kforge-worker", kf_test_env("KFORGE_TEST_ROOT"), kf_test_env("KFORGE_TEST_BUILD"));
+    kf_job_payload p = exec_job(spec);
+    kf_jobproc jp;
+    kf_run_result r;
+    kf_err e = KF_ERR_INIT;
+    kf_runner_hooks h = { NULL, NULL, stop_after };
+    char *f;
+
+    kf_jobproc_init_exe(exe);
+    cr_assert_eq(kf_jobproc_workdir_make(p.id, dir, len, &e), KF_OK, "%s", e.msg);
+    f = kf_asprintf("%s/kernel.py", dir);
+    FILE *fp = fopen(f, "w");
+    cr_assert_not_null(fp);
+    fputs("x = 1\n", fp);
+    fclose(fp);
+    free(f);
+    f = kf_asprintf("%s/link", dir);
+    cr_assert_eq(symlink(outside, f), 0);
+    free(f);
+    stop_after_ms = stop_ms;
+    started_ms = kf_test_now_ms();
+    cr_assert_eq(kf_runner_run(kf_jobproc_wrap(kf_backend_find("diag", "diag"), dir, &jp), &p, &h, 100, &r, &e), KF_OK,
+                 "%s", e.msg);
+    kf_jobproc_workdir_remove(dir);
+    kf_job_payload_release(&p);
+    free(exe);
+    return r;
+}
+
+Test(jobproc, the_job_folder_is_gone_after_a_crash_a_kill_or_a_success)
+{
+    char dir[4096], outside[] = "/tmp/kforge-jobproc-outside-XXXXXX";
+    int fd = mkstemp(outside);
+    cr_assert(fd >= 0);
+    close(fd);
+
+    kf_run_result r = run_exec("{\"crash\":true}", 0, dir, sizeof(dir), outside);
+    cr_assert_eq(r.outcome, KF_RUN_CRASHED, "the exec'd diag job crashed: %s", r.error);
+    cr_assert_eq(access(dir, F_OK), -1, "%s is gone after a crash", dir);
+    kf_run_result_release(&r);
+
+    r = run_exec("{\"sleep_ms\":60000}", 50, dir, sizeof(dir), outside);
+    cr_assert(r.stopped);
+    cr_assert_eq(access(dir, F_OK), -1, "%s is gone after a stop", dir);
+    kf_run_result_release(&r);
+
+    r = run_exec("{\"sleep_ms\":0}", 0, dir, sizeof(dir), outside);
+    cr_assert_eq(r.outcome, KF_RUN_OK, "an exec'd diag job succeeds: %s", r.error);
+    cr_assert_eq(access(dir, F_OK), -1);
+    kf_run_result_release(&r);
+
+    cr_assert_eq(access(outside, F_OK), 0, "a symlink in the folder is removed, never followed");
+    unlink(outside);
+}
