@@ -204,6 +204,26 @@ static unsigned long sb_locked_flags(const char *path)
     return f;
 }
 
+/* An empty folder or file at dst (in the new root) to mount on. */
+static int sb_mountpoint(char *dst, bool dir)
+{
+    char *slash;
+    int fd;
+    if (dir)
+        return sb_mkdirs(dst);
+    slash = strrchr(dst, '/');
+    *slash = '\0';
+    fd = sb_mkdirs(dst);
+    *slash = '/';
+    if (fd < 0)
+        return -1;
+    fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
 /* Bind /oldroot<path> at /newroot<path>, read-only unless rw.  A source
  * that does not exist is skipped (0); a path already visible in the new
  * root (inside /usr, say) needs no mount of its own. */
@@ -218,20 +238,8 @@ static int sb_bind(const char *path, bool rw)
         return 0;
     if (lstat(dst, &seen) == 0)
         return 0;
-    if (S_ISDIR(st.st_mode)) {
-        if (sb_mkdirs(dst) < 0)
-            return -1;
-    } else {
-        char *slash = strrchr(dst, '/');
-        *slash = '\0';
-        if (sb_mkdirs(dst) < 0)
-            return -1;
-        *slash = '/';
-        int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0)
-            return -1;
-        close(fd);
-    }
+    if (sb_mountpoint(dst, S_ISDIR(st.st_mode)) < 0)
+        return -1;
     if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
         return -1;
     if (!rw && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | sb_locked_flags(dst), NULL) < 0)
@@ -251,20 +259,8 @@ static int sb_attach(int fd, const char *path)
         return -1;
     if (lstat(dst, &seen) == 0)
         return 0;
-    if (S_ISDIR(st.st_mode)) {
-        if (sb_mkdirs(dst) < 0)
-            return -1;
-    } else {
-        char *slash = strrchr(dst, '/');
-        *slash = '\0';
-        if (sb_mkdirs(dst) < 0)
-            return -1;
-        *slash = '/';
-        int f = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (f < 0)
-            return -1;
-        close(f);
-    }
+    if (sb_mountpoint(dst, S_ISDIR(st.st_mode)) < 0)
+        return -1;
     if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
         return -1;
     return mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | sb_locked_flags(dst), NULL);
