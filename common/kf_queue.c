@@ -809,15 +809,17 @@ kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err)
 
 /* ---- plain reads ---------------------------------------------------- */
 
-kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err)
+/* HMGET of six fields of job `id`'s hash: KF_OK with *out an array of six
+ * replies (the caller frees it), or an error. */
+static kf_code kq_job_hmget6(kf_queue *q, const char *id, const char *const fields[6], redisReply **out,
+                             kf_err *err)
 {
     char jk[96];
-    const char *argv[8] = { "HMGET", jk, "state", "attempt", "max_attempts", "cancel", "last_error", "worker" };
+    const char *argv[8] = { "HMGET", jk, fields[0], fields[1], fields[2], fields[3], fields[4], fields[5] };
     redisReply *r;
     kf_code rc;
 
-    memset(info, 0, sizeof(*info));
-    *exists = false;
+    *out = NULL;
     if ((rc = kq_check_name("job id", id, err)) != KF_OK)
         return rc;
     if ((rc = kq_ensure(q, err)) != KF_OK)
@@ -827,9 +829,23 @@ kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool 
     if (!r)
         return kq_transport_err(q, err, "HMGET");
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        rc = kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
-        goto out;
+        freeReplyObject(r);
+        return kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
     }
+    *out = r;
+    return KF_OK;
+}
+
+kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err)
+{
+    static const char *const fields[6] = { "state", "attempt", "max_attempts", "cancel", "last_error", "worker" };
+    redisReply *r;
+    kf_code rc;
+
+    memset(info, 0, sizeof(*info));
+    *exists = false;
+    if ((rc = kq_job_hmget6(q, id, fields, &r, err)) != KF_OK)
+        return rc;
     if (r->element[0]->type == REDIS_REPLY_STRING) {
         *exists = true;
         snprintf(info->state, sizeof(info->state), "%s", r->element[0]->str);
@@ -841,33 +857,21 @@ kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool 
         if (r->element[5]->type == REDIS_REPLY_STRING && r->element[5]->len > 0)
             info->worker = kq_str(r, 5);
     }
-out:
     freeReplyObject(r);
-    return rc;
+    return KF_OK;
 }
 
 kf_code kf_queue_grant_get(kf_queue *q, const char *id, kf_queue_grant *g, bool *exists, kf_err *err)
 {
-    char jk[96];
-    const char *argv[8] = { "HMGET", jk, "state", "attempt", "granted_token", "granted_worker", "lease_token",
-                            "worker" };
+    static const char *const fields[6] = { "state", "attempt", "granted_token", "granted_worker", "lease_token",
+                                           "worker" };
     redisReply *r;
     kf_code rc;
 
     memset(g, 0, sizeof(*g));
     *exists = false;
-    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
+    if ((rc = kq_job_hmget6(q, id, fields, &r, err)) != KF_OK)
         return rc;
-    if ((rc = kq_ensure(q, err)) != KF_OK)
-        return rc;
-    kq_job_key(jk, sizeof(jk), id);
-    r = redisCommandArgv(q->c, 8, argv, NULL);
-    if (!r)
-        return kq_transport_err(q, err, "HMGET");
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        rc = kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
-        goto out;
-    }
     if (r->element[0]->type == REDIS_REPLY_STRING) {
         /* A lease granted before granted_* existed still has its live
          * lease_token and worker while it runs. */
@@ -883,9 +887,8 @@ kf_code kf_queue_grant_get(kf_queue *q, const char *id, kf_queue_grant *g, bool 
         if (r->element[wk]->type == REDIS_REPLY_STRING && (wk == 3 || g->live))
             snprintf(g->worker, sizeof(g->worker), "%s", r->element[wk]->str);
     }
-out:
     freeReplyObject(r);
-    return rc;
+    return KF_OK;
 }
 
 void kf_queue_info_release(kf_queue_info *info)
