@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static void usage_main(FILE *out)
@@ -207,7 +208,13 @@ static int cmd_serve(int argc, char **argv)
             return 1;
         }
         PQfinish(c);
+        /* the admin token has done its job: out of the environment block
+         * that /proc/<pid>/environ shows */
+        kf_config_scrub(KF_CFG_BOOTSTRAP_TOKEN);
     }
+    /* no process of this user may ptrace the API or read its memory and
+     * environment (the database DSN, token hashes in flight) */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
     /* Every thread inherits the blocked signals; main waits for them. */
     sigemptyset(&set);

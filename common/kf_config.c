@@ -86,6 +86,19 @@ kf_code kf_config_load(kf_err *err)
     return KF_OK;
 }
 
+void kf_config_scrub(kf_config_id id)
+{
+    const char *name = kf_cfg_defs[id].name;
+    size_t n = strlen(name);
+
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            explicit_bzero(*e + n + 1, strlen(*e + n + 1));
+    unsetenv(name);
+    if (kf_cfg_loaded && kf_cfg_str_val[id] && *kf_cfg_str_val[id])
+        kf_cfg_str_val[id] = "";
+}
+
 const char *kf_config_str(kf_config_id id)
 {
     if (!kf_cfg_loaded)

@@ -119,6 +119,12 @@ const char *kf_config_str(kf_config_id id);
 long kf_config_int(kf_config_id id);
 const char *kf_config_name(kf_config_id id);  /* "KFORGE_LEASE_MS" */
 
+/* Forget a secret setting once the caller has copied or used it: blank its
+ * bytes in the environment block in place (what /proc/<pid>/environ shows
+ * and what children inherit) and unset it.  kf_config_str(id) reads ""
+ * afterwards. */
+void kf_config_scrub(kf_config_id id);
+
 /* Print the settings a binary reads (users mask) for --help. */
 void kf_config_print_help(FILE *out, unsigned users);
 /* Print the whole table as Markdown (README). */

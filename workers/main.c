@@ -743,20 +743,6 @@ static int w_parse_targets(worker *w, const char *list, kf_err *err)
 
 /* ---- start-up: token, identity, spool --------------------------------- */
 
-/* KFORGE_TOKEN holds a secret in the environment, which every child
- * inherits and /proc/<pid>/environ shows: blank its bytes in place (the
- * original environment block is what /proc reads) and unset it. */
-static void w_scrub_env_token(void)
-{
-    extern char **environ;
-    static const char name[] = "KFORGE_TOKEN=";
-
-    for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, name, sizeof(name) - 1) == 0)
-            explicit_bzero(*e + sizeof(name) - 1, strlen(*e + sizeof(name) - 1));
-    }
-    unsetenv("KFORGE_TOKEN");
-}
 
 /* The worker's token, from KFORGE_TOKEN_FILE, or (kept for existing
  * deployments, with a warning) from KFORGE_TOKEN, which is then removed
@@ -780,7 +766,9 @@ static kf_code w_load_token(worker *w, kf_err *err)
         kf_err_set(err, KF_CONFIG, "no token: set KFORGE_TOKEN_FILE to a file (mode 0600) holding a worker token "
                                    "made with `kforge-api token create --role worker --name WORKER_ID`");
     }
-    w_scrub_env_token();
+    /* KFORGE_TOKEN holds a secret in the environment, which every child
+     * inherits and /proc/<pid>/environ shows: blank its bytes, unset it */
+    kf_config_scrub(KF_CFG_TOKEN);
     return w->token ? KF_OK : err->code;
 }
 

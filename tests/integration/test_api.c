@@ -1352,6 +1352,19 @@ Test(api_cli, serve_migrate_and_bootstrap_token_on_a_fresh_database, .timeout = 
     kf_http_resp_release(&r);
     cr_assert_eq(kf_http_json("GET", jobs, "kf_wrong", NULL, &r), 401);
     kf_http_resp_release(&r);
+    {
+        /* the admin token left the environment block once it was bootstrapped
+         * (root reads /proc/<pid>/environ even of a non-dumpable process) */
+        char path[64], buf[8192];
+        snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        cr_assert_gt(n, 0, "cannot read %s", path);
+        buf[n] = '\0';
+        cr_assert_null(memmem(buf, n, boot, strlen(boot)), "the bootstrap token is still in %s", path);
+    }
     st = kf_test_stop(pid, SIGINT, 10000);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGINT: status %d", st);
 

@@ -183,6 +183,22 @@ Test(kf_config, defaults_bounds_and_unknown_names)
     cr_assert_eq(kf_config_load(&e), KF_OK);
 }
 
+Test(kf_config, scrub_blanks_a_secret_in_the_environment_block_and_unsets_it)
+{
+    kf_err e = KF_ERR_INIT;
+    const char *v;
+    setenv("KFORGE_BOOTSTRAP_TOKEN", "kf_admin_secret_0123456789", 1);
+    cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
+    v = getenv("KFORGE_BOOTSTRAP_TOKEN");   /* glibc keeps setenv's string: its bytes stay readable */
+    cr_assert_str_eq(kf_config_str(KF_CFG_BOOTSTRAP_TOKEN), "kf_admin_secret_0123456789");
+    kf_config_scrub(KF_CFG_BOOTSTRAP_TOKEN);
+    cr_assert_null(getenv("KFORGE_BOOTSTRAP_TOKEN"));
+    cr_assert_str_eq(kf_config_str(KF_CFG_BOOTSTRAP_TOKEN), "");
+    for (size_t i = 0; i < strlen("kf_admin_secret_0123456789"); i++)
+        cr_assert_eq(v[i], '\0', "byte %zu of the old value is blank", i);
+    cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
+}
+
 /* kf_log_add gathers whole lines and writes them in writes of at most
  * PIPE_BUF bytes; lines below the level are not written. */
 Test(kf_log, lines_of_a_batch_are_written_whole_in_order)
