@@ -809,31 +809,29 @@ kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err)
 
 /* ---- plain reads ---------------------------------------------------- */
 
-/* HMGET of six fields of job `id`'s hash: KF_OK with *out an array of six
- * replies (the caller frees it), or an error. */
-static kf_code kq_job_hmget6(kf_queue *q, const char *id, const char *const fields[6], redisReply **out,
-                             kf_err *err)
+/* HMGET of six fields of job `id`'s hash: an array of six replies (the
+ * caller frees it), or NULL with *rc and err saying why. */
+static redisReply *kq_job_hmget6(kf_queue *q, const char *id, const char *const fields[6], kf_code *rc,
+                                 kf_err *err)
 {
     char jk[96];
     const char *argv[8] = { "HMGET", jk, fields[0], fields[1], fields[2], fields[3], fields[4], fields[5] };
     redisReply *r;
-    kf_code rc;
 
-    *out = NULL;
-    if ((rc = kq_check_name("job id", id, err)) != KF_OK)
-        return rc;
-    if ((rc = kq_ensure(q, err)) != KF_OK)
-        return rc;
+    if ((*rc = kq_check_name("job id", id, err)) != KF_OK || (*rc = kq_ensure(q, err)) != KF_OK)
+        return NULL;
     kq_job_key(jk, sizeof(jk), id);
     r = redisCommandArgv(q->c, 8, argv, NULL);
-    if (!r)
-        return kq_transport_err(q, err, "HMGET");
+    if (!r) {
+        *rc = kq_transport_err(q, err, "HMGET");
+        return NULL;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
         freeReplyObject(r);
-        return kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
+        *rc = kf_err_set(err, KF_REDIS, "Redis HMGET of job %s: unexpected reply", id);
+        return NULL;
     }
-    *out = r;
-    return KF_OK;
+    return r;
 }
 
 kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool *exists, kf_err *err)
@@ -844,7 +842,7 @@ kf_code kf_queue_inspect(kf_queue *q, const char *id, kf_queue_info *info, bool 
 
     memset(info, 0, sizeof(*info));
     *exists = false;
-    if ((rc = kq_job_hmget6(q, id, fields, &r, err)) != KF_OK)
+    if (!(r = kq_job_hmget6(q, id, fields, &rc, err)))
         return rc;
     if (r->element[0]->type == REDIS_REPLY_STRING) {
         *exists = true;
@@ -870,7 +868,7 @@ kf_code kf_queue_grant_get(kf_queue *q, const char *id, kf_queue_grant *g, bool 
 
     memset(g, 0, sizeof(*g));
     *exists = false;
-    if ((rc = kq_job_hmget6(q, id, fields, &r, err)) != KF_OK)
+    if (!(r = kq_job_hmget6(q, id, fields, &rc, err)))
         return rc;
     if (r->element[0]->type == REDIS_REPLY_STRING) {
         /* A lease granted before granted_* existed still has its live

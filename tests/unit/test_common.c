@@ -190,6 +190,7 @@ Test(kf_config, scrub_blanks_a_secret_in_the_environment_block_and_unsets_it)
     setenv("KFORGE_BOOTSTRAP_TOKEN", "kf_admin_secret_0123456789", 1);
     cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
     v = getenv("KFORGE_BOOTSTRAP_TOKEN");   /* glibc keeps setenv's string: its bytes stay readable */
+    cr_assert_not_null(v);
     cr_assert_str_eq(kf_config_str(KF_CFG_BOOTSTRAP_TOKEN), "kf_admin_secret_0123456789");
     kf_config_scrub(KF_CFG_BOOTSTRAP_TOKEN);
     cr_assert_null(getenv("KFORGE_BOOTSTRAP_TOKEN"));
