@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_config.h"
 #include "agent/ka_expr.h"
 #include "agent/ka_lib.h"
@@ -86,6 +87,70 @@ Test(agent, expression_errors_name_the_problem)
     cr_assert_eq(ka_expr_eval("ENG < 3", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("pow(2, 3)", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("sqrt(-D)", env_lookup, NULL, &v, &err), KF_INVALID);
+}
+
+/* Every recursive path of the evaluator is bounded by one depth counter:
+ * 50,000 unary minuses or nots (a constraint a job could carry) and deep
+ * parentheses are an ordinary error naming the limit, never a stack
+ * overflow; nesting within the limit still evaluates. */
+static char *repeat(const char *unit, int n, const char *tail)
+{
+    kf_buf b;
+    kf_buf_init(&b);
+    for (int i = 0; i < n; i++)
+        kf_buf_adds(&b, unit);
+    kf_buf_adds(&b, tail);
+    return b.data;
+}
+
+static void expect_too_deep(const char *e)
+{
+    ka_value v;
+    kf_err err = KF_ERR_INIT;
+    cr_assert_eq(ka_expr_eval(e, env_lookup, NULL, &v, &err), KF_INVALID, "%.40s...", e);
+    cr_assert(strstr(err.msg, "more than 64 levels"), "the message names the limit: %s", err.msg);
+    cr_assert(strlen(err.msg) < 400, "the message quotes only the start of the expression: %s", err.msg);
+}
+
+Test(agent, expression_nesting_is_bounded_on_every_path)
+{
+    char *e;
+    e = repeat("-", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("not ", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("(", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("1 + (", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("-(not ", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("min(", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+
+    /* within the limit: 60 levels of each kind, and mixed */
+    e = repeat("-", 60, "D");
+    cr_assert_eq(ev(e), 700);
+    free(e);
+    e = repeat("not ", 61, "0");
+    cr_assert_eq(ev(e), 1);
+    free(e);
+    {
+        char *open = repeat("(", 63, "D"), *close = repeat(")", 63, "");
+        char *both = kf_asprintf("%s%s + 1", open, close);
+        cr_assert_eq(ev(both), 701);
+        free(open);
+        free(close);
+        free(both);
+    }
+    cr_assert_eq(ev("-(-(max(1, -(-(D)))))"), 700);
+    cr_assert_eq(ev("not not (D > 3 and not (D < 2))"), 1);
 }
 
 /* ---- library -------------------------------------------------------------- */
