@@ -240,6 +240,40 @@ Test(agent, binding_derives_shapes_and_refuses_what_a_template_cannot_serve)
     cr_assert_eq(bind("softmax", "8x8x8", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_INVALID);
 }
 
+/* A library template whose input has no name (or no dims) is refused when
+ * it is bound, naming the file, even when the shapes given do not match
+ * (issue 22, bug 6: that path dereferenced the missing name). */
+Test(agent, binding_refuses_a_template_input_without_a_name)
+{
+    static const char *const bad[] = {
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"dims\":[\"N\",\"D\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"N\"]},{\"name\":7,\"dims\":[\"N\",\"D\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"\",\"dims\":[\"N\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[\"x\"]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"x\"}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"x\",\"dims\":[\"N\",null]}]}",
+    };
+    static const char *const says[] = { "input 1 needs a \"name\"", "input 2 needs a \"name\"",
+                                        "input 1 needs a \"name\"", "input 1 needs a \"name\"",
+                                        "input x needs \"dims\"", "every dim is a name or a number" };
+    const int64_t shapes[2][KA_MAX_DIMS] = { { 128 }, { 128, 64, 3 } };
+    const int ndims[2] = { 1, 3 };   /* neither matches the template's dims */
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *meta = cJSON_Parse(bad[i]);
+        ka_problem pb;
+        ka_space sp;
+        kf_err err = KF_ERR_INIT;
+        cr_assert_not_null(meta);
+        cr_assert_eq(ka_lib_bind(meta, "kernels/t.py", shapes, ndims, i == 1 ? 2 : 1, SIM_DT_FLOAT32, "trn2", &pb,
+                                 &sp, &err), KF_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err.msg, "kernels/t.py") && strstr(err.msg, says[i]), "%s: %s", bad[i], err.msg);
+        ka_space_release(&sp);
+        ka_problem_release(&pb);
+        cJSON_Delete(meta);
+    }
+}
+
 /* A tunable's "addresses" must name the profiler's finding kinds and a
  * direction: a typo would otherwise silently never steer the planner. */
 Test(agent, addresses_name_real_findings_and_directions)
