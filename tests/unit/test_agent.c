@@ -326,6 +326,29 @@ Test(agent, constraints_prune_settings)
     ka_problem_release(&pb);
 }
 
+/* An input whose shape product overflows int64_t (8 dims of 2^31, issue 22
+ * bug 7) is refused before any evaluation starts, naming the input: it
+ * used to be zero-filled into an empty buffer under the huge shape. */
+Test(agent, an_input_shape_that_overflows_is_refused_before_evaluation)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    cJSON *res = NULL;
+
+    cr_assert_eq(bind("add", "128x300 128x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    pb.inputs[0].ndim = KA_MAX_DIMS;
+    for (int d = 0; d < KA_MAX_DIMS; d++)
+        pb.inputs[0].shape[d] = (int64_t)1 << 31;
+    cr_assert_eq(ka_profile_once(&pb, NULL, 30, &res, &err), KF_TOO_LARGE, "%s", err.msg);
+    cr_assert_null(res);
+    cr_assert(strstr(err.msg, pb.inputs[0].name) && strstr(err.msg, "bytes"), "%s", err.msg);
+    cr_assert_eq(ka_validate_once(&pb, NULL, 1, 1, 30, &res, &err), KF_TOO_LARGE, "%s", err.msg);
+    cr_assert_null(res);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+}
+
 /* ---- the loop -------------------------------------------------------------- */
 
 static int n_progress;
