@@ -40,36 +40,51 @@ static void ka_free_arrays(sim_array *a, size_t n)
     free(a);
 }
 
+/* A problem input as an array header (no data yet), for sim_array_check. */
+static void ka_input_array(const ka_input *in, sim_array *a)
+{
+    memset(a, 0, sizeof(*a));
+    snprintf(a->name, sizeof(a->name), "%s", in->name);
+    a->dtype = in->dtype;
+    a->ndim = in->ndim;
+    for (int d = 0; d < in->ndim && d < KA_MAX_DIMS; d++)
+        a->shape[d] = in->shape[d];
+}
+
 /* Inputs: zero-filled (timing: values are never read) or seeded random. */
 static kf_code ka_make_inputs(const ka_problem *pb, bool random, uint64_t seed, sim_array **out, kf_err *err)
 {
     sim_array *a = kf_calloc((size_t)pb->n_inputs, sizeof(*a));
     for (int i = 0; i < pb->n_inputs; i++) {
         const ka_input *in = &pb->inputs[i];
-        snprintf(a[i].name, sizeof(a[i].name), "%s", in->name);
-        a[i].dtype = in->dtype;
-        a[i].ndim = in->ndim;
-        for (int d = 0; d < in->ndim; d++)
-            a[i].shape[d] = in->shape[d];
+        int64_t n = 0;
+        kf_code rc;
+        ka_input_array(in, &a[i]);
+        /* checked before anything is allocated: a product that wrapped
+         * would leave a small buffer under a huge shape */
+        rc = sim_array_check(&a[i], SIM_ARRAY_MAX_BYTES, &n, err);
+        if (rc) {
+            ka_free_arrays(a, (size_t)pb->n_inputs);
+            return rc;
+        }
         if (random) {
             sim_random_spec rs;
             sim_npy_array npy;
             uint64_t shp[KA_MAX_DIMS];
-            kf_code rc;
             sim_random_spec_default(&rs);
             rs.seed = seed * 1000003ULL + (uint64_t)i * 7919ULL;
             rs.std = in->std > 0 ? in->std : 1.0;
             for (int d = 0; d < in->ndim; d++)
                 shp[d] = (uint64_t)in->shape[d];
             memset(&npy, 0, sizeof(npy));
-            rc = sim_input_random(in->dtype, in->ndim, shp, &rs, (uint64_t)1 << 36, &npy, err);
+            rc = sim_input_random(in->dtype, in->ndim, shp, &rs, SIM_ARRAY_MAX_BYTES, &npy, err);
             if (rc) {
                 ka_free_arrays(a, (size_t)pb->n_inputs);
                 return rc;
             }
             a[i].data = npy.data;
         } else {
-            a[i].data = kf_calloc((size_t)sim_array_elems(&a[i]), sim_dtype_size(in->dtype));
+            a[i].data = kf_calloc((size_t)n, sim_dtype_size(in->dtype));
         }
     }
     *out = a;
@@ -333,6 +348,15 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
     lim.ro_paths = files;
     if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
         return kf_err_set(err, KF_INVALID, "validation needs a NumPy reference");
+    /* Inputs too large for the simulator are the caller's error, refused
+     * here rather than as a failed evaluation. */
+    for (int i = 0; i < req->pb->n_inputs; i++) {
+        sim_array a;
+        ka_input_array(&req->pb->inputs[i], &a);
+        rc = sim_array_check(&a, SIM_ARRAY_MAX_BYTES, NULL, err);
+        if (rc)
+            return rc;
+    }
     /* The sandbox API takes a mutable context; the child only reads req. */
     rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err); /* NOLINT(performance-no-int-to-ptr) */
     if (rc)

@@ -28,7 +28,9 @@
  *   validate: {"ok", "error"?, "pass", "ref_error"?, "checks",
  *              "sim_seconds", "ref_seconds"}
  * plus "wall_seconds" (the whole sandboxed evaluation, parent side).
- * Failure of the call itself (fork failed): KF_INTERNAL.
+ * Failure of the call itself: KF_TOO_LARGE or KF_INVALID when an input's
+ * shape is one the simulator cannot hold (sim_array_check, checked before
+ * the child starts); KF_INTERNAL when the fork failed.
  */
 #ifndef KA_EVAL_H
 #define KA_EVAL_H

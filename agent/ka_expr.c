@@ -3,10 +3,19 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Nesting the evaluator allows: every recursive path (parentheses and
+ * function calls, each unary minus, each `not`) counts one level on one
+ * counter, so a hostile expression cannot run the stack out however it
+ * nests.  Binary operators loop and add no depth of their own; their
+ * operands count through the same three paths. */
 enum { KA_EXPR_MAX_DEPTH = 64 };
+
+/* Bytes of the expression quoted in an error message. */
+enum { KA_EXPR_QUOTE = 80 };
 
 typedef struct kx {
     const char    *src, *p;
@@ -17,11 +26,41 @@ typedef struct kx {
     bool           failed;
 } kx;
 
+/* The message quotes at most KA_EXPR_QUOTE bytes of the expression, cut on
+ * a UTF-8 character boundary, so the reason always fits in the message. */
 static void kx_fail(kx *x, const char *what)
 {
-    if (!x->failed)
-        kf_err_set(x->err, KF_INVALID, "constraint \"%s\": %s at offset %d", x->src, what, (int)(x->p - x->src));
+    if (!x->failed) {
+        size_t len = strlen(x->src), cut = len;
+        if (cut > KA_EXPR_QUOTE) {
+            cut = KA_EXPR_QUOTE;
+            while (cut > 0 && ((unsigned char)x->src[cut] & 0xC0) == 0x80)
+                cut--;
+        }
+        kf_err_set(x->err, KF_INVALID, "constraint \"%.*s%s\": %s at offset %d", (int)cut, x->src,
+                   cut < len ? "..." : "", what, (int)(x->p - x->src));
+    }
     x->failed = true;
+}
+
+/* One more level of nesting: false (and the evaluation failed) past
+ * KA_EXPR_MAX_DEPTH.  Every successful kx_enter is paired with kx_leave. */
+static bool kx_enter(kx *x)
+{
+    if (x->depth >= KA_EXPR_MAX_DEPTH) {
+        char what[160];
+        snprintf(what, sizeof(what), "nesting more than %d levels deep (parentheses, calls, unary minus and not "
+                 "each count one; write the constraint flatter)", KA_EXPR_MAX_DEPTH);
+        kx_fail(x, what);
+        return false;
+    }
+    x->depth++;
+    return true;
+}
+
+static void kx_leave(kx *x)
+{
+    x->depth--;
 }
 
 static void kx_ws(kx *x)
@@ -105,10 +144,8 @@ static ka_value kx_atom(kx *x)
 {
     ka_value v = kx_num(0);
     kx_ws(x);
-    if (++x->depth > KA_EXPR_MAX_DEPTH) {
-        kx_fail(x, "expression nested too deeply");
+    if (!kx_enter(x))
         return v;
-    }
     if (kx_eat(x, "(")) {
         v = kx_or(x);
         if (!kx_eat(x, ")"))
@@ -150,14 +187,18 @@ static ka_value kx_atom(kx *x)
     } else {
         kx_fail(x, *x->p ? "unexpected character" : "unexpected end");
     }
-    x->depth--;
+    kx_leave(x);
     return v;
 }
 
 static ka_value kx_unary(kx *x)
 {
     if (kx_eat(x, "-")) {
-        ka_value v = kx_unary(x);
+        ka_value v = kx_num(0);
+        if (!kx_enter(x))
+            return v;
+        v = kx_unary(x);
+        kx_leave(x);
         if (!x->failed && kx_need_num(x, &v))
             v.num = -v.num;
         return v;
@@ -277,7 +318,11 @@ static bool kx_truth(const ka_value *v)
 static ka_value kx_not(kx *x)
 {
     if (kx_eat(x, "not")) {
-        ka_value v = kx_not(x);
+        ka_value v;
+        if (!kx_enter(x))
+            return kx_num(0);
+        v = kx_not(x);
+        kx_leave(x);
         return kx_num(kx_truth(&v) ? 0 : 1);
     }
     return kx_cmp(x);

@@ -10,9 +10,14 @@
  * Numbers are doubles (integers are exact up to 2^53); // and % follow
  * Python (floor).  Strings compare with == and != only.
  *
- * Failure: KF_INVALID with a message quoting the expression and where it
- * went wrong (syntax, unknown name, type error, division by zero).  No heap
- * is kept: the evaluator is re-entrant and allocation-free.
+ * Nesting is bounded: parentheses and calls, each unary minus and each
+ * `not` count one level on one counter, and an expression nesting more than
+ * 64 levels deep is refused (so no input can run the stack out).
+ *
+ * Failure: KF_INVALID with a message quoting the expression (its first 80
+ * bytes when longer) and where it went wrong (syntax, unknown name, type
+ * error, division by zero, nesting too deep).  No heap is kept: the
+ * evaluator is re-entrant and allocation-free.
  */
 #ifndef KA_EXPR_H
 #define KA_EXPR_H

@@ -467,6 +467,38 @@ static void ka_fmt_shape(char *buf, size_t len, const int64_t *s, int nd)
         o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? "x" : "", (long long)s[i]);
 }
 
+/* A template's inputs before anything reads them: each an object with a
+ * "name" (a non-empty string that fits ka_input.name) and "dims" (1 to
+ * KA_MAX_DIMS dim names or numbers).  Messages from binding name the
+ * inputs, so a nameless one is refused here with the file and position. */
+static kf_code ka_check_inputs(const cJSON *inputs, const char *path, kf_err *err)
+{
+    const cJSON *in;
+    int i = 0;
+    cJSON_ArrayForEach(in, inputs)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
+        const cJSON *dims = cJSON_GetObjectItemCaseSensitive(in, "dims");
+        const cJSON *d;
+        int nd = cJSON_GetArraySize(dims);
+        if (!cJSON_IsObject(in) || !cJSON_IsString(name) || !name->valuestring[0] ||
+            strlen(name->valuestring) >= sizeof(((ka_input *)0)->name))
+            return kf_err_set(err, KF_INVALID, "%s: KFORGE input %d needs a \"name\" (a string of 1 to %zu "
+                              "characters)", path, i + 1, sizeof(((ka_input *)0)->name) - 1);
+        if (!cJSON_IsArray(dims) || nd < 1 || nd > KA_MAX_DIMS)
+            return kf_err_set(err, KF_INVALID, "%s: KFORGE input %s needs \"dims\", a list of 1 to %d dim names "
+                              "or numbers", path, name->valuestring, KA_MAX_DIMS);
+        cJSON_ArrayForEach(d, dims)
+        {
+            if (!(cJSON_IsString(d) && d->valuestring[0]) && !cJSON_IsNumber(d))
+                return kf_err_set(err, KF_INVALID, "%s: KFORGE input %s: every dim is a name or a number", path,
+                                  name->valuestring);
+        }
+        i++;
+    }
+    return KF_OK;
+}
+
 kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims,
                     int n_shapes, sim_dtype dtype, const char *target, ka_problem *pb, ka_space *sp, kf_err *err)
 {
@@ -485,6 +517,9 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
     if (!cJSON_IsString(op) || !cJSON_IsString(entry) || !cJSON_IsArray(inputs) || n_in < 1 ||
         n_in > KA_MAX_INPUTS)
         return kf_err_set(err, KF_INVALID, "%s: KFORGE needs op, entry and 1..%d inputs", path, KA_MAX_INPUTS);
+    rc = ka_check_inputs(inputs, path, err);
+    if (rc)
+        return rc;
     if (n_shapes < 1 || n_shapes > n_in)
         return kf_err_set(err, KF_INVALID, "%s takes %d input%s; give 1 to %d shapes (got %d)", op->valuestring,
                           n_in, n_in == 1 ? "" : "s", n_in, n_shapes);
@@ -514,7 +549,7 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
             }
             ka_fmt_shape(got, sizeof(got), shapes[i], ndims[i]);
             return kf_err_set(err, KF_INVALID, "%s input %s has shape %s; got %s", op->valuestring,
-                              cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring, want, got);
+                              cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(in, "name")), want, got);
         }
         for (int d = 0; d < nd; d++) {
             const cJSON *dn = cJSON_GetArrayItem(dims, d);
@@ -526,7 +561,7 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
                 prev.num != (double)shapes[i][d])
                 return kf_err_set(err, KF_INVALID, "%s: dim %s is %.0f in one input and %lld in %s", op->valuestring,
                                   dn->valuestring, prev.num, (long long)shapes[i][d],
-                                  cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring);
+                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(in, "name")));
             ka_space_env_set(sp, dn->valuestring, (double)shapes[i][d]);
         }
         i++;

@@ -105,7 +105,9 @@ kf_code ka_lib_find(const char *dir, const char *op, cJSON **meta, char *path, s
 
 /* Bind a template to shapes (one per input, in order; fewer when the rest
  * follow from the named dims), a dtype and a target: fills the problem and
- * the space and checks the template's `supports` conditions. */
+ * the space and checks the template's `supports` conditions.  The template's
+ * inputs are checked first: each needs a "name" and 1..KA_MAX_DIMS "dims"
+ * (KF_INVALID naming the file otherwise). */
 kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)[KA_MAX_DIMS],
                     const int *ndims, int n_shapes, sim_dtype dtype, const char *target,
                     ka_problem *pb, ka_space *sp, kf_err *err);

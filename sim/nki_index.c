@@ -152,15 +152,13 @@ static PyObject *pred_from_compare(PyObject *a, PyObject *b, int op)
     }
     p->ndim = e->ndim;
     p->data = NULL;
-    for (int k = 0; k < e->ndim; k++) {
+    for (int k = 0; k < e->ndim; k++)
         p->shape[k] = e->shape[k];
-        n *= e->shape[k];
-    }
-    if (n > NKI_MAX_OP_ELEMS) {
+    if (!simc_shape_elems(e->ndim, e->shape, NKI_MAX_OP_ELEMS, &n)) {
         Py_DECREF(p);
         Py_DECREF(diff);
-        return nki_fail(SIM_E_LIMIT, "index comparison", "a predicate over %lld index points, at most %lld",
-                        (long long)n, (long long)NKI_MAX_OP_ELEMS);
+        return nki_fail(SIM_E_LIMIT, "index comparison", "a predicate over more than %lld index points",
+                        (long long)NKI_MAX_OP_ELEMS);
     }
     p->data = kf_malloc((size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) {
@@ -274,15 +272,12 @@ static PyObject *pred_new_like(int nd, const int64_t *shape, int64_t *n)
         return NULL;
     p->ndim = nd;
     p->data = NULL;
-    *n = 1;
-    for (int k = 0; k < nd; k++) {
+    for (int k = 0; k < nd; k++)
         p->shape[k] = shape[k];
-        *n *= shape[k];
-    }
-    if (*n > NKI_MAX_OP_ELEMS) {
+    if (!simc_shape_elems(nd, shape, NKI_MAX_OP_ELEMS, n)) {
         Py_DECREF(p);
-        return nki_fail(SIM_E_LIMIT, "mask", "a predicate over %lld index points, at most %lld",
-                        (long long)*n, (long long)NKI_MAX_OP_ELEMS);
+        return nki_fail(SIM_E_LIMIT, "mask", "a predicate over more than %lld index points",
+                        (long long)NKI_MAX_OP_ELEMS);
     }
     p->data = kf_malloc((size_t)(*n ? *n : 1));
     return (PyObject *)p;
@@ -302,11 +297,8 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
     }
     if (!obj || obj == Py_None || obj == Py_True)
         return 0;
-    for (int k = 0; k < ndim; k++)
-        n *= shape[k];
-    if (n > NKI_MAX_OP_ELEMS) {
-        nki_fail(SIM_E_LIMIT, api, "a mask over %lld elements, at most %lld", (long long)n,
-                 (long long)NKI_MAX_OP_ELEMS);
+    if (!simc_shape_elems(ndim, shape, NKI_MAX_OP_ELEMS, &n)) {
+        nki_fail(SIM_E_LIMIT, api, "a mask over more than %lld elements", (long long)NKI_MAX_OP_ELEMS);
         return -1;
     }
     m = (uint8_t *)nki_scratch(5, (n + 3) / 4);

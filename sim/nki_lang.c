@@ -364,7 +364,16 @@ static PyObject *nl_arange(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
         PyErr_Clear();
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.arange", "start, stop and step must be ints, step > 0");
     }
-    shape[0] = hi > lo ? (hi - lo + st - 1) / st : 0;
+    if (hi > lo) {
+        /* the span in unsigned arithmetic (hi - lo may pass INT64_MAX); no
+         * tensor has more than 2^36 elements, so neither has a longer range */
+        uint64_t span = (uint64_t)hi - (uint64_t)lo, size = span / (uint64_t)st + (span % (uint64_t)st != 0);
+        if (size > ((uint64_t)1 << 36))
+            return nki_fail(SIM_E_LIMIT, "nl.arange", "a range of more than 2^36 values");
+        shape[0] = (int64_t)size;
+    } else {
+        shape[0] = 0;
+    }
     coef[0] = st;
     return nki_index_new(1, shape, coef, lo);
 }

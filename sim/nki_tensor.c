@@ -82,10 +82,11 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
             return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api,
                                           "dimension %d has negative size %lld", d,
                                           (long long)shape[d]);
-        total *= shape[d];
-        if (total > ((int64_t)1 << 36))
-            return (nki_tensor *)nki_fail(SIM_E_LIMIT, api, "tensor of more than 2^36 elements");
     }
+    /* Checked product (a zero dim counts as one in the bound), so the
+     * block and free-element products below cannot overflow either. */
+    if (!simc_shape_elems(ndim, shape, NKI_VIEW_MAX_HBM, &total))
+        return (nki_tensor *)nki_fail(SIM_E_LIMIT, api, "tensor of more than 2^36 elements");
     if (mem == SIM_MEM_HBM) {
         parts = 1;
         free_elems = total;
@@ -588,6 +589,20 @@ int nki_parse_shape(PyObject *obj, const char *api, int64_t *shape, int *pdim)
         shape[nd++] = v;
     }
     Py_DECREF(seq);
+    {
+        /* No tensor or view holds more than NKI_VIEW_MAX_HBM elements, so
+         * a larger shape is refused here: every product callers form of
+         * these dims (sizes, strides, reshape counts) then stays far inside
+         * int64_t.  Negative entries (reshape's -1) are the callers' to
+         * check and count as one. */
+        int64_t pos[SIMC_MAX_DIMS], total;
+        for (int d = 0; d < nd; d++)
+            pos[d] = shape[d] < 0 ? 1 : shape[d];
+        if (!simc_shape_elems(nd, pos, NKI_VIEW_MAX_HBM, &total)) {
+            nki_fail(SIM_E_LIMIT, api, "a shape of more than 2^36 elements");
+            return -1;
+        }
+    }
     return nd;
 }
 

@@ -290,6 +290,26 @@ void simc_store_writable(simc_store *s)
 
 /* ===== views ===== */
 
+bool simc_shape_elems(int ndim, const int64_t *shape, int64_t limit, int64_t *n)
+{
+    int64_t span = 1;
+    bool empty = false;
+    if (ndim < 0 || ndim > SIMC_MAX_DIMS)
+        return false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return false;
+        if (shape[d] == 0) {
+            empty = true;
+            continue;
+        }
+        if (__builtin_mul_overflow(span, shape[d], &span) || span > limit)
+            return false;
+    }
+    *n = empty ? 0 : span;
+    return true;
+}
+
 int64_t simc_view_elems(const simc_view *v)
 {
     int64_t n = 1;

@@ -18,7 +18,8 @@
  * saturate integers; reads convert every dtype to fp32.
  *
  * Ownership and failure: allocation aborts on OOM (kf_alloc); the functions
- * here do not fail — callers validate shapes and bounds first.
+ * here do not fail — callers validate shapes and bounds first (a shape's
+ * element count with simc_shape_elems, which reports overflow).
  */
 #ifndef SIM_CORE_H
 #define SIM_CORE_H
@@ -78,6 +79,14 @@ bool simc_store_unref(simc_store *s);
 /* Make a borrowed store's data private (copy) before a write. */
 void simc_store_writable(simc_store *s);
 void simc_fill_uninit(void *data, sim_dtype dt, int64_t n);
+
+/* Elements of a shape, checked before anything allocates or trusts it:
+ * true with *n the product when 0 <= ndim <= SIMC_MAX_DIMS, no dimension is
+ * negative and the product is at most `limit` (INT64_MAX: only that it
+ * fits); false otherwise (*n untouched).  A zero dimension makes the
+ * product 0 but counts as 1 in the bound, so an empty shape cannot carry
+ * dimensions whose strides would overflow. */
+bool simc_shape_elems(int ndim, const int64_t *shape, int64_t limit, int64_t *n);
 
 /* Views. */
 int64_t simc_view_elems(const simc_view *v);

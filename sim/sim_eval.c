@@ -74,8 +74,19 @@ kf_code sim_check_eval_child(void *arg, sim_sandbox_out *out, kf_err *err)
         goto send;
     }
     add_record_summary(j, &rec);
-    for (size_t i = 0; i < n_outs; i++)
-        sim_sandbox_send_array(out, &outs[i]);
+    for (size_t i = 0; i < n_outs; i++) {
+        kf_err aerr = KF_ERR_INIT;
+        rc = sim_sandbox_send_array(out, &outs[i], &aerr);
+        if (rc) {
+            cJSON *e = cJSON_AddObjectToObject(j, "error");
+            cJSON_AddStringToObject(e, "code", sim_error_name(SIM_E_LIMIT));
+            cJSON_AddStringToObject(e, "rule", sim_error_rule(SIM_E_LIMIT));
+            cJSON_AddStringToObject(e, "message", aerr.msg);
+            if (err)
+                *err = aerr;
+            goto send;
+        }
+    }
     cJSON_AddNumberToObject(j, "n_outputs", (double)n_outs);
     if (s->ref_path) {
         kf_err rerr = KF_ERR_INIT;
@@ -84,9 +95,13 @@ kf_code sim_check_eval_child(void *arg, sim_sandbox_out *out, kf_err *err)
                                 s->n_inputs, s->run.kwargs_json, &refs, &n_refs, &rerr) != KF_OK) {
             cJSON_AddStringToObject(j, "ref_error", rerr.msg);
         } else {
-            for (size_t i = 0; i < n_refs; i++)
-                sim_sandbox_send_array(out, &refs[i]);
-            cJSON_AddNumberToObject(j, "n_refs", (double)n_refs);
+            size_t sent = 0;
+            while (sent < n_refs && sim_sandbox_send_array(out, &refs[sent], &rerr) == KF_OK)
+                sent++;
+            if (sent < n_refs)
+                cJSON_AddStringToObject(j, "ref_error", rerr.msg);
+            else
+                cJSON_AddNumberToObject(j, "n_refs", (double)n_refs);
         }
         cJSON_AddNumberToObject(j, "ref_seconds", now_s() - t0);
     }

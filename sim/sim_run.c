@@ -32,10 +32,39 @@ void sim_array_release(sim_array *a)
 
 int64_t sim_array_elems(const sim_array *a)
 {
-    int64_t n = 1;
-    for (int d = 0; d < a->ndim; d++)
-        n *= a->shape[d];
-    return n;
+    int64_t n;
+    return simc_shape_elems(a->ndim, a->shape, INT64_MAX, &n) ? n : -1;
+}
+
+kf_code sim_array_check(const sim_array *a, uint64_t max_bytes, int64_t *elems, kf_err *err)
+{
+    const char *name = a->name[0] ? a->name : "(unnamed)";
+    char shape[8 * 21 + 1] = "";
+    unsigned es;
+    uint64_t limit;
+    int64_t n;
+
+    if ((unsigned)a->dtype >= SIM_DT__COUNT)
+        return kf_err_set(err, KF_INVALID, "array '%s' has an unknown dtype (%d)", name, (int)a->dtype);
+    if (a->ndim < 0 || a->ndim > SIMC_MAX_DIMS)
+        return kf_err_set(err, KF_INVALID, "array '%s' has %d dimensions; give 0 to %d", name, a->ndim,
+                          SIMC_MAX_DIMS);
+    for (int d = 0, o = 0; d < a->ndim && o < (int)sizeof(shape); d++)
+        o += snprintf(shape + o, sizeof(shape) - (size_t)o, "%s%lld", d ? "x" : "", (long long)a->shape[d]);
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] < 0)
+            return kf_err_set(err, KF_INVALID, "array '%s' has shape %s; dimensions must be >= 0", name, shape);
+    }
+    es = sim_dtype_size(a->dtype);
+    limit = max_bytes / (es ? es : 1);
+    if (!simc_shape_elems(a->ndim, a->shape, limit > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)limit, &n))
+        return kf_err_set(err, KF_TOO_LARGE,
+                          "array '%s' of shape %s (%s) needs more than the %llu bytes one array may hold; "
+                          "use a smaller shape", name, shape[0] ? shape : "scalar", sim_dtype_name(a->dtype),
+                          (unsigned long long)max_bytes);
+    if (elems)
+        *elems = n;
+    return KF_OK;
 }
 
 static kf_code py_init(kf_err *err)
@@ -459,7 +488,12 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     }
     args = PyTuple_New((Py_ssize_t)n_inputs);
     for (size_t i = 0; args && i < n_inputs; i++) {
-        PyObject *t = input_tensor(&ctx, &inputs[i]);
+        PyObject *t;
+        /* The shape is checked before the store trusts its element count. */
+        rc = sim_array_check(&inputs[i], SIM_ARRAY_MAX_BYTES, NULL, err);
+        if (rc)
+            goto out;
+        t = input_tensor(&ctx, &inputs[i]);
         if (!t) {
             rc = kf_err_set(err, KF_INVALID, "input %zu has a bad dtype or rank", i);
             goto out;

@@ -10,8 +10,10 @@
  *
  * Failure: a kernel that breaks a NeuronCore rule or raises returns KF_INVALID
  * with `serr` filled (stable code, file:line, rule, values) and err->msg a
- * one-line summary; a problem on kforge's side (unreadable file, interpreter
- * start-up) returns another kf_code with serr->code == SIM_E_NONE.
+ * one-line summary; an input whose shape sim_array_check refuses returns
+ * KF_INVALID or KF_TOO_LARGE, and a problem on kforge's side (unreadable
+ * file, interpreter start-up) another kf_code, both with serr->code ==
+ * SIM_E_NONE.
  *
  * Ownership: inputs are borrowed for the call and never written (a kernel
  * that writes an input writes a private copy).  On success *outputs is a
@@ -38,10 +40,23 @@ typedef struct sim_array {            /* a host array (kernel input or output) *
     void     *data;                   /* owned by the array, row-major, dtype-sized elements (bf16/fp16/fp8 as raw bits) */
 } sim_array;
 
+/* The bytes one host array (a kernel input or output, a reference's
+ * result) may hold: 16 GiB, the HBM the simulator models.  The sandbox's
+ * memory limit applies on top. */
+#define SIM_ARRAY_MAX_BYTES ((uint64_t)16 << 30)
+
 /* Free the data and zero the struct (NULL-safe, idempotent). */
 void sim_array_release(sim_array *a);
-/* Number of elements (product of the shape; 1 for ndim 0). */
+/* Number of elements (product of the shape; 1 for ndim 0), or -1 when the
+ * shape is none an array can have: ndim outside 0..8, a negative
+ * dimension, or a product that overflows int64_t (simc_shape_elems). */
 int64_t sim_array_elems(const sim_array *a);
+/* Check an array's dtype and shape before its data is allocated or
+ * trusted: KF_OK with *elems (when not NULL) the element count; KF_INVALID
+ * for an unknown dtype, a rank outside 0..8 or a negative dimension;
+ * KF_TOO_LARGE when the elements times the dtype's size pass `max_bytes`
+ * (or overflow).  Messages name the array and its shape. */
+kf_code sim_array_check(const sim_array *a, uint64_t max_bytes, int64_t *elems, kf_err *err);
 
 typedef struct sim_run_opts {
     const char *source_path;          /* kernel .py file */

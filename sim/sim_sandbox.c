@@ -121,13 +121,14 @@ static void send_frame_head(int fd, char type, uint64_t len)
     write_all(fd, h, sizeof(h));
 }
 
-void sim_sandbox_send_array(sim_sandbox_out *o, const sim_array *a)
+kf_code sim_sandbox_send_array(sim_sandbox_out *o, const sim_array *a, kf_err *err)
 {
     uint16_t nl = (uint16_t)strnlen(a->name, sizeof(a->name) - 1);
     uint8_t meta[2] = { (uint8_t)a->dtype, (uint8_t)a->ndim };
-    int64_t count = 1;
-    for (int i = 0; i < a->ndim; i++)
-        count *= a->shape[i];
+    int64_t count = 0;
+    kf_code rc = sim_array_check(a, SIM_ARRAY_MAX_BYTES, &count, err);
+    if (rc)
+        return rc;
     uint64_t bytes = (uint64_t)count * sim_dtype_size(a->dtype);
     send_frame_head(o->fd, 'A', 2 + nl + 2 + 8 * (uint64_t)a->ndim + bytes);
     write_all(o->fd, &nl, 2);
@@ -135,6 +136,7 @@ void sim_sandbox_send_array(sim_sandbox_out *o, const sim_array *a)
     write_all(o->fd, meta, 2);
     write_all(o->fd, a->shape, 8 * (size_t)a->ndim);
     write_all(o->fd, a->data, bytes);
+    return KF_OK;
 }
 
 void sim_sandbox_send_json(sim_sandbox_out *o, const char *json)

@@ -136,8 +136,11 @@ const char *sim_sandbox_status_name(sim_sandbox_status s);
 /* Child-side channel to the parent. */
 typedef struct sim_sandbox_out sim_sandbox_out;
 
-/* Send one array (copied into the pipe; the caller keeps it). */
-void sim_sandbox_send_array(sim_sandbox_out *o, const sim_array *a);
+/* Send one array (copied into the pipe; the caller keeps it).  Its shape is
+ * checked first (sim_array_check, SIM_ARRAY_MAX_BYTES): an array whose
+ * element count overflows or is too large is not sent, and the call returns
+ * that error so the child can report it. */
+kf_code sim_sandbox_send_array(sim_sandbox_out *o, const sim_array *a, kf_err *err);
 /* Send a JSON summary (the last one sent wins). */
 void sim_sandbox_send_json(sim_sandbox_out *o, const char *json);
 

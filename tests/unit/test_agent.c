@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_config.h"
 #include "agent/ka_expr.h"
 #include "agent/ka_lib.h"
@@ -86,6 +87,70 @@ Test(agent, expression_errors_name_the_problem)
     cr_assert_eq(ka_expr_eval("ENG < 3", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("pow(2, 3)", env_lookup, NULL, &v, &err), KF_INVALID);
     cr_assert_eq(ka_expr_eval("sqrt(-D)", env_lookup, NULL, &v, &err), KF_INVALID);
+}
+
+/* Every recursive path of the evaluator is bounded by one depth counter:
+ * 50,000 unary minuses or nots (a constraint a job could carry) and deep
+ * parentheses are an ordinary error naming the limit, never a stack
+ * overflow; nesting within the limit still evaluates. */
+static char *repeat(const char *unit, int n, const char *tail)
+{
+    kf_buf b;
+    kf_buf_init(&b);
+    for (int i = 0; i < n; i++)
+        kf_buf_adds(&b, unit);
+    kf_buf_adds(&b, tail);
+    return b.data;
+}
+
+static void expect_too_deep(const char *e)
+{
+    ka_value v;
+    kf_err err = KF_ERR_INIT;
+    cr_assert_eq(ka_expr_eval(e, env_lookup, NULL, &v, &err), KF_INVALID, "%.40s...", e);
+    cr_assert(strstr(err.msg, "more than 64 levels"), "the message names the limit: %s", err.msg);
+    cr_assert(strlen(err.msg) < 400, "the message quotes only the start of the expression: %s", err.msg);
+}
+
+Test(agent, expression_nesting_is_bounded_on_every_path)
+{
+    char *e;
+    e = repeat("-", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("not ", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("(", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("1 + (", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("-(not ", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+    e = repeat("min(", 50000, "1");
+    expect_too_deep(e);
+    free(e);
+
+    /* within the limit: 60 levels of each kind, and mixed */
+    e = repeat("-", 60, "D");
+    cr_assert_eq(ev(e), 700);
+    free(e);
+    e = repeat("not ", 61, "0");
+    cr_assert_eq(ev(e), 1);
+    free(e);
+    {
+        char *open = repeat("(", 63, "D"), *close = repeat(")", 63, "");
+        char *both = kf_asprintf("%s%s + 1", open, close);
+        cr_assert_eq(ev(both), 701);
+        free(open);
+        free(close);
+        free(both);
+    }
+    cr_assert_eq(ev("-(-(max(1, -(-(D)))))"), 700);
+    cr_assert_eq(ev("not not (D > 3 and not (D < 2))"), 1);
 }
 
 /* ---- library -------------------------------------------------------------- */
@@ -175,6 +240,40 @@ Test(agent, binding_derives_shapes_and_refuses_what_a_template_cannot_serve)
     cr_assert_eq(bind("softmax", "8x8x8", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_INVALID);
 }
 
+/* A library template whose input has no name (or no dims) is refused when
+ * it is bound, naming the file, even when the shapes given do not match
+ * (issue 22, bug 6: that path dereferenced the missing name). */
+Test(agent, binding_refuses_a_template_input_without_a_name)
+{
+    static const char *const bad[] = {
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"dims\":[\"N\",\"D\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"N\"]},{\"name\":7,\"dims\":[\"N\",\"D\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"\",\"dims\":[\"N\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[\"x\"]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"x\"}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"x\",\"dims\":[\"N\",null]}]}",
+    };
+    static const char *const says[] = { "input 1 needs a \"name\"", "input 2 needs a \"name\"",
+                                        "input 1 needs a \"name\"", "input 1 needs a \"name\"",
+                                        "input x needs \"dims\"", "every dim is a name or a number" };
+    const int64_t shapes[2][KA_MAX_DIMS] = { { 128 }, { 128, 64, 3 } };
+    const int ndims[2] = { 1, 3 };   /* neither matches the template's dims */
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *meta = cJSON_Parse(bad[i]);
+        ka_problem pb;
+        ka_space sp;
+        kf_err err = KF_ERR_INIT;
+        cr_assert_not_null(meta);
+        cr_assert_eq(ka_lib_bind(meta, "kernels/t.py", shapes, ndims, i == 1 ? 2 : 1, SIM_DT_FLOAT32, "trn2", &pb,
+                                 &sp, &err), KF_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err.msg, "kernels/t.py") && strstr(err.msg, says[i]), "%s: %s", bad[i], err.msg);
+        ka_space_release(&sp);
+        ka_problem_release(&pb);
+        cJSON_Delete(meta);
+    }
+}
+
 /* A tunable's "addresses" must name the profiler's finding kinds and a
  * direction: a typo would otherwise silently never steer the planner. */
 Test(agent, addresses_name_real_findings_and_directions)
@@ -223,6 +322,29 @@ Test(agent, constraints_prune_settings)
     idx[0] = 2; /* 512 */
     cr_assert_eq(ka_space_legal(&sp, idx, &ok, &why, &err), KF_OK);
     cr_assert(ok);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+}
+
+/* An input whose shape product overflows int64_t (8 dims of 2^31, issue 22
+ * bug 7) is refused before any evaluation starts, naming the input: it
+ * used to be zero-filled into an empty buffer under the huge shape. */
+Test(agent, an_input_shape_that_overflows_is_refused_before_evaluation)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    cJSON *res = NULL;
+
+    cr_assert_eq(bind("add", "128x300 128x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    pb.inputs[0].ndim = KA_MAX_DIMS;
+    for (int d = 0; d < KA_MAX_DIMS; d++)
+        pb.inputs[0].shape[d] = (int64_t)1 << 31;
+    cr_assert_eq(ka_profile_once(&pb, NULL, 30, &res, &err), KF_TOO_LARGE, "%s", err.msg);
+    cr_assert_null(res);
+    cr_assert(strstr(err.msg, pb.inputs[0].name) && strstr(err.msg, "bytes"), "%s", err.msg);
+    cr_assert_eq(ka_validate_once(&pb, NULL, 1, 1, 30, &res, &err), KF_TOO_LARGE, "%s", err.msg);
+    cr_assert_null(res);
     ka_space_release(&sp);
     ka_problem_release(&pb);
 }

@@ -213,3 +213,48 @@ Test(agent_backend, budget_seconds_bounds_a_single_profile_or_validation)
         free(payload);
     }
 }
+
+/* An optimize job whose KFORGE block carries a constraint of 50,000 unary
+ * minuses (issue 22): the evaluator refuses it like any other bad
+ * constraint (here: an unknown name) — a final error naming the nesting
+ * limit, not a crash of the evaluation that would be retried. */
+static kf_code run_with_constraint(const char *constraint, bool *retry, kf_err *err)
+{
+    char *payload = kf_asprintf("{" ID ",\"kind\":\"optimize\",\"target\":\"trn2\",\"backend\":\"sim\",\"budget\":{},"
+                                "\"goal\":{},\"spec\":{\"source\":\"KFORGE = {\\\"constraints\\\": [\\\"%s\\\"]}\\n%s\","
+                                "\"entry\":\"scale\",\"tunables\":{\"T\":[1,2]},"
+                                "\"reference\":\"import numpy as np\\ndef scale(x, T=1):\\n    return 3.0 * x\\n\","
+                                "\"inputs\":{\"x\":{\"shape\":[128,100],\"dtype\":\"bfloat16\"}}}}",
+                                constraint, SRC);
+    rec r = { 0, NULL, -1 };
+    char *result = NULL;
+    kf_code rc = run(payload, &r, &result, retry, err);
+    cr_assert_null(result);
+    cr_assert_eq(r.n, 0, "refused before any evaluation");
+    cJSON_Delete(r.last);
+    free(payload);
+    return rc;
+}
+
+Test(agent_backend, a_deeply_nested_constraint_is_a_final_error)
+{
+    char *deep = kf_malloc(50000 + 8);
+    bool retry = true;
+    kf_err err = KF_ERR_INIT, unknown = KF_ERR_INIT;
+    kf_code rc_deep, rc_unknown;
+
+    memset(deep, '-', 50000);
+    memcpy(deep + 50000, "1 > 0", 6);
+    rc_deep = run_with_constraint(deep, &retry, &err);
+    cr_assert_neq(rc_deep, KF_OK);
+    cr_assert_not(retry, "another attempt would fail the same: %s", err.msg);
+    cr_assert(strstr(err.msg, "more than 64 levels") && strstr(err.msg, "constraint"), "%s", err.msg);
+
+    retry = true;
+    rc_unknown = run_with_constraint("T <= NOPE", &retry, &unknown);
+    cr_assert_not(retry);
+    cr_assert(strstr(unknown.msg, "unknown name"), "%s", unknown.msg);
+    cr_assert_eq(rc_deep, rc_unknown, "reported like any other bad constraint (%s / %s)", kf_code_name(rc_deep),
+                 kf_code_name(rc_unknown));
+    free(deep);
+}

@@ -134,3 +134,36 @@ Test(agent_cli, usage_and_job_errors)
     free(r);
     free(k);
 }
+
+/* A user kernel whose KFORGE block carries a constraint of 50,000 unary
+ * minuses (issue 22, bug 1): kforge tune reports the nesting limit and
+ * exits 2 like any other bad constraint, instead of dying on the stack. */
+Test(agent_cli, a_deeply_nested_constraint_is_a_job_error)
+{
+    char *r = root(), *k = kforge(), *out = NULL, *cmd;
+    char *src = kf_asprintf("/tmp/kforge-test-deep-%d.py", (int)getpid());
+    char *dir = kf_asprintf("/tmp/kforge-test-deep-out-%d", (int)getpid());
+    FILE *f = fopen(src, "w");
+    cr_assert_not_null(f);
+    fputs("KFORGE = {\"constraints\": [\"", f);
+    for (int i = 0; i < 50000; i++)
+        fputc('-', f);
+    fputs("1 > 0\"]}\n", f);
+    fclose(f);
+    cmd = kf_asprintf("cd %s && cat kernels/add.py >> %s && %s tune %s --entry add --reference kernels/add.py "
+                      "--ref-entry add_ref --input a=shape:130x300:fp32 --input b=shape:130x300:fp32 "
+                      "--tunables '{\"TILE_F\":[128,256]}' --quiet --output-dir %s 2>&1",
+                      r, src, k, src, dir);
+    cr_assert_eq(sh(cmd, &out), 2, "%s", out);
+    cr_assert(strstr(out, "kforge tune: constraint") && strstr(out, "more than 64 levels"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("rm -rf %s %s", src, dir);
+    sh(cmd, &out);
+    free(out);
+    free(cmd);
+    free(dir);
+    free(src);
+    free(r);
+    free(k);
+}

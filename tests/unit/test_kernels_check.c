@@ -102,7 +102,7 @@ static kf_code ref_child(void *arg, sim_sandbox_out *out, kf_err *err)
     size_t n = 0;
     kf_code rc = sim_check_reference(j->path, j->entry, j->inputs, j->n, j->kwargs, &r, &n, err);
     for (size_t i = 0; i < n; i++)
-        sim_sandbox_send_array(out, &r[i]);
+        sim_sandbox_send_array(out, &r[i], NULL);
     sim_check_arrays_free(r, n);
     return rc;
 }

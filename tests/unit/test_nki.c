@@ -1042,3 +1042,80 @@ Test(nki, placed_psum_spans_banks_but_each_matmul_stays_in_one)
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
+
+/* An input whose shape product overflows int64_t (8 dims of 2^31, issue
+ * 22 bug 7) is refused before the simulator makes a store of it, and
+ * kernel shapes past the simulator's limit are a LIMIT error, however
+ * their dims multiply (no wrap to a small or empty tensor). */
+Test(nki, shapes_whose_product_overflows_are_refused)
+{
+    const char *src = "import nki\n@nki.jit\ndef k(x):\n    return x\n";
+    static const char *const shapes[] = { "(4, 2**62)", "(2**40, 2**40, 0)", "(128, 2**57, 2**7)",
+                                          "(2**31,) * 8" };
+    float one = 1.0f;
+    sim_array in;
+    run_result r;
+
+    memset(&in, 0, sizeof(in));
+    snprintf(in.name, sizeof(in.name), "x");
+    in.dtype = SIM_DT_FLOAT32;
+    in.ndim = 8;
+    for (int d = 0; d < 8; d++)
+        in.shape[d] = (int64_t)1 << 31;
+    in.data = &one;   /* what a wrapped product of 0 would have allocated: nothing the shape can use */
+    run(&r, src, "k", &in, 1, 0, 0, false);
+    cr_assert_eq(r.rc, KF_TOO_LARGE, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "'x'") && strstr(r.err.msg, "bytes"), "%s", r.err.msg);
+    cr_assert_null(r.out);
+    done(&r);
+
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        static const char *const buffers[] = { "nl.shared_hbm", "nl.sbuf" };
+        for (int b = 0; b < 2; b++) {
+            char *k = kf_asprintf("import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
+                                  "    t = nl.ndarray(%s, dtype=nl.float32, buffer=%s)\n    return x\n",
+                                  shapes[i], buffers[b]);
+            sim_array x = mk("x", SIM_DT_FLOAT32, 2, 2);
+            run(&r, k, "k", &x, 1, 0, 0, false);
+            cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s in %s: %s", shapes[i], buffers[b], r.err.msg);
+            cr_assert_eq(r.serr.line, 5);
+            done(&r);
+            free(k);
+            k = kf_asprintf("import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
+                            "    t = nl.ndarray((4, 0), dtype=nl.float32, buffer=nl.shared_hbm).reshape(%s)\n"
+                            "    return x\n", shapes[i]);
+            run(&r, k, "k", &x, 1, 0, 0, false);
+            cr_assert_eq(r.serr.code, SIM_E_LIMIT, "reshape to %s: %s", shapes[i], r.err.msg);
+            done(&r);
+            free(k);
+            sim_array_release(&x);
+        }
+    }
+}
+
+/* Index expressions cannot wrap either: an nl.arange whose length passes
+ * int64_t, and a predicate over 2^90 index points (whose count used to wrap
+ * to 0, leaving a mask with no data under its huge shape), are LIMIT
+ * errors at their line. */
+Test(nki, index_ranges_and_predicates_are_bounded)
+{
+    static const char *const lines[] = {
+        "    i = nl.arange(-2**62, 2**62, 3)\n",
+        "    i = nl.arange(2**40)\n",
+        "    i = nl.arange(2**30)\n    m = (i[:, None, None] + i[None, :, None] + i[None, None, :]) < 5\n",
+    };
+    static const int at[] = { 5, 5, 6 };
+    sim_array x = mk("x", SIM_DT_FLOAT32, 2, 2);
+    run_result r;
+
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        char *k = kf_asprintf("import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n%s    return x\n",
+                              lines[i]);
+        run(&r, k, "k", &x, 1, 0, 0, false);
+        cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s: %s", lines[i], r.err.msg);
+        cr_assert_eq(r.serr.line, at[i], "%s: %s", lines[i], r.err.msg);
+        done(&r);
+        free(k);
+    }
+    sim_array_release(&x);
+}

@@ -1,14 +1,17 @@
 /* sim_core and sim_numerics without Python: element conversions (RNE on
  * bf16/fp16/fp8, saturating ints), the uninitialized fill, strided views
- * (gather/scatter, extents, record regions), the PSUM first-write rule and
- * the tile matmul. */
+ * (gather/scatter, extents, record regions), the PSUM first-write rule,
+ * the tile matmul, and checked shape products (sim_array_elems,
+ * sim_array_check). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sim/sim_core.h"
 #include "sim/sim_numerics.h"
+#include "sim/sim_run.h"
 
 static float roundtrip(sim_dtype dt, float x)
 {
@@ -165,4 +168,59 @@ Test(sim_numerics, matmul_alu_and_activations)
     cr_assert_eq(simn_op_identity(SIMN_OP_MAX), -INFINITY);
     cr_assert_eq(simn_op_binary(SIMN_OP_SUM), SIMN_OP_ADD);
     cr_assert_str_eq(simn_op_name(SIMN_OP_GELU_APPRX_TANH), "gelu_apprx_tanh");
+}
+
+/* Shapes of up to 8 dims of 2^31 multiply past int64_t; the product used to
+ * wrap to 0, leaving an empty buffer under a huge tensor (issue 22, bug 7).
+ * The checked product reports the overflow; sim_array_check refuses the
+ * shape (and any shape past its byte limit) with a message. */
+Test(sim_core, shape_products_are_checked)
+{
+    int64_t wide[8], n = -7;
+    sim_array a;
+    kf_err err = KF_ERR_INIT;
+
+    for (int d = 0; d < 8; d++)
+        wide[d] = (int64_t)1 << 31;
+    cr_assert_not(simc_shape_elems(8, wide, INT64_MAX, &n));
+    cr_assert_eq(n, -7, "untouched on failure");
+    cr_assert(simc_shape_elems(2, wide, INT64_MAX, &n));
+    cr_assert_eq(n, (int64_t)1 << 62);
+    cr_assert_not(simc_shape_elems(2, wide, ((int64_t)1 << 62) - 1, &n), "past the limit");
+    cr_assert(simc_shape_elems(0, wide, 1, &n) && n == 1, "a scalar has one element");
+    {
+        int64_t empty[3] = { 0, (int64_t)1 << 40, (int64_t)1 << 40 }, neg[2] = { 4, -1 };
+        cr_assert_not(simc_shape_elems(3, empty, INT64_MAX, &n), "a zero dim does not hide an overflow");
+        empty[1] = empty[2] = 1 << 20;
+        cr_assert(simc_shape_elems(3, empty, INT64_MAX, &n) && n == 0);
+        cr_assert_not(simc_shape_elems(2, neg, INT64_MAX, &n));
+        cr_assert_not(simc_shape_elems(9, wide, INT64_MAX, &n), "at most 8 dims");
+    }
+
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "x");
+    a.dtype = SIM_DT_FLOAT32;
+    a.ndim = 8;
+    memcpy(a.shape, wide, sizeof(wide));
+    cr_assert_eq(sim_array_elems(&a), -1, "no wrap to 0");
+    cr_assert_eq(sim_array_check(&a, SIM_ARRAY_MAX_BYTES, &n, &err), KF_TOO_LARGE);
+    cr_assert(strstr(err.msg, "'x'") && strstr(err.msg, "2147483648x2147483648") && strstr(err.msg, "bytes"),
+              "%s", err.msg);
+
+    a.ndim = 2;
+    a.shape[0] = 1 << 20;
+    a.shape[1] = 1 << 13;   /* 2^33 fp32 elements: 32 GiB, past the 16 GiB an array may hold */
+    cr_assert_eq(sim_array_elems(&a), (int64_t)1 << 33);
+    cr_assert_eq(sim_array_check(&a, SIM_ARRAY_MAX_BYTES, &n, &err), KF_TOO_LARGE);
+    a.shape[1] = 512;
+    cr_assert_eq(sim_array_check(&a, SIM_ARRAY_MAX_BYTES, &n, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(n, (int64_t)1 << 29);
+    a.shape[1] = -3;
+    cr_assert_eq(sim_array_elems(&a), -1);
+    cr_assert_eq(sim_array_check(&a, SIM_ARRAY_MAX_BYTES, &n, &err), KF_INVALID);
+    cr_assert(strstr(err.msg, ">= 0"), "%s", err.msg);
+    a.shape[1] = 4;
+    a.ndim = 9;
+    cr_assert_eq(sim_array_elems(&a), -1);
+    cr_assert_eq(sim_array_check(&a, SIM_ARRAY_MAX_BYTES, &n, &err), KF_INVALID);
 }

@@ -42,10 +42,10 @@ static kf_code ok_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     a.shape[0] = 2;
     a.shape[1] = 3;
     a.data = v;
-    sim_sandbox_send_array(out, &a);
+    sim_sandbox_send_array(out, &a, NULL);
     a.ndim = 0;
     snprintf(a.name, sizeof(a.name), "scalar");
-    sim_sandbox_send_array(out, &a);
+    sim_sandbox_send_array(out, &a, NULL);
     printf("hello from the child\n");
     sim_sandbox_send_json(out, "{\"ok\":true}");
     return KF_OK;
@@ -236,7 +236,7 @@ static kf_code flood_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     a.ndim = 1;
     a.shape[0] = 1 << 20;
     a.data = kf_calloc(1, 1 << 20);
-    sim_sandbox_send_array(out, &a);
+    sim_sandbox_send_array(out, &a, NULL);
     return KF_OK;
 }
 
@@ -518,4 +518,43 @@ Test(sim_sandbox, the_probe_passes_and_unconfined_says_so)
     sim_sandbox_result_release(&r);
     unsetenv("KFORGE_SANDBOX");
     cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
+}
+
+/* An array whose shape product overflows int64_t (8 dims of 2^31, issue 22
+ * bug 7) used to go out with a wrapped byte count of 0 under its huge
+ * shape; the sender now refuses it and says why, and the child goes on. */
+static kf_code huge_shape_fn(void *arg, sim_sandbox_out *out, kf_err *err)
+{
+    (void)arg;
+    sim_array a;
+    float v = 1;
+    kf_err e = KF_ERR_INIT;
+    kf_code rc;
+    char json[700];
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "huge");
+    a.dtype = SIM_DT_FLOAT32;
+    a.ndim = 8;
+    for (int d = 0; d < 8; d++)
+        a.shape[d] = (int64_t)1 << 31;
+    a.data = &v;
+    rc = sim_sandbox_send_array(out, &a, &e);
+    snprintf(json, sizeof(json), "{\"rc\":\"%s\",\"says_bytes\":%s}", kf_code_name(rc),
+             strstr(e.msg, "'huge'") && strstr(e.msg, "bytes") ? "true" : "false");
+    sim_sandbox_send_json(out, json);
+    (void)err;
+    return KF_OK;
+}
+
+Test(sim_sandbox, an_array_whose_shape_overflows_is_not_sent)
+{
+    sim_sandbox_limits l = limits(10, 1024, 10000);
+    sim_sandbox_result r;
+    kf_err e = KF_ERR_INIT;
+
+    cr_assert_eq(sim_sandbox_run(&l, huge_shape_fn, NULL, &r, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(r.status, SIM_SB_OK, "%s: %s", sim_sandbox_status_name(r.status), r.reason);
+    cr_assert_eq(r.n_arrays, 0);
+    cr_assert_str_eq(r.json, "{\"rc\":\"TOO_LARGE\",\"says_bytes\":true}");
+    sim_sandbox_result_release(&r);
 }
