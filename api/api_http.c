@@ -110,8 +110,9 @@ void api_reply_json(api_req *r, int status, const cJSON *v)
     free(s);
 }
 
-/* A path as it may appear in a reply: printable ASCII only, bounded (the
- * path is the client's and may hold anything MHD decoded). */
+/* A path (or a method, or a query parameter's name that is not UTF-8) as
+ * it may appear in a reply: printable ASCII only, bounded (the text is the
+ * client's and may hold anything MHD decoded). */
 static void api_safe_path(const char *url, char *out, size_t cap)
 {
     size_t n = 0;
@@ -184,6 +185,7 @@ void api_reply_problem(api_req *r, int status, const char *slug, const char *tit
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    detail[kf_utf8_cut(detail, strlen(detail))] = '\0';
     api_reply_problem_obj(r, status, api_problem_new(r, status, slug, title, detail));
 }
 
@@ -253,7 +255,14 @@ static enum MHD_Result api_query_iter(void *cls, enum MHD_ValueKind kind, const 
     for (size_t i = 0; qc->allowed[i]; i++)
         if (strcmp(qc->allowed[i], key) == 0)
             return MHD_YES;
-    kf_fields_add(qc->fe, key, "unknown", "unknown query parameter");
+    if (kf_utf8_valid(key, strlen(key), NULL)) {
+        kf_fields_add(qc->fe, key, "unknown", "unknown query parameter");
+    } else {
+        /* MHD decoded %XX: the name may be any bytes, and the reply is JSON. */
+        char safe[96];
+        api_safe_path(key, safe, sizeof(safe));
+        kf_fields_add(qc->fe, safe, "unknown", "unknown query parameter (its name is not UTF-8; '?' marks the bytes)");
+    }
     return MHD_YES;
 }
 
@@ -633,11 +642,12 @@ static void api_first_call(api_req *r)
         }
     }
     if (!r->route) {
-        char path[256];
+        char path[256], meth[17];
         api_safe_path(r->url, path, sizeof(path));
+        api_safe_path(r->method, meth, sizeof(meth));
         if (path_known)
             api_reply_problem(r, 405, "method-not-allowed", "Method not allowed",
-                              "%.16s is not allowed on %s; see the Allow header", r->method, path);
+                              "%s is not allowed on %s; see the Allow header", meth, path);
         else
             api_reply_problem(r, 404, "not-found", "Not found", "no such resource: %s", path);
         return;

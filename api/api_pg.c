@@ -49,7 +49,7 @@ PGconn *api_pg_connect(const char *dsn, kf_err *err)
         char msg[300];
         const char *m = PQerrorMessage(c);
         size_t n = strcspn(m, "\n");
-        snprintf(msg, sizeof(msg), "%.*s", (int)(n < 280 ? n : 280), m);
+        snprintf(msg, sizeof(msg), "%.*s", (int)kf_utf8_cut(m, n < 280 ? n : 280), m);
         kf_err_set(err, KF_UNAVAILABLE, "PostgreSQL is unreachable (%s); check KFORGE_PG_DSN and that the server runs",
                    msg);
         PQfinish(c);

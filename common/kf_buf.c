@@ -97,3 +97,35 @@ char *kf_buf_detach(kf_buf *b)
     kf_buf_init(b);
     return p;
 }
+
+size_t kf_utf8_cut(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = n, need;
+    unsigned lead;
+
+    /* Back over at most three continuation bytes to the last lead byte. */
+    while (i > 0 && n - i < 3 && (p[i - 1] & 0xc0) == 0x80)
+        i--;
+    if (i == 0)
+        return n;
+    lead = p[i - 1];
+    if ((lead & 0xe0) == 0xc0)
+        need = 2;
+    else if ((lead & 0xf0) == 0xe0)
+        need = 3;
+    else if ((lead & 0xf8) == 0xf0)
+        need = 4;
+    else
+        return n;   /* ASCII, or not UTF-8: nothing to complete */
+    return n - (i - 1) < need ? i - 1 : n;
+}
+
+void kf_utf8_copy(char *out, size_t cap, const char *s)
+{
+    size_t n = strnlen(s, cap - 1);
+
+    n = kf_utf8_cut(s, n);
+    memcpy(out, s, n);
+    out[n] = '\0';
+}

@@ -30,4 +30,15 @@ void kf_buf_addc(kf_buf *b, char c);
 void kf_buf_addf(kf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *kf_buf_detach(kf_buf *b);          /* caller frees; b is reset */
 
+/* Where to cut text so that it ends between characters: n, less the bytes
+ * of a last character that starts before n but does not end by n (0 to 3
+ * bytes).  s[0..n) is the start of UTF-8 text (the start of a longer text,
+ * perhaps); nothing past n is read.  Every place that bounds a text by
+ * bytes (a "%.*s" precision, a fixed buffer, a truncated snprintf) cuts
+ * there, so that what it writes stays valid UTF-8 and valid JSON text. */
+size_t kf_utf8_cut(const char *s, size_t n);
+
+/* Copy s into out[0..cap) cut by kf_utf8_cut, NUL-terminated (cap > 0). */
+void kf_utf8_copy(char *out, size_t cap, const char *s);
+
 #endif

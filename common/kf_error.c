@@ -1,4 +1,5 @@
 #include "kf_error.h"
+#include "kf_buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ kf_code kf_err_set(kf_err *err, kf_code code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
         va_end(ap);
+        err->msg[kf_utf8_cut(err->msg, strlen(err->msg))] = '\0';
     }
     return code;
 }
@@ -37,15 +39,16 @@ kf_code kf_err_wrap(kf_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
+    prefix[kf_utf8_cut(prefix, strlen(prefix))] = '\0';
     memcpy(old, err->msg, sizeof(old));
     {
         /* Truncation is acceptable: the end of a long message is the least useful part. */
-        size_t n = strnlen(prefix, sizeof(err->msg) - 3);
+        size_t n = kf_utf8_cut(prefix, strnlen(prefix, sizeof(err->msg) - 3));
         memcpy(err->msg, prefix, n);
         memcpy(err->msg + n, ": ", 2);
         n += 2;
         size_t rest = sizeof(err->msg) - 1 - n;
-        size_t m = strnlen(old, rest);
+        size_t m = kf_utf8_cut(old, strnlen(old, rest));
         memcpy(err->msg + n, old, m);
         err->msg[n + m] = '\0';
     }

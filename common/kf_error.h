@@ -46,7 +46,7 @@ typedef enum kf_code {
 
 typedef struct kf_err {
     kf_code code;       /* KF_OK when nothing failed */
-    char    msg[512];   /* user-facing: what failed and what to do */
+    char    msg[512];   /* user-facing: what failed and what to do; cut between UTF-8 characters */
 } kf_err;
 
 #define KF_ERR_INIT { KF_OK, { 0 } }

@@ -178,7 +178,8 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
         const char *dtype = NULL;
         const cJSON *shape = NULL;
 
-        kf_field_pathf(ip, sizeof(ip), "%s.%.60s", path, in->string);
+        kf_field_pathf(ip, sizeof(ip), "%s.%.*s", path, (int)kf_utf8_cut(in->string, strnlen(in->string, 60)),
+                       in->string);
         if (!kf_ident_valid(in->string, 64, NULL)) {
             kf_fields_add(fe, ip, "pattern", "an input name must be a Python identifier of at most 64 bytes");
             continue;
@@ -217,7 +218,8 @@ static void kf_job_check_tunables(const cJSON *spec, const char *parent, kf_fiel
         const cJSON *v;
         int nv = cJSON_GetArraySize(t);
 
-        kf_field_pathf(tp, sizeof(tp), "%s.%.60s", path, t->string);
+        kf_field_pathf(tp, sizeof(tp), "%s.%.*s", path, (int)kf_utf8_cut(t->string, strnlen(t->string, 60)),
+                       t->string);
         if (!kf_ident_valid(t->string, 64, NULL)) {
             kf_fields_add(fe, tp, "pattern", "a tunable name must be a Python identifier of at most 64 bytes");
             continue;
@@ -405,7 +407,7 @@ static void kf_job_check_labels(const cJSON *body, kf_fields *fe, cJSON **out)
     cJSON_ArrayForEach(c, l)
     {
         char p[96];
-        kf_field_pathf(p, sizeof(p), "labels.%.60s", c->string);
+        kf_field_pathf(p, sizeof(p), "labels.%.*s", (int)kf_utf8_cut(c->string, strnlen(c->string, 60)), c->string);
         if (!kf_ident_valid(c->string, 63, ".-/")) {
             kf_fields_add(fe, p, "pattern", "a label name is 1-63 bytes of [A-Za-z0-9_.-/] starting with a letter or _");
         } else if (!cJSON_IsString(c)) {

@@ -197,7 +197,8 @@ kf_code kf_json_parse(const char *buf, size_t len, int max_depth, cJSON **out, k
     }
     dup = kf_json_find_duplicate(v);
     if (dup) {
-        kf_err_set(err, KF_INVALID, "member \"%.64s\" appears twice in one object", dup);
+        kf_err_set(err, KF_INVALID, "member \"%.*s\" appears twice in one object",
+                   (int)kf_utf8_cut(dup, strnlen(dup, 64)), dup);
         cJSON_Delete(v);
         return KF_INVALID;
     }
@@ -340,11 +341,12 @@ void kf_fields_add(kf_fields *f, const char *field, const char *rule, const char
         return;
     }
     e = &f->e[f->n++];
-    snprintf(e->field, sizeof(e->field), "%s", field);
-    snprintf(e->rule, sizeof(e->rule), "%s", rule);
+    kf_utf8_copy(e->field, sizeof(e->field), field);
+    kf_utf8_copy(e->rule, sizeof(e->rule), rule);
     va_start(ap, fmt);
     vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
     va_end(ap);
+    e->detail[kf_utf8_cut(e->detail, strlen(e->detail))] = '\0';
 }
 
 void kf_fields_summary(const kf_fields *f, char *out, size_t cap)
@@ -362,24 +364,29 @@ void kf_fields_summary(const kf_fields *f, char *out, size_t cap)
     }
     if (f->dropped && used + 1 < cap)
         snprintf(out + used, cap - used, "; and %d more", f->dropped);
+    out[kf_utf8_cut(out, strlen(out))] = '\0';   /* the last one may have been cut */
 }
 
 void kf_field_pathf(char *out, size_t cap, const char *fmt, ...)
 {
     va_list ap;
 
+    if (cap == 0)
+        return;
     va_start(ap, fmt);
     vsnprintf(out, cap, fmt, ap);
     va_end(ap);
+    out[kf_utf8_cut(out, strlen(out))] = '\0';
 }
 
-/* Appends s at out[used], truncating to cap - 1 bytes in all; the new length. */
+/* Appends s at out[used], truncating to cap - 1 bytes in all (between
+ * characters); the new length. */
 static size_t kf_path_append(char *out, size_t cap, size_t used, const char *s)
 {
     size_t n = strlen(s);
 
     if (n > cap - 1 - used)
-        n = cap - 1 - used;
+        n = kf_utf8_cut(s, cap - 1 - used);
     memcpy(out + used, s, n);
     out[used + n] = '\0';
     return used + n;

@@ -62,6 +62,8 @@ void kf_json_add_str(kf_buf *b, const char *s);
 
 #define KF_FIELD_ERRORS_MAX 16
 
+/* Each text is cut to its buffer between characters (kf_utf8_cut), so an
+ * error about a member name of any UTF-8 stays UTF-8. */
 typedef struct kf_field_error {
     char field[96];    /* dotted path of the member */
     char rule[24];     /* which rule it broke */
@@ -80,7 +82,8 @@ void kf_fields_add(kf_fields *f, const char *field, const char *rule, const char
 /* A one-line summary of the errors ("budget.iterations: range (...); ..."). */
 void kf_fields_summary(const kf_fields *f, char *out, size_t cap);
 
-/* printf into a field path, truncating quietly (paths are for people). */
+/* printf into a field path, truncating quietly (paths are for people)
+ * between characters. */
 void kf_field_pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Join a parent path and a member name ("" parent → name). */

@@ -357,3 +357,81 @@ Test(api_edge, unknown_tokens_are_limited_to_429_and_valid_tokens_never_are)
     cr_assert_eq(fx_req(&fx, "GET", "/healthz", NULL, NULL, &r), 200);
     kf_http_resp_release(&r);
 }
+
+/* ---- issue 22: what a fuzzer found, through the real API ------------------- */
+
+#define OPT_X                                                                                                    \
+    "\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":" \
+    "{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}"
+
+/* A problem body: valid UTF-8 that kforge's strict reader takes as JSON,
+ * of type `slug`; the parsed body (caller deletes). */
+static cJSON *strict_problem(const kf_http_resp *r, const char *slug)
+{
+    cJSON *v = NULL;
+    kf_err e = KF_ERR_INIT;
+    size_t at = 0;
+    char type[96];
+
+    cr_assert(kf_utf8_valid(r->body, r->body_len, &at), "the %ld body is not UTF-8 (byte %zu): %s", r->status, at,
+              r->body);
+    cr_assert_eq(kf_json_parse(r->body, r->body_len, KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s: %s", e.msg, r->body);
+    snprintf(type, sizeof(type), "urn:kforge:problem:%s", slug);
+    cr_assert_str_eq(fx_str(v, "type"), type, "%s", r->body);
+    return v;
+}
+
+/* Bug 5: names of multi-byte characters where the API cuts them still
+ * give a 422 (or 400) body that is UTF-8 and JSON. */
+Test(api_edge, error_bodies_are_utf8_whatever_the_names_cut)
+{
+    static const char *const chars[] = { "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80" };
+    kf_http_resp r;
+
+    for (int c = 0; c < 3; c++) {
+        for (int k = 52; k < 100; k += 1) {
+            char name[160], body[2400], *p;
+            cJSON *v;
+            int n = 0;
+            size_t len;
+
+            for (int i = 0; i < k; i++)
+                name[n++] = (char)('a' + i % 26);
+            for (int i = 0; i < 4; i++, n += (int)strlen(chars[c]))
+                memcpy(name + n, chars[c], strlen(chars[c]));
+            name[n] = '\0';
+            /* Several long names: field paths, and the summary in "detail", are cut. */
+            len = (size_t)snprintf(body, sizeof(body),
+                                   "{" OPT_X ",\"tunables\":{\"%s\":[1]},\"labels\":{\"%s\":\"v\"},\"%s\":1", name,
+                                   name, name);
+            for (int i = 0; i < 8; i++)
+                len += (size_t)snprintf(body + len, sizeof(body) - len, ",\"%d%s\":1", i, name);
+            snprintf(body + len, sizeof(body) - len, "}");
+            cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user, body, &r), 422, "%ld %s", r.status, r.body);
+            cJSON_Delete(strict_problem(&r, "validation"));
+            kf_http_resp_release(&r);
+            /* The same name twice in one object. */
+            snprintf(body, sizeof(body), "{\"%s\":1,\"%s\":1}", name, name);
+            cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user, body, &r), 400, "%ld %s", r.status, r.body);
+            cJSON_Delete(strict_problem(&r, "malformed-body"));
+            kf_http_resp_release(&r);
+            /* An unknown query parameter of that name, percent-encoded. */
+            {
+                kf_buf q = KF_BUF_INIT;
+                for (const char *s = name; *s; s++)
+                    kf_buf_addf(&q, "%%%02X", (unsigned char)*s);
+                p = kf_asprintf("/v1/jobs?%s=1", q.data);
+                kf_buf_release(&q);
+            }
+            cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 400, "%ld %s", r.status, r.body);
+            v = strict_problem(&r, "bad-query");
+            cJSON_Delete(v);
+            kf_http_resp_release(&r);
+            free(p);
+        }
+    }
+    /* A query parameter name that is not UTF-8 at all. */
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/jobs?%ff%c3=1", fx.user, NULL, &r), 400, "%ld %s", r.status, r.body);
+    cJSON_Delete(strict_problem(&r, "bad-query"));
+    kf_http_resp_release(&r);
+}

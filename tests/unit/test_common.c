@@ -60,6 +60,47 @@ Test(kf_buf, addf_with_room_without_room_and_empty)
 }
 
 /* What kf_json_add_str writes, cJSON reads back as the same string. */
+Test(kf_buf, utf8_cut_never_splits_a_character)
+{
+    /* "a" é € 😀: bytes 0 | 1-2 | 3-5 | 6-9 */
+    static const char s[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    static const size_t want[] = { 0, 1, 1, 3, 3, 3, 6, 6, 6, 6, 10 };
+    char out[8];
+
+    for (size_t n = 0; n <= 10; n++)
+        cr_assert_eq(kf_utf8_cut(s, n), want[n], "cut at %zu: %zu", n, kf_utf8_cut(s, n));
+    /* Every cut of UTF-8 is UTF-8. */
+    for (size_t n = 0; n <= 10; n++)
+        cr_assert(kf_utf8_valid(s, kf_utf8_cut(s, n), NULL), "cut at %zu", n);
+    cr_assert_eq(kf_utf8_cut("abc", 2), 2);
+    kf_utf8_copy(out, sizeof(out), s);
+    cr_assert_str_eq(out, "a\xc3\xa9\xe2\x82\xac", "7 bytes of room hold a, e-acute and the euro sign");
+    kf_utf8_copy(out, 3, s);
+    cr_assert_str_eq(out, "a");
+    kf_utf8_copy(out, 1, s);
+    cr_assert_str_eq(out, "");
+    kf_utf8_copy(out, sizeof(out), "ok");
+    cr_assert_str_eq(out, "ok");
+}
+
+Test(kf_error, messages_are_cut_between_characters)
+{
+    kf_err e = KF_ERR_INIT;
+    char big[600];
+
+    /* 510 bytes of ASCII, then euro signs: the 511 bytes of room end inside one. */
+    memset(big, 'x', 510);
+    memcpy(big + 510, "\xe2\x82\xac\xe2\x82\xac", 7);
+    kf_err_set(&e, KF_INVALID, "%s", big);
+    cr_assert(kf_utf8_valid(e.msg, strlen(e.msg), NULL));
+    cr_assert_eq(strlen(e.msg), 510);
+    /* "p: " then 507 x: the first euro sign does not fit whole. */
+    kf_err_set(&e, KF_INVALID, "%s", big + 3);
+    kf_err_wrap(&e, "p");
+    cr_assert(kf_utf8_valid(e.msg, strlen(e.msg), NULL), "%s", e.msg);
+    cr_assert_eq(strlen(e.msg), 510);
+}
+
 Test(kf_json, add_str_escapes_what_json_needs)
 {
     static const char *const cases[] = { "", "plain", "q\"uote", "back\\slash", "line\nfeed\ttab\rret",

@@ -1,6 +1,7 @@
 /* Unit tests for common/kf_json and common/kf_job: bounded parsing and the
  * validation of job requests and queue payloads (no services). */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -240,5 +241,112 @@ Test(kf_job, new_ids_are_version_7_uuids_that_sort_by_time)
         ms_hex[12] = '\0';
         ms = strtoll(ms_hex, NULL, 16);
         cr_assert(ms > now - 5000 && ms < now + 5000, "time field %lld, now %lld", ms, now);
+    }
+}
+
+/* ---- issue 22: what a fuzzer found -------------------------------------------- */
+
+#define GEN "\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\""
+#define OPT "\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\""
+
+/* ---- bug 5: text is cut on character boundaries -------------------------- */
+
+static void assert_utf8(const char *s, const char *what)
+{
+    size_t at = 0;
+    cr_assert(kf_utf8_valid(s, strlen(s), &at), "%s is not UTF-8 (byte %zu): %s", what, at, s);
+}
+
+/* Every field, detail and the summary of the errors a body gets. */
+static void assert_errors_utf8(const char *body)
+{
+    cJSON *v = parse_ok(body);
+    kf_job_request jr;
+    kf_fields fe;
+    char sum[600];
+
+    kf_fields_init(&fe);
+    cr_assert(!kf_job_request_parse(v, 3, &jr, &fe), "accepted: %s", body);
+    for (int k = 0; k < fe.n; k++) {
+        assert_utf8(fe.e[k].field, "a field path");
+        assert_utf8(fe.e[k].detail, "a detail");
+    }
+    kf_fields_summary(&fe, sum, sizeof(sum));
+    assert_utf8(sum, "the summary");
+    cJSON_Delete(v);
+}
+
+/* k ASCII bytes, then `ch` (a multi-byte character) four times. */
+static void name_at(char *out, size_t cap, int k, const char *ch)
+{
+    int n = 0;
+    for (int i = 0; i < k && (size_t)n + 1 < cap; i++)
+        out[n++] = (char)('a' + i % 26);
+    for (int i = 0; i < 4 && (size_t)n + strlen(ch) < cap; i++, n += (int)strlen(ch))
+        memcpy(out + n, ch, strlen(ch));
+    out[n] = '\0';
+}
+
+Test(kf_job, error_paths_are_cut_between_characters)
+{
+    static const char *const chars[] = { "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80" };
+    char name[200], body[1200];
+
+    for (size_t c = 0; c < 3; c++) {
+        for (int k = 50; k < 100; k++) {
+            name_at(name, sizeof(name), k, chars[c]);
+            snprintf(body, sizeof(body), "{" OPT ",\"inputs\":{\"%s\":{\"shape\":[1],\"dtype\":\"float32\"}}}", name);
+            assert_errors_utf8(body);
+            snprintf(body, sizeof(body),
+                     "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"%s\":[1]}}",
+                     name);
+            assert_errors_utf8(body);
+            snprintf(body, sizeof(body), "{" DIAG ",\"labels\":{\"%s\":\"x\"}}", name);
+            assert_errors_utf8(body);
+            snprintf(body, sizeof(body), "{" DIAG ",\"%s\":1}", name);
+            assert_errors_utf8(body);
+            snprintf(body, sizeof(body), "{" DIAG ",\"spec\":{\"%s\":1}}", name);
+            assert_errors_utf8(body);
+            snprintf(body, sizeof(body), "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\",\"%s\":1}}}",
+                     name);
+            assert_errors_utf8(body);
+        }
+    }
+    /* Sixteen long names: the summary is cut too. */
+    {
+        size_t n = (size_t)snprintf(body, sizeof(body), "{" DIAG);
+        for (int i = 0; i < 16 && n + 100 < sizeof(body); i++) {
+            name_at(name, sizeof(name), i, chars[i % 3]);
+            n += (size_t)snprintf(body + n, sizeof(body) - n, ",\"%s\":1", name);
+        }
+        snprintf(body + n, sizeof(body) - n, "}");
+        assert_errors_utf8(body);
+    }
+}
+
+Test(kf_job, duplicate_member_and_payload_messages_are_cut_between_characters)
+{
+    static const char *const chars[] = { "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80" };
+    char name[200], body[1300];
+
+    for (size_t c = 0; c < 3; c++) {
+        for (int k = 55; k < 70; k++) {
+            cJSON *v = NULL;
+            kf_err e = KF_ERR_INIT;
+            kf_job_payload p;
+            char *s;
+
+            name_at(name, sizeof(name), k, chars[c]);
+            snprintf(body, sizeof(body), "{\"%s\":1,\"%s\":2}", name, name);
+            cr_assert_eq(kf_json_parse(body, strlen(body), KF_JSON_MAX_DEPTH, &v, &e), KF_INVALID);
+            assert_utf8(e.msg, "the duplicate's message");
+            /* The worker's message about a payload (it goes back to the API). */
+            snprintf(body, sizeof(body), "{\"%s\":1,\"%s%s\":2,\"%s%s%s\":3}", name, name, name, name, name, name);
+            s = kf_job_payload_build("5bd35d24-a80d-4ced-9c48-7d25c358dfdb", "diag", "trn2", "diag", body, "{}",
+                                     "{}", &e);
+            cr_assert_eq(kf_job_payload_parse(s, &p, &e), KF_INVALID);
+            assert_utf8(e.msg, "the payload's message");
+            free(s);
+        }
     }
 }
