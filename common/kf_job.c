@@ -1,6 +1,7 @@
 #include "kf_job.h"
 #include "kf_alloc.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -131,7 +132,10 @@ bool kf_uuid_valid(const char *s)
 
 /* ---- per-kind checks ------------------------------------------------------ */
 
-/* A shape: 1..8 positive integer dimensions. */
+/* A shape: 1..8 dimensions, each an integer from 1 to KF_JOB_MAX_DIM.  A
+ * dimension is checked as the double it is (finite, whole, in range):
+ * nothing converts it to an integer type (casting 1e49 to int64_t is
+ * undefined behaviour). */
 static void kf_job_check_shape(const cJSON *shape, const char *path, kf_fields *fe)
 {
     const cJSON *d;
@@ -148,10 +152,12 @@ static void kf_job_check_shape(const cJSON *shape, const char *path, kf_fields *
     cJSON_ArrayForEach(d, shape)
     {
         char p[96];
+        double v = cJSON_IsNumber(d) ? d->valuedouble : 0;
+
         kf_field_pathf(p, sizeof(p), "%s[%d]", path, i++);
-        if (!cJSON_IsNumber(d) || d->valuedouble != (double)(int64_t)d->valuedouble) {
+        if (!cJSON_IsNumber(d) || (isfinite(v) && v != trunc(v))) {
             kf_fields_add(fe, p, "type", "a dimension must be an integer");
-        } else if (d->valuedouble < 1 || d->valuedouble > (double)KF_JOB_MAX_DIM) {
+        } else if (!isfinite(v) || v < 1 || v > (double)KF_JOB_MAX_DIM) {
             kf_fields_add(fe, p, "range", "a dimension must be between 1 and %lld", (long long)KF_JOB_MAX_DIM);
         }
     }

@@ -435,3 +435,31 @@ Test(api_edge, error_bodies_are_utf8_whatever_the_names_cut)
     cJSON_Delete(strict_problem(&r, "bad-query"));
     kf_http_resp_release(&r);
 }
+
+/* POST body to /v1/jobs: 422 naming `field` (with `rule`, and `words` in
+ * its detail when not NULL). */
+static void expect_422(const char *body, const char *field, const char *rule, const char *words)
+{
+    kf_http_resp r;
+    cJSON *v, *e;
+    bool found = false;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user, body, &r), 422, "%s: %ld %s", body, r.status, r.body);
+    v = strict_problem(&r, "validation");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(v, "errors"))
+    {
+        if (strcmp(fx_str(e, "field"), field) == 0 && strcmp(fx_str(e, "rule"), rule) == 0)
+            found = !words || strstr(fx_str(e, "detail"), words);
+    }
+    cr_assert(found, "%s: want %s/%s%s%s: %s", body, field, rule, words ? " saying " : "", words ? words : "", r.body);
+    cJSON_Delete(v);
+    kf_http_resp_release(&r);
+}
+
+/* Bug 3: a dimension of 1e49 is a 422, checked before any conversion. */
+Test(api_edge, a_dimension_past_int64_is_422)
+{
+    expect_422("{\"kind\":\"generate\",\"shapes\":[[1e49]]}", "shapes[0][0]", "range", "2147483648");
+    expect_422("{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"add\",\"dtype\":\"float32\",\"shapes\":[[-1e49]]}",
+               "shapes[0][0]", "range", NULL);
+}

@@ -350,3 +350,37 @@ Test(kf_job, duplicate_member_and_payload_messages_are_cut_between_characters)
         }
     }
 }
+
+/* ---- numbers and shapes --------------------------------------------------- */
+
+/* The request is refused, naming `field` with `rule`. */
+static void expect_refused(const char *body, const char *field, const char *rule)
+{
+    cJSON *v = parse_ok(body);
+    kf_job_request jr;
+    kf_fields fe;
+    bool found = false;
+
+    kf_fields_init(&fe);
+    cr_assert(!kf_job_request_parse(v, 3, &jr, &fe), "accepted: %s", body);
+    for (int k = 0; k < fe.n; k++)
+        found = found || (strcmp(fe.e[k].field, field) == 0 && strcmp(fe.e[k].rule, rule) == 0);
+    cr_assert(found, "%s: want %s/%s, got %s/%s: %s (%d errors)", body, field, rule, fe.n ? fe.e[0].field : "-",
+              fe.n ? fe.e[0].rule : "-", fe.n ? fe.e[0].detail : "-", fe.n);
+    cJSON_Delete(v);
+}
+
+/* Bug 3: a dimension is range-checked as a double before it becomes an
+ * integer (casting 1e49 to int64_t is undefined; UBSan aborts on it). */
+Test(kf_job, shape_dimensions_are_checked_before_they_are_converted)
+{
+    expect_refused("{\"kind\":\"generate\",\"shapes\":[[1e49]]}", "shapes[0][0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[1e49]]}", "shapes[0][0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[-1e49]]}", "shapes[0][0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[9223372036854775808]]}", "shapes[0][0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[2147483649]]}", "shapes[0][0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[2.5]]}", "shapes[0][0]", "type");
+    expect_refused("{" GEN ",\"shapes\":[[\"4\"]]}", "shapes[0][0]", "type");
+    expect_refused("{" OPT ",\"inputs\":{\"x\":{\"shape\":[4,1e49],\"dtype\":\"float32\"}}}", "inputs.x.shape[1]",
+                   "range");
+}
