@@ -222,7 +222,7 @@ static void kf_job_check_tunables(const cJSON *spec, const char *parent, kf_fiel
     {
         char tp[96];
         const cJSON *v;
-        int nv = cJSON_GetArraySize(t);
+        int nv = cJSON_GetArraySize(t), vi = 0;
 
         kf_field_pathf(tp, sizeof(tp), "%s.%.*s", path, (int)kf_utf8_cut(t->string, strnlen(t->string, 60)),
                        t->string);
@@ -245,6 +245,15 @@ static void kf_job_check_tunables(const cJSON *spec, const char *parent, kf_fiel
                 kf_fields_add(fe, tp, "type", "values must be numbers, booleans or strings of at most 64 bytes");
                 break;
             }
+            /* 1e400 reads as infinity, which JSON cannot print: the stored
+             * job would hold null, and the worker refuse it. */
+            if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) {
+                char vp[96];
+                kf_field_pathf(vp, sizeof(vp), "%s[%d]", tp, vi);
+                kf_fields_add(fe, vp, "range", "a number must be finite (at most about 1.8e308 in magnitude)");
+                break;
+            }
+            vi++;
         }
     }
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "kf_job.h"
 #include "test_api_fixture.h"
 #include "tests/lib/kf_test.h"
 
@@ -462,4 +463,52 @@ Test(api_edge, a_dimension_past_int64_is_422)
     expect_422("{\"kind\":\"generate\",\"shapes\":[[1e49]]}", "shapes[0][0]", "range", "2147483648");
     expect_422("{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"add\",\"dtype\":\"float32\",\"shapes\":[[-1e49]]}",
                "shapes[0][0]", "range", NULL);
+}
+
+/* Bug 2: 1e400 (infinity) is refused with 422 where it stands, not
+ * accepted with 202 and then refused by the worker. */
+Test(api_edge, numbers_past_a_double_are_422_not_a_job_the_worker_refuses)
+{
+    expect_422("{" OPT_X ",\"tunables\":{\"T\":[1,1e400]}}", "tunables.T[1]", "range", "finite");
+    expect_422("{\"kind\":\"optimize\",\"target\":\"trn2\",\"spec\":{\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\","
+               "\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[-1e400]}}}",
+               "spec.tunables.T[0]", "range", NULL);
+    expect_422("{\"kind\":\"diag\",\"target\":\"trn2\",\"goal\":{\"latency_ns\":1e400}}", "goal.latency_ns", "type",
+               NULL);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "a refused job was stored");
+}
+
+/* The other half of bug 2: what the API accepts at the edges of a double,
+ * stored in PostgreSQL (jsonb) and read back as the scheduler's relay
+ * does, makes a payload the worker accepts, with the same spec. */
+Test(api_edge, a_stored_job_makes_a_payload_the_worker_accepts)
+{
+    static const char body[] =
+        "{" OPT_X ",\"tunables\":{\"A\":[1.7976931348623157e308,-1.7976931348623157e308,5e-324,-0.0,0.1,"
+        "9007199254740993,1e-400,0.30000000000000004],\"B\":[true,\"\xf0\x9f\x98\x80\"]},"
+        "\"goal\":{\"latency_ns\":1e15}}";
+    char *id = fx_submit(&fx, fx.user, body);
+    char *spec = fx_sql(&fx, "SELECT spec::text FROM jobs WHERE id = $1", id);
+    char *budget = fx_sql(&fx, "SELECT budget::text FROM jobs WHERE id = $1", id);
+    char *goal = fx_sql(&fx, "SELECT goal::text FROM jobs WHERE id = $1", id);
+    kf_err e = KF_ERR_INIT;
+    kf_job_payload p;
+    char *payload = kf_job_payload_build(id, "optimize", "trn2", "sim", spec, budget, goal, &e);
+    const cJSON *a;
+
+    cr_assert_not_null(payload, "%s", e.msg);
+    cr_assert_eq(kf_job_payload_parse(payload, &p, &e), KF_OK, "the worker refuses a job the API stored: %s: %s",
+                 payload, e.msg);
+    a = cJSON_GetObjectItem(cJSON_GetObjectItem(p.spec, "tunables"), "A");
+    cr_assert_eq(cJSON_GetArraySize(a), 8);
+    cr_assert(cJSON_GetArrayItem(a, 0)->valuedouble == 1.7976931348623157e308, "%s", spec);
+    cr_assert(cJSON_GetArrayItem(a, 2)->valuedouble == 5e-324, "%s", spec);
+    cr_assert(cJSON_GetArrayItem(a, 4)->valuedouble == 0.1, "%s", spec);
+    cr_assert(cJSON_GetArrayItem(a, 7)->valuedouble == 0.30000000000000004, "%s", spec);
+    kf_job_payload_release(&p);
+    free(payload);
+    free(spec);
+    free(budget);
+    free(goal);
+    free(id);
 }

@@ -384,3 +384,104 @@ Test(kf_job, shape_dimensions_are_checked_before_they_are_converted)
     expect_refused("{" OPT ",\"inputs\":{\"x\":{\"shape\":[4,1e49],\"dtype\":\"float32\"}}}", "inputs.x.shape[1]",
                    "range");
 }
+
+/* Bug 2: 1e400 parses as infinity; every numeric field refuses it with its path. */
+Test(kf_job, numbers_are_finite_in_every_numeric_field)
+{
+    static const bad_case cases[] = {
+        { "{" DIAG ",\"priority\":1e400}", "priority", "type" },
+        { "{" DIAG ",\"max_attempts\":-1e400}", "max_attempts", "type" },
+        { "{" DIAG ",\"budget\":{\"iterations\":1e400}}", "budget.iterations", "type" },
+        { "{" DIAG ",\"budget\":{\"seconds\":-1e400}}", "budget.seconds", "type" },
+        { "{" DIAG ",\"goal\":{\"latency_ns\":1e400}}", "goal.latency_ns", "type" },
+        { "{" DIAG ",\"goal\":{\"fraction_of_bound\":-1e400}}", "goal.fraction_of_bound", "type" },
+        { "{" DIAG ",\"labels\":{\"team\":1e400}}", "labels.team", "type" },
+        { "{" DIAG ",\"spec\":{\"sleep_ms\":1e400}}", "spec.sleep_ms", "type" },
+        { "{" DIAG ",\"spec\":{\"exit_code\":-1e400}}", "spec.exit_code", "type" },
+        { "{" GEN ",\"shapes\":[[4,1e400]]}", "shapes[0][1]", "range" },
+        { "{" GEN ",\"shapes\":[[-1e400]]}", "shapes[0][0]", "range" },
+        { "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1e400],\"dtype\":\"float32\"}}}", "inputs.x.shape[0]", "range" },
+        { "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[1,1e400]}}",
+          "tunables.T[1]", "range" },
+        { "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[-1e400]}}",
+          "tunables.T[0]", "range" },
+        { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"spec\":{\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\","
+          "\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[1e400]}}}",
+          "spec.tunables.T[0]", "range" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_refused(cases[i].body, cases[i].field, cases[i].rule);
+}
+
+/* What kf_job_request_parse accepts, printed as the API stores it, makes a
+ * payload kf_job_payload_parse accepts, with the same spec: the worker never
+ * refuses a job the API answered 202 to. */
+static void round_trip_if(const char *body, bool must_accept)
+{
+    static const char id[] = "5bd35d24-a80d-4ced-9c48-7d25c358dfdb";
+    cJSON *v = parse_ok(body);
+    kf_job_request jr;
+    kf_job_payload p;
+    kf_fields fe;
+    kf_err e = KF_ERR_INIT;
+    char *spec, *budget, *goal, *payload, *again;
+
+    kf_fields_init(&fe);
+    if (!kf_job_request_parse(v, 3, &jr, &fe)) {
+        cr_assert(!must_accept, "refused: %s: %s %s", body, fe.n ? fe.e[0].field : "", fe.n ? fe.e[0].detail : "");
+        cJSON_Delete(v);
+        return;
+    }
+    spec = kf_json_print(jr.spec);
+    budget = kf_json_print(jr.budget);
+    goal = kf_json_print(jr.goal);
+    payload = kf_job_payload_build(id, kf_job_kind_name(jr.kind), jr.target, jr.backend, spec, budget, goal, &e);
+    cr_assert_not_null(payload, "%s: %s", body, e.msg);
+    cr_assert_eq(kf_job_payload_parse(payload, &p, &e), KF_OK, "the worker refuses what the API accepted: %s: %s",
+                 payload, e.msg);
+    again = kf_json_print(p.spec);
+    cr_assert_str_eq(again, spec, "the spec changed on the way");
+    free(again);
+    kf_job_payload_release(&p);
+    free(payload);
+    free(spec);
+    free(budget);
+    free(goal);
+    kf_job_request_release(&jr);
+    cJSON_Delete(v);
+}
+
+static void round_trip(const char *body)
+{
+    round_trip_if(body, true);
+}
+
+Test(kf_job, what_the_api_accepts_the_worker_takes)
+{
+    static const char *const bodies[] = {
+        "{" DIAG "}",
+        "{" DIAG ",\"spec\":{\"sleep_ms\":600000,\"exit_code\":255,\"fail\":true},\"priority\":0,\"max_attempts\":20,"
+        "\"budget\":{\"iterations\":10000,\"seconds\":86400},\"goal\":{\"latency_ns\":1e15}}",
+        "{" DIAG ",\"goal\":{\"fraction_of_bound\":1e-6},\"labels\":{\"a.b/c-d\":\"\xe2\x82\xac\"}}",
+        "{" GEN ",\"shapes\":[[2147483648],[1,1,1,1,1,1,1,1]]}",
+        "{" OPT ",\"inputs\":{\"x\":{\"shape\":[128,512],\"dtype\":\"bfloat16\"},\"y\":{\"shape\":[1],\"dtype\":\"bool\"}},"
+        "\"tunables\":{\"A\":[1.7976931348623157e308,-1.7976931348623157e308,5e-324,-0.0,0.1,9007199254740993,"
+        "1e-400],\"B\":[true,false,\"\",\"\xf0\x9f\x98\x80\"],\"C\":[0.30000000000000004]}}",
+        "{\"kind\":\"auto\",\"target\":\"trn3\",\"spec\":{\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\","
+        "\"inputs\":{\"x\":{\"shape\":[3],\"dtype\":\"uint32\"}}}}",
+        "{\"kind\":\"validate\",\"target\":\"inf2\",\"reference\":\"r\"," SRC "}",
+        "{\"kind\":\"profile\",\"target\":\"trn1\",\"backend\":\"neuron\"," SRC "}",
+    };
+    /* What the API may refuse, but must not accept and then lose. */
+    static const char *const maybe[] = {
+        "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[1e400]}}",
+        "{" OPT ",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[-1e400,1]}}",
+        "{" GEN ",\"shapes\":[[1e400]]}",
+        "{" DIAG ",\"goal\":{\"latency_ns\":1e400}}",
+        "{" DIAG ",\"spec\":{\"sleep_ms\":1e400}}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+        round_trip(bodies[i]);
+    for (size_t i = 0; i < sizeof(maybe) / sizeof(maybe[0]); i++)
+        round_trip_if(maybe[i], false);
+}
