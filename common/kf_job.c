@@ -22,6 +22,10 @@ const char *const kf_job_states[] = { "queued", "running", "retrying", "succeede
 const char *const kf_job_dtypes[] = { "float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e5m2",
                                       "float8_e4m3fn", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                                       "bool", NULL };
+/* Bytes per element, by position in kf_job_dtypes (tfloat32 is stored in 4). */
+static const unsigned char kf_job_dtype_bytes[] = { 4, 2, 2, 4, 1, 1, 1, 1, 1, 2, 2, 4, 4, 1 };
+_Static_assert(sizeof(kf_job_dtype_bytes) == sizeof(kf_job_dtypes) / sizeof(kf_job_dtypes[0]) - 1,
+               "one size per dtype");
 static const char *const kf_job_kind_inputs[] = { "generate", "optimize", "profile", "validate", "diag", "auto", NULL };
 
 /* The kind's own fields, per kind (NULL-terminated). */
@@ -132,35 +136,86 @@ bool kf_uuid_valid(const char *s)
 
 /* ---- per-kind checks ------------------------------------------------------ */
 
-/* A shape: 1..8 dimensions, each an integer from 1 to KF_JOB_MAX_DIM.  A
- * dimension is checked as the double it is (finite, whole, in range):
- * nothing converts it to an integer type (casting 1e49 to int64_t is
- * undefined behaviour). */
-static void kf_job_check_shape(const cJSON *shape, const char *path, kf_fields *fe)
+/* Bytes per element of a dtype; 1 for a name that is not one (already
+ * refused on its own). */
+static uint64_t kf_job_dtype_size(const char *dtype)
+{
+    for (size_t i = 0; dtype && kf_job_dtypes[i]; i++)
+        if (strcmp(kf_job_dtypes[i], dtype) == 0)
+            return kf_job_dtype_bytes[i];
+    return 1;
+}
+
+/* A shape: 1..8 dimensions, each an integer from 1 to KF_JOB_MAX_DIM, and
+ * at most KF_JOB_MAX_TENSOR_BYTES in all as elements of elem_bytes each.
+ * Each dimension is checked as the double it is (finite, whole, in range)
+ * before it becomes an integer, and the product is bounded before each
+ * multiplication, so nothing overflows or is undefined.  The tensor's
+ * bytes go in *bytes when the shape is valid (true). */
+static bool kf_job_check_shape(const cJSON *shape, const char *path, uint64_t elem_bytes, uint64_t *bytes,
+                               kf_fields *fe)
 {
     const cJSON *d;
     int n = cJSON_GetArraySize(shape), i = 0;
+    uint64_t elems = 1;
+    bool ok = true, fits = true;
 
     if (!cJSON_IsArray(shape)) {
         kf_fields_add(fe, path, "type", "must be an array of dimensions, e.g. [128, 512]");
-        return;
+        return false;
     }
     if (n < 1 || n > KF_JOB_MAX_DIMS) {
         kf_fields_add(fe, path, "count", "must have 1 to %d dimensions (got %d)", KF_JOB_MAX_DIMS, n);
-        return;
+        return false;
     }
     cJSON_ArrayForEach(d, shape)
     {
         char p[96];
         double v = cJSON_IsNumber(d) ? d->valuedouble : 0;
+        uint64_t dim;
 
         kf_field_pathf(p, sizeof(p), "%s[%d]", path, i++);
         if (!cJSON_IsNumber(d) || (isfinite(v) && v != trunc(v))) {
             kf_fields_add(fe, p, "type", "a dimension must be an integer");
-        } else if (!isfinite(v) || v < 1 || v > (double)KF_JOB_MAX_DIM) {
-            kf_fields_add(fe, p, "range", "a dimension must be between 1 and %lld", (long long)KF_JOB_MAX_DIM);
+            ok = false;
+            continue;
         }
+        if (!isfinite(v) || v < 1 || v > (double)KF_JOB_MAX_DIM) {
+            kf_fields_add(fe, p, "range", "a dimension must be between 1 and %lld", (long long)KF_JOB_MAX_DIM);
+            ok = false;
+            continue;
+        }
+        dim = (uint64_t)v;
+        if (dim > KF_JOB_MAX_TENSOR_BYTES / elem_bytes / elems)
+            fits = false;   /* elems * dim * elem_bytes would pass the limit */
+        else
+            elems *= dim;
     }
+    if (ok && !fits)
+        kf_fields_add(fe, path, "range",
+                      "a tensor holds at most %llu bytes (%llu GiB: elements times the dtype's size); this shape "
+                      "holds more",
+                      (unsigned long long)KF_JOB_MAX_TENSOR_BYTES, (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES >> 30));
+    if (!ok || !fits)
+        return false;
+    *bytes = elems * elem_bytes;
+    return true;
+}
+
+/* Add a tensor's bytes to the job's *total; a "range" error at path, once,
+ * when the job's tensors hold more than KF_JOB_MAX_TENSOR_BYTES together
+ * (*total then stays above the limit; neither sum can overflow). */
+static void kf_job_add_bytes(uint64_t *total, uint64_t bytes, const char *path, kf_fields *fe)
+{
+    if (*total > KF_JOB_MAX_TENSOR_BYTES)
+        return;
+    if (bytes > KF_JOB_MAX_TENSOR_BYTES - *total) {
+        *total = KF_JOB_MAX_TENSOR_BYTES + 1;
+        kf_fields_add(fe, path, "range", "a job's tensors hold at most %llu bytes together (%llu GiB); these hold more",
+                      (unsigned long long)KF_JOB_MAX_TENSOR_BYTES, (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES >> 30));
+        return;
+    }
+    *total += bytes;
 }
 
 static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool required, kf_fields *fe)
@@ -169,6 +224,7 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
     const cJSON *inputs = NULL, *in;
     char path[96];
     int n;
+    uint64_t total = 0;
 
     if (!kf_fields_obj(fe, spec, parent, "inputs", required, false, &inputs))
         return;
@@ -195,12 +251,14 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
             continue;
         }
         kf_fields_refuse_unknown(fe, in, ip, allowed);
+        kf_fields_enum(fe, in, ip, "dtype", true, kf_job_dtypes, &dtype);
         if (kf_fields_obj(fe, in, ip, "shape", true, true, &shape)) {
             char sp[96];
+            uint64_t bytes = 0;
             kf_field_pathf(sp, sizeof(sp), "%s.shape", ip);
-            kf_job_check_shape(shape, sp, fe);
+            if (kf_job_check_shape(shape, sp, kf_job_dtype_size(dtype), &bytes, fe))
+                kf_job_add_bytes(&total, bytes, path, fe);
         }
-        kf_fields_enum(fe, in, ip, "dtype", true, kf_job_dtypes, &dtype);
     }
 }
 
@@ -298,6 +356,7 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
             char p[96];
             const cJSON *sh;
             int n = cJSON_GetArraySize(arr), i = 0;
+            uint64_t total = 0, elem = kf_job_dtype_size(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "dtype")));
             kf_field_path(p, sizeof(p), parent, "shapes");
             if (n < 1 || n > KF_JOB_MAX_SHAPES) {
                 kf_fields_add(fe, p, "count", "must list 1 to %d shapes (got %d)", KF_JOB_MAX_SHAPES, n);
@@ -306,8 +365,10 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
             cJSON_ArrayForEach(sh, arr)
             {
                 char sp[96];
+                uint64_t bytes = 0;
                 kf_field_pathf(sp, sizeof(sp), "%s[%d]", p, i++);
-                kf_job_check_shape(sh, sp, fe);
+                if (kf_job_check_shape(sh, sp, elem, &bytes, fe))
+                    kf_job_add_bytes(&total, bytes, p, fe);
             }
         }
         break;

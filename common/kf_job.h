@@ -41,6 +41,11 @@ typedef enum kf_job_kind {
 #define KF_JOB_MAX_INPUTS        16
 #define KF_JOB_MAX_DIMS          8
 #define KF_JOB_MAX_DIM           (1LL << 31)   /* one dimension, elements */
+/* One tensor's bytes (elements x the dtype's size), and all of a job's
+ * tensors together: 256 GiB, more than any Neuron device's HBM (trn2: 96
+ * GiB), so no real kernel meets it, while every product of dimensions
+ * stays far inside int64_t. */
+#define KF_JOB_MAX_TENSOR_BYTES  (1ULL << 38)
 #define KF_JOB_MAX_TUNABLES      16
 #define KF_JOB_MAX_TUNABLE_VALUES 64
 #define KF_JOB_MAX_SHAPES        16

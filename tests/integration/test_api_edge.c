@@ -512,3 +512,15 @@ Test(api_edge, a_stored_job_makes_a_payload_the_worker_accepts)
     free(goal);
     free(id);
 }
+
+/* Bug 7: eight dimensions of 2^31 are a 422 that says the limit. */
+Test(api_edge, a_shape_past_256_gib_is_422_with_the_limit)
+{
+    expect_422("{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"add\",\"dtype\":\"float32\",\"shapes\":[[2147483648,"
+               "2147483648,2147483648,2147483648,2147483648,2147483648,2147483648,2147483648]]}",
+               "shapes[0]", "range", "274877906944");
+    expect_422("{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":"
+               "[2147483648,128],\"dtype\":\"int8\"},\"y\":{\"shape\":[1],\"dtype\":\"int8\"}}}",
+               "inputs", "range", "274877906944");
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "a refused job was stored");
+}

@@ -485,3 +485,48 @@ Test(kf_job, what_the_api_accepts_the_worker_takes)
     for (size_t i = 0; i < sizeof(maybe) / sizeof(maybe[0]); i++)
         round_trip_if(maybe[i], false);
 }
+
+/* Bug 7: a tensor's bytes are bounded before anything multiplies its
+ * dimensions (8 x 2^31 overflowed int64_t and wrapped to 0). */
+Test(kf_job, shapes_are_bounded_in_total_bytes)
+{
+    char body[512];
+    kf_fields fe;
+    kf_job_request jr;
+    cJSON *v;
+
+    expect_refused("{" GEN ",\"shapes\":[[2147483648,2147483648,2147483648,2147483648,2147483648,2147483648,"
+                   "2147483648,2147483648]]}",
+                   "shapes[0]", "range");
+    expect_refused("{" GEN ",\"shapes\":[[2147483648,2147483648]]}", "shapes[0]", "range");
+    expect_refused("{" OPT ",\"inputs\":{\"x\":{\"shape\":[2147483648,2147483648,2147483648],\"dtype\":\"bool\"}}}",
+                   "inputs.x.shape", "range");
+    /* The limit itself: 2^38 bytes, as float32 and as int8. */
+    snprintf(body, sizeof(body), "{" GEN ",\"shapes\":[[2147483648,%llu]]}",
+             (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES / 4 / 2147483648ULL));
+    round_trip(body);
+    snprintf(body, sizeof(body), "{" GEN ",\"shapes\":[[2147483648,%llu]]}",
+             (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES / 4 / 2147483648ULL + 1));
+    expect_refused(body, "shapes[0]", "range");
+    snprintf(body, sizeof(body), "{" OPT ",\"inputs\":{\"x\":{\"shape\":[%llu],\"dtype\":\"int8\"}}}",
+             (unsigned long long)KF_JOB_MAX_TENSOR_BYTES);
+    expect_refused(body, "inputs.x.shape[0]", "range");   /* one dimension is still at most 2^31 */
+    snprintf(body, sizeof(body), "{" OPT ",\"inputs\":{\"x\":{\"shape\":[2147483648,%llu],\"dtype\":\"int8\"}}}",
+             (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES / 2147483648ULL));
+    round_trip(body);
+    /* Two tensors each within the limit, together over it. */
+    snprintf(body, sizeof(body),
+             "{" OPT ",\"inputs\":{\"x\":{\"shape\":[2147483648,%llu],\"dtype\":\"int8\"},"
+             "\"y\":{\"shape\":[1],\"dtype\":\"int8\"}}}",
+             (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES / 2147483648ULL));
+    expect_refused(body, "inputs", "range");
+    snprintf(body, sizeof(body), "{" GEN ",\"shapes\":[[2147483648,%llu],[1]]}",
+             (unsigned long long)(KF_JOB_MAX_TENSOR_BYTES / 4 / 2147483648ULL));
+    expect_refused(body, "shapes", "range");
+    /* The error says the limit. */
+    v = parse_ok("{" GEN ",\"shapes\":[[2147483648,2147483648]]}");
+    kf_fields_init(&fe);
+    cr_assert(!kf_job_request_parse(v, 3, &jr, &fe));
+    cr_assert(strstr(fe.e[0].detail, "274877906944"), "%s", fe.e[0].detail);
+    cJSON_Delete(v);
+}
