@@ -524,3 +524,46 @@ Test(api_edge, a_shape_past_256_gib_is_422_with_the_limit)
                "inputs", "range", "274877906944");
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 0, "a refused job was stored");
 }
+
+/* Bug 4: a forged cursor whose time PostgreSQL cannot hold is 400, never 500;
+ * the last microsecond of year 9999 and the epoch are pages. */
+Test(api_edge, forged_cursors_are_400_up_to_the_times_postgresql_holds)
+{
+    static const char *const bad[] = { "9999999999999999999", "18446744073709551616", "9223372036854775808",
+                                       "9223372036854775807", "253402300800000000",   "-1",
+                                       "+1",                  "1e3",                  "",
+                                       NULL };
+    static const char *const good[] = { "253402300799999999", "0", "1", "1764495667123456", NULL };
+    char *id = fx_submit(&fx, fx.user, NULL);
+    char cur[128];
+    kf_http_resp r;
+
+    for (int i = 0; bad[i]; i++) {
+        char *p;
+        cJSON *v;
+
+        api_cursor_make(bad[i], id, cur, sizeof(cur));
+        p = kf_asprintf("/v1/jobs?cursor=%s", cur);
+        cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 400, "%s: %ld %s", bad[i], r.status, r.body);
+        v = strict_problem(&r, "bad-query");
+        cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "errors"), 0), "field"), "cursor");
+        cJSON_Delete(v);
+        kf_http_resp_release(&r);
+        free(p);
+    }
+    for (int i = 0; good[i]; i++) {
+        char *p;
+        cJSON *v;
+
+        api_cursor_make(good[i], id, cur, sizeof(cur));
+        p = kf_asprintf("/v1/jobs?cursor=%s", cur);
+        cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 200, "%s: %ld %s", good[i], r.status, r.body);
+        v = fx_json(&r);
+        /* Every job is older than year 9999 and none older than 1970. */
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(v, "jobs")), i == 0 ? 1 : 0, "%s: %s", good[i], r.body);
+        cJSON_Delete(v);
+        kf_http_resp_release(&r);
+        free(p);
+    }
+    free(id);
+}
