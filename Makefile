@@ -12,7 +12,7 @@
 #   make run        the whole stack on 127.0.0.1:8080 (see README.md)
 #   make lint       cppcheck + clang-tidy over the sources
 #   make bench      benchmarks in bench/ (not part of make test)
-#   make SANITIZE=1 test   the same tests under ASan + UBSan
+#   make SANITIZE=1 test   the same tests under ASan + UBSan (float-cast-overflow too)
 
 CC       ?= cc
 SANITIZE ?= 0
@@ -20,8 +20,8 @@ PREFIX   ?= /usr/local
 
 ifeq ($(SANITIZE),1)
 BUILD    ?= build-asan
-SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
-            -fno-sanitize-recover=undefined
+SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined,float-cast-overflow
 OPT      ?= -O1 -g
 else
 BUILD    ?= build
