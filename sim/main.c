@@ -296,7 +296,6 @@ static int do_run(const run_args *a)
     lim.cpu_seconds = (unsigned)a->cpu_s;
     lim.memory_mib = (unsigned)a->memory_mib;
     lim.wall_ms = (unsigned)(a->timeout_s * 1000);
-    lim.allow_network = false;
     lim.max_result_bytes = ((size_t)a->memory_mib << 20) * 2;
 
     if (sim_check_evaluate(&lim, &spec, &ev, &err) != KF_OK) {

@@ -616,7 +616,6 @@ static void sb_note_isolation(const char *what)
     size_t n = strlen(what);
     send_frame_head(SB_RESULT_FD, 'I', n);
     write_all(SB_RESULT_FD, what, n);
-    close(SB_NOTE_FD);
 }
 
 static void sb_common_limits(const sim_sandbox_limits *lim)
@@ -728,13 +727,12 @@ static _Noreturn void child_main(const sim_sandbox_limits *lim, sim_sandbox_fn f
             close(fd);
 
     if (!strict) {
-        int netns = 0, filt;
+        int netns, filt;
         close(SB_SYNC_FD);
+        close(SB_NOTE_FD);
         sb_common_limits(lim);
-        if (!lim->allow_network)
-            netns = unshare(CLONE_NEWNET) == 0;
-        filt = lim->allow_network ||
-               (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && sb_install(&sb_unconfined_bpf) == 0);
+        netns = unshare(CLONE_NEWNET) == 0;
+        filt = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && sb_install(&sb_unconfined_bpf) == 0;
         if (!netns && !filt) {
             fprintf(stderr, SB_TAG "cannot cut the network off (unshare(CLONE_NEWNET) and seccomp both "
                                    "refused); not running untrusted code\n");

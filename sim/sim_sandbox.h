@@ -89,7 +89,6 @@ typedef struct sim_sandbox_limits {
     unsigned cpu_seconds;        /* 0 = no CPU limit */
     unsigned memory_mib;         /* 0 = no memory limit */
     unsigned wall_ms;            /* 0 = no wall-clock limit */
-    bool     allow_network;      /* unconfined mode only: skip the network cut */
     size_t   max_result_bytes;   /* 0 = 1 GiB */
     unsigned work_mib;           /* size of /kforge-work and RLIMIT_FSIZE; 0 = SIM_SANDBOX_WORK_MIB */
     unsigned max_files;          /* RLIMIT_NOFILE; 0 = SIM_SANDBOX_MAX_FILES */

@@ -413,6 +413,7 @@ static kf_code inside_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     /* the work folder: writable, private, bounded (RLIMIT_FSIZE, then the tmpfs) */
     memset(big, 'x', sizeof(big));
     signal(SIGXFSZ, SIG_IGN);
+    kf_buf_addf(&b, "\"work_leftover\":%d,", access("/kforge-work/fill", F_OK) == 0);
     fd = open("/kforge-work/fill", O_WRONLY | O_CREAT, 0600);
     while (fd >= 0) {
         ssize_t w = write(fd, big, sizeof(big));
@@ -494,6 +495,7 @@ Test(sim_sandbox, the_work_folder_is_gone_after_the_evaluation)
     cr_assert_eq(sim_sandbox_run(&l, inside_fn, &me, &r, NULL), KF_OK);
     cr_assert_eq(r.status, SIM_SB_OK, "%s", r.reason);
     cr_assert_eq(jint(r.json, "work_ok"), 1, "%s", r.json);
+    cr_assert_eq(jint(r.json, "work_leftover"), 0, "the first evaluation's file is not there: %s", r.json);
     cr_assert_eq(access("/kforge-work", F_OK), -1, "the work folder never appears on the machine");
     sim_sandbox_result_release(&r);
 }
