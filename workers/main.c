@@ -709,7 +709,12 @@ static void w_usage(FILE *out)
             "the API cannot take are kept in KFORGE_SPOOL_DIR and resent; a job crash is a\n"
             "failed attempt (retried with backoff up to the job's max_attempts, then dead).\n"
             "SIGTERM/SIGINT: stop leasing, let the running job finish for up to\n"
-            "KFORGE_DRAIN_MS, then hand it back to the queue and exit 0.\n");
+            "KFORGE_DRAIN_MS, then hand it back to the queue and exit 0.\n"
+            "\n"
+            "Each job runs in a fresh `kforge-worker --job-process` image that never saw\n"
+            "this worker's token or Redis address; every evaluation of user code runs in\n"
+            "the sandbox of docs/security.md (KFORGE_SANDBOX).  The worker refuses to\n"
+            "start when this machine cannot build that sandbox, and says what to enable.\n");
     kf_config_print_help(out, KF_USE_WORKER);
 }
 
