@@ -13,12 +13,25 @@
 #   make lint       cppcheck + clang-tidy over the sources
 #   make bench      benchmarks in bench/ (not part of make test)
 #   make SANITIZE=1 test   the same tests under ASan + UBSan (float-cast-overflow too)
+#   make fuzz       every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS
+#                   each (default 60), built with clang under build-fuzz/
 
 CC       ?= cc
 SANITIZE ?= 0
 PREFIX   ?= /usr/local
 
-ifeq ($(SANITIZE),1)
+ifeq ($(FUZZ),1)
+# libFuzzer build (`make fuzz`): clang, every object instrumented for
+# coverage (fuzzer-no-link) and checked by ASan + UBSan; the harnesses link
+# libFuzzer's main (tests/fuzz/module.mk).
+BUILD    ?= build-fuzz
+ifeq ($(origin CC),default)
+CC       := clang
+endif
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+            -fno-sanitize-recover=all
+OPT      ?= -O1 -g
+else ifeq ($(SANITIZE),1)
 BUILD    ?= build-asan
 SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined,float-cast-overflow
@@ -51,6 +64,7 @@ LIBS      :=   # static libraries, in link order (dependents first)
 LIBS_TAIL :=   # libraries every other one depends on (common)
 BINS      :=   # installed binaries
 UNIT_TESTS :=  # test binaries needing no services
+FUZZ_BINS  :=  # libFuzzer harnesses (built only with FUZZ=1)
 INT_TESTS  :=  # test binaries needing Redis + PostgreSQL (tests/run.sh)
 EXTRA_LDLIBS :=
 
@@ -65,7 +79,7 @@ all: $(BINS)
 
 # Binaries link against the libraries; declared here, after every module.mk,
 # when LIBS is complete (a module.mk included early sees only part of it).
-$(BINS): $(LIBS)
+$(BINS) $(FUZZ_REPLAYS) $(FUZZ_BINS): $(LIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -110,10 +124,19 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/
 
-clean:
-	rm -rf build build-asan
+# `make fuzz` re-enters make with FUZZ=1 (another build folder, clang),
+# then runs each harness for FUZZ_SECONDS on its committed seed corpus.
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) FUZZ=1 fuzz-bins
+	BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_ONLY)
 
-.PHONY: all tests test run deps lint bench install clean
+fuzz-bins: $(FUZZ_BINS)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+.PHONY: all tests test run deps lint bench install clean fuzz fuzz-bins
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -274,11 +274,15 @@ static bool api_b64url_decode(const char *in, char *out, size_t cap)
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
-            if (o + 1 >= cap)
+            if (o + 1 >= cap || ((v >> bits) & 0xff) == 0)
                 return false;
             out[o++] = (char)((v >> bits) & 0xff);
         }
     }
+    /* Canonical only, as api_b64url_encode writes it: no lone sixth of a
+     * byte, and the bits past the last byte are zero. */
+    if (bits >= 6 || (v & ((1u << bits) - 1)) != 0)
+        return false;
     out[o] = '\0';
     return true;
 }

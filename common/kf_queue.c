@@ -11,6 +11,7 @@
 #include "kf_queue.h"
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_log.h"
 #include "kf_queue_lua.h"
 
@@ -30,25 +31,38 @@
 
 struct kf_queue {
     redisContext *c;                  /* NULL while disconnected */
-    char         *host;
-    int           port;
-    char         *user;               /* NULL: AUTH with password only */
-    char         *password;           /* NULL: no AUTH */
-    int           db;
+    kf_queue_url  u;                  /* where, and the credentials */
     char          sha[KF_QS__COUNT][41];
 };
 
 /* ---- URL parsing ---------------------------------------------------- */
 
-static kf_code kq_parse_url(kf_queue *q, const char *url, kf_err *err)
+/* The URL as messages show it: everything up to the last '@' (credentials,
+ * or what may be credentials in a malformed URL) replaced by "***". */
+static void kq_url_shown(const char *url, char *out, size_t cap)
 {
-    const char *p, *at, *slash, *colon;
-    char *end;
+    const char *at = url ? strrchr(url, '@') : NULL;
+
+    if (!url)
+        snprintf(out, cap, "(null)");
+    else if (!at)
+        snprintf(out, cap, "%s", url);
+    else
+        snprintf(out, cap, "%s***%s", strncmp(url, "redis://", 8) == 0 ? "redis://" : "", at);
+    out[kf_utf8_cut(out, strlen(out))] = '\0';
+}
+
+kf_code kf_queue_url_parse(const char *url, kf_queue_url *u, kf_err *err)
+{
+    const char *p, *at, *slash, *colon, *hend;
+    char *end, shown[160];
     long port = 6379, db = 0;
 
+    memset(u, 0, sizeof(*u));
+    kq_url_shown(url, shown, sizeof(shown));
     if (!url || strncmp(url, "redis://", 8) != 0)
-        return kf_err_set(err, KF_CONFIG, "Redis URL '%s' must look like redis://[:PASSWORD@]HOST:PORT[/DB]",
-                          url ? url : "(null)");
+        return kf_err_set(err, KF_CONFIG, "Redis URL '%s' must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
+                          shown);
     p = url + 8;
     slash = strchr(p, '/');
     at = strchr(p, '@');
@@ -57,36 +71,50 @@ static kf_code kq_parse_url(kf_queue *q, const char *url, kf_err *err)
     if (at) {
         const char *sep = memchr(p, ':', (size_t)(at - p));
         if (!sep)
-            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': credentials must be [USER]:PASSWORD@", url);
+            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': credentials must be [USER]:PASSWORD@", shown);
         if (sep > p)
-            q->user = kf_strndup(p, (size_t)(sep - p));
-        q->password = kf_strndup(sep + 1, (size_t)(at - sep - 1));
+            u->user = kf_strndup(p, (size_t)(sep - p));
+        u->password = kf_strndup(sep + 1, (size_t)(at - sep - 1));
         p = at + 1;
     }
-    {
-        const char *hend = slash ? slash : p + strlen(p);
-        colon = memchr(p, ':', (size_t)(hend - p));
-        if (colon) {
-            errno = 0;
-            port = strtol(colon + 1, &end, 10);
-            if (errno || end != hend || port < 1 || port > 65535)
-                return kf_err_set(err, KF_CONFIG, "Redis URL '%s': port must be 1..65535", url);
-            q->host = kf_strndup(p, (size_t)(colon - p));
-        } else {
-            q->host = kf_strndup(p, (size_t)(hend - p));
+    hend = slash ? slash : p + strlen(p);
+    colon = memchr(p, ':', (size_t)(hend - p));
+    if (colon) {
+        errno = 0;
+        port = strtol(colon + 1, &end, 10);
+        if (errno || end != hend || colon[1] < '0' || colon[1] > '9' || port < 1 || port > 65535) {
+            kf_queue_url_release(u);
+            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': port must be 1..65535", shown);
         }
     }
-    if (!*q->host)
-        return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the host is missing", url);
+    u->host = kf_strndup(p, (size_t)((colon ? colon : hend) - p));
+    if (!*u->host || strspn(u->host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+                         strlen(u->host)) {
+        kf_queue_url_release(u);
+        return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the host must be a name or an IPv4 address", shown);
+    }
     if (slash && slash[1]) {
         errno = 0;
         db = strtol(slash + 1, &end, 10);
-        if (errno || *end || db < 0 || db > 1000)
-            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the database must be a number 0..1000", url);
+        if (errno || *end || slash[1] < '0' || slash[1] > '9' || db < 0 || db > 1000) {
+            kf_queue_url_release(u);
+            return kf_err_set(err, KF_CONFIG, "Redis URL '%s': the database must be a number 0..1000", shown);
+        }
     }
-    q->port = (int)port;
-    q->db = (int)db;
+    u->port = (int)port;
+    u->db = (int)db;
     return KF_OK;
+}
+
+void kf_queue_url_release(kf_queue_url *u)
+{
+    free(u->host);
+    if (u->password)
+        explicit_bzero(u->password, strlen(u->password));
+    free(u->user);
+    free(u->password);
+    u->host = u->user = u->password = NULL;
+    u->port = u->db = 0;
 }
 
 /* ---- connection ----------------------------------------------------- */
@@ -103,7 +131,7 @@ static void kq_drop(kf_queue *q)
 static kf_code kq_transport_err(kf_queue *q, kf_err *err, const char *what)
 {
     kf_err_set(err, KF_REDIS, "Redis %s:%d %s failed: %s; is Redis running? (the next call reconnects)",
-               q->host, q->port, what, q->c && q->c->errstr[0] ? q->c->errstr : "no reply");
+               q->u.host, q->u.port, what, q->c && q->c->errstr[0] ? q->c->errstr : "no reply");
     kq_drop(q);
     return KF_REDIS;
 }
@@ -150,25 +178,25 @@ static kf_code kq_ensure(kf_queue *q, kf_err *err)
 
     if (q->c)
         return KF_OK;
-    q->c = redisConnectWithTimeout(q->host, q->port, ct);
+    q->c = redisConnectWithTimeout(q->u.host, q->u.port, ct);
     if (!q->c)
         return kf_err_set(err, KF_REDIS, "cannot allocate a Redis connection");
     if (q->c->err) {
-        kf_err_set(err, KF_REDIS, "cannot connect to Redis at %s:%d: %s; is Redis running?", q->host, q->port,
+        kf_err_set(err, KF_REDIS, "cannot connect to Redis at %s:%d: %s; is Redis running?", q->u.host, q->u.port,
                    q->c->errstr);
         kq_drop(q);
         return KF_REDIS;
     }
     redisSetTimeout(q->c, tt);
-    if (q->password) {
-        const char *a[3] = { "AUTH", q->user ? q->user : q->password, q->password };
-        if ((rc = kq_simple(q, err, "AUTH", q->user ? 3 : 2, a)) != KF_OK)
+    if (q->u.password) {
+        const char *a[3] = { "AUTH", q->u.user ? q->u.user : q->u.password, q->u.password };
+        if ((rc = kq_simple(q, err, "AUTH", q->u.user ? 3 : 2, a)) != KF_OK)
             return rc;
     }
-    if (q->db != 0) {
+    if (q->u.db != 0) {
         char db[16];
         const char *a[2] = { "SELECT", db };
-        snprintf(db, sizeof(db), "%d", q->db);
+        snprintf(db, sizeof(db), "%d", q->u.db);
         if ((rc = kq_simple(q, err, "SELECT", 2, a)) != KF_OK)
             return rc;
     }
@@ -186,7 +214,7 @@ kf_queue *kf_queue_connect(const char *redis_url, kf_err *err)
     kf_queue *q = kf_calloc(1, sizeof(*q));
     kf_err ignored = KF_ERR_INIT;
 
-    if (kq_parse_url(q, redis_url, err) != KF_OK) {
+    if (kf_queue_url_parse(redis_url, &q->u, err) != KF_OK) {
         kf_queue_free(q);
         return NULL;
     }
@@ -201,9 +229,7 @@ void kf_queue_free(kf_queue *q)
     if (!q)
         return;
     kq_drop(q);
-    free(q->host);
-    free(q->user);
-    free(q->password);
+    kf_queue_url_release(&q->u);
     free(q);
 }
 

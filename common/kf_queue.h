@@ -61,6 +61,25 @@ typedef enum kf_queue_cancel_result {
     KF_CANCEL_ABSENT,          /* not in Redis (finished, or not yet relayed) */
 } kf_queue_cancel_result;
 
+/* A Redis URL, redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (port 6379 and
+ * database 0 by default; HOST a name or an IPv4 address).  Parsed into heap
+ * strings the caller releases with kf_queue_url_release (which zeroes the
+ * password); on failure nothing is kept and the KF_CONFIG message shows the
+ * URL with everything up to its last '@' as "***", so no password reaches a
+ * log. */
+typedef struct kf_queue_url {
+    char *host;
+    int   port;
+    char *user;                /* NULL: AUTH with the password only */
+    char *password;            /* NULL: no AUTH */
+    int   db;
+} kf_queue_url;
+
+kf_code kf_queue_url_parse(const char *url, kf_queue_url *u, kf_err *err);
+void kf_queue_url_release(kf_queue_url *u);
+
+/* Parse the URL (kf_queue_url_parse: KF_CONFIG and NULL when it is bad) and
+ * connect; an unreachable Redis is not an error here, every call reconnects. */
 kf_queue *kf_queue_connect(const char *redis_url, kf_err *err);
 void kf_queue_free(kf_queue *q);
 

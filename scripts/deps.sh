@@ -10,6 +10,7 @@ PKGS=(
   python3-dev python3-numpy libopenblas0-pthread libopenblas-dev
   redis-server redis-tools postgresql postgresql-contrib
   curl cppcheck clang-tidy valgrind wrk
+  clang libclang-rt-14-dev
 )
 
 missing=()

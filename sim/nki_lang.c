@@ -332,6 +332,14 @@ static PyObject *nl_ds(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     if (!a[0] || !a[1] || !PyIndex_Check(a[0]) || !PyIndex_Check(a[1]))
         return nki_fail(SIM_E_BAD_INDEX, "nl.ds", "start and size must be ints");
+    {
+        int64_t start, size;
+        if (!nki_get_int(a[0], &start) || !nki_get_int(a[1], &size))
+            return nki_fail(SIM_E_BAD_INDEX, "nl.ds", "start and size must be 64-bit ints");
+        if (start < 0 || size < 1)
+            return nki_fail(SIM_E_BAD_INDEX, "nl.ds", "start must be >= 0 and size >= 1, got nl.ds(%lld, %lld)",
+                            (long long)start, (long long)size);
+    }
     end = PyNumber_Add(a[0], a[1]);
     if (!end)
         return NULL;

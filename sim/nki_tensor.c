@@ -223,7 +223,8 @@ int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
 /* --- subscripts --- */
 
 
-/* Resolve a slice against a dim of size n; NKI slices must stay in bounds. */
+/* Resolve a slice against a dim of size n; NKI slices must stay in bounds
+ * and select at least one element. */
 static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int64_t *len,
                      const char *api, int dim)
 {
@@ -243,6 +244,13 @@ static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int6
         }
     }
     *len = PySlice_AdjustIndices((Py_ssize_t)n, &a, &b, st);
+    if (*len <= 0) {
+        /* A tile or DMA of no elements is no access at all (and a zero
+         * dimension would reach the partition arithmetic). */
+        nki_fail(SIM_E_BAD_INDEX, api, "the slice selects no elements of dimension %d (size %lld)", dim,
+                 (long long)n);
+        return -1;
+    }
     *start = a;
     *step = st;
     return 0;

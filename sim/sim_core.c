@@ -390,7 +390,7 @@ void simc_view_region(const simc_view *v, sim_region *r)
         int64_t ast = st == INT64_MIN ? INT64_MAX : llabs(st);
         if (n == 1 || st == 0)
             continue;
-        if (s->mem != SIM_MEM_HBM && ast >= s->part_elems && st % s->part_elems == 0) {
+        if (s->mem != SIM_MEM_HBM && s->part_elems > 0 && ast >= s->part_elems && st % s->part_elems == 0) {
             parts *= n;
             continue;
         }

@@ -507,6 +507,14 @@ static int sb_install(const sb_bpf *b)
     return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p);
 }
 
+/* A comparison on a syscall's first argument (libseccomp's SCMP_A0 leaves
+ * datum_b to C's zero-initialisation, which clang's -Wextra flags). */
+static struct scmp_arg_cmp sb_arg0(enum scmp_compare op, scmp_datum_t a, scmp_datum_t b)
+{
+    struct scmp_arg_cmp c = { .arg = 0, .op = op, .datum_a = a, .datum_b = b };
+    return c;
+}
+
 static int sb_seccomp_build(void)
 {
     static const char *const allow[] = {
@@ -546,19 +554,19 @@ static int sb_seccomp_build(void)
     /* threads yes, processes no; clone3 hides its flags from the filter */
     if (rc == 0)
         rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-                              SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+                              sb_arg0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
     if (rc == 0)
         rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     for (size_t i = 0; rc == 0 && i < sizeof(ioctls) / sizeof(ioctls[0]); i++)
         rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
                               SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, ioctls[i]));
     for (size_t i = 0; rc == 0 && i < sizeof(prctls) / sizeof(prctls[0]); i++)
-        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)prctls[i]));
+        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, sb_arg0(SCMP_CMP_EQ, (scmp_datum_t)prctls[i], 0));
     /* kill: only itself (PID 1 of its namespace) and its own group */
     if (rc == 0)
-        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_EQ, 1));
+        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1, sb_arg0(SCMP_CMP_EQ, 1, 0));
     if (rc == 0)
-        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_EQ, 0));
+        rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1, sb_arg0(SCMP_CMP_EQ, 0, 0));
     if (rc == 0)
         rc = sb_export(f, &sb_strict_bpf);
     seccomp_release(f);
@@ -573,7 +581,7 @@ static int sb_seccomp_unconfined_build(void)
     scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
     int rc = f ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+        rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, sb_arg0(SCMP_CMP_NE, AF_UNIX, 0));
     if (rc == 0)
         rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(io_uring_setup), 0);
     if (rc == 0)
@@ -584,7 +592,7 @@ static int sb_seccomp_unconfined_build(void)
         rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     if (rc == 0)
         rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                              SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+                              sb_arg0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
     if (rc == 0)
         rc = sb_export(f, &sb_unconfined_bpf);
     seccomp_release(f);

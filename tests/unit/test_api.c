@@ -139,6 +139,18 @@ Test(api_parsers, cursors_round_trip_and_refuse_forgeries)
     cr_assert(!api_cursor_parse(cur, micros, sizeof(micros), id), "beyond PostgreSQL's timestamps");
     api_cursor_make("253402300799999999", "5bd35d24-a80d-4ced-9c48-7d25c358dfdb", cur, sizeof(cur));
     cr_assert(api_cursor_parse(cur, micros, sizeof(micros), id), "the last microsecond of year 9999");
+    /* fuzz_cursor: only the encoding make() writes; the same bytes with
+     * stray low bits in the last character, a lone character or a NUL
+     * hidden inside are other texts and are refused. */
+    api_cursor_make("0", "6BD35D24-A80D-4CED-9C48-7D25C358DFDA", cur, sizeof(cur));
+    cr_assert_str_eq(cur, "MCw2QkQzNUQyNC1BODBELTRDRUQtOUM0OC03RDI1QzM1OERGREE");
+    cr_assert(api_cursor_parse(cur, micros, sizeof(micros), id));
+    cr_assert(!api_cursor_parse("MCw2QkQzNUQyNC1BODBELTRDRUQtOUM0OC03RDI1QzM1OERGREH", micros, sizeof(micros), id),
+              "stray bits");
+    cr_assert(!api_cursor_parse("MCw2QkQzNUQyNC1BODBELTRDRUQtOUM0OC03RDI1QzM1OERGREEA", micros, sizeof(micros), id),
+              "a lone sixth of a byte");
+    cr_assert(!api_cursor_parse("MCw2QkQzNUQyNC1BODBELTRDRUQtOUM0OC03RDI1QzM1OERGREEAAA", micros, sizeof(micros), id),
+              "a NUL after the id");
 }
 
 /* Query numbers: digits only, and never past the bound, overflow included. */

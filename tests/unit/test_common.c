@@ -11,6 +11,7 @@
 #include "kf_config.h"
 #include "kf_error.h"
 #include "kf_json.h"
+#include "kf_queue.h"
 #include "kf_log.h"
 
 Test(kf_error, set_and_wrap_keep_code_and_text)
@@ -319,4 +320,42 @@ Test(kf_log, control_bytes_in_a_message_are_escaped_never_a_line_of_their_own)
     for (ssize_t i = 0; i < got - 1; i++)
         cr_assert((unsigned char)text[i] >= 0x20 && text[i] != 0x7f, "byte %zd is 0x%02x: %s", i,
                   (unsigned char)text[i], text);
+}
+
+/* The Redis URL: its parts, and no password in any refusal (fuzz_config
+ * found URLs whose error quoted the credentials into the log). */
+Test(queue_url, parses_parts_and_never_quotes_a_password)
+{
+    static const char *const bad[] = {
+        "redis://:hunter22@127.0.0.1:99999/0",
+        "redis://admin:hunter22@h:+6379/0",
+        "redis://:hunter22@h:6379/x",
+        "redis://:hunter22@h:6379/-1",
+        "redis://:hunter22@/0",
+        "redis://:hunter22@bad host:6379",
+        "hunter22@redis:6379",
+        "redis://admin:hunter22@h@evil:6379/1001",
+    };
+    kf_queue_url u;
+    kf_err e = KF_ERR_INIT;
+
+    cr_assert_eq(kf_queue_url_parse("redis://admin:s3:cret@redis.svc-1:6380/7", &u, &e), KF_OK, "%s", e.msg);
+    cr_assert_str_eq(u.host, "redis.svc-1");
+    cr_assert_eq(u.port, 6380);
+    cr_assert_eq(u.db, 7);
+    cr_assert_str_eq(u.user, "admin");
+    cr_assert_str_eq(u.password, "s3:cret");
+    kf_queue_url_release(&u);
+    cr_assert_eq(kf_queue_url_parse("redis://localhost", &u, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(u.port, 6379);
+    cr_assert_eq(u.db, 0);
+    cr_assert_null(u.password);
+    kf_queue_url_release(&u);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        e = (kf_err)KF_ERR_INIT;
+        cr_expect_eq(kf_queue_url_parse(bad[i], &u, &e), KF_CONFIG, "%s was accepted", bad[i]);
+        cr_expect_null(u.host, "%s", bad[i]);
+        cr_expect(strstr(e.msg, "hunter22") == NULL, "the password is in: %s", e.msg);
+        cr_expect(strstr(e.msg, "***") != NULL, "%s", e.msg);
+    }
 }

@@ -313,3 +313,36 @@ Test(nki_errors, negative_sizes_in_views_are_refused)
     }
     free(in.data);
 }
+
+/* Fuzzing found (tests/fuzz/corpus/nki_index/regress-*): a load through
+ * empty slices made a tile with no elements per partition, and the region
+ * arithmetic divided by zero (SIGFPE: the evaluation died, the job burnt
+ * its attempts).  Empty slices and nl.ds without elements are refused. */
+Test(nki_errors, empty_slices_and_ds_are_refused)
+{
+    static const struct {
+        const char *src;
+        const char *needle;
+    } empties[] = {
+        { LHDR "def k(x):\n    t = nl.load(x[-1:127, -64:-1048576])\n    return x\n", "selects no elements" },
+        { LHDR "def k(x):\n    t = nl.load(x[5:3, :])\n    return x\n", "selects no elements" },
+        { LHDR "def k(x):\n    t = nl.load(x[nl.ds(-1, 128), nl.ds(-64, -64)])\n    return x\n",
+          "nl.ds(-1, 128)" },
+        { LHDR "def k(x):\n    t = nl.load(x[nl.ds(0, 0), :])\n    return x\n", "size >= 1" },
+    };
+    sim_array in;
+
+    fp32_zeros(&in, 2, 128, 64);
+    for (size_t i = 0; i < sizeof(empties) / sizeof(empties[0]); i++) {
+        sim_error se;
+        kf_err err = KF_ERR_INIT;
+
+        cr_expect_eq(run_k("trn2", empties[i].src, "e.py", true, &in, 1, NULL, NULL, &se, &err), KF_INVALID,
+                     "case %zu ran", i);
+        cr_expect_eq(se.code, SIM_E_BAD_INDEX, "case %zu: %s", i, err.msg);
+        cr_expect_eq(se.line, 6, "case %zu: line %d", i, se.line);
+        cr_expect(strstr(err.msg, empties[i].needle) != NULL, "case %zu: '%s' not in %s", i, empties[i].needle,
+                  err.msg);
+    }
+    free(in.data);
+}
