@@ -31,6 +31,7 @@
 #include "kf_backend.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,23 @@ static kf_code bs_write(const char *dir, const char *name, const char *text, cha
 }
 
 /* The user's kernel (and reference) as files, the inputs from the spec. */
+/* One dimension of a shape from the job, checked again here rather than
+ * trusted to the API's validation (kf_job_spec_check): an integer number
+ * of 1..KF_JOB_MAX_DIM elements, at most KA_MAX_DIMS of them, converted
+ * only once it is known to fit. */
+static kf_code bs_dim(const cJSON *d, int k, int64_t *out, const char *what, kf_err *err)
+{
+    double v = cJSON_IsNumber(d) ? d->valuedouble : 0;
+
+    if (k >= KA_MAX_DIMS)
+        return kf_err_set(err, KF_UNPROCESSABLE, "%s has more than %d dimensions", what, KA_MAX_DIMS);
+    if (!(v >= 1 && v <= (double)KF_JOB_MAX_DIM) || v != floor(v))
+        return kf_err_set(err, KF_UNPROCESSABLE, "%s: dimension %d is not a whole number of 1 to %lld elements", what,
+                          k, (long long)KF_JOB_MAX_DIM);
+    *out = (int64_t)v;
+    return KF_OK;
+}
+
 static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_problem *pb, kf_err *err)
 {
     const cJSON *spec = job->spec, *in;
@@ -111,11 +129,12 @@ static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_pr
     }
     cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(spec, "inputs"))
     {
-        ka_input *pi = &pb->inputs[pb->n_inputs];
+        ka_input *pi = &pb->inputs[pb->n_inputs < KA_MAX_INPUTS ? pb->n_inputs : 0];
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape"), *d;
         int dt = sim_input_dtype(bs_str(in, "dtype"));
         if (pb->n_inputs >= KA_MAX_INPUTS)
-            break;
+            return kf_err_set(err, KF_UNPROCESSABLE, "more than %d inputs; the simulator backend takes at most %d",
+                              KA_MAX_INPUTS, KA_MAX_INPUTS);
         snprintf(pi->name, sizeof(pi->name), "%s", in->string);
         if (dt < 0)
             return kf_err_set(err, KF_UNPROCESSABLE, "input %s: dtype %s is not supported by the simulator", in->string,
@@ -124,8 +143,9 @@ static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_pr
         pi->std = 1.0;
         cJSON_ArrayForEach(d, shape)
         {
-            if (pi->ndim < KA_MAX_DIMS)
-                pi->shape[pi->ndim++] = (int64_t)d->valuedouble;
+            if (bs_dim(d, pi->ndim, &pi->shape[pi->ndim], in->string, err) != KF_OK)
+                return KF_UNPROCESSABLE;
+            pi->ndim++;
         }
         pb->n_inputs++;
     }
@@ -291,12 +311,16 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
     {
         const cJSON *d;
         if (n >= KA_MAX_INPUTS)
-            break;
+            return kf_err_set(err, KF_UNPROCESSABLE, "more than %d shapes; the simulator backend takes at most %d",
+                              KA_MAX_INPUTS, KA_MAX_INPUTS);
         ndims[n] = 0;
+        char what[32];
+        snprintf(what, sizeof(what), "shapes[%d]", n);
         cJSON_ArrayForEach(d, sh)
         {
-            if (ndims[n] < KA_MAX_DIMS)
-                shapes[n][ndims[n]++] = (int64_t)d->valuedouble;
+            if (bs_dim(d, ndims[n], &shapes[n][ndims[n]], what, err) != KF_OK)
+                return KF_UNPROCESSABLE;
+            ndims[n]++;
         }
         n++;
     }

@@ -258,3 +258,43 @@ Test(agent_backend, a_deeply_nested_constraint_is_a_final_error)
                  kf_code_name(rc_unknown));
     free(deep);
 }
+
+/* The backend checks shapes itself instead of trusting the API's rules: a
+ * payload that skipped them (an old API, a hand-written queue entry) with
+ * a dimension of 1e49, a fraction or too many dimensions is a final error
+ * naming the shape, and never a conversion of an out-of-range double. */
+Test(agent_backend, shapes_are_checked_again_by_the_backend)
+{
+    static const char *const specs[] = {
+        "{\"op\":\"softmax\",\"shapes\":[[1e49,8]],\"dtype\":\"bfloat16\"}",
+        "{\"op\":\"softmax\",\"shapes\":[[128,2.5]],\"dtype\":\"bfloat16\"}",
+        "{\"op\":\"softmax\",\"shapes\":[[1,1,1,1,1,1,1,1,1]],\"dtype\":\"bfloat16\"}",
+        "{\"op\":\"softmax\",\"shapes\":[[0,8]],\"dtype\":\"bfloat16\"}",
+    };
+    const kf_backend *b = kf_backend_find("sim", "generate");
+
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        rec r = { 0, NULL, -1 };
+        kf_backend_hooks h = { &r, progress, cancelled };
+        kf_job_payload p;
+        char *result = NULL;
+        bool retry = true;
+        kf_err err = KF_ERR_INIT;
+
+        memset(&p, 0, sizeof(p));
+        snprintf(p.id, sizeof(p.id), "3f1c2d4e-1111-4222-8333-444455556666");
+        p.kind = KF_KIND_GENERATE;
+        snprintf(p.target, sizeof(p.target), "trn2");
+        snprintf(p.backend, sizeof(p.backend), "sim");
+        p.spec = cJSON_Parse(specs[i]);
+        p.budget = cJSON_CreateObject();
+        p.goal = cJSON_CreateObject();
+        cr_assert_eq(b->run(b, &p, &h, &result, &retry, &err), KF_UNPROCESSABLE, "%s ran", specs[i]);
+        cr_expect(!retry, "%s is retried", specs[i]);
+        cr_expect(strstr(err.msg, "shapes[0]") != NULL, "%s: %s", specs[i], err.msg);
+        cr_expect_null(result);
+        kf_job_payload_release(&p);
+        cJSON_Delete(r.last);
+    }
+}
