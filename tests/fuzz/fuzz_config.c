@@ -60,10 +60,13 @@ static void redis_url(const char *url)
 
 static void setting(const fuzz_setting *s, const char *value)
 {
+    /* putenv with one buffer, not setenv: glibc's setenv keeps every old
+     * value it replaced, and millions of runs would grow without bound. */
+    static char entry[8192];
     kf_err e = KF_ERR_INIT;
 
-    if (setenv(s->name, value, 1) != 0)
-        return;   /* a name with '=' cannot be set; nothing to test */
+    if ((size_t)snprintf(entry, sizeof(entry), "%s=%s", s->name, value) >= sizeof(entry) || putenv(entry) != 0)
+        return;
     if (kf_config_load(&e) == KF_OK) {
         if (s->is_int) {
             long v = kf_config_int(s->id);
