@@ -7,6 +7,7 @@
 #include <stdarg.h>
 
 #include "api/api.h"
+#include "kf_job.h"
 #include "test_api_fixture.h"
 #include "tests/lib/kf_test.h"
 
@@ -1578,4 +1579,57 @@ Test(api, stopping_with_posts_in_flight_answers_them_and_loses_none)
     }
     cr_assert_gt(total, 0, "no POST succeeded before the stop");
     free(a);
+}
+
+/* The relay's round trip: what the API accepts and stores as jsonb, the
+ * scheduler's relay reads back as PostgreSQL prints it and builds the
+ * worker's payload from; the worker must take it.  Numbers at the edges of
+ * a double (PostgreSQL prints them as long decimals), signed zero, UTF-8
+ * and escapes in strings (fuzz_job_request checks the API's own fast
+ * path; this is the path through PostgreSQL). */
+Test(api, what_the_api_stores_the_relay_can_queue_and_the_worker_takes)
+{
+    static const char *const bodies[] = {
+        "{\"kind\":\"optimize\",\"target\":\"trn2\",\"spec\":{\"reference\":\"r\",\"source\":\"s\",\"entry\":\"k\","
+        "\"inputs\":{\"x\":{\"shape\":[128,512],\"dtype\":\"bfloat16\"}},"
+        "\"tunables\":{\"A\":[1.7976931348623157e308,-1.7976931348623157e308,5e-324,-0.0,0.1,9007199254740993,1e-400],"
+        "\"B\":[true,false,\"\",\"\\u00e9\\n\\\"\\\\\\u0001\",\"\xf0\x9f\x98\x80\"]}}}",
+        "{\"kind\":\"diag\",\"target\":\"trn2\",\"spec\":{\"sleep_ms\":0},\"budget\":{\"iterations\":10000,"
+        "\"seconds\":86400},\"goal\":{\"fraction_of_bound\":1e-6}}",
+        "{\"kind\":\"generate\",\"target\":\"inf2\",\"spec\":{\"op\":\"softmax\",\"shapes\":[[2147483648],[1,1,1,1,1,1,1,1]],"
+        "\"dtype\":\"float32\"}}",
+    };
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        kf_http_resp r;
+        cJSON *j;
+        char *id, *kind, *target, *backend, *spec, *budget, *goal, *payload;
+        kf_err e = KF_ERR_INIT;
+        kf_job_payload p;
+
+        cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user, bodies[i], &r), 202, "%s: %s", bodies[i], r.body);
+        j = fx_json(&r);
+        id = kf_strdup(fx_str(j, "id"));
+        cJSON_Delete(j);
+        kf_http_resp_release(&r);
+        kind = fx_sql(&fx, "SELECT kind FROM jobs WHERE id = $1", id);
+        target = fx_sql(&fx, "SELECT target FROM jobs WHERE id = $1", id);
+        backend = fx_sql(&fx, "SELECT backend FROM jobs WHERE id = $1", id);
+        spec = fx_sql(&fx, "SELECT spec::text FROM jobs WHERE id = $1", id);
+        budget = fx_sql(&fx, "SELECT budget::text FROM jobs WHERE id = $1", id);
+        goal = fx_sql(&fx, "SELECT goal::text FROM jobs WHERE id = $1", id);
+        payload = kf_job_payload_build(id, kind, target, backend, spec, budget, goal, &e);
+        cr_assert_not_null(payload, "body %zu: %s", i, e.msg);
+        cr_assert_eq(kf_job_payload_parse(payload, &p, &e), KF_OK, "the worker refuses what PostgreSQL kept: %s\n%s",
+                     e.msg, payload);
+        kf_job_payload_release(&p);
+        free(payload);
+        free(kind);
+        free(target);
+        free(backend);
+        free(spec);
+        free(budget);
+        free(goal);
+        free(id);
+    }
 }
