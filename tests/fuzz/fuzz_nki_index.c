@@ -47,6 +47,18 @@ static long number(fuzz_bytes *b)
     return far[(c - 200) % (sizeof(far) / sizeof(far[0]))];
 }
 
+typedef void (*fuzz_gen)(kf_buf *out, fuzz_bytes *b, int depth);
+
+/* "(A op B)", A and B from `sub` one level deeper. */
+static void infix(kf_buf *out, fuzz_bytes *b, int depth, fuzz_gen sub, const char *op)
+{
+    kf_buf_adds(out, "(");
+    sub(out, b, depth - 1);
+    kf_buf_addf(out, " %s ", op);
+    sub(out, b, depth - 1);
+    kf_buf_adds(out, ")");
+}
+
 /* An affine index expression over the grids, at most `depth` deep. */
 static void expr(kf_buf *out, fuzz_bytes *b, int depth)
 {
@@ -65,10 +77,8 @@ static void expr(kf_buf *out, fuzz_bytes *b, int depth)
         return;
     }
     switch (c % 6) {
-    case 0: kf_buf_adds(out, "("); expr(out, b, depth - 1); kf_buf_adds(out, " + "); expr(out, b, depth - 1);
-        kf_buf_adds(out, ")"); break;
-    case 1: kf_buf_adds(out, "("); expr(out, b, depth - 1); kf_buf_adds(out, " - "); expr(out, b, depth - 1);
-        kf_buf_adds(out, ")"); break;
+    case 0: infix(out, b, depth, expr, "+"); break;
+    case 1: infix(out, b, depth, expr, "-"); break;
     case 2: kf_buf_adds(out, "("); expr(out, b, depth - 1); kf_buf_addf(out, " * %ld)", number(b)); break;
     case 3: kf_buf_addf(out, "(%ld * ", number(b)); expr(out, b, depth - 1); kf_buf_adds(out, ")"); break;
     case 4: kf_buf_adds(out, "("); expr(out, b, depth - 1); kf_buf_addf(out, " // %ld)", number(b)); break;
@@ -90,14 +100,13 @@ static void mask(kf_buf *out, fuzz_bytes *b, int depth)
         kf_buf_adds(out, ")");
         return;
     }
-    switch (c % 4) {
-    case 0: kf_buf_adds(out, "("); mask(out, b, depth - 1); kf_buf_adds(out, " & "); mask(out, b, depth - 1);
-        kf_buf_adds(out, ")"); break;
-    case 1: kf_buf_adds(out, "("); mask(out, b, depth - 1); kf_buf_adds(out, " | "); mask(out, b, depth - 1);
-        kf_buf_adds(out, ")"); break;
-    case 2: kf_buf_adds(out, "("); mask(out, b, depth - 1); kf_buf_adds(out, " ^ "); mask(out, b, depth - 1);
-        kf_buf_adds(out, ")"); break;
-    default: kf_buf_adds(out, "(~"); mask(out, b, depth - 1); kf_buf_adds(out, ")"); break;
+    if (c % 4 < 3) {
+        static const char *const joins[] = { "&", "|", "^" };
+        infix(out, b, depth, mask, joins[c % 4]);
+    } else {
+        kf_buf_adds(out, "(~");
+        mask(out, b, depth - 1);
+        kf_buf_adds(out, ")");
     }
 }
 
