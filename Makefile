@@ -128,7 +128,7 @@ install: all
 # then runs each harness for FUZZ_SECONDS on its committed seed corpus.
 FUZZ_SECONDS ?= 60
 fuzz:
-	$(MAKE) FUZZ=1 fuzz-bins
+	$(MAKE) FUZZ=1 BUILD=build-fuzz fuzz-bins
 	BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_ONLY)
 
 fuzz-bins: $(FUZZ_BINS)

@@ -7,6 +7,8 @@
 # Environment:
 #   BUILD          the FUZZ=1 build folder (default build-fuzz)
 #   FUZZ_SECONDS   how long each harness runs (default 60)
+#   FUZZ_REPORT    where the table goes (default $BUILD/fuzz-report.txt;
+#                  give each of several runs side by side its own)
 #
 # Each harness NAME starts from its committed corpus tests/fuzz/corpus/NAME
 # (read only) and its dictionary tests/fuzz/NAME.dict when there is one; the
@@ -16,7 +18,7 @@
 # prints the reproducer (path, base64, the command that replays it) and
 # exits 1 after the other harnesses have run.  The last lines are a table
 # of executions per second and edges covered per harness, for the closing
-# note of a campaign; the same table is kept in $BUILD/fuzz-report.txt.
+# note of a campaign; the same table is kept in $FUZZ_REPORT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -37,7 +39,7 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0${LSA
 export ASAN_OPTIONS="abort_on_error=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
-report="$BUILD/fuzz-report.txt"
+report=${FUZZ_REPORT:-$BUILD/fuzz-report.txt}
 mkdir -p "$BUILD/fuzz-corpus" "$BUILD/fuzz-crash" "$BUILD/fuzz-log"
 printf '%-14s %8s %12s %10s %8s %8s %8s  %s\n' harness seconds executions exec/s edges features corpus result >"$report"
 failed=()
