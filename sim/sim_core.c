@@ -424,7 +424,13 @@ void simc_view_region(const simc_view *v, sim_region *r)
     }
     r->bytes = (uint64_t)(free_elems * parts) * es;
     r->contig_bytes = (uint32_t)clamp_u32(run * es);
-    inner = (inner ? inner : 1) * (int64_t)es;
+    /* A masked view may carry any stride (its elements outside the mask are
+     * never touched): saturate the byte stride instead of overflowing. */
+    {
+        int64_t elems_stride = inner ? inner : 1;
+        if (__builtin_mul_overflow(elems_stride, (int64_t)es, &inner))
+            inner = elems_stride < 0 ? INT64_MIN : INT64_MAX;
+    }
     r->inner_stride = (int32_t)(inner > INT32_MAX ? INT32_MAX : inner < INT32_MIN ? INT32_MIN : inner);
     r->descriptors = (uint32_t)clamp_u32((free_elems * parts) / run);
 }

@@ -346,3 +346,29 @@ Test(nki_errors, empty_slices_and_ds_are_refused)
     }
     free(in.data);
 }
+
+/* fuzz_nki_index: a load whose mask is all false may carry an index
+ * expression with any stride, since no element is touched; the record's
+ * byte stride overflowed int64_t (UBSan: signed overflow in
+ * simc_view_region).  It runs, and the stride saturates. */
+Test(nki_errors, a_fully_masked_load_with_a_huge_stride_runs)
+{
+    static const char *src =
+        LHDR "def k(x):\n"
+             "    i_p = nl.arange(1)[:, None]\n"
+             "    i_f = nl.arange(2)[None, :]\n"
+             "    t = nl.load(x[127 * i_f, 4611686018427387904 * (i_f * -1) + 127 * 513 + i_p], mask=(i_p < i_p))\n"
+             "    return x\n";
+    sim_array in;
+    sim_array *out = NULL;
+    size_t n_out = 0;
+    sim_error se;
+    kf_err err = KF_ERR_INIT;
+
+    fp32_zeros(&in, 2, 128, 64);
+    cr_assert_eq(run_k("trn2", src, "m.py", true, &in, 1, &out, &n_out, &se, &err), KF_OK, "%s", err.msg);
+    for (size_t i = 0; i < n_out; i++)
+        sim_array_release(&out[i]);
+    free(out);
+    free(in.data);
+}
