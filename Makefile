@@ -42,7 +42,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
         -Wvla -Wpointer-arith -Wcast-qual -Wundef
 CFLAGS ?=
 CFLAGS += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) \
-          -I. -Icommon $(PKG_CFLAGS) -MMD -MP
+          -I. -Icommon -Idb $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANFLAGS) -Wl,--as-needed
 LDLIBS  += -lm -lpthread
 

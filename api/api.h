@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "kf_buf.h"
+#include "kf_db.h"
 #include "kf_error.h"
 #include "kf_json.h"
 #include "kf_queue.h"
@@ -254,6 +255,12 @@ PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *
  * (libpq's paramLengths and paramFormats, st->nparams entries each). */
 PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *params, const int *lengths,
                            const int *formats, int *fail_status);
+/* Move the job by one row of the transition table (kf_db_apply) on the
+ * request's connection, inside its transaction if one is open.  False
+ * after answering: a PostgreSQL failure as api_req_sql does, a refused
+ * move (the table does not allow it from the job's state, or a stale
+ * attempt) through the error map (409, 404).  out may be NULL. */
+bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);

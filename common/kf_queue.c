@@ -628,6 +628,19 @@ kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err)
     return rc;
 }
 
+const char *kf_queue_fate_name(kf_queue_fate f)
+{
+    switch (f) {
+    case KF_FATE_RETRYING:
+        return "retrying";
+    case KF_FATE_DEAD:
+        return "dead";
+    case KF_FATE_CANCELLED:
+        return "cancelled";
+    }
+    return "";
+}
+
 void kf_queue_moved_free(kf_queue_moved *m, int n)
 {
     if (!m)

@@ -54,6 +54,9 @@ typedef enum kf_queue_fate {
     KF_FATE_CANCELLED,         /* the job had been cancelled: dropped */
 } kf_queue_fate;
 
+/* "retrying", "dead", "cancelled"; "" for anything else. */
+const char *kf_queue_fate_name(kf_queue_fate f);
+
 /* Outcome of kf_queue_cancel(). */
 typedef enum kf_queue_cancel_result {
     KF_CANCEL_REMOVED = 1,     /* was waiting or delayed: removed, never runs */
