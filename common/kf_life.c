@@ -5,8 +5,9 @@
 #include <string.h>
 
 static const kf_life_def kf_life_table[KF_MOVE__COUNT] = {
-#define XX(n, ev, fr, t, q, fl, wh) \
-    [KF_MOVE_##n] = { .name = #n, .event = ev, .from = (fr), .to = KF_STATE_##t, .qop = q, .flags = (fl), .who = wh },
+#define XX(n, ev, fr, t, q, fl, wh)                                                                          \
+    [KF_MOVE_##n] = { .name = #n, .event = (ev), .from = (fr), .to = KF_STATE_##t, .qop = (q), .flags = (fl), \
+                      .who = (wh) },
     KF_LIFE_MAP(XX)
 #undef XX
 };

@@ -106,8 +106,6 @@ static kf_code kf_db_misuse(const kf_db_move *m, const kf_life_def *d, kf_states
 {
     char want[96], have[96];
 
-    if (!d)
-        return kf_err_set(err, KF_INVALID, "no such job move (%d); this is a bug in the caller", (int)m->move);
     if (!m->job_id)
         return kf_err_set(err, KF_INVALID, "move %s without a job id; this is a bug in the caller", d->name);
     if (d->from & KF_ST(NONE))
@@ -165,7 +163,9 @@ kf_code kf_db_apply(PGconn *c, const kf_db_move *m, kf_db_moved *out, kf_err *er
     PGresult *r;
     kf_code rc;
 
-    from = d ? (m->from ? m->from : d->from) : 0;
+    if (!d)
+        return kf_err_set(err, KF_INVALID, "no such job move (%d); this is a bug in the caller", (int)m->move);
+    from = m->from ? m->from : d->from;
     if ((rc = kf_db_misuse(m, d, from, err)) != KF_OK)
         return rc;
     kf_states_pg_array(from, from_s, sizeof(from_s));
