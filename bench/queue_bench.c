@@ -682,7 +682,7 @@ static int qb_memory(int n)
             kf_queue_lease_job(q, targets, 1, "bench", 30000, &l, &got, &e) != KF_OK || !got ||
             kf_queue_ack(q, l.id, l.token, &e) != KF_OK)
             qb_die(e.msg[0] ? e.msg : "lease found nothing");
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
         if (m < 5 && i == marks[m])
             samples[m++] = qb_redis_used_memory();
     }

@@ -457,7 +457,7 @@ kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_target
     return KF_OK;
 }
 
-void kf_queue_lease_release(kf_queue_lease *l)
+void kf_queue_lease_free(kf_queue_lease *l)
 {
     if (!l)
         return;

@@ -684,7 +684,7 @@ static int w_loop(worker *w)
             continue;
         }
         w_run_job(w, &l);
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
     return 0;
 }
