@@ -80,48 +80,51 @@ enum {
  * finished_at.  Several rows may share an event type: they differ in who
  * makes the move and what it may move from.
  */
-#define KF_LIFE_MAP(XX)                                                                                    \
-    XX(CREATE, "created", KF_ST(NONE), QUEUED, KF_QOP_ENQUEUE, KF_LIFE_OUT_ENQUEUE,                        \
+#define KF_LIFE_MAP(XX)                                                                                     \
+    XX(CREATE, "created", KF_ST(NONE), QUEUED, KF_QOP_ENQUEUE, KF_LIFE_OUT_ENQUEUE,                         \
        "api: POST /v1/jobs (the batch writer)")                                                             \
-    XX(START, "started", KF_ST(QUEUED) | KF_ST(RUNNING), RUNNING, KF_QOP_LEASE,                            \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_LEASE, "worker: POST /internal/jobs/{id}/start")     \
-    XX(START_REQUEUE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                              \
-       "worker: start of a retry leased before the promoter recorded it")                                  \
+    XX(START, "started", KF_ST(QUEUED) | KF_ST(RUNNING), RUNNING, KF_QOP_LEASE,                             \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_LEASE, "worker: POST /v1/internal/jobs/{id}/start")   \
+    XX(START_REQUEUE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                               \
+       "worker: start of a retry leased before the promoter recorded it")                                   \
     XX(ITERATION, "iteration", KF_STATES_LIVE, NONE, KF_QOP_NONE,                                           \
-       KF_LIFE_KEEP | KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT, "worker: POST /internal/jobs/{id}/iterations")    \
-    XX(RETRY, "retrying", KF_STATES_LIVE, RETRYING, KF_QOP_FAIL,                                           \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR, "worker: a retryable failed result")           \
-    XX(SUCCEED, "succeeded", KF_STATES_LIVE, SUCCEEDED, KF_QOP_ACK,                                        \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT, "worker: result succeeded") \
-    XX(FAIL, "failed", KF_STATES_LIVE, FAILED, KF_QOP_ACK,                                                 \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT, "worker: result failed")    \
-    XX(FINISH_CANCELLED, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_ACK,                               \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                            \
-       "worker: a final result after a cancel was asked for")                                              \
-    XX(CANCEL, "cancelled", KF_ST(QUEUED) | KF_ST(RETRYING), CANCELLED, KF_QOP_CANCEL,                     \
+       KF_LIFE_KEEP | KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT, "worker: POST /v1/internal/jobs/{id}/iterations") \
+    XX(RETRY, "retrying", KF_STATES_LIVE, RETRYING, KF_QOP_FAIL,                                            \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR,                                                \
+       "worker: POST /v1/internal/jobs/{id}/result, failed with retry")                                     \
+    XX(SUCCEED, "succeeded", KF_STATES_LIVE, SUCCEEDED, KF_QOP_ACK,                                         \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       "worker: POST /v1/internal/jobs/{id}/result, succeeded")                                             \
+    XX(FAIL, "failed", KF_STATES_LIVE, FAILED, KF_QOP_ACK,                                                  \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       "worker: POST /v1/internal/jobs/{id}/result, failed")                                                \
+    XX(FINISH_CANCELLED, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_ACK,                                \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       "worker: a final result after a cancel was asked for")                                               \
+    XX(CANCEL, "cancelled", KF_ST(QUEUED) | KF_ST(RETRYING), CANCELLED, KF_QOP_CANCEL,                      \
        KF_LIFE_OUT_CANCEL | KF_LIFE_OUT_DROP, "user: POST /v1/jobs/{id}/cancel of a job not running")       \
-    XX(CANCEL_ASK, "cancel_requested", KF_ST(RUNNING), NONE, KF_QOP_CANCEL,                                \
-       KF_LIFE_KEEP | KF_LIFE_W_CANCEL_ASK | KF_LIFE_OUT_CANCEL,                                           \
-       "user: POST /v1/jobs/{id}/cancel of a running job")                                                 \
-    XX(REQUEUE, "requeued", KF_ST(DEAD), QUEUED, KF_QOP_ENQUEUE, KF_LIFE_W_REVIVE | KF_LIFE_OUT_ENQUEUE,   \
-       "admin: POST /v1/jobs/{id}/requeue")                                                                \
-    XX(REAP_RETRY, "retrying", KF_ST(QUEUED) | KF_ST(RUNNING), RETRYING, KF_QOP_REAP,                      \
-       KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR, "scheduler: reaper, a lease expired")                          \
-    XX(REAP_DEAD, "dead", KF_STATES_LIVE, DEAD, KF_QOP_REAP, KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR,          \
-       "scheduler: reaper, a lease expired on the last attempt")                                           \
-    XX(REAP_CANCEL, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_REAP,                                   \
+    XX(CANCEL_ASK, "cancel_requested", KF_ST(RUNNING), NONE, KF_QOP_CANCEL,                                 \
+       KF_LIFE_KEEP | KF_LIFE_W_CANCEL_ASK | KF_LIFE_OUT_CANCEL,                                            \
+       "user: POST /v1/jobs/{id}/cancel of a running job")                                                  \
+    XX(REQUEUE, "requeued", KF_ST(DEAD), QUEUED, KF_QOP_ENQUEUE, KF_LIFE_W_REVIVE | KF_LIFE_OUT_ENQUEUE,    \
+       "admin: POST /v1/jobs/{id}/requeue")                                                                 \
+    XX(REAP_RETRY, "retrying", KF_ST(QUEUED) | KF_ST(RUNNING), RETRYING, KF_QOP_REAP,                       \
+       KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR, "scheduler: reaper, a lease expired")                           \
+    XX(REAP_DEAD, "dead", KF_STATES_LIVE, DEAD, KF_QOP_REAP, KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR,           \
+       "scheduler: reaper, a lease expired on the last attempt")                                            \
+    XX(REAP_CANCEL, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_REAP,                                    \
        KF_LIFE_IF_CANCEL_ASK | KF_LIFE_EV_ATTEMPT,                                                          \
-       "scheduler: reaper, the lease of a cancelled job expired")                                          \
-    XX(DEATH, "dead", KF_STATES_LIVE, DEAD, KF_QOP_FAIL,                                                   \
+       "scheduler: reaper, the lease of a cancelled job expired")                                           \
+    XX(DEATH, "dead", KF_STATES_LIVE, DEAD, KF_QOP_FAIL,                                                    \
        KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_IF_NO_ENQUEUE,                                         \
-       "scheduler: a worker dead-lettered the job (attempts exhausted)")                                   \
-    XX(PROMOTE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                                    \
-       "scheduler: promoter, a retry is due")                                                              \
-    XX(RECONCILE_DEAD, "dead", KF_STATES_LIVE, DEAD, KF_QOP_NONE, KF_LIFE_W_ERROR,                         \
-       "scheduler: reconcile, Redis holds a dead letter PostgreSQL missed")                                \
-    XX(RECONCILE_CANCEL, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_NONE, 0,                           \
-       "scheduler: reconcile, a cancelled job Redis no longer holds")                                      \
-    XX(RECONCILE_REQUEUE, "requeued", KF_STATES_LIVE, QUEUED, KF_QOP_ENQUEUE, 0,                           \
+       "scheduler: a worker dead-lettered the job (attempts exhausted)")                                    \
+    XX(PROMOTE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                                     \
+       "scheduler: promoter, a retry is due")                                                               \
+    XX(RECONCILE_DEAD, "dead", KF_STATES_LIVE, DEAD, KF_QOP_NONE, KF_LIFE_W_ERROR,                          \
+       "scheduler: reconcile, Redis holds a dead letter PostgreSQL missed")                                 \
+    XX(RECONCILE_CANCEL, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_NONE, 0,                            \
+       "scheduler: reconcile, a cancelled job Redis no longer holds")                                       \
+    XX(RECONCILE_REQUEUE, "requeued", KF_STATES_LIVE, QUEUED, KF_QOP_ENQUEUE, 0,                            \
        "scheduler: reconcile, a live job Redis lost")
 
 typedef enum kf_life_move {

@@ -3,12 +3,15 @@
  * side is tests/integration/test_db.c. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kf_alloc.h"
 #include "kf_db.h"
 #include "kf_job.h"
 #include "kf_life.h"
 #include "kf_queue.h"
+#include "tests/lib/kf_test.h"
 
 static const kf_state all_states[] = { KF_STATE_NONE,      KF_STATE_QUEUED, KF_STATE_RUNNING,   KF_STATE_RETRYING,
                                        KF_STATE_SUCCEEDED, KF_STATE_FAILED, KF_STATE_CANCELLED, KF_STATE_DEAD };
@@ -132,6 +135,23 @@ Test(kf_life, the_batch_writer_writes_the_create_row)
     cr_assert(strstr(kf_db_sql_create_batch_idem, want), "batch SQL (idempotent) lacks %s", want);
     cr_assert(d->flags & KF_LIFE_OUT_ENQUEUE);
     cr_assert(strstr(kf_db_sql_create_batch, "INSERT INTO outbox (job_id)"));
+}
+
+Test(kf_life, docs_list_every_row_of_the_table)
+{
+    const char *root = getenv("KFORGE_TEST_ROOT");
+    char *path = kf_asprintf("%s/docs/lifecycle.md", root ? root : ".");
+    char *doc = kf_test_read_file(path);
+
+    for (int m = 0; m < KF_MOVE__COUNT; m++) {
+        const kf_life_def *d = kf_life_get((kf_life_move)m);
+        char row[128];
+
+        snprintf(row, sizeof(row), "| `%s` | `%s` |", d->name, d->event);
+        cr_assert(strstr(doc, row), "docs/lifecycle.md lacks the row %s", row);
+    }
+    free(doc);
+    free(path);
 }
 
 Test(kf_life, queue_fate_names)
