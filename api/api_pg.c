@@ -186,16 +186,7 @@ void api_pg_release(api_pg_pool *p, PGconn *c)
 
 bool api_pg_error_transient(PGconn *c, const PGresult *res)
 {
-    const char *st;
-
-    if (!c || PQstatus(c) != CONNECTION_OK || !res)
-        return true;
-    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (!st)
-        return true;
-    return strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 || strcmp(st, "57P02") == 0 ||
-           strcmp(st, "57P03") == 0 || strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 ||
-           strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0;
+    return kf_db_transient(c, res);
 }
 
 uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c)
