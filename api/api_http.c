@@ -431,15 +431,20 @@ bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
     rc = kf_db_apply(c, m, out, &e);
     if (rc == KF_OK)
         return true;
-    if (rc == KF_UNAVAILABLE || rc == KF_DB || rc == KF_INVALID) {
-        r->pg_failed = rc != KF_INVALID;
+    if (rc == KF_UNAVAILABLE) {
+        r->pg_failed = true;
+        kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e.msg);
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "the database is unavailable; retry after the number of seconds in Retry-After");
+        return false;
+    }
+    if (rc == KF_DB || rc == KF_INVALID) {
+        /* KF_INVALID: this handler asked for a move the table does not
+         * have; the server log says which. */
+        r->pg_failed = rc == KF_DB;
         kf_log_error("job move failed req=%s msg=\"%s\"", r->request_id, e.msg);
-        if (rc == KF_UNAVAILABLE)
-            api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                              "the database is unavailable; retry after the number of seconds in Retry-After");
-        else
-            api_reply_problem(r, 500, "internal", "Internal error",
-                              "a database statement failed; the request id is in the server log");
+        api_reply_problem(r, 500, "internal", "Internal error",
+                          "a database statement failed; the request id is in the server log");
         return false;
     }
     api_reply_err(r, &e);

@@ -22,9 +22,11 @@
  *              leave Redis, expired idempotency keys leave PostgreSQL, and
  *              registry entries of workers whose heartbeat expired go.
  *
- * Every PostgreSQL row it acts on is locked (FOR UPDATE SKIP LOCKED) while
- * it talks to Redis, so it never races the API's result handler on the same
- * job.  Failure behaviour: Redis or PostgreSQL down → the step is skipped
+ * Every move it records in PostgreSQL is a row of the transition table
+ * (common/kf_life.h, docs/lifecycle.md) applied by db/kf_db; it writes no
+ * job state or event by hand.  Every PostgreSQL row it acts on is locked
+ * (FOR UPDATE SKIP LOCKED) while it talks to Redis, so it never races the
+ * API's result handler on the same job.  Failure behaviour: Redis or PostgreSQL down → the step is skipped
  * and tried again next tick; nothing is fatal after start-up.  SIGTERM/
  * SIGINT: resign the lock and exit 0.
  */
@@ -173,7 +175,9 @@ static kf_code s_move(sched *s, const kf_db_move *m, kf_db_moved *out)
     kf_err err = KF_ERR_INIT;
     kf_code rc = kf_db_apply(s->pg, m, out, &err);
 
-    if (rc == KF_DB || rc == KF_UNAVAILABLE || rc == KF_INVALID) {
+    if (rc == KF_INVALID) {
+        kf_log_error("job move not in the transition table (a bug) err=\"%s\"", err.msg);
+    } else if (rc == KF_DB || rc == KF_UNAVAILABLE) {
         kf_log_warn("SQL failed err=\"%s\"", err.msg);
         if (PQstatus(s->pg) != CONNECTION_OK)
             s_pg_drop(s);
