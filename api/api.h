@@ -57,6 +57,9 @@ void api_pg_release(api_pg_pool *p, PGconn *c);
 /* The set of statements (bit per api_stmt id) prepared on a connection
  * the caller holds; cleared whenever the connection is re-opened. */
 uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c);
+/* The job moves (kf_db_apply) prepared on that connection, cleared with
+ * it; NULL when c is not the pool's. */
+kf_db_prepared *api_pg_moves_prepared(api_pg_pool *p, PGconn *c);
 
 /* A named statement prepared once per connection (hot paths: less parsing
  * and planning).  id is 0..63 and unique per statement. */

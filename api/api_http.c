@@ -319,13 +319,17 @@ void api_req_pg_put(api_req *r)
 void api_req_pg_reset(api_req *r)
 {
     uint64_t *mask;
+    kf_db_prepared *moves;
 
     if (!r->pg)
         return;
     mask = api_pg_prepared(r->srv->pg, r->pg);
+    moves = api_pg_moves_prepared(r->srv->pg, r->pg);
     PQreset(r->pg);
     if (mask)
         *mask = 0;
+    if (moves)
+        *moves = 0;
 }
 
 /* Run sql (or the prepared statement st) once; see api_req_sql.  With
@@ -428,7 +432,7 @@ bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
 
     if (!c)
         return false;
-    rc = kf_db_apply(c, m, out, &e);
+    rc = kf_db_apply(c, api_pg_moves_prepared(r->srv->pg, c), m, out, &e);
     if (rc == KF_OK)
         return true;
     if (rc == KF_UNAVAILABLE) {

@@ -35,6 +35,8 @@ const char kf_db_sql_create_batch_idem[] =
     "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
     KF_DB_CREATE_TAIL;
 
+_Static_assert(KF_MOVE__COUNT <= 32, "kf_db_prepared holds a bit per move");
+
 /* Parameters of a move's statement, in this order; all are sent as text
  * and cast where used, so a move's statement may leave some unused. */
 enum { P_ID, P_FROM, P_TYPE, P_TO, P_ATTEMPT, P_DETAIL, P_ERROR, P_RESULT, P_WORKER, P_LEASE, P_EXTRA, P__N };
@@ -148,15 +150,45 @@ static kf_code kf_db_refused(const kf_db_move *m, const kf_life_def *d, const PG
                           m->job_id, att, m->attempt, d->name);
     if ((d->flags & KF_LIFE_IF_CANCEL_ASK) && strcmp(PQgetvalue(r, 0, 6), "t") != 0)
         return kf_err_set(err, KF_CONFLICT, "job %s has no cancel asked for; %s does not apply", m->job_id, d->name);
-    return kf_err_set(err, KF_CONFLICT, "job %s is queued with its enqueue still in the outbox (a later life); %s "
-                                        "does not apply", m->job_id, d->name);
+    if ((d->flags & KF_LIFE_IF_NO_ENQUEUE) && cur == KF_STATE_QUEUED)
+        return kf_err_set(err, KF_CONFLICT,
+                          "job %s is queued with its enqueue still in the outbox (a later life); %s does not apply",
+                          m->job_id, d->name);
+    return kf_err_set(err, KF_CONFLICT, "job %s changed while %s was applied (it was %s); read it again", m->job_id,
+                      d->name, kf_state_name(cur));
 }
 
-kf_code kf_db_apply(PGconn *c, const kf_db_move *m, kf_db_moved *out, kf_err *err)
+/* Run move d's statement: prepared (once per connection, then by name)
+ * when the caller keeps a prep set, sent whole otherwise. */
+static PGresult *kf_db_run(PGconn *c, kf_db_prepared *prep, const kf_life_def *d, kf_life_move mv,
+                           const char *const *p, const Oid *types)
+{
+    kf_buf sql = KF_BUF_INIT;
+    char name[64];
+    PGresult *r;
+
+    snprintf(name, sizeof(name), "kf_move_%s", d->name);
+    if (prep && (*prep & (1u << mv)))
+        return PQexecPrepared(c, name, P__N, p, NULL, NULL, 0);
+    kf_db_build(d, &sql);
+    if (!prep) {
+        r = PQexecParams(c, sql.data, P__N, types, p, NULL, NULL, 0);
+        kf_buf_release(&sql);
+        return r;
+    }
+    r = PQprepare(c, name, sql.data, P__N, types);
+    kf_buf_release(&sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        return r;
+    PQclear(r);
+    *prep |= 1u << mv;
+    return PQexecPrepared(c, name, P__N, p, NULL, NULL, 0);
+}
+
+kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_moved *out, kf_err *err)
 {
     const kf_life_def *d = kf_life_get(m->move);
     kf_states from;
-    kf_buf sql = KF_BUF_INIT;
     char from_s[96], att[16], extra[16];
     const char *p[P__N];
     Oid types[P__N];
@@ -184,9 +216,7 @@ kf_code kf_db_apply(PGconn *c, const kf_db_move *m, kf_db_moved *out, kf_err *er
     p[P_EXTRA] = extra;
     for (int i = 0; i < P__N; i++)
         types[i] = 25;   /* text: every parameter is cast where it is used */
-    kf_db_build(d, &sql);
-    r = PQexecParams(c, sql.data, P__N, types, p, NULL, NULL, 0);
-    kf_buf_release(&sql);
+    r = kf_db_run(c, prep, d, m->move, p, types);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
         int n = (int)strcspn(msg, "\n");

@@ -37,6 +37,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "kf_error.h"
 #include "kf_life.h"
@@ -64,8 +65,17 @@ typedef struct kf_db_moved {
     long long outbox_id;          /* the outbox row written; 0 when none */
 } kf_db_moved;
 
-/* Apply move m; see the header comment for the codes.  out may be NULL. */
-kf_code kf_db_apply(PGconn *c, const kf_db_move *m, kf_db_moved *out, kf_err *err);
+/* Which moves' statements are prepared on one connection, a bit per
+ * kf_life_move.  The connection's owner keeps it beside the connection and
+ * zeroes it whenever the connection is opened again (PQreset included):
+ * PostgreSQL forgets prepared statements with the session. */
+typedef uint32_t kf_db_prepared;
+
+/* Apply move m; see the header comment for the codes.  out may be NULL.
+ * With prep, the move's statement is prepared on c the first time
+ * (named "kf_move_<NAME>") and executed prepared after that, which saves
+ * PostgreSQL most of its cost (planning); with NULL it is sent whole. */
+kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_moved *out, kf_err *err);
 
 /* Whether a failed statement is worth retrying (connection lost, server
  * shutting down or overloaded, serialization failure, deadlock, lock

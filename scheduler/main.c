@@ -55,6 +55,7 @@
 typedef struct sched {
     kf_queue   *q;
     PGconn     *pg;
+    kf_db_prepared pg_moves;          /* moves prepared on pg; zeroed with it */
     const char *dsn;
     char        token[33];
     bool        leader;
@@ -106,6 +107,7 @@ static void s_pg_drop(sched *s)
         PQfinish(s->pg);
         s->pg = NULL;
     }
+    s->pg_moves = 0;
 }
 
 static bool s_pg_ok(sched *s)
@@ -173,7 +175,7 @@ static void s_rollback(sched *s)
 static kf_code s_move(sched *s, const kf_db_move *m, kf_db_moved *out)
 {
     kf_err err = KF_ERR_INIT;
-    kf_code rc = kf_db_apply(s->pg, m, out, &err);
+    kf_code rc = kf_db_apply(s->pg, &s->pg_moves, m, out, &err);
 
     if (rc == KF_INVALID) {
         kf_log_error("job move not in the transition table (a bug) err=\"%s\"", err.msg);

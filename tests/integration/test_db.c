@@ -15,6 +15,7 @@
 #include "tests/lib/kf_test.h"
 
 static PGconn *pg;
+static kf_db_prepared prep;   /* the moves prepared on pg, as the API and the scheduler keep it */
 
 static void setup(void)
 {
@@ -23,6 +24,7 @@ static void setup(void)
     char *dir = kf_asprintf("%s/migrations", kf_test_env("KFORGE_TEST_ROOT"));
     int applied = 0;
 
+    prep = 0;
     pg = PQconnectdb(dsn);
     cr_assert(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
     cr_assert_eq(api_migrate(pg, dir, NULL, &applied, &e), KF_OK, "%s", e.msg);
@@ -90,7 +92,7 @@ Test(kf_db, a_move_writes_the_row_and_its_event)
     kf_err e = KF_ERR_INIT;
 
     job(id, "retrying", 2, false);
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(got.from, KF_STATE_RETRYING);
     cr_assert_eq(got.to, KF_STATE_QUEUED);
     cr_assert_eq(got.attempt, 2);
@@ -112,7 +114,7 @@ Test(kf_db, a_move_the_table_does_not_allow_writes_nothing)
 
     job(id, "succeeded", 1, false);
     before = q1("SELECT updated_at::text FROM jobs WHERE id = $1::uuid", id);
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_CONFLICT);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_CONFLICT);
     cr_assert(strstr(e.msg, "is succeeded") && strstr(e.msg, "{retrying}"), "%s", e.msg);
     cr_assert_eq(got.from, KF_STATE_SUCCEEDED, "the refusal says what the job is");
     cr_assert_eq(got.to, KF_STATE_SUCCEEDED);
@@ -125,7 +127,7 @@ Test(kf_db, a_move_the_table_does_not_allow_writes_nothing)
     m.move = KF_MOVE_REQUEUE;
     m.extra_attempts = 1;
     m.from = KF_ST(SUCCEEDED);
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_INVALID);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_INVALID);
     q1_eq(STATE, id, "succeeded");
     q1_eq(EVENTS, id, "0");
     q1_eq(OUTBOX, id, "");
@@ -133,7 +135,7 @@ Test(kf_db, a_move_the_table_does_not_allow_writes_nothing)
     m.move = KF_MOVE_PROMOTE;
     m.from = 0;
     m.job_id = "10000000-0000-0000-0000-0000000000ff";
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_NOT_FOUND, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_NOT_FOUND, "%s", e.msg);
     cr_assert_eq(got.from, KF_STATE_NONE);
 }
 
@@ -145,13 +147,13 @@ Test(kf_db, a_stale_attempt_is_fenced_off)
     kf_err e = KF_ERR_INIT;
 
     job(id, "running", 2, false);
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_STALE);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_STALE);
     cr_assert(strstr(e.msg, "attempt 2") && strstr(e.msg, "attempt 1"), "%s", e.msg);
     q1_eq(EVENTS, id, "0");
     q1_eq("SELECT coalesce(worker_id, '') FROM jobs WHERE id = $1::uuid", id, "");
 
     m.attempt = 3;
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, attempt, worker_id, encode(lease_token_hash, 'hex'), started_at IS NOT NULL) "
           "FROM jobs WHERE id = $1::uuid",
           id, "running|3|w1|00ff|t");
@@ -168,7 +170,7 @@ Test(kf_db, row_event_and_outbox_are_one_statement)
 
     /* The event's detail is refused by PostgreSQL: the row must not move. */
     job(id, "running", 1, false);
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_DB, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_DB, "%s", e.msg);
     cr_assert(strstr(e.msg, "RETRY") && strstr(e.msg, "json"), "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, coalesce(last_error, '-')) FROM jobs WHERE id = $1::uuid", id, "running|-");
     q1_eq(EVENTS, id, "0");
@@ -177,7 +179,7 @@ Test(kf_db, row_event_and_outbox_are_one_statement)
     m.move = KF_MOVE_CANCEL_ASK;
     m.detail = "{\"reason\":null}";
     exec_ok("BEGIN");
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq(OUTBOX, id, "cancel");
     exec_ok("ROLLBACK");
     q1_eq(OUTBOX, id, "");
@@ -185,7 +187,7 @@ Test(kf_db, row_event_and_outbox_are_one_statement)
     q1_eq("SELECT cancel_requested::text FROM jobs WHERE id = $1::uuid", id, "false");
 
     /* And committed, the row, the event and the outbox row are all there. */
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, cancel_requested) FROM jobs WHERE id = $1::uuid", id, "running|t");
     q1_eq("SELECT concat_ws('|', type, from_state, to_state) FROM job_events WHERE job_id = $1::uuid", id,
           "cancel_requested|running|running");
@@ -202,14 +204,14 @@ Test(kf_db, cancel_drops_a_pending_enqueue_and_finishes_the_job)
 
     job(id, "queued", 0, false);
     exec_ok("INSERT INTO outbox (job_id) VALUES ('10000000-0000-0000-0000-000000000005')");
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_OK, "%s", e.msg);
     q1_eq(OUTBOX, id, "cancel");
     oid = q1("SELECT id::text FROM outbox WHERE job_id = $1::uuid", id);
     cr_assert_eq(got.outbox_id, atoll(oid));
     free(oid);
     q1_eq("SELECT concat_ws('|', state, finished_at IS NOT NULL) FROM jobs WHERE id = $1::uuid", id,
           "cancelled|t");
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_CONFLICT, "a cancelled job is not cancelled again");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_CONFLICT, "a cancelled job is not cancelled again");
     q1_eq(EVENTS, id, "1");
 }
 
@@ -220,10 +222,10 @@ Test(kf_db, guards_refuse_what_they_guard)
     kf_err e = KF_ERR_INIT;
 
     job(a, "running", 1, false);
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_CONFLICT, "no cancel was asked for");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_CONFLICT, "no cancel was asked for");
     cr_assert(strstr(e.msg, "no cancel"), "%s", e.msg);
     exec_ok("UPDATE jobs SET cancel_requested = true WHERE id = '10000000-0000-0000-0000-000000000006'");
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', j.state, j.attempt, e.attempt) FROM jobs j JOIN job_events e ON e.job_id = j.id "
           "WHERE j.id = $1::uuid",
           a, "cancelled|1|4");
@@ -233,10 +235,10 @@ Test(kf_db, guards_refuse_what_they_guard)
     m.move = KF_MOVE_DEATH;
     m.job_id = b;
     m.error = "attempts exhausted";
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_CONFLICT, "an enqueue pending is a later life");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_CONFLICT, "an enqueue pending is a later life");
     q1_eq(STATE, b, "queued");
     exec_ok("DELETE FROM outbox WHERE job_id = '10000000-0000-0000-0000-000000000007'");
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, attempt, last_error, finished_at IS NOT NULL) FROM jobs WHERE id = $1::uuid",
           b, "dead|4|attempts exhausted|t");
 }
@@ -250,7 +252,7 @@ Test(kf_db, requeue_revives_a_dead_job)
 
     job(id, "dead", 3, true);
     exec_ok("UPDATE jobs SET finished_at = now() WHERE id = '10000000-0000-0000-0000-000000000008'");
-    cr_assert_eq(kf_db_apply(pg, &m, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, &got, &e), KF_OK, "%s", e.msg);
     cr_assert_gt(got.outbox_id, 0);
     cr_assert(got.cancel_requested, "what the job was before the move");
     q1_eq("SELECT concat_ws('|', state, attempt, max_attempts, cancel_requested, finished_at IS NULL) FROM jobs "
@@ -270,7 +272,7 @@ Test(kf_db, a_final_result_sets_result_and_finished_at)
 
     job(id, "running", 1, false);
     exec_ok("UPDATE jobs SET last_error = 'old' WHERE id = '10000000-0000-0000-0000-000000000009'");
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, attempt, result->>'best', last_error IS NULL, finished_at IS NOT NULL) "
           "FROM jobs WHERE id = $1::uuid",
           id, "succeeded|2|1|t|t");
@@ -278,7 +280,7 @@ Test(kf_db, a_final_result_sets_result_and_finished_at)
           "WHERE job_id = $1::uuid",
           id, "2|succeeded|running|succeeded|succeeded");
     m.move = KF_MOVE_ITERATION;
-    cr_assert_eq(kf_db_apply(pg, &m, NULL, &e), KF_CONFLICT, "a finished job records no iteration");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_CONFLICT, "a finished job records no iteration");
     q1_eq(EVENTS, id, "1");
 }
 
@@ -299,4 +301,37 @@ Test(kf_db, the_batch_statement_creates_jobs_with_events_and_outbox_rows)
           "e.created_at = j.created_at, j.state), ',' ORDER BY j.id) FROM jobs j JOIN job_events e ON e.job_id = j.id",
           NULL, "0|created|-|queued|{}|t|queued,0|created|-|queued|{}|t|queued");
     q1_eq("SELECT string_agg(action, ',') FROM outbox", NULL, "enqueue,enqueue");
+}
+
+Test(kf_db, prepared_once_per_connection_and_the_same_as_sent_whole)
+{
+    const char *a = "10000000-0000-0000-0000-0000000000c1", *b = "10000000-0000-0000-0000-0000000000c2";
+    kf_db_move m = { .move = KF_MOVE_ITERATION, .job_id = a, .attempt = 1, .detail = "{\"seq\":1}" };
+    kf_err e = KF_ERR_INIT;
+
+    job(a, "running", 1, false);
+    job(b, "running", 1, false);
+    cr_assert_eq(prep, 0u);
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(prep, 1u << KF_MOVE_ITERATION, "the first use prepares the move");
+    q1_eq("SELECT count(*)::text FROM pg_prepared_statements WHERE name = 'kf_move_ITERATION'", NULL, "1");
+    m.attempt = 2;
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
+    m.attempt = 1;
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_STALE, "a refusal by the prepared statement");
+
+    /* The same moves sent whole write the same rows. */
+    m.job_id = b;
+    cr_assert_eq(kf_db_apply(pg, NULL, &m, NULL, &e), KF_OK, "%s", e.msg);
+    m.attempt = 2;
+    cr_assert_eq(kf_db_apply(pg, NULL, &m, NULL, &e), KF_OK, "%s", e.msg);
+    m.attempt = 1;
+    cr_assert_eq(kf_db_apply(pg, NULL, &m, NULL, &e), KF_STALE);
+    q1_eq("SELECT string_agg(concat_ws('|', attempt, type, from_state, to_state, detail), ',' ORDER BY id) "
+          "FROM job_events WHERE job_id = $1::uuid",
+          a, "1|iteration|running|running|{\"seq\": 1},2|iteration|running|running|{\"seq\": 1}");
+    q1_eq("SELECT string_agg(concat_ws('|', attempt, type, from_state, to_state, detail), ',' ORDER BY id) "
+          "FROM job_events WHERE job_id = $1::uuid",
+          b, "1|iteration|running|running|{\"seq\": 1},2|iteration|running|running|{\"seq\": 1}");
+    q1_eq("SELECT attempt::text FROM jobs WHERE id = $1::uuid", b, "2");
 }

@@ -169,18 +169,18 @@ Test(kf_db, a_move_outside_the_table_is_refused_before_postgresql)
     kf_db_move m = { .move = KF_MOVE_REQUEUE, .job_id = "00000000-0000-0000-0000-000000000001",
                      .from = KF_ST(RUNNING), .extra_attempts = 1 };
 
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID);
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID);
     cr_assert(strstr(e.msg, "REQUEUE") && strstr(e.msg, "{dead}") && strstr(e.msg, "{running}"), "%s", e.msg);
     m.from = 0;
     m.extra_attempts = 0;
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID, "REQUEUE needs extra attempts");
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID, "REQUEUE needs extra attempts");
     m.move = KF_MOVE_CREATE;
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID, "creation is the batch statement's");
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID, "creation is the batch statement's");
     m.move = KF_MOVE_START;
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID, "START needs the worker and lease");
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID, "START needs the worker and lease");
     m.move = KF_MOVE__COUNT;
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID);
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID);
     m.move = KF_MOVE_PROMOTE;
     m.job_id = NULL;
-    cr_assert_eq(kf_db_apply(NULL, &m, NULL, &e), KF_INVALID);
+    cr_assert_eq(kf_db_apply(NULL, NULL, &m, NULL, &e), KF_INVALID);
 }
