@@ -323,9 +323,10 @@ void api_h_internal_start(api_req *r)
     api_report_ok(r, "running", c.attempt, f.cancel_requested, true);
 }
 
-/* The iteration event of a recorded iteration: {"seq", "latency_ns",
- * "correct"}, null where the report left a field out.  False after
- * answering. */
+/* The ITERATION move of a recorded iteration: its event {"seq",
+ * "latency_ns", "correct"} (null where the report left a field out), the
+ * job's attempt raised to the report's and its best iteration updated.
+ * False after answering. */
 static bool api_iteration_event(api_req *r, int attempt, int64_t seq, const double *lat, const bool *correct)
 {
     cJSON *o = cJSON_CreateObject();
@@ -466,17 +467,9 @@ void api_h_internal_iteration(api_req *r)
     inserted = PQntuples(res) == 1;
     PQclear(res);
     res = NULL;
-    if (inserted) {
-        /* The best iteration is the fastest correct one. */
-        if (!api_exec(r,
-                      "WITH best AS (SELECT seq FROM iterations WHERE job_id = $1::uuid AND correct "
-                      "  AND latency_ns IS NOT NULL ORDER BY latency_ns, attempt DESC, seq LIMIT 1) "
-                      "UPDATE jobs SET attempt = greatest(attempt, $2::int), updated_at = now(), "
-                      "  best_iteration = coalesce((SELECT seq FROM best), best_iteration) WHERE id = $1::uuid",
-                      2, params) ||
-            !api_iteration_event(r, c.attempt, seq, has_lat ? &lat : NULL, has_correct ? &correct : NULL))
-            goto out;
-    }
+    /* The move also makes the fastest correct iteration the job's best. */
+    if (inserted && !api_iteration_event(r, c.attempt, seq, has_lat ? &lat : NULL, has_correct ? &correct : NULL))
+        goto out;
     if (!api_req_commit(r))
         goto out;
     api_report_ok(r, f.state, c.attempt > f.attempt ? c.attempt : f.attempt, f.cancel_requested, inserted);

@@ -72,6 +72,7 @@ enum {
     KF_LIFE_OUT_CANCEL    = 1 << 11,  /* an outbox row: cancel */
     KF_LIFE_OUT_DROP      = 1 << 12,  /* pending outbox enqueue rows go */
     KF_LIFE_EV_ATTEMPT    = 1 << 13,  /* the event carries the move's attempt, the row keeps its own */
+    KF_LIFE_W_BEST        = 1 << 14,  /* best_iteration = the fastest correct iteration recorded */
 };
 
 /*
@@ -88,7 +89,8 @@ enum {
     XX(START_REQUEUE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                               \
        "worker: start of a retry leased before the promoter recorded it")                                   \
     XX(ITERATION, "iteration", KF_STATES_LIVE, NONE, KF_QOP_NONE,                                           \
-       KF_LIFE_KEEP | KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT, "worker: POST /v1/internal/jobs/{id}/iterations") \
+       KF_LIFE_KEEP | KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_BEST,                                  \
+       "worker: POST /v1/internal/jobs/{id}/iterations")                                                    \
     XX(RETRY, "retrying", KF_STATES_LIVE, RETRYING, KF_QOP_FAIL,                                            \
        KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR,                                                \
        "worker: POST /v1/internal/jobs/{id}/result, failed with retry")                                     \

@@ -86,6 +86,10 @@ static void kf_db_build(const kf_life_def *d, kf_buf *b)
         kf_buf_adds(b, ", max_attempts = j.attempt + $11::int, cancel_requested = false, finished_at = NULL");
     if (f & KF_LIFE_W_CANCEL_ASK)
         kf_buf_adds(b, ", cancel_requested = true");
+    if (f & KF_LIFE_W_BEST)
+        kf_buf_adds(b, ", best_iteration = coalesce((SELECT i.seq FROM iterations i WHERE i.job_id = $1::uuid "
+                       "AND i.correct AND i.latency_ns IS NOT NULL ORDER BY i.latency_ns, i.attempt DESC, i.seq "
+                       "LIMIT 1), j.best_iteration)");
     if (!(f & KF_LIFE_KEEP) && kf_state_terminal(d->to))
         kf_buf_adds(b, ", finished_at = now()");
     kf_buf_adds(b, " FROM old WHERE j.id = old.id RETURNING j.id, old.state AS from_state, j.state, j.attempt), "

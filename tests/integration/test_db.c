@@ -335,3 +335,22 @@ Test(kf_db, prepared_once_per_connection_and_the_same_as_sent_whole)
           b, "1|iteration|running|running|{\"seq\": 1},2|iteration|running|running|{\"seq\": 1}");
     q1_eq("SELECT attempt::text FROM jobs WHERE id = $1::uuid", b, "2");
 }
+
+Test(kf_db, an_iteration_makes_the_fastest_correct_one_the_best)
+{
+    const char *id = "10000000-0000-0000-0000-0000000000d1";
+    kf_db_move m = { .move = KF_MOVE_ITERATION, .job_id = id, .attempt = 2, .detail = "{\"seq\":3}" };
+    kf_err e = KF_ERR_INIT;
+
+    job(id, "running", 1, false);
+    exec_ok("INSERT INTO iterations (job_id, attempt, seq, latency_ns, correct) VALUES "
+            "('10000000-0000-0000-0000-0000000000d1', 1, 1, 50, true), "
+            "('10000000-0000-0000-0000-0000000000d1', 1, 2, 10, false), "
+            "('10000000-0000-0000-0000-0000000000d1', 2, 3, 40, true), "
+            "('10000000-0000-0000-0000-0000000000d1', 2, 4, NULL, true)");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
+    q1_eq("SELECT concat_ws('|', state, attempt, best_iteration) FROM jobs WHERE id = $1::uuid", id, "running|2|3");
+    exec_ok("DELETE FROM iterations WHERE job_id = '10000000-0000-0000-0000-0000000000d1'");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
+    q1_eq("SELECT best_iteration::text FROM jobs WHERE id = $1::uuid", id, "3");
+}
