@@ -264,6 +264,9 @@ PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *pa
  * move (the table does not allow it from the job's state, or a stale
  * attempt) through the error map (409, 404).  out may be NULL. */
 bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out);
+/* True when rc (a kf_db call's) is KF_OK; otherwise answers the request as
+ * api_move does and returns false. */
+bool api_db_ok(api_req *r, kf_code rc, const kf_err *e);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);

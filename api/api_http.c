@@ -424,20 +424,13 @@ PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *pa
     return api_req_exec(r, st, NULL, st->nparams, params, lengths, formats, true, fail_status);
 }
 
-bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
+bool api_db_ok(api_req *r, kf_code rc, const kf_err *e)
 {
-    kf_err e = KF_ERR_INIT;
-    PGconn *c = api_req_pg(r);
-    kf_code rc;
-
-    if (!c)
-        return false;
-    rc = kf_db_apply(c, api_pg_moves_prepared(r->srv->pg, c), m, out, &e);
     if (rc == KF_OK)
         return true;
     if (rc == KF_UNAVAILABLE) {
         r->pg_failed = true;
-        kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e.msg);
+        kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e->msg);
         api_reply_problem(r, 503, "unavailable", "Service unavailable",
                           "the database is unavailable; retry after the number of seconds in Retry-After");
         return false;
@@ -446,13 +439,23 @@ bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
         /* KF_INVALID: this handler asked for a move the table does not
          * have; the server log says which. */
         r->pg_failed = rc == KF_DB;
-        kf_log_error("job move failed req=%s msg=\"%s\"", r->request_id, e.msg);
+        kf_log_error("job move failed req=%s msg=\"%s\"", r->request_id, e->msg);
         api_reply_problem(r, 500, "internal", "Internal error",
                           "a database statement failed; the request id is in the server log");
         return false;
     }
-    api_reply_err(r, &e);
+    api_reply_err(r, e);
     return false;
+}
+
+bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
+{
+    kf_err e = KF_ERR_INIT;
+    PGconn *c = api_req_pg(r);
+
+    if (!c)
+        return false;
+    return api_db_ok(r, kf_db_apply(c, api_pg_moves_prepared(r->srv->pg, c), m, out, &e), &e);
 }
 
 bool api_req_begin(api_req *r)

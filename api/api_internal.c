@@ -290,10 +290,8 @@ void api_h_internal_start(api_req *r)
     if (c.attempt == f.attempt && strcmp(f.state, "running") == 0) {
         /* The queue granted this attempt's lease again (a re-delivery after
          * Redis lost a write): the new holder takes over the record. */
-        if (!api_exec(r,
-                      "UPDATE jobs SET worker_id = $2, lease_token_hash = $3::bytea, updated_at = now() "
-                      "WHERE id = $1::uuid",
-                      3, (const char *const[]){ r->param, c.worker, c.token_hash }) ||
+        kf_err e = KF_ERR_INIT;
+        if (!api_db_ok(r, kf_db_lease_takeover(r->pg, r->param, c.attempt, c.worker, c.token_hash, &e), &e) ||
             !api_req_commit(r))
             return;
         api_report_ok(r, f.state, f.attempt, f.cancel_requested, true);

@@ -252,3 +252,31 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
     PQclear(r);
     return KF_OK;
 }
+
+kf_code kf_db_lease_takeover(PGconn *c, const char *job_id, int attempt, const char *worker_id,
+                             const char *lease_hash, kf_err *err)
+{
+    char att[16];
+    const char *p[4] = { job_id, att, worker_id, lease_hash };
+    PGresult *r;
+    kf_code rc = KF_OK;
+
+    snprintf(att, sizeof(att), "%d", attempt);
+    r = PQexecParams(c,
+                     "UPDATE jobs SET worker_id = $3, lease_token_hash = $4::bytea, updated_at = now() "
+                     "WHERE id = $1::uuid AND state = 'running' AND attempt = $2::int",
+                     4, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
+        int n = (int)strcspn(msg, "\n");
+        rc = kf_db_transient(c, r) ? KF_UNAVAILABLE : KF_DB;
+        kf_err_set(err, rc, "lease takeover of job %s: PostgreSQL %s (%.*s)", job_id,
+                   rc == KF_UNAVAILABLE ? "is unavailable or the transaction must be retried" : "refused the statement",
+                   n > 300 ? 300 : n, msg);
+    } else if (strcmp(PQcmdTuples(r), "1") != 0) {
+        rc = kf_err_set(err, KF_CONFLICT, "job %s is not running on attempt %d: its lease cannot be taken over", job_id,
+                        attempt);
+    }
+    PQclear(r);
+    return rc;
+}

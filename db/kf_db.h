@@ -12,7 +12,9 @@
  * before PostgreSQL is asked when the caller's from-states are outside the
  * table's, by PostgreSQL's row check otherwise.  The job creation of the
  * API's batch writer is the set form of the table's CREATE row:
- * kf_db_sql_create_batch below.  No other code writes job_events.
+ * kf_db_sql_create_batch below.  No other code writes job_events, and
+ * the one job-row write that is not a move (a lease's takeover) is here
+ * too.
  *
  * Ownership: the caller owns the connection and every string in
  * kf_db_move; kf_db_apply() keeps nothing after it returns.  Not
@@ -76,6 +78,14 @@ typedef uint32_t kf_db_prepared;
  * (named "kf_move_<NAME>") and executed prepared after that, which saves
  * PostgreSQL most of its cost (planning); with NULL it is sent whole. */
 kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_moved *out, kf_err *err);
+
+/* Not a move: the queue granted a running job's current attempt again (a
+ * re-delivery after Redis lost a write) and the new holder takes over the
+ * record.  worker_id and lease_token_hash change; the state, the attempt
+ * and the events do not.  KF_CONFLICT when the job is not running on that
+ * attempt; KF_UNAVAILABLE and KF_DB as for kf_db_apply. */
+kf_code kf_db_lease_takeover(PGconn *c, const char *job_id, int attempt, const char *worker_id,
+                             const char *lease_hash, kf_err *err);
 
 /* Whether a failed statement is worth retrying (connection lost, server
  * shutting down or overloaded, serialization failure, deadlock, lock

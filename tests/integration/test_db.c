@@ -354,3 +354,23 @@ Test(kf_db, an_iteration_makes_the_fastest_correct_one_the_best)
     cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT best_iteration::text FROM jobs WHERE id = $1::uuid", id, "3");
 }
+
+Test(kf_db, a_lease_takeover_changes_the_holder_and_nothing_else)
+{
+    const char *id = "10000000-0000-0000-0000-0000000000e1";
+    kf_err e = KF_ERR_INIT;
+
+    job(id, "running", 2, false);
+    cr_assert_eq(kf_db_lease_takeover(pg, id, 1, "w2", "\\x0102", &e), KF_CONFLICT, "another attempt");
+    cr_assert(strstr(e.msg, "attempt 1"), "%s", e.msg);
+    cr_assert_eq(kf_db_lease_takeover(pg, id, 2, "w2", "\\x0102", &e), KF_OK, "%s", e.msg);
+    q1_eq("SELECT concat_ws('|', state, attempt, worker_id, encode(lease_token_hash, 'hex')) FROM jobs "
+          "WHERE id = $1::uuid",
+          id, "running|2|w2|0102");
+    q1_eq(EVENTS, id, "0");
+    exec_ok("UPDATE jobs SET state = 'succeeded' WHERE id = '10000000-0000-0000-0000-0000000000e1'");
+    cr_assert_eq(kf_db_lease_takeover(pg, id, 2, "w3", "\\x0103", &e), KF_CONFLICT, "a finished job");
+    q1_eq("SELECT worker_id FROM jobs WHERE id = $1::uuid", id, "w2");
+    cr_assert_eq(kf_db_lease_takeover(pg, id, 2, "w3", "\\xzz", &e), KF_DB, "bad bytea: %s", e.msg);
+    cr_assert(strstr(e.msg, "hexadecimal"), "%s", e.msg);
+}
