@@ -7,9 +7,11 @@
 # a sanitizer build (`make SANITIZE=1 ...`) never mixes with a normal one.
 #
 #   make            build every library and binary
-#   make test       build, start Redis + PostgreSQL on free loopback ports,
-#                   run every test binary, print "N passed, N failed"
-#   make run        the whole stack on 127.0.0.1:8080 (see README.md)
+#   make test       install packages (scripts/deps.sh), build, start Redis +
+#                   PostgreSQL on free loopback ports, run every test
+#                   binary, print "N passed, N failed"
+#   make run        install packages, build, the whole stack on
+#                   127.0.0.1:8080 with a durable PostgreSQL (see README.md)
 #   make lint       cppcheck + clang-tidy over the sources
 #   make bench      benchmarks in bench/ (not part of make test)
 #   make SANITIZE=1 test   the same tests under ASan + UBSan (float-cast-overflow too)
@@ -55,7 +57,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
         -Wvla -Wpointer-arith -Wcast-qual -Wundef
 CFLAGS ?=
 CFLAGS += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) \
-          -I. -Icommon $(PKG_CFLAGS) -MMD -MP
+          -I. -Icommon -Idb $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANFLAGS) -Wl,--as-needed
 LDLIBS  += -lm -lpthread
 
@@ -97,10 +99,17 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJS) $(LIBS)
 
 tests: $(BINS) $(UNIT_TESTS) $(INT_TESTS)
 
-test: tests
+# `make test` and `make run` install the packages before they build
+# (scripts/deps.sh: as root it installs what is missing; otherwise it
+# prints the apt-get line and fails, so nothing is compiled against
+# missing headers).  The build is a fresh make, whose pkg-config flags
+# see what was just installed.
+test: deps
+	$(MAKE) tests
 	BUILD=$(BUILD) tests/run.sh $(UNIT_TESTS) -- $(INT_TESTS)
 
-run: all
+run: deps
+	$(MAKE) all
 	BUILD=$(BUILD) scripts/run.sh
 
 deps:

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "kf_buf.h"
+#include "kf_db.h"
 #include "kf_error.h"
 #include "kf_json.h"
 #include "kf_queue.h"
@@ -56,6 +57,9 @@ void api_pg_release(api_pg_pool *p, PGconn *c);
 /* The set of statements (bit per api_stmt id) prepared on a connection
  * the caller holds; cleared whenever the connection is re-opened. */
 uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c);
+/* The job moves (kf_db_apply) prepared on that connection, cleared with
+ * it; NULL when c is not the pool's. */
+kf_db_prepared *api_pg_moves_prepared(api_pg_pool *p, PGconn *c);
 
 /* A named statement prepared once per connection (hot paths: less parsing
  * and planning).  id is 0..63 and unique per statement. */
@@ -254,6 +258,15 @@ PGresult *api_req_stmt_quiet(api_req *r, const api_stmt *st, const char *const *
  * (libpq's paramLengths and paramFormats, st->nparams entries each). */
 PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *params, const int *lengths,
                            const int *formats, int *fail_status);
+/* Move the job by one row of the transition table (kf_db_apply) on the
+ * request's connection, inside its transaction if one is open.  False
+ * after answering: a PostgreSQL failure as api_req_sql does, a refused
+ * move (the table does not allow it from the job's state, or a stale
+ * attempt) through the error map (409, 404).  out may be NULL. */
+bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out);
+/* True when rc (a kf_db call's) is KF_OK; otherwise answers the request as
+ * api_move does and returns false. */
+bool api_db_ok(api_req *r, kf_code rc, const kf_err *e);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);

@@ -83,41 +83,23 @@ static atomic_ulong api_batch_count, api_batch_jobs;
 /* Outbox ids delivered to Redis and not yet deleted, "1,2,3" (under api_batch_mu). */
 static kf_buf api_batch_delivered = KF_BUF_INIT;
 
-/* The batch's rows; the final INSERT maps each job to its outbox row.
- * Every column comes from the API (created_at included), so nothing is
- * read back.  The columns arrive as one array each in PostgreSQL's binary
- * format (api_batch_arrays): nothing for the server to parse but the four
- * JSON documents per job, where a JSON array of the batch cost it a fifth
- * of its CPU per job.  Two forms: the one for batches with an
+/* The batch's rows, written by the set form of the transition table's
+ * CREATE move (db/kf_db.h); the final INSERT maps each job to its outbox
+ * row.  Every column comes from the API (created_at included), so nothing
+ * is read back.  The columns arrive as one array each in PostgreSQL's
+ * binary format (api_batch_arrays): nothing for the server to parse but
+ * the four JSON documents per job, where a JSON array of the batch cost it
+ * a fifth of its CPU per job.  Two forms: the one for batches with an
  * Idempotency-Key also stores those jobs' answers; the other plans no
  * idempotency join. */
-#define API_BATCH_COLUMNS 14   /* $1..$14; $15 the delivered outbox ids */
-#define API_BATCH_SQL_HEAD                                                                                      \
-    "WITH input AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], "         \
-    "  $6::jsonb[], $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::int[], $11::bigint[], $12::text[], "          \
-    "  $13::timestamptz[], $14::text[]) AS t(id, kind, target, backend, priority, spec, budget, goal, labels, " \
-    "  max_attempts, owner, ikey, ts, doc)), "                                                                 \
-    "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "   \
-    "  owner_token_id, idempotency_key, created_at, updated_at) "                                             \
-    "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, " \
-    "  ts FROM input), "                                                                                       \
-    "e AS (INSERT INTO job_events (job_id, type, to_state, created_at) "                                       \
-    "  SELECT id, 'created', 'queued', ts FROM input), "                                                       \
-    "d AS (DELETE FROM outbox WHERE id = ANY($15::bigint[])) "
-#define API_BATCH_SQL_TAIL "INSERT INTO outbox (job_id) SELECT id FROM input RETURNING job_id::text, id"
+#define API_BATCH_COLUMNS (KF_DB_CREATE_BATCH_PARAMS - 1)   /* $1..$14; $15 the delivered outbox ids */
 
 static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch_v4", API_BATCH_SQL_HEAD API_BATCH_SQL_TAIL, API_BATCH_COLUMNS + 1,
+    3, "kf_job_create_batch_v4", kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 static const api_stmt api_st_batch_create_idem = {
-    5, "kf_job_create_batch_idem_v4",
-    API_BATCH_SQL_HEAD
-    ", i AS (UPDATE idempotency_keys k SET state = 'done', status = 202, response = input.doc, "
-    "  location = '/v1/jobs/' || input.id FROM input "
-    "  WHERE input.ikey IS NOT NULL AND k.owner_token_id = input.owner AND k.key = input.ikey) "
-    API_BATCH_SQL_TAIL,
-    API_BATCH_COLUMNS + 1,
+    5, "kf_job_create_batch_idem_v4", kf_db_sql_create_batch_idem, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 /* Delivered: the outbox rows go.  Losing this commit in a crash only makes

@@ -210,7 +210,12 @@ void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields 
 void api_reply_err(api_req *r, const kf_err *e)
 {
     int status = kf_code_http_status(e->code);
-    const char *slug = status == 503 ? "unavailable" : status >= 500 ? "internal" : "invalid";
+    const char *slug = e->code == KF_STALE       ? "stale-attempt"
+                       : e->code == KF_CONFLICT  ? "conflict"
+                       : e->code == KF_NOT_FOUND ? "not-found"
+                       : status == 503           ? "unavailable"
+                       : status >= 500           ? "internal"
+                                                 : "invalid";
     api_reply_problem(r, status, slug, kf_code_title(e->code), "%s", e->msg);
 }
 
@@ -314,13 +319,17 @@ void api_req_pg_put(api_req *r)
 void api_req_pg_reset(api_req *r)
 {
     uint64_t *mask;
+    kf_db_prepared *moves;
 
     if (!r->pg)
         return;
     mask = api_pg_prepared(r->srv->pg, r->pg);
+    moves = api_pg_moves_prepared(r->srv->pg, r->pg);
     PQreset(r->pg);
     if (mask)
         *mask = 0;
+    if (moves)
+        *moves = 0;
 }
 
 /* Run sql (or the prepared statement st) once; see api_req_sql.  With
@@ -413,6 +422,40 @@ PGresult *api_req_stmt_bin(api_req *r, const api_stmt *st, const char *const *pa
                            const int *formats, int *fail_status)
 {
     return api_req_exec(r, st, NULL, st->nparams, params, lengths, formats, true, fail_status);
+}
+
+bool api_db_ok(api_req *r, kf_code rc, const kf_err *e)
+{
+    if (rc == KF_OK)
+        return true;
+    if (rc == KF_UNAVAILABLE) {
+        r->pg_failed = true;
+        kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e->msg);
+        api_reply_problem(r, 503, "unavailable", "Service unavailable",
+                          "the database is unavailable; retry after the number of seconds in Retry-After");
+        return false;
+    }
+    if (rc == KF_DB || rc == KF_INVALID) {
+        /* KF_INVALID: this handler asked for a move the table does not
+         * have; the server log says which. */
+        r->pg_failed = rc == KF_DB;
+        kf_log_error("job move failed req=%s msg=\"%s\"", r->request_id, e->msg);
+        api_reply_problem(r, 500, "internal", "Internal error",
+                          "a database statement failed; the request id is in the server log");
+        return false;
+    }
+    api_reply_err(r, e);
+    return false;
+}
+
+bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
+{
+    kf_err e = KF_ERR_INIT;
+    PGconn *c = api_req_pg(r);
+
+    if (!c)
+        return false;
+    return api_db_ok(r, kf_db_apply(c, api_pg_moves_prepared(r->srv->pg, c), m, out, &e), &e);
 }
 
 bool api_req_begin(api_req *r)

@@ -260,10 +260,11 @@ void api_h_internal_start(api_req *r)
 {
     kf_fields fe;
     api_claim c;
-    char att[16];
-    const char *params[5];
     api_fence f;
-    bool same;
+    kf_db_move mv = { .move = KF_MOVE_START };
+    cJSON *detail;
+    char *detail_s;
+    bool same, ok;
 
     kf_fields_init(&fe);
     if (!api_report_head(r, &fe, &c) || !api_report_checked(r, &fe, &c))
@@ -286,19 +287,11 @@ void api_h_internal_start(api_req *r)
         api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
         return;
     }
-    snprintf(att, sizeof(att), "%d", c.attempt);
-    params[0] = r->param;
-    params[1] = att;
-    params[2] = c.worker;
-    params[3] = f.state;
-    params[4] = c.token_hash;
     if (c.attempt == f.attempt && strcmp(f.state, "running") == 0) {
         /* The queue granted this attempt's lease again (a re-delivery after
          * Redis lost a write): the new holder takes over the record. */
-        if (!api_exec(r,
-                      "UPDATE jobs SET worker_id = $2, lease_token_hash = $3::bytea, updated_at = now() "
-                      "WHERE id = $1::uuid",
-                      3, (const char *const[]){ params[0], params[2], params[4] }) ||
+        kf_err e = KF_ERR_INIT;
+        if (!api_db_ok(r, kf_db_lease_takeover(r->pg, r->param, c.attempt, c.worker, c.token_hash, &e), &e) ||
             !api_req_commit(r))
             return;
         api_report_ok(r, f.state, f.attempt, f.cancel_requested, true);
@@ -308,24 +301,70 @@ void api_h_internal_start(api_req *r)
      * race): record the requeue here, so every retry has its event.  The
      * row lock makes this and the promoter's conditional update exclusive. */
     if (strcmp(f.state, "retrying") == 0) {
-        if (!api_exec(r,
-                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "SELECT id, attempt, 'requeued', 'retrying', 'queued', '{\"by\":\"start\"}'::jsonb "
-                      "FROM jobs WHERE id = $1::uuid",
-                      1, params))
+        kf_db_move rq = { .move = KF_MOVE_START_REQUEUE, .job_id = r->param, .detail = "{\"by\":\"start\"}" };
+        if (!api_move(r, &rq, NULL))
             return;
-        params[3] = "queued";
     }
-    if (!api_exec(r,
-                  "WITH u AS (UPDATE jobs SET state = 'running', attempt = $2::int, worker_id = $3, "
-                  "  lease_token_hash = $5::bytea, started_at = coalesce(started_at, now()), updated_at = now() "
-                  "  WHERE id = $1::uuid RETURNING id) "
-                  "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                  "SELECT id, $2::int, 'started', $4, 'running', jsonb_build_object('worker', $3::text) FROM u",
-                  5, params) ||
-        !api_req_commit(r))
+    detail = cJSON_CreateObject();
+    cJSON_AddStringToObject(detail, "worker", c.worker);
+    detail_s = kf_json_print(detail);
+    cJSON_Delete(detail);
+    mv.job_id = r->param;
+    mv.attempt = c.attempt;
+    mv.worker_id = c.worker;
+    mv.lease_hash = c.token_hash;
+    mv.detail = detail_s;
+    ok = api_move(r, &mv, NULL) && api_req_commit(r);
+    free(detail_s);
+    if (!ok)
         return;
     api_report_ok(r, "running", c.attempt, f.cancel_requested, true);
+}
+
+/* The ITERATION move of a recorded iteration: its event {"seq",
+ * "latency_ns", "correct"} (null where the report left a field out), the
+ * job's attempt raised to the report's and its best iteration updated.
+ * False after answering. */
+static bool api_iteration_event(api_req *r, int attempt, int64_t seq, const double *lat, const bool *correct)
+{
+    cJSON *o = cJSON_CreateObject();
+    kf_db_move mv = { .move = KF_MOVE_ITERATION, .job_id = r->param, .attempt = attempt };
+    char *detail;
+    bool ok;
+
+    cJSON_AddNumberToObject(o, "seq", (double)seq);
+    if (lat)
+        cJSON_AddNumberToObject(o, "latency_ns", *lat);
+    else
+        cJSON_AddNullToObject(o, "latency_ns");
+    if (correct)
+        cJSON_AddBoolToObject(o, "correct", *correct);
+    else
+        cJSON_AddNullToObject(o, "correct");
+    detail = kf_json_print(o);
+    cJSON_Delete(o);
+    mv.detail = detail;
+    ok = api_move(r, &mv, NULL);
+    free(detail);
+    return ok;
+}
+
+/* A result's event detail: {"error": error or null} and, for a final
+ * result, "reported": the state the worker reported.  The caller frees. */
+static char *api_result_detail(const char *error, const char *reported)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *text;
+
+    if (error)
+        cJSON_AddStringToObject(o, "error", error);
+    else
+        cJSON_AddNullToObject(o, "error");
+    if (reported)
+        cJSON_AddStringToObject(o, "reported", reported);
+    text = kf_json_print(o);
+    cJSON_Delete(o);
+    return text;
 }
 
 void api_h_internal_iteration(api_req *r)
@@ -426,21 +465,9 @@ void api_h_internal_iteration(api_req *r)
     inserted = PQntuples(res) == 1;
     PQclear(res);
     res = NULL;
-    if (inserted) {
-        /* The best iteration is the fastest correct one. */
-        if (!api_exec(r,
-                      "WITH best AS (SELECT seq FROM iterations WHERE job_id = $1::uuid AND correct "
-                      "  AND latency_ns IS NOT NULL ORDER BY latency_ns, attempt DESC, seq LIMIT 1) "
-                      "UPDATE jobs SET attempt = greatest(attempt, $2::int), updated_at = now(), "
-                      "  best_iteration = coalesce((SELECT seq FROM best), best_iteration) WHERE id = $1::uuid",
-                      2, params) ||
-            !api_exec(r,
-                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "SELECT $1::uuid, $2::int, 'iteration', state, state, jsonb_build_object('seq', $3::int, "
-                      "'latency_ns', $4::float8, 'correct', $5::bool) FROM jobs WHERE id = $1::uuid",
-                      5, (const char *const[]){ params[0], params[1], params[2], params[13], params[14] }))
-            goto out;
-    }
+    /* The move also makes the fastest correct iteration the job's best. */
+    if (inserted && !api_iteration_event(r, c.attempt, seq, has_lat ? &lat : NULL, has_correct ? &correct : NULL))
+        goto out;
     if (!api_req_commit(r))
         goto out;
     api_report_ok(r, f.state, c.attempt > f.attempt ? c.attempt : f.attempt, f.cancel_requested, inserted);
@@ -458,8 +485,8 @@ void api_h_internal_result(api_req *r)
     const char *state = NULL, *error = NULL, *new_state;
     const cJSON *result = NULL;
     bool retry = false;
-    char *result_s = NULL, att[16];
-    const char *params[6];
+    char *result_s = NULL, *detail = NULL, att[16];
+    const char *params[5];
     PGresult *res = NULL;
     api_fence f;
 
@@ -510,18 +537,16 @@ void api_h_internal_result(api_req *r)
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
             return;
         }
-        params[2] = error;
-        params[3] = f.state;
-        if (!api_exec(r,
-                      "WITH u AS (UPDATE jobs SET state = 'retrying', attempt = greatest(attempt, $2::int), "
-                      "  last_error = $3, updated_at = now() WHERE id = $1::uuid RETURNING id) "
-                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "SELECT id, $2::int, 'retrying', $4, 'retrying', jsonb_build_object('error', $3::text) FROM u",
-                      4, params) ||
-            !api_req_commit(r))
-            return;
+        {
+            kf_db_move mv = { .move = KF_MOVE_RETRY, .job_id = r->param, .attempt = c.attempt, .error = error };
+
+            detail = api_result_detail(error, NULL);
+            mv.detail = detail;
+            if (!api_move(r, &mv, NULL) || !api_req_commit(r))
+                goto out;
+        }
         api_report_ok(r, "retrying", c.attempt, false, true);
-        return;
+        goto out;
     }
     /* Final: succeeded, failed, or cancelled when a cancel was asked for. */
     new_state = strcmp(state, "succeeded") == 0 ? "succeeded" : f.cancel_requested ? "cancelled" : "failed";
@@ -529,7 +554,6 @@ void api_h_internal_result(api_req *r)
     params[2] = state;
     params[3] = result_s;
     params[4] = error;
-    params[5] = new_state;
     res = api_req_sql(r,
                       "INSERT INTO job_results (job_id, attempt, state, result, error, worker_id) "
                       "SELECT $1::uuid, $2::int, $3, $4::jsonb, $5, $6 FROM jobs "
@@ -538,14 +562,14 @@ void api_h_internal_result(api_req *r)
     if (!res)
         goto out;
     if (PQntuples(res) == 1) {
-        const char *p2[7] = { params[0], params[1], params[2], params[3], params[4], params[5], f.state };
-        if (!api_exec(r,
-                      "WITH u AS (UPDATE jobs SET state = $6, attempt = greatest(attempt, $2::int), result = $4::jsonb, "
-                      "  last_error = $5, finished_at = now(), updated_at = now() WHERE id = $1::uuid RETURNING id) "
-                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "SELECT id, $2::int, $6, $7, $6, jsonb_build_object('error', $5::text, 'reported', $3::text) "
-                      "FROM u",
-                      7, p2))
+        kf_db_move mv = { .move = strcmp(new_state, "succeeded") == 0 ? KF_MOVE_SUCCEED
+                                  : strcmp(new_state, "cancelled") == 0 ? KF_MOVE_FINISH_CANCELLED
+                                                                         : KF_MOVE_FAIL,
+                          .job_id = r->param, .attempt = c.attempt, .error = error, .result = result_s };
+
+        detail = api_result_detail(error, state);
+        mv.detail = detail;
+        if (!api_move(r, &mv, NULL))
             goto out;
     }
     if (!api_req_commit(r))
@@ -554,6 +578,7 @@ void api_h_internal_result(api_req *r)
 out:
     PQclear(res);
     free(result_s);
+    free(detail);
 }
 
 void api_h_internal_heartbeat(api_req *r)

@@ -425,16 +425,47 @@ out:
 
 /* ---- cancel -------------------------------------------------------------------- */
 
+/* An event detail for a user's or an admin's move: {"reason": reason or
+ * null, "by_token": the token's id} and, when extra > 0,
+ * "extra_attempts".  The caller frees it. */
+static char *api_by_token_detail(const api_req *r, const char *reason, int extra)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *text;
+
+    if (reason)
+        cJSON_AddStringToObject(o, "reason", reason);
+    else
+        cJSON_AddNullToObject(o, "reason");
+    cJSON_AddNumberToObject(o, "by_token", (double)r->who.token_id);
+    if (extra > 0)
+        cJSON_AddNumberToObject(o, "extra_attempts", extra);
+    text = kf_json_print(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* The job's document as the request's transaction sees it (after a move);
+ * NULL after answering. */
+static PGresult *api_job_doc_locked(api_req *r)
+{
+    const char *params[1] = { r->param };
+
+    return api_req_sql(r, "SELECT " API_JOB_JSON "::text FROM jobs j WHERE j.id = $1::uuid", 1, params);
+}
+
 void api_h_job_cancel(api_req *r)
 {
     static const char *const allowed[] = { "reason", NULL };
-    char ob[24], by[24];
-    const char *reason = NULL, *params[5];
+    char ob[24];
+    const char *reason = NULL, *params[2];
     const char *state;
-    char *prev_state = NULL;
+    char *detail = NULL;
     char outbox_id[24] = "";
     kf_fields fe;
     PGresult *res = NULL;
+    kf_db_move mv = { .move = KF_MOVE_CANCEL };
+    kf_db_moved moved;
     bool was_running;
 
     if (!api_job_id_ok(r))
@@ -469,39 +500,19 @@ void api_h_job_cancel(api_req *r)
         goto out;
     }
     was_running = strcmp(state, "running") == 0;
-    snprintf(by, sizeof(by), "%lld", (long long)r->who.token_id);
-    prev_state = kf_strdup(state);
-    params[1] = prev_state;
     PQclear(res);
-    params[2] = reason;
-    params[3] = by;
-    if (!was_running) {
-        res = api_req_sql(r,
-                          "WITH u AS (UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now() "
-                          "  WHERE id = $1::uuid RETURNING *), "
-                          "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                          "  SELECT id, attempt, 'cancelled', $2, 'cancelled', "
-                          "  jsonb_build_object('reason', $3::text, 'by_token', $4::bigint) FROM u), "
-                          "s AS (DELETE FROM outbox WHERE job_id = $1::uuid AND action = 'enqueue'), "
-                          "o AS (INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'cancel') RETURNING id) "
-                          "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
-                          4, params);
-    } else {
-        res = api_req_sql(r,
-                          "WITH u AS (UPDATE jobs SET cancel_requested = true, updated_at = now() "
-                          "  WHERE id = $1::uuid RETURNING *), "
-                          "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                          "  SELECT id, attempt, 'cancel_requested', $2, $2, "
-                          "  jsonb_build_object('reason', $3::text, 'by_token', $4::bigint) FROM u), "
-                          "o AS (INSERT INTO outbox (job_id, action) VALUES ($1::uuid, 'cancel') RETURNING id) "
-                          "SELECT (SELECT id FROM o), " API_JOB_JSON "::text FROM u j",
-                          4, params);
-    }
-    free(prev_state);
+    res = NULL;
+    detail = api_by_token_detail(r, reason, 0);
+    mv.move = was_running ? KF_MOVE_CANCEL_ASK : KF_MOVE_CANCEL;
+    mv.job_id = r->param;
+    mv.detail = detail;
+    if (!api_move(r, &mv, &moved))
+        goto out;
+    res = api_job_doc_locked(r);
     if (!res || !api_req_commit(r))
         goto out;
-    snprintf(outbox_id, sizeof(outbox_id), "%s", PQgetvalue(res, 0, 0));
-    api_reply_json_text(r, was_running ? 202 : 200, PQgetvalue(res, 0, 1));
+    snprintf(outbox_id, sizeof(outbox_id), "%lld", moved.outbox_id);
+    api_reply_json_text(r, was_running ? 202 : 200, PQgetvalue(res, 0, 0));
 
     /* Tell Redis after the commit; if it is down the relay sends the
      * cancel later, and a stale lease is fenced off at the worker's start. */
@@ -521,6 +532,7 @@ void api_h_job_cancel(api_req *r)
     }
 out:
     PQclear(res);
+    free(detail);
     api_req_rollback(r);
 }
 
@@ -533,10 +545,11 @@ void api_h_job_requeue(api_req *r)
 {
     static const char *const allowed[] = { "extra_attempts", "reason", NULL };
     int64_t extra = 1;
-    const char *reason = NULL, *params[4];
-    char ex[24], by[24];
+    const char *reason = NULL, *params[1];
+    char *detail = NULL;
     kf_fields fe;
     PGresult *res = NULL;
+    kf_db_move mv = { .move = KF_MOVE_REQUEUE };
 
     if (!api_job_id_ok(r))
         return;
@@ -566,27 +579,22 @@ void api_h_job_requeue(api_req *r)
         goto out;
     }
     PQclear(res);
-    snprintf(ex, sizeof(ex), "%lld", (long long)extra);
-    snprintf(by, sizeof(by), "%lld", (long long)r->who.token_id);
-    params[1] = ex;
-    params[2] = reason;
-    params[3] = by;
-    res = api_req_sql(r,
-                      "WITH u AS (UPDATE jobs SET state = 'queued', max_attempts = attempt + $2::int, "
-                      "  cancel_requested = false, finished_at = NULL, updated_at = now() "
-                      "  WHERE id = $1::uuid RETURNING *), "
-                      "e AS (INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "  SELECT id, attempt, 'requeued', 'dead', 'queued', jsonb_build_object('by_token', $4::bigint, "
-                      "  'extra_attempts', $2::int, 'reason', $3::text) FROM u), "
-                      "o AS (INSERT INTO outbox (job_id) VALUES ($1::uuid)) "
-                      "SELECT " API_JOB_JSON "::text FROM u j",
-                      4, params);
+    res = NULL;
+    detail = api_by_token_detail(r, reason, (int)extra);
+    mv.job_id = r->param;
+    mv.extra_attempts = (int)extra;
+    mv.detail = detail;
+    if (!api_move(r, &mv, NULL))
+        goto out;
+    res = api_job_doc_locked(r);
     if (!res || !api_req_commit(r))
         goto out;
     api_reply_json_text(r, 202, PQgetvalue(res, 0, 0));
-    kf_log_info("dead job re-queued job=%s extra_attempts=%s by=%s req=%s", r->param, ex, by, r->request_id);
+    kf_log_info("dead job re-queued job=%s extra_attempts=%lld by=%lld req=%s", r->param, (long long)extra,
+                (long long)r->who.token_id, r->request_id);
 out:
     PQclear(res);
+    free(detail);
     api_req_rollback(r);
 }
 

@@ -17,6 +17,7 @@ typedef struct api_pg_slot {
     PGconn  *c;
     bool     busy;
     uint64_t prepared;   /* bit i: statement i is prepared on c */
+    kf_db_prepared moves;   /* the job moves prepared on c (kf_db_apply) */
 } api_pg_slot;
 
 struct api_pg_pool {
@@ -123,8 +124,10 @@ PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err)
         PQfinish(s->c);
         s->c = NULL;
     }
-    if (!s->c)
+    if (!s->c) {
         s->prepared = 0;
+        s->moves = 0;
+    }
     if (!s->c) {
         long long now = api_pg_now_ms();
         bool fast;
@@ -176,6 +179,7 @@ void api_pg_release(api_pg_pool *p, PGconn *c)
                 PQfinish(c);
                 p->slots[i].c = NULL;
                 p->slots[i].prepared = 0;
+                p->slots[i].moves = 0;
             }
             break;
         }
@@ -186,16 +190,16 @@ void api_pg_release(api_pg_pool *p, PGconn *c)
 
 bool api_pg_error_transient(PGconn *c, const PGresult *res)
 {
-    const char *st;
+    return kf_db_transient(c, res);
+}
 
-    if (!c || PQstatus(c) != CONNECTION_OK || !res)
-        return true;
-    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (!st)
-        return true;
-    return strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 || strcmp(st, "57P02") == 0 ||
-           strcmp(st, "57P03") == 0 || strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 ||
-           strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0;
+kf_db_prepared *api_pg_moves_prepared(api_pg_pool *p, PGconn *c)
+{
+    /* As api_pg_prepared: the slot is the caller's. */
+    for (int i = 0; i < p->size; i++)
+        if (p->slots[i].c == c)
+            return &p->slots[i].moves;
+    return NULL;
 }
 
 uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c)

@@ -13,7 +13,7 @@ LIBS += $(API_LIB)
 $(BUILD)/obj/api/api_migrate.o: CFLAGS += -DKF_SOURCE_DIR='"$(CURDIR)"'
 $(BUILD)/obj/api/api_openapi.o: api/openapi.json
 
-$(BUILD)/bin/kforge-api: $(BUILD)/obj/api/main.o $(API_LIB) $(BUILD)/lib/libkfcommon.a
+$(BUILD)/bin/kforge-api: $(BUILD)/obj/api/main.o $(API_LIB) $(BUILD)/lib/libkfdb.a $(BUILD)/lib/libkfcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge-api

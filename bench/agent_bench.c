@@ -13,7 +13,7 @@
  *       (latency <= best / 0.98), the space size.
  * Validation uses one seeded input set per check here (the bench is about
  * time and search; the tests validate on several). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

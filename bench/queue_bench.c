@@ -36,7 +36,11 @@
 static const char *qb_build, *qb_dsn, *qb_dir;
 static int qb_redis_port;
 static char qb_api_url[64], qb_listen[32];
-static char *qb_user_token, *qb_worker_token;
+static char *qb_user_token;
+/* One worker token per worker id (bench-w<i>): the API binds a worker's
+ * reports to its token's worker, so workers cannot share one. */
+#define QB_MAX_WORKERS 64
+static char *qb_worker_tokens[QB_MAX_WORKERS];
 static pid_t qb_procs[QB_MAX_PROCS];
 static int qb_nprocs;
 static PGconn *qb_pg;
@@ -135,10 +139,10 @@ static char *qb_redis_url(void)
     return kf_asprintf("redis://127.0.0.1:%d/0", qb_redis_port);
 }
 
-static char *qb_token(const char *role)
+static char *qb_token(const char *role, const char *name)
 {
     char *cmd = kf_asprintf("KFORGE_PG_DSN='%s' %s/bin/kforge-api token create --role %s --name bench-%s 2>/dev/null", qb_dsn,
-                            qb_build, role, role);
+                            qb_build, role, name);
     FILE *f = popen(cmd, "r");
     char line[512], *tok = NULL;
 
@@ -285,8 +289,15 @@ static pid_t qb_start_worker(int i, int lease_ms)
     char *env[20] = { 0 };
     int n = 0;
     char *log = kf_asprintf("%s/worker-%d.log", qb_dir, i);
+    char name[16];
+
+    if (i < 0 || i >= QB_MAX_WORKERS)
+        qb_die("too many workers for the benchmark's tokens");
+    snprintf(name, sizeof(name), "w%d", i);
+    if (!qb_worker_tokens[i])
+        qb_worker_tokens[i] = qb_token("worker", name);
     qb_env_common(env, &n, lease_ms);
-    env[n++] = kf_asprintf("KFORGE_TOKEN=%s", qb_worker_token);
+    env[n++] = kf_asprintf("KFORGE_TOKEN=%s", qb_worker_tokens[i]);
     env[n++] = kf_strdup("KFORGE_WORKER_TARGETS=trn2");
     env[n++] = kf_asprintf("KFORGE_WORKER_ID=bench-w%d", i);
     env[n++] = kf_asprintf("KFORGE_SPOOL_DIR=%s/spool", qb_dir);
@@ -682,7 +693,7 @@ static int qb_memory(int n)
             kf_queue_lease_job(q, targets, 1, "bench", 30000, &l, &got, &e) != KF_OK || !got ||
             kf_queue_ack(q, l.id, l.token, &e) != KF_OK)
             qb_die(e.msg[0] ? e.msg : "lease found nothing");
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
         if (m < 5 && i == marks[m])
             samples[m++] = qb_redis_used_memory();
     }
@@ -785,8 +796,7 @@ int main(int argc, char **argv)
     if (PQstatus(qb_pg) != CONNECTION_OK)
         qb_die(PQerrorMessage(qb_pg));
     if (strcmp(argv[1], "memory") != 0) {
-        qb_user_token = qb_token("user");
-        qb_worker_token = qb_token("worker");
+        qb_user_token = qb_token("user", "user");
     }
     qb_redis_cmd("FLUSHALL");
     if (strcmp(argv[1], "dispatch") == 0)
@@ -804,7 +814,8 @@ int main(int argc, char **argv)
     qb_stop_all();
     PQfinish(qb_pg);
     free(qb_user_token);
-    free(qb_worker_token);
+    for (int i = 0; i < QB_MAX_WORKERS; i++)
+        free(qb_worker_tokens[i]);
     curl_global_cleanup();
     return rc;
 }

@@ -6,7 +6,7 @@
  * --quiet) and exits 0 on success, 1 when the server refused or the job
  * ended badly, 2 on usage errors, 3 when the API could not be reached.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>

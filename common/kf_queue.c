@@ -483,7 +483,7 @@ kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_target
     return KF_OK;
 }
 
-void kf_queue_lease_release(kf_queue_lease *l)
+void kf_queue_lease_free(kf_queue_lease *l)
 {
     if (!l)
         return;
@@ -652,6 +652,19 @@ kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err)
     if (rc == KF_OK)
         freeReplyObject(r);
     return rc;
+}
+
+const char *kf_queue_fate_name(kf_queue_fate f)
+{
+    switch (f) {
+    case KF_FATE_RETRYING:
+        return "retrying";
+    case KF_FATE_DEAD:
+        return "dead";
+    case KF_FATE_CANCELLED:
+        return "cancelled";
+    }
+    return "";
 }
 
 void kf_queue_moved_free(kf_queue_moved *m, int n)

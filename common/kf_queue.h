@@ -10,7 +10,8 @@
  *
  * Ownership: kf_queue_connect() returns a handle the caller releases with
  * kf_queue_free() (NULL-safe).  Strings in returned structs are owned by
- * the struct and released by the matching *_release() function.
+ * the struct and freed by the matching function: kf_queue_lease_free(),
+ * kf_queue_info_release(), kf_queue_moved_free().
  */
 #ifndef KF_QUEUE_H
 #define KF_QUEUE_H
@@ -53,6 +54,9 @@ typedef enum kf_queue_fate {
     KF_FATE_DEAD,              /* attempts exhausted: in kf:dead */
     KF_FATE_CANCELLED,         /* the job had been cancelled: dropped */
 } kf_queue_fate;
+
+/* "retrying", "dead", "cancelled"; "" for anything else. */
+const char *kf_queue_fate_name(kf_queue_fate f);
 
 /* Outcome of kf_queue_cancel(). */
 typedef enum kf_queue_cancel_result {
@@ -102,7 +106,10 @@ kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool
  * typedef kf_queue_lease to share a name.) */
 kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
                            int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err);
-void kf_queue_lease_release(kf_queue_lease *l);
+/* Free the strings a lease holds (not the struct, which the caller owns)
+ * and zero it; NULL-safe.  Not kf_queue_release(), which hands a lease
+ * back to the queue. */
+void kf_queue_lease_free(kf_queue_lease *l);
 
 /* Extend a lease; KF_STALE if the token is no longer current.  *cancel is
  * set when the job was cancelled meanwhile. */

@@ -22,16 +22,21 @@
  *              leave Redis, expired idempotency keys leave PostgreSQL, and
  *              registry entries of workers whose heartbeat expired go.
  *
- * Every PostgreSQL row it acts on is locked (FOR UPDATE SKIP LOCKED) while
- * it talks to Redis, so it never races the API's result handler on the same
- * job.  Failure behaviour: Redis or PostgreSQL down → the step is skipped
+ * Every move it records in PostgreSQL is a row of the transition table
+ * (common/kf_life.h, docs/lifecycle.md) applied by db/kf_db; it writes no
+ * job state or event by hand.  Every PostgreSQL row it acts on is locked
+ * (FOR UPDATE SKIP LOCKED) while it talks to Redis, so it never races the
+ * API's result handler on the same job.  Failure behaviour: Redis or PostgreSQL down → the step is skipped
  * and tried again next tick; nothing is fatal after start-up.  SIGTERM/
  * SIGINT: resign the lock and exit 0.
  */
 #include "kf_alloc.h"
 #include "kf_config.h"
+#include "kf_db.h"
 #include "kf_error.h"
 #include "kf_job.h"
+#include "kf_json.h"
+#include "kf_life.h"
 #include "kf_log.h"
 #include "kf_queue.h"
 
@@ -50,6 +55,7 @@
 typedef struct sched {
     kf_queue   *q;
     PGconn     *pg;
+    kf_db_prepared pg_moves;          /* moves prepared on pg; zeroed with it */
     const char *dsn;
     char        token[33];
     bool        leader;
@@ -101,6 +107,7 @@ static void s_pg_drop(sched *s)
         PQfinish(s->pg);
         s->pg = NULL;
     }
+    s->pg_moves = 0;
 }
 
 static bool s_pg_ok(sched *s)
@@ -159,6 +166,40 @@ static void s_rollback(sched *s)
         PGresult *r = PQexec(s->pg, "ROLLBACK");
         PQclear(r);
     }
+}
+
+/* Apply a move of the transition table (db/kf_db.h).  KF_OK: moved; a
+ * refusal (the job moved on, or is gone) is KF_CONFLICT, KF_STALE or
+ * KF_NOT_FOUND with *out saying what the job is; a PostgreSQL failure is
+ * logged and drops a broken connection, as s_sql does. */
+static kf_code s_move(sched *s, const kf_db_move *m, kf_db_moved *out)
+{
+    kf_err err = KF_ERR_INIT;
+    kf_code rc = kf_db_apply(s->pg, &s->pg_moves, m, out, &err);
+
+    if (rc == KF_INVALID) {
+        kf_log_error("job move not in the transition table (a bug) err=\"%s\"", err.msg);
+    } else if (rc == KF_DB || rc == KF_UNAVAILABLE) {
+        kf_log_warn("SQL failed err=\"%s\"", err.msg);
+        if (PQstatus(s->pg) != CONNECTION_OK)
+            s_pg_drop(s);
+    }
+    return rc;
+}
+
+/* An event's detail {"error": error, "by": by} (by omitted when NULL);
+ * the caller frees it. */
+static char *s_detail(const char *error, const char *by)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *text;
+
+    cJSON_AddStringToObject(o, "error", error);
+    if (by)
+        cJSON_AddStringToObject(o, "by", by);
+    text = kf_json_print(o);
+    cJSON_Delete(o);
+    return text;
 }
 
 /* ---- queue helpers --------------------------------------------------------- */
@@ -288,52 +329,30 @@ static void s_forget(sched *s, const char *id)
 
 static void s_record_reaped(sched *s, const kf_queue_moved *m)
 {
-    char att[16];
-    const char *p[3] = { m->id, att, NULL };
-    PGresult *r;
-    const char *sql;
+    kf_db_move mv = { .job_id = m->id, .attempt = m->attempt,
+                      .detail = "{\"error\":\"lease expired\",\"by\":\"reaper\"}" };
+    kf_db_moved got;
+    kf_code rc;
 
-    snprintf(att, sizeof(att), "%d", m->attempt);
     if (m->fate == KF_FATE_RETRYING) {
-        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running') FOR UPDATE), "
-              "u AS (UPDATE jobs j SET state = 'retrying', attempt = greatest(j.attempt, $2::int), "
-              "  last_error = 'lease expired: the worker died, hung or lost Redis', updated_at = now() "
-              "  FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
-              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-              "SELECT id, $2::int, 'retrying', state, 'retrying', "
-              "  '{\"error\":\"lease expired\",\"by\":\"reaper\"}'::jsonb FROM u RETURNING 1";
+        mv.move = KF_MOVE_REAP_RETRY;
+        mv.error = "lease expired: the worker died, hung or lost Redis";
     } else if (m->fate == KF_FATE_DEAD) {
-        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running','retrying') "
-              "  FOR UPDATE), "
-              "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $2::int), "
-              "  last_error = 'lease expired on the last attempt: the worker died, hung or lost Redis', "
-              "  finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
-              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-              "SELECT id, $2::int, 'dead', state, 'dead', '{\"error\":\"lease expired\",\"by\":\"reaper\"}'::jsonb "
-              "FROM u RETURNING 1";
+        mv.move = KF_MOVE_REAP_DEAD;
+        mv.error = "lease expired on the last attempt: the worker died, hung or lost Redis";
     } else {
-        sql = "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND state IN ('queued','running','retrying') "
-              "  AND cancel_requested FOR UPDATE), "
-              "u AS (UPDATE jobs j SET state = 'cancelled', finished_at = now(), updated_at = now() "
-              "  FROM old WHERE j.id = old.id RETURNING j.id, old.state) "
-              "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-              "SELECT id, $2::int, 'cancelled', state, 'cancelled', '{\"by\":\"reaper\"}'::jsonb FROM u RETURNING 1";
+        mv.move = KF_MOVE_REAP_CANCEL;
+        mv.detail = "{\"by\":\"reaper\"}";
     }
-    r = s_sql(s, sql, 2, p);
-    if (!r)
+    rc = s_move(s, &mv, &got);
+    if (rc != KF_OK && rc != KF_CONFLICT && rc != KF_NOT_FOUND)
         return;
-    kf_log_info("lease expired job=%s attempt=%d fate=%s", m->id, m->attempt,
-                m->fate == KF_FATE_RETRYING ? "retrying" : m->fate == KF_FATE_DEAD ? "dead" : "cancelled");
-    if (PQntuples(r) == 0 && m->fate != KF_FATE_CANCELLED) {
-        /* PostgreSQL has nothing to move: if the job has ended there (its
-         * result arrived but the ack did not), Redis must let it go. */
-        PGresult *t = s_sql(s, "SELECT state FROM jobs WHERE id = $1::uuid", 1, p);
-        if (t && PQntuples(t) == 1 && kf_job_state_terminal(PQgetvalue(t, 0, 0)) &&
-            !(m->fate == KF_FATE_DEAD && strcmp(PQgetvalue(t, 0, 0), "dead") == 0))
-            s_forget(s, m->id);
-        PQclear(t);
-    }
-    PQclear(r);
+    kf_log_info("lease expired job=%s attempt=%d fate=%s", m->id, m->attempt, kf_queue_fate_name(m->fate));
+    /* PostgreSQL had nothing to move: if the job has ended there (its
+     * result arrived but the ack did not), Redis must let it go. */
+    if (rc != KF_OK && m->fate != KF_FATE_CANCELLED && kf_state_terminal(got.from) &&
+        !(m->fate == KF_FATE_DEAD && got.from == KF_STATE_DEAD))
+        s_forget(s, m->id);
 }
 
 static void s_reap(sched *s)
@@ -373,36 +392,20 @@ static void s_deaths(sched *s)
     for (int i = 0; i < n && s->pg; i++) {
         kf_queue_info info;
         bool exists = false;
-        char att[16] = "0";
-        const char *p[3] = { m[i].id, NULL, att };
-        PGresult *r;
 
         if (kf_queue_inspect(s->q, m[i].id, &info, &exists, &err) != KF_OK) {
             s_redis_failed(s, &err);
             break;
         }
         if (exists && strcmp(info.state, "dead") == 0) {
-            snprintf(att, sizeof(att), "%d", info.attempt);
-            p[1] = info.last_error ? info.last_error : "attempts exhausted";
-            r = s_sql(s,
-                      "WITH old AS (SELECT id, state FROM jobs WHERE id = $1::uuid "
-                      "  AND state IN ('queued','running','retrying') "
-                      /* a queued job's pending enqueue is a later life
-                       * (an admin's re-queue): the relay drops this dead
-                       * letter */
-                      "  AND NOT (state = 'queued' AND EXISTS (SELECT 1 FROM outbox o "
-                      "    WHERE o.job_id = jobs.id AND o.action = 'enqueue')) "
-                      "  FOR UPDATE), "
-                      "u AS (UPDATE jobs j SET state = 'dead', attempt = greatest(j.attempt, $3::int), "
-                      "  last_error = $2, finished_at = now(), updated_at = now() FROM old WHERE j.id = old.id "
-                      "  RETURNING j.id, old.state) "
-                      "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                      "SELECT id, $3::int, 'dead', state, 'dead', jsonb_build_object('error', $2::text) FROM u "
-                      "RETURNING 1",
-                      3, p);
-            if (r && PQntuples(r) == 1)
-                kf_log_info("job dead: attempts exhausted job=%s attempt=%s", m[i].id, att);
-            PQclear(r);
+            const char *error = info.last_error ? info.last_error : "attempts exhausted";
+            char *detail = s_detail(error, NULL);
+            kf_db_move mv = { .move = KF_MOVE_DEATH, .job_id = m[i].id, .attempt = info.attempt,
+                              .error = error, .detail = detail };
+
+            if (s_move(s, &mv, NULL) == KF_OK)
+                kf_log_info("job dead: attempts exhausted job=%s attempt=%d", m[i].id, info.attempt);
+            free(detail);
         }
         kf_queue_info_release(&info);
     }
@@ -420,21 +423,12 @@ static void s_promote(sched *s)
         return;
     }
     for (int i = 0; i < n && s->pg; i++) {
-        const char *p[1] = { m[i].id };
-        PGresult *r = s_sql(s,
-                            "WITH u AS (UPDATE jobs SET state = 'queued', updated_at = now() "
-                            "  WHERE id = $1::uuid AND state = 'retrying' RETURNING id, attempt) "
-                            "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                            "SELECT id, attempt, 'requeued', 'retrying', 'queued', '{\"by\":\"promoter\"}'::jsonb "
-                            "FROM u RETURNING 1",
-                            1, p);
-        if (r && PQntuples(r) == 0) {
-            PGresult *t = s_sql(s, "SELECT state FROM jobs WHERE id = $1::uuid", 1, p);
-            if (t && PQntuples(t) == 1 && kf_job_state_terminal(PQgetvalue(t, 0, 0)))
-                s_forget(s, m[i].id);
-            PQclear(t);
-        }
-        PQclear(r);
+        kf_db_move mv = { .move = KF_MOVE_PROMOTE, .job_id = m[i].id, .detail = "{\"by\":\"promoter\"}" };
+        kf_db_moved got;
+        kf_code rc = s_move(s, &mv, &got);
+
+        if ((rc == KF_CONFLICT || rc == KF_NOT_FOUND) && kf_state_terminal(got.from))
+            s_forget(s, m[i].id);
     }
     kf_queue_moved_free(m, n);
 }
@@ -468,9 +462,8 @@ static bool s_reconcile(sched *s, const char *why)
         }
         n = PQntuples(r);
         for (int i = 0; i < n && !stop; i++) {
-            const char *state = PQgetvalue(r, i, 0), *id = PQgetvalue(r, i, 2);
+            const char *id = PQgetvalue(r, i, 2);
             bool cancel = strcmp(PQgetvalue(r, i, 1), "t") == 0, exists = false, created = false;
-            const char *pp[3] = { id, state, NULL };
             kf_queue_info info;
 
             snprintf(last, sizeof(last), "%s", id);
@@ -481,22 +474,17 @@ static bool s_reconcile(sched *s, const char *why)
                 break;
             }
             if (exists && strcmp(info.state, "dead") == 0) {
-                pp[2] = info.last_error ? info.last_error : "attempts exhausted";
-                s_exec(s,
-                       "WITH u AS (UPDATE jobs SET state = 'dead', last_error = $3, finished_at = now(), "
-                       "  updated_at = now() WHERE id = $1::uuid RETURNING id, attempt) "
-                       "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                       "SELECT id, attempt, 'dead', $2, 'dead', jsonb_build_object('error', $3::text, 'by', "
-                       "'reconcile') FROM u",
-                       3, pp);
+                const char *error = info.last_error ? info.last_error : "attempts exhausted";
+                char *detail = s_detail(error, "reconcile");
+                kf_db_move mv = { .move = KF_MOVE_RECONCILE_DEAD, .job_id = id, .error = error, .detail = detail };
+
+                (void)s_move(s, &mv, NULL);
+                free(detail);
                 recorded++;
             } else if (!exists && cancel) {
-                s_exec(s,
-                       "WITH u AS (UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now() "
-                       "  WHERE id = $1::uuid RETURNING id, attempt) "
-                       "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                       "SELECT id, attempt, 'cancelled', $2, 'cancelled', '{\"by\":\"reconcile\"}'::jsonb FROM u",
-                       2, pp);
+                kf_db_move mv = { .move = KF_MOVE_RECONCILE_CANCEL, .job_id = id, .detail = "{\"by\":\"reconcile\"}" };
+
+                (void)s_move(s, &mv, NULL);
                 recorded++;
             } else if (!exists) {
                 kf_code rc = s_enqueue_row(s, r, i, 2, &created, &err);
@@ -506,13 +494,10 @@ static bool s_reconcile(sched *s, const char *why)
                 } else if (rc != KF_OK) {
                     kf_log_error("job cannot be re-queued (bad stored spec) job=%s err=\"%s\"", id, err.msg);
                 } else if (created) {
-                    s_exec(s,
-                           "WITH u AS (UPDATE jobs SET state = 'queued', updated_at = now() WHERE id = $1::uuid "
-                           "  RETURNING id, attempt) "
-                           "INSERT INTO job_events (job_id, attempt, type, from_state, to_state, detail) "
-                           "SELECT id, attempt, 'requeued', $2, 'queued', "
-                           "  '{\"by\":\"reconcile\",\"reason\":\"missing in Redis\"}'::jsonb FROM u",
-                           2, pp);
+                    kf_db_move mv = { .move = KF_MOVE_RECONCILE_REQUEUE, .job_id = id,
+                                      .detail = "{\"by\":\"reconcile\",\"reason\":\"missing in Redis\"}" };
+
+                    (void)s_move(s, &mv, NULL);
                     requeued++;
                 }
             }

@@ -2,7 +2,8 @@
 # `make run`: the whole kforge stack on this machine, data under var/.
 #
 #   Redis       127.0.0.1:${KF_RUN_REDIS_PORT:-6399}  (AOF everysec, noeviction)
-#   PostgreSQL  127.0.0.1:${KF_RUN_PG_PORT:-5499}     (database kforge, role kforge)
+#   PostgreSQL  127.0.0.1:${KF_RUN_PG_PORT:-5499}     (database kforge, role kforge;
+#               durable: fsync on, unlike the tests' throwaway clusters)
 #   kforge-api  127.0.0.1:8080  (KFORGE_API_LISTEN to change)
 #   kforge-scheduler, and one kforge-worker per core, each with its own
 #   worker token (var/worker-tokens/<worker id>, mode 600)
@@ -41,7 +42,7 @@ trap 'stop_all; exit 0' INT TERM
 trap stop_all EXIT
 
 kf_start_redis "$VAR/redis" "$REDIS_PORT"
-kf_start_pg "$VAR/pg" "$PG_PORT"
+kf_start_pg "$VAR/pg" "$PG_PORT" durable
 
 export KFORGE_PG_DSN="host=127.0.0.1 port=$PG_PORT user=kforge dbname=kforge"
 export KFORGE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"

@@ -11,7 +11,7 @@
  * reference, 2 the kernel failed (simulator error, crash, limit), 3 usage
  * error (bad options, unreadable input, broken reference file).
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>

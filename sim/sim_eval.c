@@ -1,7 +1,7 @@
 #include "sim_eval.h"
 #include "kf_alloc.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

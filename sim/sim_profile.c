@@ -8,7 +8,7 @@
 #include "kf_buf.h"
 #include "sim_profile_fmt.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  */
 #include "sim_profile_cli.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

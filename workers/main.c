@@ -520,8 +520,7 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
                            &err);
         if (rc == KF_OK)
             kf_log_info("job attempt failed job=%s attempt=%d/%d fate=%s error=\"%s\"", l->id, l->attempt,
-                        l->max_attempts,
-                        fate == KF_FATE_RETRYING ? "retrying" : fate == KF_FATE_DEAD ? "dead" : "cancelled", error);
+                        l->max_attempts, kf_queue_fate_name(fate), error);
     } else {
         /* The API holds the final state (or refused the report because the
          * job ended elsewhere): the job leaves the queue. */
@@ -685,7 +684,7 @@ static int w_loop(worker *w)
             continue;
         }
         w_run_job(w, &l);
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
     return 0;
 }

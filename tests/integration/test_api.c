@@ -708,7 +708,7 @@ static test_lease lease_as(const char *id, const char *worker)
             cr_assert_str_eq(l.id, id, "another job was waiting");
             snprintf(tl.token, sizeof(tl.token), "%s", l.token);
             tl.attempt = l.attempt;
-            kf_queue_lease_release(&l);
+            kf_queue_lease_free(&l);
         } else {
             kf_test_sleep_ms(10);
         }

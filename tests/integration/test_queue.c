@@ -157,7 +157,7 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
         cr_assert(take("trn2", &l));
         snprintf(got[i], sizeof(got[i]), "%s", l.id);
         cr_assert_eq(l.max_attempts, strcmp(l.id, "m2") == 0 ? 3 : 2, "%s", l.id);
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
     const char *batch_order[3] = { "m0", "m1", "m3" };
     for (int i = 0, k = 0; i < 4; i++) {
@@ -168,7 +168,7 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     }
     cr_assert(take("trn1", &l));
     cr_assert_str_eq(l.id, "m4");
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     /* Order is the batch's, not the ids': z, y, x come out as z, y, x. */
     const char *rev[3] = { "z9", "y8", "x7" };
@@ -179,7 +179,7 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     for (int i = 0; i < 3; i++) {
         cr_assert(take("inf2", &l));
         cr_assert_str_eq(l.id, rev[i]);
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
 
     /* The same job twice in one call: the first is enqueued, the second
@@ -193,7 +193,7 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     cr_assert(take("inf2", &l));
     cr_assert_str_eq(l.id, "dup");
     cr_assert_eq(l.max_attempts, 1);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
     cr_assert(!take("inf2", &l), "the duplicate must not wait a second time");
 
     /* One bad job: nothing of the batch is written. */
@@ -254,7 +254,7 @@ Test(queue, lease_order_is_priority_then_arrival_across_targets)
         cr_assert_str_eq(l.kind, "diag");
         cr_assert(l.expires_ms > 0);
         cr_assert(zscore_exists("kf:active", l.id));
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
     cr_assert_eq(kf_queue_lease_job(q, targets, 2, "w1", 5000, &l, &got, &e), KF_OK);
     cr_assert_not(got, "the inf2 job must not go to a trn1/trn2 worker");
@@ -280,7 +280,7 @@ Test(queue, renew_ack_with_stale_token_refused)
     cr_assert_eq(kf_queue_inspect(q, "j", &info, &exists, &e), KF_OK);
     cr_assert_not(exists, "an acked job leaves Redis");
     cr_assert_not(zscore_exists("kf:active", "j"));
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 }
 
 Test(queue, fail_backs_off_then_dead_letters)
@@ -301,7 +301,7 @@ Test(queue, fail_backs_off_then_dead_letters)
     cr_assert(due >= now + 100 && due <= now + 250, "due %lld now %lld", (long long)due, (long long)now);
     cr_assert(zscore_exists("kf:delayed", "p"));
     cr_assert_eq(kf_queue_renew(q, "p", l.token, 1000, NULL, &e), KF_STALE, "the failed lease is gone");
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     /* not due yet: promote moves nothing, lease finds nothing */
     cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
@@ -319,7 +319,7 @@ Test(queue, fail_backs_off_then_dead_letters)
     cr_assert_eq(kf_queue_fail(q, "p", l.token, "boom again", true, 200, 1000, &fate, &due, &e), KF_OK);
     cr_assert_eq(fate, KF_FATE_DEAD, "2 of 2 attempts used");
     cr_assert(zscore_exists("kf:dead", "p"));
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
     cr_assert_eq(kf_queue_deaths(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(n, 1, "the scheduler learns of the death once");
     cr_assert_str_eq(m[0].id, "p");
@@ -356,7 +356,7 @@ Test(queue, non_retryable_failure_is_dead_at_once_and_backoff_is_capped)
     cr_assert(take("trn2", &l));
     cr_assert_eq(kf_queue_fail(q, "n", l.token, "bad spec", false, 200, 1000, &fate, &due, &e), KF_OK);
     cr_assert_eq(fate, KF_FATE_DEAD);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     put("c", "trn2", 5, 20);
     set_field("c", "attempt", "10"); /* the 11th attempt: 2^10 * base far above the cap */
@@ -367,7 +367,7 @@ Test(queue, non_retryable_failure_is_dead_at_once_and_backoff_is_capped)
     cr_assert_eq(fate, KF_FATE_RETRYING);
     cr_assert(due <= now + 1050 && due >= now + 450, "capped at 1000 ms with jitter: %lld",
               (long long)(due - now));
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 }
 
 Test(queue, reap_counts_expired_leases_as_attempts)
@@ -393,7 +393,7 @@ Test(queue, reap_counts_expired_leases_as_attempts)
     kf_queue_moved_free(m, n);
     /* the late holder is fenced off */
     cr_assert_eq(kf_queue_ack(q, "r", l.token, &e), KF_STALE);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     kf_test_sleep_ms(20);
     cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
@@ -401,7 +401,7 @@ Test(queue, reap_counts_expired_leases_as_attempts)
     cr_assert_eq(kf_queue_lease_job(q, t, 1, "w2", 100, &l, &got, &e), KF_OK);
     cr_assert(got);
     cr_assert_eq(l.attempt, 2);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
     kf_test_sleep_ms(150);
     cr_assert_eq(kf_queue_reap(q, 100, 10, 10, &m, &n, &e), KF_OK);
     cr_assert_eq(n, 1);
@@ -420,7 +420,7 @@ Test(queue, release_hands_back_without_using_an_attempt)
     cr_assert_str_eq(l.id, "x");
     cr_assert_eq(kf_queue_release(q, "x", l.token, &e), KF_OK, "%s", e.msg);
     cr_assert_eq(kf_queue_release(q, "x", l.token, &e), KF_STALE);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
     cr_assert(take("trn2", &l));
     cr_assert_str_eq(l.id, "x", "a handed-back job goes to the front");
     cr_assert_eq(l.attempt, 2, "attempt numbers only grow (fencing)");
@@ -428,7 +428,7 @@ Test(queue, release_hands_back_without_using_an_attempt)
     kf_queue_fate fate = 0;
     cr_assert_eq(kf_queue_fail(q, "x", l.token, "e", true, 10, 10, &fate, NULL, &e), KF_OK);
     cr_assert_eq(fate, KF_FATE_DEAD);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 }
 
 Test(queue, cancel_transitions)
@@ -449,7 +449,7 @@ Test(queue, cancel_transitions)
     put("d", "trn2", 5, 3);
     cr_assert(take("trn2", &l));
     cr_assert_eq(kf_queue_fail(q, "d", l.token, "e", true, 10, 10, &fate, NULL, &e), KF_OK);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
     cr_assert_eq(kf_queue_cancel(q, "d", &res, &e), KF_OK);
     cr_assert_eq(res, KF_CANCEL_REMOVED);
     cr_assert_not(zscore_exists("kf:delayed", "d"));
@@ -473,14 +473,14 @@ Test(queue, cancel_transitions)
     cr_assert(cancel);
     cr_assert_eq(kf_queue_fail(q, "r", l.token, "cancelled", true, 10, 10, &fate, NULL, &e), KF_OK);
     cr_assert_eq(fate, KF_FATE_CANCELLED);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     /* running, then a late ack after cancel: the job just leaves Redis */
     put("a", "trn2", 5, 3);
     cr_assert(take("trn2", &l));
     cr_assert_eq(kf_queue_cancel(q, "a", &res, &e), KF_OK);
     cr_assert_eq(kf_queue_ack(q, "a", l.token, &e), KF_OK);
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 
     /* absent */
     cr_assert_eq(kf_queue_cancel(q, "nope", &res, &e), KF_OK);
@@ -504,7 +504,7 @@ Test(queue, forget_removes_everywhere)
     cr_assert_eq(kf_queue_inspect(q, "f", &info, &exists, &e), KF_OK);
     cr_assert_not(exists);
     cr_assert_not(zscore_exists("kf:active", "f"));
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 }
 
 Test(queue, noscript_reloads_and_reconnects_after_a_dropped_connection)
@@ -525,7 +525,7 @@ Test(queue, noscript_reloads_and_reconnects_after_a_dropped_connection)
     cr_assert_eq(rc, KF_OK, "the handle reconnects on the next call: %s", e.msg);
     cr_assert_eq(st.waiting, 1);
     cr_assert(take("trn2", &l));
-    kf_queue_lease_release(&l);
+    kf_queue_lease_free(&l);
 }
 
 Test(queue, worker_registry_and_cleanup)
@@ -611,7 +611,7 @@ Test(queue, two_leasers_never_share_a_job)
         int k = atoi(l.id + 3);
         seen[k]++;
         cr_assert_eq(seen[k], 1, "job %s leased twice", l.id);
-        kf_queue_lease_release(&l);
+        kf_queue_lease_free(&l);
     }
     kf_queue_free(q2);
     free(url);
@@ -749,6 +749,6 @@ Test(queue, the_granted_lease_outlives_the_lease)
     cr_assert_eq(g.attempt, 2);
     cr_assert_str_eq(g.token, l2.token);
     cr_assert_str_neq(g.token, t1);
-    kf_queue_lease_release(&l1);
-    kf_queue_lease_release(&l2);
+    kf_queue_lease_free(&l1);
+    kf_queue_lease_free(&l2);
 }

@@ -2,10 +2,17 @@
 #
 # kf_start_redis DIR PORT   — Redis with AOF (appendfsync everysec) and
 #                             noeviction, data in DIR, on 127.0.0.1:PORT.
-# kf_start_pg DIR PORT      — a PostgreSQL cluster in DIR on 127.0.0.1:PORT
+# kf_start_pg DIR PORT [durable]
+#                           — a PostgreSQL cluster in DIR on 127.0.0.1:PORT
 #                             with a database "kforge" and a role "kforge".
 #                             As root the server runs as the "postgres" user
-#                             (initdb refuses root).
+#                             (initdb refuses root).  Without "durable" (the
+#                             tests, the benchmarks) it runs with fsync,
+#                             synchronous_commit and full_page_writes off:
+#                             fast, and a crash of the machine may lose or
+#                             corrupt the cluster.  `make run` passes
+#                             "durable": the data a user keeps under var/
+#                             survives a power cut.
 # kf_stop_services          — stop what this shell started.
 # kf_free_port              — print a free TCP port on 127.0.0.1.
 
@@ -67,16 +74,21 @@ kf_stop_redis_dir() { # DIR
   kill -9 "$pid" 2>/dev/null || true
 }
 
-kf_start_pg() { # DIR PORT
-  local dir=$1 port=$2
+kf_start_pg() { # DIR PORT [durable]
+  local dir=$1 port=$2 mode=${3:-fast} nosync=--no-sync
+  local opts="-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=200"
+  case $mode in
+    durable) nosync= ;;
+    fast) opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off" ;;
+    *) echo "kf_start_pg: mode must be durable or empty, not '$mode'" >&2; return 2 ;;
+  esac
   mkdir -p "$dir"
   if [ "$(id -u)" -eq 0 ]; then chown postgres: "$dir"; chmod 700 "$dir"; fi
   if [ ! -f "$dir/PG_VERSION" ]; then
-    kf_as_pg "$KF_PG_BIN/initdb" -D "$dir" -U postgres -A trust --no-sync -E UTF8 >"$dir.initdb.log" 2>&1 \
+    kf_as_pg "$KF_PG_BIN/initdb" -D "$dir" -U postgres -A trust $nosync -E UTF8 >"$dir.initdb.log" 2>&1 \
       || { echo "initdb failed; see $dir.initdb.log" >&2; return 1; }
   fi
-  kf_as_pg "$KF_PG_BIN/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+  kf_as_pg "$KF_PG_BIN/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 -o "$opts" \
     start >/dev/null || { echo "postgres did not start; see $dir/server.log" >&2; return 1; }
   KF_STARTED_PG+=("$dir")
   "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAt -v ON_ERROR_STOP=1 <<SQL >/dev/null

@@ -1,7 +1,7 @@
 /* The agent: constraint expressions, the kernel library index and binding,
  * and the tuning loop on small shapes (goal, stop rules, cache, a faster but
  * wrong candidate that must never become best). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * generate job honours its budget and goal, a cancel stops it between
  * evaluations (retryable), spec problems are final errors, and
  * budget.seconds bounds a single profile or validation. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

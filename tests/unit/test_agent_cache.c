@@ -1,6 +1,6 @@
 /* ka_cache: memory and folder lookups, entries that must not be trusted,
  * the size bound, and a folder that cannot be made. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

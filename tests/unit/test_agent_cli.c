@@ -1,7 +1,7 @@
 /* kforge tune from the command line: a library op tuned locally writes the
  * kernel, report, result and iterations and prints a line per iteration; a
  * user kernel with its own tunables; usage and job errors exit 2. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  *
  * An op or case marked "pending": "reason" in the manifest is reported as
  * skipped with that reason (cr_skip_test), never silently. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>

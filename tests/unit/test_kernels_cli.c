@@ -1,7 +1,7 @@
 /* The kforge-sim command as a user runs it: outputs written as .npy, the
  * exit status (0 pass, 1 mismatch, 2 kernel error, 3 usage error), --json,
  * .npy inputs, and kernels that hang or reach for the network. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>

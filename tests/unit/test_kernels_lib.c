@@ -9,7 +9,7 @@
  * legal settings; the number tested is printed.  KFORGE_TEST_ALL_SETTINGS=1
  * validates every legal setting of every op instead (minutes, not for make
  * test). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* Unit tests for the profiler (sim/sim_profile.h): summary fields, bounds,
  * and each finding produced by a record built to trigger it and absent from
  * a record that does not. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

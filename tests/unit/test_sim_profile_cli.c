@@ -1,7 +1,7 @@
 /* `kforge-sim profile` end to end: the real binary on a corpus kernel,
  * its screen, its --json document, the three files it writes, and its exit
  * status for usage and kernel errors. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * (neuron-hardware.md §5), the same profile with numerics on and off, the
  * findings a kernel engineer expects on the tiled matmul, and a profile for
  * every kernel of the corpus (tests/kernels/corpus.json). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * every event has ph, pid, tid; "X" events have a string name, numeric
  * ts >= 0 and dur >= 0; "M" events name processes and threads; every track
  * used by an X event is named; X events on one track never overlap. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
