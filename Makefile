@@ -133,10 +133,10 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/
 
-# `make fuzz` re-enters make with FUZZ=1 (another build folder, clang),
-# then runs each harness for FUZZ_SECONDS on its committed seed corpus.
+# `make fuzz` installs the packages (clang and libFuzzer among them), re-enters
+# make with FUZZ=1 (another build folder, clang), then runs each harness for FUZZ_SECONDS on its committed seed corpus.
 FUZZ_SECONDS ?= 60
-fuzz:
+fuzz: deps
 	$(MAKE) FUZZ=1 BUILD=build-fuzz fuzz-bins
 	BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_ONLY)
 
