@@ -133,8 +133,9 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/
 
-# `make fuzz` installs the packages (clang and libFuzzer among them), re-enters
-# make with FUZZ=1 (another build folder, clang), then runs each harness for FUZZ_SECONDS on its committed seed corpus.
+# `make fuzz` installs the packages (clang and libFuzzer among them),
+# re-enters make with FUZZ=1 (another build folder, clang), then runs each
+# harness for FUZZ_SECONDS on its committed seed corpus.
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	$(MAKE) FUZZ=1 BUILD=build-fuzz fuzz-bins
