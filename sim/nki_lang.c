@@ -1337,9 +1337,11 @@ int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     return rc;
 }
 
-/* nl.nc(n) and nl.spmd_dim(g, nl.nc(n)): a launch dimension of g programs
- * spread over n NeuronCores.  One simulated core runs all g programs, so a
- * spmd_dim is its program count (program ids are the same). */
+/* nl.nc(n) and nl.spmd_dim(a, b, ...): a launch dimension of a * b * ...
+ * programs whose sub-dimensions say how they spread over NeuronCores
+ * (`spmd_dim(nl.nc(2), 2)` and `spmd_dim(2, nl.nc(2))` are 4 programs on 2
+ * cores, `nl.nc(2) * 2` the same).  One simulated core runs every program,
+ * so nl.nc(n) is n and a spmd_dim the product (program ids are the same). */
 static PyObject *nl_nc(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = { "n" };
@@ -1362,12 +1364,18 @@ static PyObject *nl_spmd_dim(PyObject *m, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (kwnames && PyTuple_GET_SIZE(kwnames))
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "spmd_dim takes positional sizes");
-    if (nargs < 1 || !nki_get_int(args[0], &v) || v < 1)
-        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "the first argument must be a positive int");
-    n = v;
-    for (Py_ssize_t i = 1; i < nargs; i++)
+    if (nargs < 1)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "spmd_dim needs at least one size");
+    for (Py_ssize_t i = 0; i < nargs; i++) {
         if (!nki_get_int(args[i], &v) || v < 1)
-            return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "sizes must be positive ints");
+            return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim",
+                            "sizes must be positive ints or nl.nc(n), argument %d is not",
+                            (int)i + 1);
+        if (v > INT32_MAX / n)
+            return nki_fail(SIM_E_LIMIT, "nl.spmd_dim", "a launch dimension of more than %d programs",
+                            INT32_MAX);
+        n *= v;
+    }
     return PyLong_FromLongLong(n);
 }
 

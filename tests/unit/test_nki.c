@@ -715,7 +715,7 @@ Test(nki, launchers_decorators_and_constants)
         "@nki.jit\n"
         "def k(x):\n"
         "    out = nl.ndarray((2, 3), dtype=nl.float32, buffer=nl.shared_hbm)\n"
-        "    fill[nl.spmd_dim(2, nl.nc(2)), 3](out)\n"
+        "    fill[nl.spmd_dim(1, nl.nc(2)), 3](out)\n"
         "    assert nl.program_ndim() == 0\n"
         "    ident = nl.shared_identity_matrix(n=4, dtype=nl.float32)\n"
         "    c = nl.shared_constant(np.arange(6, dtype=np.int32).reshape(2, 3))\n"
