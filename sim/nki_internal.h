@@ -282,8 +282,20 @@ bool nki_bcast(const simc_view *in, int nd, const int64_t *shape, simc_view *out
 float *nki_read(const simc_view *v, int slot);
 /* Read an operand broadcast to shape into a scratch slot. */
 float *nki_read_opnd(const nki_opnd *o, int nd, const int64_t *shape, int slot);
-/* Write FP32 row-major values into v (mask may be NULL); no-op without data. */
+/* Write FP32 row-major values into v (mask may be NULL); no-op without data.
+ * A masked write into a fresh result tile remembers what it wrote
+ * (nki_store_select). */
 void nki_write(const simc_view *v, const float *vals, const uint8_t *mask);
+/* Legacy masked results (`dst[...] = op(..., mask=m)` leaves the rest of dst
+ * alone): a masked producer of a fresh tile (nki_new_tile) marks the
+ * elements it wrote (mask row-major over v); the first instruction recorded
+ * into the store keeps the mark, any later one drops it
+ * (nki_store_written, called by nki_emit); nki_sel_mask gives, row-major
+ * over sv, the elements of sv so written AND'ed with mask (scratch `slot`),
+ * or mask itself when the store has no mark. */
+void nki_store_select(const simc_view *v, const uint8_t *mask);
+void nki_store_written(simc_store *st);
+const uint8_t *nki_sel_mask(const simc_view *sv, const uint8_t *mask, int slot);
 /* Append an instruction with its operand regions; NULL views are skipped. */
 sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const simc_view *s0,
                    const simc_view *s1, const simc_view *s2);

@@ -270,6 +270,7 @@ bool simc_store_unref(simc_store *s)
     if (!s->borrowed)
         free(s->data);
     free(s->open);
+    free(s->sel);
     free(s);
     return true;
 }

@@ -57,6 +57,12 @@ typedef struct simc_store {
     bool       borrowed;      /* data belongs to the caller: copy before writing */
     uint8_t   *open;          /* PSUM: per-element "matmul accumulation open" bit */
     int        shared_slot;   /* shared_hbm: index in the run's shared list, -1 otherwise */
+    /* Kept by the nki face for legacy `dst[...] = op(..., mask=m)`: `fresh`
+     * marks a result tile no instruction has written yet; `sel` (nelem
+     * bytes, by flat index) the elements its masked producer wrote, NULL
+     * when it wrote all or anything wrote the store since.  Freed here. */
+    bool       fresh;
+    uint8_t   *sel;
 } simc_store;
 
 typedef struct simc_view {
