@@ -253,8 +253,11 @@ int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float 
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose);
-/* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form). */
-nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk);
+/* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form);
+ * under mask_obj (mask=, may be NULL) only the selected elements count as
+ * written when the tile is assigned or accumulated (nki_sel_mask). */
+nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk,
+                            PyObject *mask_obj);
 /* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
 /* dst = the transpose of 2-D src (checked by the caller), written under

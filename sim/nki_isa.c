@@ -950,7 +950,7 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
             return NULL;
         if (a[8] && a[8] != Py_None && PyLong_Check(a[8]) && PyLong_AsLong(a[8]) != 0)
             return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
-        return (PyObject *)nki_matmul_tile(api, st, mv, false);
+        return (PyObject *)nki_matmul_tile(api, st, mv, false, a[5]);
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(st = nki_as_tensor(a[1], api, "stationary")) ||

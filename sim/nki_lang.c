@@ -992,7 +992,7 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
         C = nki_scratch(3, M * N);
         if (nki_cur->numerics)
             simn_matmul((int)M, (int)N, (int)K, A, stat_is_mk ? K : M, stat_is_mk, B, N, C, N, 0.0f);
-        simc_scatter_accum(&dst->v, C, accumulate, &any_acc);
+        simc_scatter_accum(&dst->v, C, accumulate, NULL, &any_acc);
     }
     in = nki_emit(is_transpose ? SIM_OP_PE_TRANSPOSE : SIM_OP_MATMUL, SIM_ENG_TENSOR, &dst->v, sv,
                   mv, NULL);
@@ -1012,11 +1012,13 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
 }
 
 /* A fresh PSUM (M, N) fp32 tile holding stat.T @ mov (legacy results). */
-nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk)
+nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk,
+                            PyObject *mask_obj)
 {
     int64_t shape[2];
     int64_t K, M, N;
     nki_tensor *out;
+    uint8_t *mask = NULL;
 
     if (stat_is_mk) {
         M = nki_view_parts(stat);
@@ -1035,10 +1037,17 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
     out = nki_new_tile(SIM_MEM_PSUM, SIM_DT_FLOAT32, 2, shape, api);
     if (!out)
         return NULL;
+    if (nki_mask_dense(mask_obj, 2, shape, api, &mask) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    nki_store_select(&out->v, mask);   /* before the MATMUL is recorded into it */
     if (nki_matmul(api, out, stat, mov, -1, stat_is_mk, false) < 0) {
         Py_DECREF(out);
         return NULL;
     }
+    if (mask)
+        nki_cur->rec->insns[nki_cur->rec->n_insns - 1].flags |= SIM_F_MASKED;
     out->mm_result = true;
     out->mm_insn = (int64_t)nki_cur->rec->n_insns - 1;
     return out;
@@ -1056,7 +1065,8 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     y = x ? nki_as_tensor(a[1], "nl.matmul", "y") : NULL;
     if (!y)
         return NULL;
-    return (PyObject *)nki_matmul_tile("nl.matmul", x, y, !(a[2] && PyObject_IsTrue(a[2]) == 1));
+    return (PyObject *)nki_matmul_tile("nl.matmul", x, y, !(a[2] && PyObject_IsTrue(a[2]) == 1),
+                                       a[3]);
 }
 
 /* Transpose data (P, F) into dst (F, P); PE (into PSUM) or Vector engine. */
@@ -1253,7 +1263,9 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
         t->v.st->mem == SIM_MEM_PSUM) {
         nki_tensor *r = (nki_tensor *)b;
         sim_record *rec = nki_cur->rec;
-        float *va, *vb;
+        const uint8_t *sel;
+        float *vb;
+        bool any_acc = false;
         int64_t n = simc_view_elems(&t->v);
         if (simc_view_elems(&r->v) != n || t->v.shape[t->pdim < 0 ? 0 : t->pdim] != r->v.shape[0])
             return nki_fail(SIM_E_SHAPE_MISMATCH, api,
@@ -1261,19 +1273,25 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
                             (long long)r->v.shape[0], (long long)r->v.shape[1], (long long)n);
         if (nki_check_bounds(t, NULL, api) < 0)
             return NULL;
-        va = nki_read(&t->v, 1);
+        /* The product goes into acc as a matmul into acc would, under the
+         * PSUM first-write rule: it overwrites elements whose accumulation
+         * is not open (a fresh tile, or one read or written by another
+         * instruction since its last matmul) and adds to open ones.  Only
+         * the elements a masked matmul computed are written. */
+        sel = nki_sel_mask(&r->v, NULL, 7);
         vb = nki_read(&r->v, 2);
-        if (nki_cur->numerics) {
-            simn_alu_vec(SIMN_OP_ADD, va, vb, 1, va, n);
-            simc_scatter_accum(&t->v, va, -1, NULL);
-        }
+        simc_scatter_accum(&t->v, vb, 0, sel, &any_acc);
         /* Retarget only when the MATMUL is the last instruction (nothing read
          * its result tile meanwhile): `acc += nl.matmul(...)`. */
         if (r->mm_insn >= 0 && (size_t)r->mm_insn + 1 == rec->n_insns &&
             rec->insns[r->mm_insn].dst[0].alloc == r->v.st->alloc_id) {
             sim_insn *in = &rec->insns[r->mm_insn];
+            nki_store_written(t->v.st);
             simc_view_region(&t->v, &in->dst[0]);
-            in->flags |= SIM_F_ACCUMULATE;
+            if (any_acc)
+                in->flags |= SIM_F_ACCUMULATE;
+            else
+                in->flags = (uint8_t)(in->flags & ~SIM_F_ACCUMULATE);
         } else {
             nki_emit(SIM_OP_TENSOR_TENSOR, SIM_ENG_VECTOR, &t->v, &t->v, &r->v, NULL);
         }

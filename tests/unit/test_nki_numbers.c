@@ -1,5 +1,6 @@
 /* Wrong numbers that once came out silently (issue 21): legacy masked
- * assignment and SPMD launches with nl.spmd_dim.  Every kernel's output is compared element by element with
+ * assignment, accumulation into a fresh PSUM tile, and SPMD launches with
+ * nl.spmd_dim.  Every kernel's output is compared element by element with
  * values computed here in C. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -197,6 +198,116 @@ Test(nki_numbers, legacy_sliding_window_masks_cut_rows_and_blocks)
     }
     done(&r);
     sim_array_release(&in);
+}
+
+/* ===== 2. accumulating into a fresh PSUM tile ===== */
+
+/* a (256, 8) and b (256, 16): o = a.T @ b accumulated over two K tiles of
+ * 128, in every legacy spelling, into PSUM tiles nothing initialized. */
+static const char ACC_SRC[] =
+    LHDR
+    "@nki.jit\n"
+    "def k(a, b):\n"
+    "    o = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]\n"
+    "    acc1 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc2 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc3 = nl.ndarray((2, nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc4 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc5 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    for kk in nl.affine_range(2):\n"
+    "        at = nl.load(a[kk * 128:(kk + 1) * 128, :])\n"
+    "        bt = nl.load(b[kk * 128:(kk + 1) * 128, :])\n"
+    "        acc1 += nisa.nc_matmul(at, bt)\n"
+    "        acc2[...] += nisa.nc_matmul(at, bt)\n"
+    "        acc3[0] += nisa.nc_matmul(at, bt)\n"
+    "        acc3[1] += nisa.nc_matmul(at, bt, mask=(kk == 0))\n"
+    "        acc4 += nl.matmul(at, bt, transpose_x=True)\n"
+    "        acc5 += nl.matmul(at, bt, transpose_x=True, mask=False)\n"
+    "    nl.store(o[0], nl.copy(acc1))\n"
+    "    nl.store(o[1], nl.copy(acc2))\n"
+    "    nl.store(o[2], nl.copy(acc3[0]))\n"
+    "    nl.store(o[3], nl.copy(acc3[1]))\n"
+    "    nl.store(o[4], nl.copy(acc4))\n"
+    "    nl.store(o[5], nl.copy(acc5))\n"
+    "    return tuple(o)\n";
+
+Test(nki_numbers, legacy_accumulation_into_a_fresh_psum_tile_starts_from_zero)
+{
+    sim_array in[2] = { mk("a", 2, 256, 8, 4), mk("b", 2, 256, 16, 5) };
+    run_result r;
+    size_t nmm = 0, nacc = 0;
+
+    run(&r, ACC_SRC, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 6);
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float full = 0.0f, half = 0.0f;
+            for (int k = 0; k < 256; k++) {
+                float p = f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+                full += p;
+                if (k < 128)
+                    half += p;
+            }
+            for (int j = 0; j < 5; j++) {
+                float want = j == 3 ? half : full, got = f32(&r.out[j])[m * 16 + n];
+                cr_assert(fabsf(got - want) < 1e-3f, "output %d [%d, %d]: %g, want %g", j, m, n,
+                          (double)got, (double)want);
+            }
+            /* mask=False: the matmul wrote nothing, acc5 was never written */
+            cr_assert(isnan(f32(&r.out[5])[m * 16 + n]));
+        }
+    /* each spelling is one MATMUL into its accumulator: the first into a
+     * fresh tile overwrites, the second accumulates */
+    for (size_t i = 0; i < r.rec.n_insns; i++)
+        if (r.rec.insns[i].opcode == SIM_OP_MATMUL) {
+            nmm++;
+            nacc += (r.rec.insns[i].flags & SIM_F_ACCUMULATE) != 0;
+        }
+    cr_assert_eq(nmm, 12);
+    cr_assert_eq(nacc, 4, "%zu accumulating matmuls", nacc);   /* acc1..acc4, second pass */
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+/* The current API's spelling: nc_matmul(dst=acc) into a fresh nl.ndarray
+ * in PSUM, twice, accumulate=None. */
+Test(nki_numbers, current_matmul_into_a_fresh_psum_tile_starts_from_zero)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    o = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    acc = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+        "    for kk in range(2):\n"
+        "        at = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        bt = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        nisa.dma_copy(dst=at, src=a[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.dma_copy(dst=bt, src=b[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.nc_matmul(dst=acc, stationary=at, moving=bt)\n"
+        "    r = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.tensor_copy(dst=r, src=acc)\n"
+        "    nisa.dma_copy(dst=o, src=r)\n"
+        "    return o\n";
+    sim_array in[2] = { mk("a", 2, 256, 8, 6), mk("b", 2, 256, 16, 7) };
+    run_result r;
+
+    run(&r, src, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0.0f;
+            for (int k = 0; k < 256; k++)
+                want += f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+            cr_assert(fabsf(f32(&r.out[0])[m * 16 + n] - want) < 1e-3f, "[%d, %d]", m, n);
+        }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
 }
 
 /* ===== 3. nl.spmd_dim launches every program ===== */
