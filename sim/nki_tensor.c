@@ -1049,8 +1049,24 @@ static PyObject *tensor_astype(nki_tensor *t, PyObject *arg)
     return (PyObject *)out;
 }
 
+/* t.reshape(shape), t.reshape(d0, d1, ...) or t.reshape(shape=shape). */
+static PyObject *tensor_reshape_kw(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyObject *k0 = PyTuple_GET_ITEM(kwnames, 0);
+        if (nargs != 0 || PyTuple_GET_SIZE(kwnames) != 1 || !PyUnicode_Check(k0) ||
+            PyUnicode_CompareWithASCIIString(k0, "shape") != 0)
+            return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.reshape",
+                            "reshape takes the new shape, positionally or as shape=");
+        return tensor_reshape(t, args, 1);   /* the keyword's value follows the positionals */
+    }
+    return tensor_reshape(t, args, nargs);
+}
+
 static PyMethodDef tensor_methods[] = {
-    { "reshape", (PyCFunction)(void (*)(void))tensor_reshape, METH_FASTCALL, "reshape a contiguous view" },
+    { "reshape", (PyCFunction)(void (*)(void))tensor_reshape_kw, METH_FASTCALL | METH_KEYWORDS,
+      "reshape a contiguous view" },
     { "broadcast_to", (PyCFunction)tensor_broadcast_to, METH_O, "broadcast size-1 dims" },
     { "ap", (PyCFunction)(void (*)(void))tensor_ap, METH_FASTCALL | METH_KEYWORDS, "access pattern view" },
     { "permute", (PyCFunction)(void (*)(void))tensor_permute, METH_FASTCALL, "reorder dims" },

@@ -132,3 +132,84 @@ Test(nki_api, activation_functions_in_both_generations)
     }
     sim_array_release(&in);
 }
+
+/* ===== keyword forms and mgrid axes ===== */
+
+Test(nki_api, reshape_takes_shape_as_a_keyword)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = nl.ndarray((4, 2, 32), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x.reshape(shape=(4, 64)))\n"
+        "    nisa.dma_copy(dst=o, src=t.reshape(shape=[4, 2, 32]))\n"
+        "    assert tuple(t.reshape(shape=(4, 2, -1)).shape) == (4, 2, 32)\n"
+        "    return o\n";
+    const char *bad =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    y = x.reshape(newshape=(256,))\n"
+        "    return x\n";
+    sim_array in = mk("x", 4, 64);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.out[0].ndim, 3);
+    cr_assert_eq(r.out[0].shape[2], 32);
+    cr_assert(memcmp(r.out[0].data, in.data, (size_t)4 * 64 * 4) == 0);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 5);
+    cr_assert(strstr(r.err.msg, "shape=") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki_api, mgrid_names_four_axes)
+{
+    /* o[p, z*6 + y*2 + x] = x[p, x*12 + y*4 + z] over a (4, 2, 3, 4) grid */
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = nl.ndarray((4, 24), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    g = nl.mgrid[0:4, 0:2, 0:3, 0:4]\n"
+        "    t = nl.load(x[g.p, g.x * 12 + g.y * 4 + g.z])\n"
+        "    assert tuple(t.shape) == (4, 2, 3, 4)\n"
+        "    nl.store(o[g.p, g.z * 6 + g.y * 2 + g.x], t)\n"
+        "    return o\n";
+    const char *bad =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    g = nl.mgrid[0:4, 0:24]\n"
+        "    return nl.load(x[g.p, g.y])\n";
+    sim_array in = mk("x", 4, 24);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 4; p++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 4; c++)
+                    cr_assert_eq(f32(&r.out[0])[p * 24 + c * 6 + b * 2 + a],
+                                 f32(&in)[p * 24 + a * 12 + b * 4 + c], "[%d, %d, %d, %d]", p, a, b, c);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 6);
+    cr_assert(strstr(r.err.msg, "2 axes, .y is axis 2") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
