@@ -5,6 +5,7 @@
  * SBUF tile (matmul and transpose: PSUM) of the promoted or dtype= type. */
 #include "nki_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -1154,6 +1155,95 @@ static PyObject *nl_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nar
     return (PyObject *)out;
 }
 
+/* nl.finfo(dtype): a float dtype's limits as the simulator rounds them
+ * (bits, eps, max, min, tiny = smallest_normal, dtype), read off the
+ * dtype's own conversion for 8- and 16-bit formats. */
+static int finfo_small(sim_dtype dt, double *eps, double *max, double *tiny)
+{
+    unsigned bits = 8 * sim_dtype_size(dt);
+    uint32_t half = 1u << (bits - 1), n = 0;
+    float *v = nki_scratch(3, (int64_t)half);
+
+    *eps = *max = *tiny = 0.0;
+    for (uint32_t i = 1; i < half; i++) {   /* positive patterns grow in value */
+        uint8_t b[2] = { (uint8_t)i, (uint8_t)(i >> 8) };
+        uint16_t h = (uint16_t)i;
+        float x = bits == 8 ? simc_to_f32(dt, b) : simc_to_f32(dt, &h);
+        if (!isfinite(x))
+            break;
+        v[n++] = x;
+    }
+    for (uint32_t i = 0; i < n && *eps == 0.0; i++)
+        if (v[i] > 1.0f)
+            *eps = (double)v[i] - 1.0;
+    /* the smallest normal: the first value whose step up is value * eps
+     * (steps between subnormals are smaller) */
+    for (uint32_t i = 0; i + 1 < n && *tiny == 0.0; i++)
+        if ((double)v[i + 1] - (double)v[i] == (double)v[i] * *eps)
+            *tiny = v[i];
+    *max = n ? v[n - 1] : 0.0;
+    return *eps > 0.0 && *tiny > 0.0 ? 0 : -1;
+}
+
+static PyObject *nl_finfo(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = { "dtype" };
+    PyObject *a[1], *types, *ns, *kw;
+    double eps, max, tiny;
+    int dt;
+    (void)m;
+    if (PARSE("nl.finfo", names, a) < 0)
+        return NULL;
+    if (!a[0])
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.finfo", "finfo takes a dtype");
+    dt = nki_dtype_from(a[0], "nl.finfo");
+    if (dt < 0)
+        return NULL;
+    switch ((sim_dtype)dt) {
+    case SIM_DT_FLOAT32:
+        eps = FLT_EPSILON;
+        max = FLT_MAX;
+        tiny = FLT_MIN;
+        break;
+    case SIM_DT_TFLOAT32:   /* fp32's exponent, 10 mantissa bits */
+        eps = ldexp(1.0, -10);
+        max = ldexp(2.0 - ldexp(1.0, -10), 127);
+        tiny = FLT_MIN;
+        break;
+    case SIM_DT_BFLOAT16:
+    case SIM_DT_FLOAT16:
+    case SIM_DT_FLOAT8_E4M3:
+    case SIM_DT_FLOAT8_E5M2:
+    case SIM_DT_FLOAT8_E4M3FN:
+        if (finfo_small((sim_dtype)dt, &eps, &max, &tiny) < 0)
+            return nki_fail(SIM_E_DTYPE, "nl.finfo", "no limits for %s", sim_dtype_name((sim_dtype)dt));
+        break;
+    default:
+        return nki_fail(SIM_E_DTYPE, "nl.finfo", "finfo takes a float dtype, got %s",
+                        sim_dtype_name((sim_dtype)dt));
+    }
+    types = PyImport_ImportModule("types");
+    if (!types)
+        return NULL;
+    kw = Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:d,s:O}", "bits", (int)(8 * sim_dtype_size((sim_dtype)dt)),
+                       "eps", eps, "max", max, "min", -max, "tiny", tiny, "smallest_normal", tiny,
+                       "dtype", nki_dtype_get((sim_dtype)dt));
+    ns = kw ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+    Py_DECREF(types);
+    if (!ns) {
+        Py_XDECREF(kw);
+        return NULL;
+    }
+    {
+        PyObject *empty = PyTuple_New(0);
+        PyObject *r = empty ? PyObject_Call(ns, empty, kw) : NULL;
+        Py_XDECREF(empty);
+        Py_DECREF(ns);
+        Py_DECREF(kw);
+        return r;
+    }
+}
+
 static PyObject *nl_device_print(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
@@ -1421,6 +1511,7 @@ PyMethodDef nki_language_methods[] = {
     { "matmul", FASTKW(nl_matmul), "x @ y (or x.T @ y) into a new PSUM tile" },
     { "transpose", FASTKW(nl_transpose), "transpose into a new PSUM tile" },
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
+    { "finfo", FASTKW(nl_finfo), "a float dtype's limits (bits, eps, max, min, tiny)" },
     { "where", FASTKW(nl_where), "select x or y by a condition tile" },
     { "no_reorder", FASTKW(nki_nullcontext), "scheduling hint (a no-op context manager)" },
     { "nc", FASTKW(nl_nc), "a NeuronCore count for spmd_dim" },

@@ -213,3 +213,50 @@ Test(nki_api, mgrid_names_four_axes)
     done(&r);
     sim_array_release(&in);
 }
+
+/* ===== dtype information ===== */
+
+Test(nki_api, finfo_gives_each_float_dtypes_limits)
+{
+    /* the kernel's asserts are the check: exact powers of two and maxima */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "want = {\n"
+        "    'float32': (32, 2.0 ** -23, 3.4028234663852886e38, 2.0 ** -126),\n"
+        "    'bfloat16': (16, 2.0 ** -7, 3.3895313892515355e38, 2.0 ** -126),\n"
+        "    'float16': (16, 2.0 ** -10, 65504.0, 2.0 ** -14),\n"
+        "    'tfloat32': (32, 2.0 ** -10, (2 - 2.0 ** -10) * 2.0 ** 127, 2.0 ** -126),\n"
+        "    'float8_e4m3': (8, 0.125, 240.0, 2.0 ** -6),\n"
+        "    'float8_e4m3fn': (8, 0.125, 448.0, 2.0 ** -6),\n"
+        "    'float8_e5m2': (8, 0.25, 57344.0, 2.0 ** -14),\n"
+        "}\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    for name, (bits, eps, mx, tiny) in want.items():\n"
+        "        f = nl.finfo(getattr(nl, name))\n"
+        "        got = (f.bits, f.eps, f.max, f.min, f.tiny, f.smallest_normal)\n"
+        "        assert got == (bits, eps, mx, -mx, tiny, tiny), (name, got)\n"
+        "        assert f.dtype == getattr(nl, name)\n"
+        "    t = nl.full((4, 8), nl.finfo(nl.bfloat16).min, dtype=nl.bfloat16)\n"
+        "    return x\n";
+    const char *bad =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    m = nl.finfo(nl.int32).max\n"
+        "    return x\n";
+    sim_array in = mk("x", 4, 8);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_DTYPE, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 5);
+    cr_assert(strstr(r.err.msg, "got int32") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
