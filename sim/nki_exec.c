@@ -124,6 +124,15 @@ void nki_store_select(const simc_view *v, const uint8_t *mask)
     }
 }
 
+int nki_legacy_mask(PyObject *mask_obj, nki_tensor *tile, const char *api)
+{
+    uint8_t *mask;
+    if (nki_mask_dense(mask_obj, tile->v.ndim, tile->v.shape, api, &mask) < 0)
+        return -1;
+    nki_store_select(&tile->v, mask);
+    return 0;
+}
+
 void nki_store_written(simc_store *st)
 {
     if (st->fresh) {

@@ -298,6 +298,10 @@ void nki_write(const simc_view *v, const float *vals, const uint8_t *mask);
  * or mask itself when the store has no mark. */
 void nki_store_select(const simc_view *v, const uint8_t *mask);
 void nki_store_written(simc_store *st);
+/* For legacy ops that compute their whole fresh result tile: mark the
+ * elements mask_obj (mask=) selects as the ones written, before the op
+ * records its instruction.  -1 with the error raised on a bad mask. */
+int nki_legacy_mask(PyObject *mask_obj, nki_tensor *tile, const char *api);
 const uint8_t *nki_sel_mask(const simc_view *sv, const uint8_t *mask, int slot);
 /* Append an instruction with its operand regions; NULL views are skipped. */
 sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const simc_view *s0,

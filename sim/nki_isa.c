@@ -989,6 +989,8 @@ static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t
         if (dt < 0 || !(dst = nki_new_tile(eng == SIM_ENG_TENSOR ? SIM_MEM_PSUM : SIM_MEM_SBUF,
                                            (sim_dtype)dt, 2, shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[3], dst, api) < 0)
+            return finish(dst, true, -1);
         return finish(dst, true, nki_transpose(api, dst, data, eng));
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
@@ -1126,6 +1128,8 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         dt = nki_dtype_arg(a[1], SIM_DT_INT32, api);
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, e->ndim, e->shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[2], dst, api) < 0)
+            return finish(dst, true, -1);
         n = simc_view_elems(&dst->v);
         vals = nki_scratch(1, n);
         for (int64_t i = 0; i < n; i++) {
@@ -1308,6 +1312,8 @@ static PyObject *isa_tensor_tensor_scan(PyObject *m, PyObject *const *args, Py_s
         int dt = nki_dtype_arg(a[7], d0->v.dtype, api);
         if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, d0, api)))
             return NULL;
+        if (nki_legacy_mask(a[8], dst, api) < 0)
+            return finish(dst, true, -1);
     } else {
         if (!(dst = nki_as_tensor(a[0], api, "dst")))
             return NULL;
@@ -1449,6 +1455,8 @@ static PyObject *isa_tensor_partition_reduce(PyObject *m, PyObject *const *args,
         int dt = nki_dtype_arg(a[2], data->v.dtype, api);
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, 2, shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[3], dst, api) < 0)
+            return finish(dst, true, -1);
     } else {
         if (!(dst = nki_as_tensor(a[0], api, "dst")))
             return NULL;

@@ -1148,7 +1148,8 @@ static PyObject *nl_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nar
     out = nki_new_tile(SIM_MEM_PSUM, (sim_dtype)dt, 2, shape, "nl.transpose");
     if (!out)
         return NULL;
-    if (nki_transpose("nl.transpose", out, x, SIM_ENG_TENSOR) < 0) {
+    if (nki_legacy_mask(a[2], out, "nl.transpose") < 0 ||
+        nki_transpose("nl.transpose", out, x, SIM_ENG_TENSOR) < 0) {
         Py_DECREF(out);
         return NULL;
     }

@@ -148,6 +148,64 @@ Test(nki_numbers, legacy_masked_assignment_keeps_the_rest_of_dst)
     sim_array_release(&in[1]);
 }
 
+/* Legacy ops that compute their whole result and once ignored mask=:
+ * the assignment still writes only the selected elements. */
+static const char WHOLE_SRC[] =
+    "import numpy as np\n"
+    LHDR
+    "@nki.jit\n"
+    "def k(x, y):\n"
+    "    outs = [nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(4)]\n"
+    "    o4 = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    i_p, i_f = nl.mgrid[0:8, 0:8]\n"
+    "    i_o, i_g = nl.mgrid[0:1, 0:8]\n"
+    "    m = (i_f < 3)\n"
+    "    t = nl.load(x)\n"
+    "    d = [nl.load(y) for _ in range(4)]\n"
+    "    d[0][i_p, i_f] = nisa.iota(i_p * 8 + i_f, dtype=nl.float32, mask=m)\n"
+    "    d[1][i_p, i_f] = nisa.nc_transpose(t, mask=m)\n"
+    "    d[2][i_p, i_f] = nl.transpose(t, mask=m)\n"
+    "    d[3][i_p, i_f] = nisa.tensor_tensor_scan(t, t, 0.0, np.multiply, np.add, mask=m)\n"
+    "    for j in range(4):\n"
+    "        nl.store(outs[j], d[j])\n"
+    "    r = nl.load(y[0:1, :])\n"
+    "    r[i_o, i_g] = nisa.tensor_partition_reduce(np.add, t, mask=(i_g >= 5))\n"
+    "    nl.store(o4, r)\n"
+    "    return tuple(outs) + (o4,)\n";
+
+Test(nki_numbers, legacy_whole_result_ops_honour_mask_on_assignment)
+{
+    sim_array in[2] = { mk("x", 2, 8, 8, 10), mk("y", 2, 8, 8, 11) };
+    const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
+    run_result r;
+
+    run(&r, WHOLE_SRC, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 5);
+    for (int p = 0; p < 8; p++) {
+        float scan = 0.0f;
+        for (int f = 0; f < 8; f++) {
+            float want[4] = { (float)(p * 8 + f), x[f * 8 + p], x[f * 8 + p], 0.0f };
+            scan = x[p * 8 + f] * scan + x[p * 8 + f];
+            want[3] = scan;
+            for (int j = 0; j < 4; j++) {
+                float w = f < 3 ? want[j] : y[p * 8 + f], got = f32(&r.out[j])[p * 8 + f];
+                cr_assert(fabsf(got - w) <= 1e-5f * (1.0f + fabsf(w)), "output %d [%d, %d]: %g, want %g",
+                          j, p, f, (double)got, (double)w);
+            }
+        }
+    }
+    for (int f = 0; f < 8; f++) {
+        float sum = 0.0f, got = f32(&r.out[4])[f];
+        for (int p = 0; p < 8; p++)
+            sum += x[p * 8 + f];
+        cr_assert(fabsf(got - (f >= 5 ? sum : y[f])) < 1e-5f, "partition sum %d: %g", f, (double)got);
+    }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
 /* A sliding-window sum in the style of windowed attention: query block qb
  * (8 rows) sums the keys j in (q - W, q] over key blocks of 8; key blocks
  * wholly outside the window pass mask=False, the others cut rows and
