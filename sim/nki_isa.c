@@ -928,6 +928,34 @@ static PyObject *isa_bn_aggr(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* ===== Tensor engine ===== */
 
+/* perf_mode: only the default (None, 0, "none", matmul_perf_mode.none) is
+ * simulated; any other value is SIM_E_UNSUPPORTED_API naming it. */
+static int perf_mode_ok(const char *api, PyObject *pm)
+{
+    char name[48] = "";
+
+    if (!pm || pm == Py_None)
+        return 0;
+    if (PyLong_Check(pm) && !PyBool_Check(pm)) {
+        long v = PyLong_AsLong(pm);
+        if (v == 0 && !PyErr_Occurred())
+            return 0;
+        PyErr_Clear();
+        snprintf(name, sizeof(name), "%s", v == 1 ? "double_row" : v == 2 ? "double_row_gen3" : "an unknown mode");
+    } else if (PyUnicode_Check(pm)) {
+        const char *s = PyUnicode_AsUTF8(pm);
+        if (s && strcmp(s, "none") == 0)
+            return 0;
+        PyErr_Clear();
+        snprintf(name, sizeof(name), "'%s'", s ? s : "?");
+    } else {
+        snprintf(name, sizeof(name), "a %s", Py_TYPE(pm)->tp_name);
+    }
+    return FAILI(SIM_E_UNSUPPORTED_API, api,
+                 "perf_mode=%s: double-row (perf mode) matmuls are not simulated; drop perf_mode",
+                 name);
+}
+
 static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
@@ -948,16 +976,16 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
             !(st = nki_as_tensor(a[0], api, "stationary")) ||
             !(mv = nki_as_tensor(a[1], api, "moving")))
             return NULL;
-        if (a[8] && a[8] != Py_None && PyLong_Check(a[8]) && PyLong_AsLong(a[8]) != 0)
-            return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
+        if (perf_mode_ok(api, a[8]) < 0)
+            return NULL;
         return (PyObject *)nki_matmul_tile(api, st, mv, false, a[5]);
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(st = nki_as_tensor(a[1], api, "stationary")) ||
         !(mv = nki_as_tensor(a[2], api, "moving")))
         return NULL;
-    if (a[9] && a[9] != Py_None && PyLong_Check(a[9]) && PyLong_AsLong(a[9]) != 0)
-        return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
+    if (perf_mode_ok(api, a[9]) < 0)
+        return NULL;
     if (a[6] && a[6] != Py_None)
         acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
     return finish(NULL, false, nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1));

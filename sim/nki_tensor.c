@@ -258,6 +258,18 @@ static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int6
 
 #define MAX_ITEMS 16
 
+/* An index that is neither an int, slice, ellipsis, nl.ds nor an index
+ * expression: a tile used as an index is an indirect (tensor-indexed) DMA
+ * gather or scatter, which is not simulated; anything else is a bad index. */
+static PyObject *bad_index(PyObject *it, int d)
+{
+    if (nki_tensor_check(it))
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor[...]",
+                        "a tensor as the index of dimension %d (indirect DMA gather/scatter) is "
+                        "not simulated", d);
+    return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
+                    Py_TYPE(it)->tp_name, d);
+}
 static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
 {
     const simc_view *v = &t->v;
@@ -350,8 +362,7 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
             r.ndim++;
             nslices++;
         } else {
-            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
-                            Py_TYPE(it)->tp_name, d);
+            return bad_index(it, d);
         }
     }
     res = nki_tensor_view(v->st, &r, v->st->mem == SIM_MEM_HBM ? -1 : 0);
@@ -428,8 +439,7 @@ PyObject *nki_tensor_subscript(PyObject *self, PyObject *key)
             continue;
         }
         if (it && !PySlice_Check(it))
-            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
-                            Py_TYPE(it)->tp_name, d);
+            return bad_index(it, d);
         if (it && get_slice(it, v->shape[d], &start, &step, &len, "tensor[...]", d) < 0)
             return NULL;
         r.offset += start * v->strides[d];

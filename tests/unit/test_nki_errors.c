@@ -193,6 +193,24 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
         { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
           "def k(x):\n    return nl.dropout(x, rate=0.1)\n",
           "nki.language.dropout", "dropout", 5 },
+        /* not disguised as a rule: a tile as an index is indirect DMA */
+        { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
+          "def k(x):\n    t = nl.load(x)\n    u = nl.load(x[t])\n    return x\n",
+          "tensor[...]", "(indirect DMA gather/scatter) is not simulated", 6 },
+        /* double-row matmuls, whichever way perf_mode is spelled */
+        { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.nc_matmul(dst=r, stationary=a, moving=b, perf_mode='double_row')\n"
+              "    return x\n",
+          "nisa.nc_matmul", "perf_mode='double_row'", 9 },
+        { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.nc_matmul(dst=r, stationary=a, moving=b,\n"
+              "                   perf_mode=nisa.matmul_perf_mode.double_row_gen3)\n"
+              "    return x\n",
+          "nisa.nc_matmul", "perf_mode=double_row_gen3", 9 },
     };
     sim_array in;
 
