@@ -1066,6 +1066,17 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     y = x ? nki_as_tensor(a[1], "nl.matmul", "y") : NULL;
     if (!y)
         return NULL;
+    /* TensorE reads SBUF only; nl.matmul takes SBUF tiles (it inserts a
+     * transpose of x, not a copy out of PSUM or HBM) */
+    for (int i = 0; i < 2; i++) {
+        const nki_tensor *o = i ? y : x;
+        if (o->v.st->mem != SIM_MEM_SBUF)
+            return nki_fail(SIM_E_WRONG_BUFFER, "nl.matmul",
+                            "%s must be an SBUF tile, it is in %s (copy it to SBUF first, e.g. "
+                            "nl.copy(%s) or nisa.tensor_copy)",
+                            i ? "y" : "x", o->v.st->mem == SIM_MEM_PSUM ? "PSUM" : "HBM",
+                            i ? "y" : "x");
+    }
     return (PyObject *)nki_matmul_tile("nl.matmul", x, y, !(a[2] && PyObject_IsTrue(a[2]) == 1),
                                        a[3]);
 }

@@ -262,6 +262,9 @@ Test(nki_errors, more_rules_have_precise_messages)
         { SIM_E_SHAPE_MISMATCH, 8, "operand shapes 128x64 and 64x128 do not broadcast",
           LHDR "def k(x):\n" T "    u = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
                "    w = t + u\n    return x\n", 1 },
+        { SIM_E_WRONG_BUFFER, 8, "x must be an SBUF tile, it is in PSUM",
+          LHDR "def k(x):\n" T "    p = nl.transpose(t[:, 0:64])\n"
+               "    r = nl.matmul(p, t[0:64, :])\n    return x\n", 1 },
         { SIM_E_DTYPE, 6, "unknown dtype 'float64'",
           HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype='float64', buffer=nl.sbuf)\n    return x\n", 1 },
         { SIM_E_INDEX_OUT_OF_BOUNDS, 8, "index expression spans [0, 127] on dimension 1 of size 64",
