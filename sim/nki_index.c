@@ -283,6 +283,17 @@ static PyObject *pred_new_like(int nd, const int64_t *shape, int64_t *n)
     return (PyObject *)p;
 }
 
+bool nki_pred_fits(PyObject *mask, int nd, const int64_t *shape)
+{
+    const nki_pred *p = (const nki_pred *)mask;
+    if (!mask || Py_TYPE(mask) != &nki_PredType || p->ndim > nd)
+        return false;
+    for (int k = 0; k < p->ndim; k++)
+        if (p->shape[k] != 1 && p->shape[k] != shape[nd - p->ndim + k])
+            return false;
+    return true;
+}
+
 int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *api,
                    uint8_t **mask)
 {

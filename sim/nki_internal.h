@@ -170,6 +170,10 @@ PyObject *nki_index_new(int ndim, const int64_t *shape, const int64_t *coef, int
  * *mask = NULL when everything is selected.  -1 with the error raised. */
 int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *api,
                    uint8_t **mask);
+/* Whether mask is a predicate whose shape broadcasts to (nd, shape)
+ * (right-aligned, each dimension equal or 1): which of an instruction's
+ * spaces (its result or its inputs) a legacy mask= is over. */
+bool nki_pred_fits(PyObject *mask, int nd, const int64_t *shape);
 
 /* ===== dtypes, ops ===== */
 
@@ -249,6 +253,14 @@ int nki_parse_axes(PyObject *axis, const simc_view *v, int pdim, bool *red, cons
 /* Reduce v over red[] axes with op into out[] (row-major over the kept
  * axes); returns the number of outputs.  Values only with numerics on. */
 int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float *out, int slot);
+/* A legacy reduction under mask_obj (mask=) into vals (row-major over
+ * out): a mask over the result selects the results written; one over the
+ * input (the instruction's iteration space) leaves unselected inputs out
+ * of each result and writes the results that had any (in_t's index
+ * expression bounds are checked under it).  *wmask is the write mask over
+ * out (NULL: all).  -1 with the error raised. */
+int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
+                      PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask);
 /* dst (+)= stat.T @ mov on the Tensor engine with the checks and the record;
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,

@@ -607,6 +607,90 @@ int nki_parse_axes(PyObject *axis, const simc_view *v, int pdim, bool *red, cons
     return 0;
 }
 
+/* The masked form of nki_reduce_vals: only input elements imask selects
+ * (row-major over in's shape) take part; any[o] says whether group o had
+ * one (computed with numerics off too).  mean and var count the selected
+ * elements; var uses Welford's update. */
+static int64_t reduce_vals_masked(simn_op op, const simc_view *in, const bool *red,
+                                  const uint8_t *imask, float *out, uint8_t *any, int slot)
+{
+    int64_t n = simc_view_elems(in), outn = 1, idx[SIMC_MAX_DIMS] = { 0 };
+    simn_op bin = simn_op_binary(op);
+    const float *x;
+    double *mean = NULL, *m2 = NULL;
+    int64_t *cnt;
+
+    for (int d = 0; d < in->ndim; d++)
+        if (!red[d])
+            outn *= in->shape[d];
+    x = nki_read(in, slot);
+    cnt = kf_calloc((size_t)(outn ? outn : 1), sizeof(*cnt));
+    if (op == SIMN_OP_VAR) {
+        mean = kf_calloc((size_t)(outn ? outn : 1), sizeof(*mean));
+        m2 = kf_calloc((size_t)(outn ? outn : 1), sizeof(*m2));
+    }
+    for (int64_t o = 0; o < outn; o++)
+        out[o] = simn_op_identity(op);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < in->ndim; d++)
+            if (!red[d])
+                o = o * in->shape[d] + idx[d];
+        if (imask[i]) {
+            cnt[o]++;
+            if (nki_cur->numerics) {
+                if (op == SIMN_OP_VAR) {
+                    double dlt = (double)x[i] - mean[o];
+                    mean[o] += dlt / (double)cnt[o];
+                    m2[o] += dlt * ((double)x[i] - mean[o]);
+                } else {
+                    out[o] = bin == SIMN_OP_ADD ? out[o] + x[i] : simn_alu(bin, out[o], x[i]);
+                }
+            }
+        }
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < in->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    for (int64_t o = 0; o < outn; o++) {
+        any[o] = cnt[o] > 0;
+        if (op == SIMN_OP_MEAN && cnt[o])
+            out[o] /= (float)cnt[o];
+        else if (op == SIMN_OP_VAR)
+            out[o] = cnt[o] ? (float)(m2[o] / (double)cnt[o]) : 0.0f;
+    }
+    free(cnt);
+    free(mean);
+    free(m2);
+    return outn;
+}
+
+int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
+                      PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask)
+{
+    const simc_view *in = &in_t->v;
+    uint8_t *imask;
+
+    *wmask = NULL;
+    if (!mask_obj || mask_obj == Py_None || nki_pred_fits(mask_obj, out->ndim, out->shape) ||
+        !nki_pred_fits(mask_obj, in->ndim, in->shape)) {
+        /* a mask over the result (or one that fits nothing: the error) */
+        if (nki_mask_dense(mask_obj, out->ndim, out->shape, api, wmask) < 0)
+            return -1;
+        nki_reduce_vals(op, in, red, vals, 1);
+        return 0;
+    }
+    /* a mask over the iteration space: the input's elements */
+    if (nki_mask_dense(mask_obj, in->ndim, in->shape, api, &imask) < 0 ||
+        nki_check_bounds(in_t, imask, api) < 0)
+        return -1;
+    *wmask = (uint8_t *)nki_scratch(6, (simc_view_elems(out) + 3) / 4);
+    reduce_vals_masked(op, in, red, imask, vals, *wmask, 1);
+    return 0;
+}
+
 int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float *out, int slot)
 {
     simc_view p = *in;
@@ -687,12 +771,11 @@ static PyObject *reduce_call(simn_op op, const char *api, PyObject *x, PyObject 
     out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api);
     if (!out)
         return NULL;
-    if (mask_arg(mask_obj, out->v.ndim, out->v.shape, api, &mask) < 0) {
+    vals = nki_scratch(3, simc_view_elems(&out->v));
+    if (nki_reduce_masked(op, api, t, red, mask_obj, &out->v, vals, &mask) < 0) {
         Py_DECREF(out);
         return NULL;
     }
-    vals = nki_scratch(3, simc_view_elems(&out->v));
-    nki_reduce_vals(op, &t->v, red, vals, 1);
     nki_write(&out->v, vals, mask);
     {
         sim_insn *in = nki_emit(SIM_OP_TENSOR_REDUCE, SIM_ENG_VECTOR, &out->v, &t->v, NULL, NULL);

@@ -260,3 +260,86 @@ Test(nki_api, finfo_gives_each_float_dtypes_limits)
     done(&r);
     sim_array_release(&in);
 }
+
+/* ===== legacy masks over an instruction's iteration space ===== */
+
+/* Reductions and bn_stats under a mask over their input (the iteration
+ * space) instead of their result: unselected inputs stay out of each
+ * result, and rows with none keep dst's values. */
+Test(nki_api, legacy_reduction_masks_cover_the_iteration_space)
+{
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "import numpy as np\n"
+        "@nki.jit\n"
+        "def k(x, y):\n"
+        "    outs = [nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]\n"
+        "    bo = nl.ndarray((8, 6), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    i_p, i_f = nl.mgrid[0:8, 0:16]\n"
+        "    i_r, i_o = nl.mgrid[0:8, 0:1]\n"
+        "    i_s, i_t = nl.mgrid[0:8, 0:6]\n"
+        "    m = (i_p < 6) & (i_f < 10)\n"
+        "    t = nl.load(x)\n"
+        "    d = [nl.load(y[:, 0:1]) for _ in range(6)]\n"
+        "    d[0][i_r, i_o] = nl.sum(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[1][i_r, i_o] = nl.max(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[2][i_r, i_o] = nl.mean(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[3][i_r, i_o] = nl.var(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[4][i_r, i_o] = nisa.tensor_reduce(np.add, t, axis=1, keepdims=True, mask=m)\n"
+        "    d[5][i_r, i_o] = nl.sum(t, axis=1, keepdims=True, mask=(i_r < 4))\n"
+        "    for j in range(6):\n"
+        "        nl.store(outs[j], d[j])\n"
+        "    b = nl.load(y[:, 0:6])\n"
+        "    b[i_s, i_t] = nisa.bn_stats(t, mask=m, dtype=nl.float32)\n"
+        "    nl.store(bo, b)\n"
+        "    return tuple(outs) + (bo,)\n";
+    sim_array in[2] = { mk("x", 8, 16), mk("y", 8, 16) };
+    const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
+    run_result r;
+
+    for (int i = 0; i < 8 * 16; i++)   /* make y differ from x */
+        ((float *)in[1].data)[i] = 100.0f + (float)i;
+    run(&r, src, in, 2);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 7);
+    for (int p = 0; p < 8; p++) {
+        double sum = 0, mx = -INFINITY, var = 0, full = 0, st[6] = { 0 };
+        for (int f = 0; f < 16; f++)
+            full += x[p * 16 + f];
+        for (int f = 0; f < 10; f++) {
+            sum += x[p * 16 + f];
+            mx = fmax(mx, x[p * 16 + f]);
+        }
+        for (int f = 0; f < 10; f++)
+            var += (x[p * 16 + f] - sum / 10) * (x[p * 16 + f] - sum / 10);
+        for (int h = 0; h < 2; h++) {   /* bn_stats: count, mean, M2 of even / odd columns */
+            double s = 0, m2 = 0;
+            for (int f = h; f < 10; f += 2)
+                s += x[p * 16 + f];
+            for (int f = h; f < 10; f += 2)
+                m2 += (x[p * 16 + f] - s / 5) * (x[p * 16 + f] - s / 5);
+            st[(size_t)h * 3] = 5;
+            st[(size_t)h * 3 + 1] = s / 5;
+            st[(size_t)h * 3 + 2] = m2;
+        }
+        {
+            double want[6] = { sum, mx, sum / 10, var / 10, sum, full };
+            for (int j = 0; j < 6; j++) {
+                bool kept = j == 5 ? p >= 4 : p >= 6;
+                double w = kept ? y[(size_t)p * 16] : want[j], got = f32(&r.out[j])[p];
+                cr_assert(fabs(got - w) <= 1e-5 * (1 + fabs(w)), "output %d row %d: %g, want %g", j,
+                          p, got, w);
+            }
+        }
+        for (int c = 0; c < 6; c++) {
+            double w = p >= 6 ? y[p * 16 + c] : st[c], got = f32(&r.out[6])[p * 6 + c];
+            cr_assert(fabs(got - w) <= 1e-5 * (1 + fabs(w)), "bn_stats [%d, %d]: %g, want %g", p, c,
+                      got, w);
+        }
+    }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
