@@ -1074,22 +1074,77 @@ static PyObject *tensor_reshape_kw(nki_tensor *t, PyObject *const *args, Py_ssiz
     return tensor_reshape(t, args, nargs);
 }
 
+/* Keyword forms of the view methods, with the parameter names of the NKI
+ * docs: keywords are matched by nki_parse (an unknown one is
+ * SIM_E_UNSUPPORTED_API naming it, never a raw TypeError) and the method
+ * runs on the resulting positional arguments, which must leave no gap. */
+static PyObject *kw_call(nki_tensor *t, const char *api, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, const char *const *names, int n, int required,
+                         PyObject *(*fast)(nki_tensor *, PyObject *const *, Py_ssize_t),
+                         PyObject *(*one)(nki_tensor *, PyObject *))
+{
+    PyObject *a[4];
+    Py_ssize_t k = 0;
+
+    if (nki_parse(api, args, nargs, kwnames, names, n, a) < 0)
+        return NULL;
+    while (k < n && a[k])
+        k++;
+    for (int i = (int)k; i < n; i++)
+        if (a[i] || i < required)
+            return nki_fail(SIM_E_BAD_ARGUMENT, api, "argument '%s' is missing", names[k]);
+    return one ? one(t, a[0]) : fast(t, a, k);
+}
+
+#define KW_ONE(fn, impl, api, name)                                                          \
+    static PyObject *fn(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,              \
+                        PyObject *kwnames)                                                   \
+    {                                                                                        \
+        static const char *const names[] = { name };                                         \
+        return kw_call(t, api, args, nargs, kwnames, names, 1, 1, NULL, impl);               \
+    }
+#define KW_FAST(fn, impl, api, required, ...)                                                \
+    static PyObject *fn(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,              \
+                        PyObject *kwnames)                                                   \
+    {                                                                                        \
+        static const char *const names[] = { __VA_ARGS__ };                                  \
+        if (!kwnames || PyTuple_GET_SIZE(kwnames) == 0)                                      \
+            return impl(t, args, nargs);                                                     \
+        return kw_call(t, api, args, nargs, kwnames, names, NKI_NARGS(names), required,      \
+                       impl, NULL);                                                          \
+    }
+KW_ONE(tensor_broadcast_to_kw, tensor_broadcast_to, "tensor.broadcast_to", "shape")
+KW_ONE(tensor_expand_dim_kw, tensor_expand_dim, "tensor.expand_dim", "dim")
+KW_ONE(tensor_expand_dims_kw, tensor_expand_dim, "tensor.expand_dims", "axis")
+KW_ONE(tensor_squeeze_dim_kw, tensor_squeeze_dim, "tensor.squeeze_dim", "dim")
+KW_ONE(tensor_view_kw, tensor_view_dtype, "tensor.view", "dtype")
+KW_ONE(tensor_astype_kw, tensor_astype, "tensor.astype", "dtype")
+KW_FAST(tensor_permute_kw, tensor_permute, "tensor.permute", 1, "dims")
+KW_FAST(tensor_select_kw, tensor_select, "tensor.select", 2, "dim", "index")
+KW_FAST(tensor_slice_kw, tensor_slice, "tensor.slice", 3, "dim", "start", "end", "step")
+KW_FAST(tensor_broadcast_kw, tensor_broadcast, "tensor.broadcast", 2, "dim", "size")
+#undef KW_ONE
+#undef KW_FAST
+
+#define KWM(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
 static PyMethodDef tensor_methods[] = {
     { "reshape", (PyCFunction)(void (*)(void))tensor_reshape_kw, METH_FASTCALL | METH_KEYWORDS,
       "reshape a contiguous view" },
-    { "broadcast_to", (PyCFunction)tensor_broadcast_to, METH_O, "broadcast size-1 dims" },
+    { "broadcast_to", KWM(tensor_broadcast_to_kw), "broadcast size-1 dims" },
     { "ap", (PyCFunction)(void (*)(void))tensor_ap, METH_FASTCALL | METH_KEYWORDS, "access pattern view" },
-    { "permute", (PyCFunction)(void (*)(void))tensor_permute, METH_FASTCALL, "reorder dims" },
-    { "select", (PyCFunction)(void (*)(void))tensor_select, METH_FASTCALL, "index one dim away" },
-    { "slice", (PyCFunction)(void (*)(void))tensor_slice, METH_FASTCALL, "slice one dim" },
-    { "expand_dim", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
-    { "expand_dims", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
-    { "squeeze_dim", (PyCFunction)tensor_squeeze_dim, METH_O, "drop a size-1 dim" },
-    { "broadcast", (PyCFunction)(void (*)(void))tensor_broadcast, METH_FASTCALL, "repeat a size-1 dim" },
-    { "view", (PyCFunction)tensor_view_dtype, METH_O, "reinterpret as a same-size dtype" },
-    { "astype", (PyCFunction)tensor_astype, METH_O, "a new tile cast to dtype" },
+    { "permute", KWM(tensor_permute_kw), "reorder dims" },
+    { "select", KWM(tensor_select_kw), "index one dim away" },
+    { "slice", KWM(tensor_slice_kw), "slice one dim" },
+    { "expand_dim", KWM(tensor_expand_dim_kw), "insert a size-1 dim" },
+    { "expand_dims", KWM(tensor_expand_dims_kw), "insert a size-1 dim" },
+    { "squeeze_dim", KWM(tensor_squeeze_dim_kw), "drop a size-1 dim" },
+    { "broadcast", KWM(tensor_broadcast_kw), "repeat a size-1 dim" },
+    { "view", KWM(tensor_view_kw), "reinterpret as a same-size dtype" },
+    { "astype", KWM(tensor_astype_kw), "a new tile cast to dtype" },
     { NULL, NULL, 0, NULL },
 };
+#undef KWM
 
 static PyMappingMethods tensor_as_mapping = {
     tensor_len,

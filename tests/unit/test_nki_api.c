@@ -343,3 +343,58 @@ Test(nki_api, legacy_reduction_masks_cover_the_iteration_space)
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
+
+Test(nki_api, view_methods_take_their_parameters_by_name)
+{
+    /* each keyword form gives the positional form's view */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    t = nl.ndarray((4, 1, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    pairs = [\n"
+        "        (t.view(dtype=nl.int32), t.view(nl.int32)),\n"
+        "        (t.squeeze_dim(dim=1), t.squeeze_dim(1)),\n"
+        "        (t.expand_dim(dim=2), t.expand_dim(2)),\n"
+        "        (t.permute(dims=(0, 2, 1)), t.permute(0, 2, 1)),\n"
+        "        (t.select(dim=2, index=3), t.select(2, 3)),\n"
+        "        (t.slice(dim=2, start=2, end=6), t.slice(2, 2, 6)),\n"
+        "        (t.slice(2, 0, 8, step=2), t.slice(2, 0, 8, 2)),\n"
+        "        (t.broadcast(dim=1, size=5), t.broadcast(1, 5)),\n"
+        "        (t.broadcast_to(shape=(4, 3, 8)), t.broadcast_to((4, 3, 8))),\n"
+        "        (t.astype(dtype=nl.bfloat16), t.astype(nl.bfloat16)),\n"
+        "    ]\n"
+        "    for i, (a, b) in enumerate(pairs):\n"
+        "        assert tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype, (i, a, b)\n"
+        "        assert tuple(a.strides) == tuple(b.strides), (i, a.strides, b.strides)\n"
+        "    return x\n";
+    static const struct {
+        const char *call, *needle;
+        sim_error_code code;
+    } bad[] = {
+        { "t.permute(order=(1, 0))", "keyword argument 'order'", SIM_E_UNSUPPORTED_API },
+        { "t.view(type=nl.int32)", "keyword argument 'type'", SIM_E_UNSUPPORTED_API },
+        { "t.slice(dim=1, start=0)", "argument 'end' is missing", SIM_E_BAD_ARGUMENT },
+        { "t.squeeze_dim()", "argument 'dim' is missing", SIM_E_BAD_ARGUMENT },
+    };
+    sim_array in = mk("x", 4, 8);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char buf[512];
+        snprintf(buf, sizeof(buf),
+                 "import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
+                 "    t = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+                 "    u = %s\n    return x\n", bad[i].call);
+        run(&r, buf, &in, 1);
+        cr_assert_eq(r.serr.code, bad[i].code, "%s: %s", bad[i].call, r.err.msg);
+        cr_assert_eq(r.serr.line, 6, "%s", bad[i].call);
+        cr_assert(strstr(r.err.msg, bad[i].needle) != NULL, "%s: %s", bad[i].call, r.err.msg);
+        done(&r);
+    }
+    sim_array_release(&in);
+}
