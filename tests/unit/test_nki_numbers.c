@@ -258,6 +258,80 @@ Test(nki_numbers, legacy_sliding_window_masks_cut_rows_and_blocks)
     sim_array_release(&in);
 }
 
+/* Sliding-window attention in the legacy API, the shape of the kernel that
+ * returned 75% NaN: key blocks outside the window pass mask=False to
+ * nc_matmul and affine_select (their scores keep the -9984 fill), the
+ * others mask the window's edges, and P @ V accumulates into a fresh PSUM
+ * tile whose first live block comes after masked-off ones. */
+static const char WINDOW_ATTN_SRC[] =
+    LHDR
+    "B = 16\n"
+    "W = 24\n"
+    "def live(qi, kj):\n"
+    "    return kj * B <= qi * B + B - 1 and kj * B + B - 1 > qi * B - W\n"
+    "@nki.jit\n"
+    "def k(q, kk, v):\n"
+    "    D, S = q.shape\n"
+    "    out = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    i_p, i_f = nl.mgrid[0:B, 0:B]\n"
+    "    for qi in range(S // B):\n"
+    "        q_t = nl.load(q[:, qi * B:(qi + 1) * B])\n"
+    "        s_buf = nl.full((B, S), -9984.0, dtype=nl.float32)\n"
+    "        for kj in range(S // B):\n"
+    "            k_t = nl.load(kk[:, kj * B:(kj + 1) * B])\n"
+    "            qk = nisa.nc_matmul(q_t, k_t, mask=live(qi, kj))\n"
+    "            s_buf[i_p, kj * B + i_f] = nisa.affine_select(\n"
+    "                pred=(qi * B + i_p - kj * B - i_f >= 0) & (kj * B + i_f - qi * B - i_p + W > 0),\n"
+    "                on_true_tile=qk, on_false_value=-9984.0, dtype=nl.float32,\n"
+    "                mask=live(qi, kj))\n"
+    "        mx = nl.max(s_buf, axis=1, keepdims=True)\n"
+    "        p = nl.exp(nl.subtract(s_buf, mx))\n"
+    "        ssum = nl.sum(p, axis=1, keepdims=True)\n"
+    "        acc = nl.ndarray((B, D), dtype=nl.float32, buffer=nl.psum)\n"
+    "        for kj in range(S // B):\n"
+    "            p_t = nl.copy(nisa.nc_transpose(p[:, kj * B:(kj + 1) * B]))\n"
+    "            v_t = nl.load(v[kj * B:(kj + 1) * B, :])\n"
+    "            acc += nisa.nc_matmul(p_t, v_t, mask=live(qi, kj))\n"
+    "        nl.store(out[qi * B:(qi + 1) * B, :], nl.divide(nl.copy(acc), ssum))\n"
+    "    return out\n";
+
+Test(nki_numbers, legacy_sliding_window_attention_matches_c)
+{
+    enum { D = 16, S = 64, W = 24 };
+    sim_array in[3] = { mk("q", 2, D, S, 12), mk("kk", 2, D, S, 13), mk("v", 2, S, D, 14) };
+    const float *q = (const float *)in[0].data, *kk = (const float *)in[1].data;
+    const float *v = (const float *)in[2].data;
+    run_result r;
+
+    run(&r, WINDOW_ATTN_SRC, in, 3, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int i = 0; i < S; i++) {
+        double sc[S], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < S; j++) {
+            sc[j] = -INFINITY;
+            if (j <= i && j > i - W) {
+                sc[j] = 0;
+                for (int d = 0; d < D; d++)
+                    sc[j] += (double)q[d * S + i] * kk[d * S + j];
+                mx = fmax(mx, sc[j]);
+            }
+        }
+        for (int j = 0; j < S; j++)
+            sum += isinf(sc[j]) ? 0.0 : exp(sc[j] - mx);
+        for (int d = 0; d < D; d++) {
+            double want = 0, got = f32(&r.out[0])[i * D + d];
+            for (int j = 0; j < S; j++)
+                if (!isinf(sc[j]))
+                    want += exp(sc[j] - mx) / sum * v[j * D + d];
+            cr_assert(fabs(got - want) <= 1e-4 * (1 + fabs(want)), "out[%d, %d] = %g, want %g", i, d,
+                      got, want);
+        }
+    }
+    done(&r);
+    for (int i = 0; i < 3; i++)
+        sim_array_release(&in[i]);
+}
+
 /* ===== 2. accumulating into a fresh PSUM tile ===== */
 
 /* a (256, 8) and b (256, 16): o = a.T @ b accumulated over two K tiles of
