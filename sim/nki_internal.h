@@ -116,6 +116,20 @@ int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject
 
 /* ===== tensors ===== */
 
+/* The per-dimension indices of a view made by index expressions: source
+ * dimension d is indexed by c[d] + sum_k coef[d][k] * g_k over the view's
+ * first gnd (grid) dimensions when expr[d], else stays in range by
+ * construction.  Lets bounds be checked per dimension (a column index past
+ * the end can still land inside the tensor's storage). */
+typedef struct nki_oob_map {
+    int      ndim, gnd;
+    int64_t  size[SIMC_MAX_DIMS];
+    int64_t  c[SIMC_MAX_DIMS];
+    int64_t  coef[SIMC_MAX_DIMS][SIMC_MAX_DIMS];
+    bool     expr[SIMC_MAX_DIMS];
+    simc_view v;             /* the view the map describes */
+} nki_oob_map;
+
 typedef struct nki_tensor {
     PyObject_HEAD
     simc_view v;
@@ -125,6 +139,8 @@ typedef struct nki_tensor {
     bool      mm_result;  /* a legacy matmul result tile (PSUM += accumulates) */
     int64_t   mm_insn;    /* mm_result: index of the MATMUL instruction that wrote it */
     char      oob_msg[96];
+    nki_oob_map *oob_map; /* oob views made by index expressions: their per-dimension
+                             indices (NULL otherwise; owned) */
 } nki_tensor;
 
 extern PyTypeObject nki_TensorType;

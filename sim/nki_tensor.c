@@ -18,6 +18,7 @@ static void tensor_dealloc(nki_tensor *t)
     if (st && st->refcnt == 1)
         nki_store_release(st);
     simc_store_unref(st);
+    free(t->oob_map);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -50,6 +51,7 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim)
     t->mm_result = false;
     t->mm_insn = -1;
     t->oob_msg[0] = 0;
+    t->oob_map = NULL;
     return t;
 }
 
@@ -190,6 +192,45 @@ nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what)
                                   obj ? Py_TYPE(obj)->tp_name : "nothing");
 }
 
+static bool same_layout_view(const simc_view *a, const simc_view *b)
+{
+    if (a->st != b->st || a->offset != b->offset || a->ndim != b->ndim)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
+            return false;
+    return true;
+}
+
+/* Per-dimension bounds of the elements mask selects (see nki_oob_map). */
+static int check_bounds_map(const nki_tensor *t, const uint8_t *mask, const char *api)
+{
+    const nki_oob_map *m = t->oob_map;
+    int64_t n = simc_view_elems(&t->v), idx[SIMC_MAX_DIMS] = { 0 };
+
+    for (int64_t i = 0; i < n; i++) {
+        for (int d = 0; mask[i] && d < m->ndim; d++) {
+            int64_t x = m->c[d];
+            if (!m->expr[d])
+                continue;
+            for (int k = 0; k < m->gnd; k++)
+                x += m->coef[d][k] * idx[k];   /* inside the checked span: no overflow */
+            if (x < 0 || x >= m->size[d]) {
+                nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api,
+                         "%s (element %lld is selected by the mask: index %lld on dimension %d)",
+                         t->oob_msg, (long long)i, (long long)x, d);
+                return -1;
+            }
+        }
+        for (int d = t->v.ndim - 1; d >= 0; d--) {
+            if (++idx[d] < t->v.shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
 int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
 {
     const simc_view *v = &t->v;
@@ -202,6 +243,8 @@ int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
         return -1;
     }
     n = simc_view_elems(v);
+    if (t->oob_map && same_layout_view(&t->oob_map->v, v))
+        return check_bounds_map(t, mask, api);
     for (int64_t i = 0; i < n; i++) {
         if (mask[i]) {
             int64_t f = simc_elem_index(v, idx);
@@ -279,6 +322,7 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
     int nslices = 0;
     nki_tensor *res;
     char oob[96] = "";
+    nki_oob_map map;
 
     /* Broadcast the grid of every index expression (right-aligned). */
     for (int i = 0; i < nitems; i++) {
@@ -304,6 +348,9 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
         }
     }
     memset(&r, 0, sizeof(r));
+    memset(&map, 0, sizeof(map));
+    map.ndim = v->ndim;
+    map.gnd = gnd;
     r.st = v->st;
     r.dtype = v->dtype;
     r.offset = v->offset;
@@ -317,11 +364,15 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
             nki_index *e = (nki_index *)it;
             int64_t lo = e->c, hi = e->c;
             bool of = false;
+            map.expr[d] = true;
+            map.size[d] = v->shape[d];
+            map.c[d] = e->c;
             for (int k = 0; k < e->ndim; k++) {
                 int gk = gnd - e->ndim + k;
                 int64_t span, step;
                 if (e->shape[k] == 1)
                     continue;
+                map.coef[d][gk] = e->coef[k];
                 of |= __builtin_mul_overflow(e->coef[k], v->strides[d], &step);
                 of |= __builtin_add_overflow(r.strides[gk], step, &r.strides[gk]);
                 of |= __builtin_mul_overflow(e->coef[k], e->shape[k] - 1, &span);
@@ -369,6 +420,11 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
     if (res && oob[0]) {
         res->oob = true;
         snprintf(res->oob_msg, sizeof(res->oob_msg), "%s", oob);
+        if (!t->oob) {   /* indices of a view of an in-bounds view are the map's */
+            map.v = res->v;
+            res->oob_map = kf_malloc(sizeof(map));
+            memcpy(res->oob_map, &map, sizeof(map));
+        }
     }
     if (res)
         res->oob = res->oob || t->oob;

@@ -267,6 +267,11 @@ Test(nki_errors, more_rules_have_precise_messages)
                "    r = nl.matmul(p, t[0:64, :])\n    return x\n", 1 },
         { SIM_E_DTYPE, 6, "unknown dtype 'float64'",
           HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype='float64', buffer=nl.sbuf)\n    return x\n", 1 },
+        /* a column past the end lands inside the tensor's storage (the next
+         * row): checked per dimension, not against the storage */
+        { SIM_E_INDEX_OUT_OF_BOUNDS, 7, "selected by the mask: index 64 on dimension 1",
+          LHDR "def k(x):\n    i_p, i_f = nl.mgrid[0:64, 0:64]\n"
+               "    u = nl.load(x[i_p, i_f + 8], mask=(i_f < 60))\n    return x\n", 1 },
         { SIM_E_INDEX_OUT_OF_BOUNDS, 8, "index expression spans [0, 127] on dimension 1 of size 64",
           LHDR "def k(x):\n    i_p = nl.arange(128)[:, None]\n    i_f = nl.arange(128)[None, :]\n"
                "    u = nl.load(x[i_p, i_f])\n    return x\n", 1 },
