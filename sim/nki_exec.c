@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kf_alloc.h"
+
 int nki_opnd_from(PyObject *obj, const char *api, const char *what, nki_opnd *o)
 {
     o->t = NULL;
@@ -95,8 +97,72 @@ float *nki_read_opnd(const nki_opnd *o, int nd, const int64_t *shape, int slot)
     return buf;
 }
 
+/* Step idx (row-major) to the next element of shape. */
+static void next_index(int nd, const int64_t *shape, int64_t *idx)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d])
+            return;
+        idx[d] = 0;
+    }
+}
+
+void nki_store_select(const simc_view *v, const uint8_t *mask)
+{
+    simc_store *st = v->st;
+    int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
+
+    if (!st->fresh || !mask || st->nelem <= 0)
+        return;
+    if (!st->sel)
+        st->sel = kf_calloc((size_t)st->nelem, 1);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t f = simc_elem_index(v, idx);
+        if (mask[i] && f >= 0 && f < st->nelem)
+            st->sel[f] = 1;
+        next_index(v->ndim, v->shape, idx);
+    }
+}
+
+int nki_legacy_mask(PyObject *mask_obj, nki_tensor *tile, const char *api)
+{
+    uint8_t *mask;
+    if (nki_mask_dense(mask_obj, tile->v.ndim, tile->v.shape, api, &mask) < 0)
+        return -1;
+    nki_store_select(&tile->v, mask);
+    return 0;
+}
+
+void nki_store_written(simc_store *st)
+{
+    if (st->fresh) {
+        st->fresh = false;
+    } else if (st->sel) {
+        free(st->sel);
+        st->sel = NULL;
+    }
+}
+
+const uint8_t *nki_sel_mask(const simc_view *sv, const uint8_t *mask, int slot)
+{
+    const simc_store *st = sv->st;
+    int64_t n = simc_view_elems(sv), idx[SIMC_MAX_DIMS] = { 0 };
+    uint8_t *m;
+
+    if (!st->sel)
+        return mask;
+    m = (uint8_t *)nki_scratch(slot, (n + 3) / 4);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t f = simc_elem_index(sv, idx);
+        m[i] = (uint8_t)(f >= 0 && f < st->nelem && st->sel[f] && (!mask || mask[i]));
+        next_index(sv->ndim, sv->shape, idx);
+    }
+    return m;
+}
+
 void nki_write(const simc_view *v, const float *vals, const uint8_t *mask)
 {
+    nki_store_select(v, mask);
     if (nki_cur->numerics)
         simc_scatter(v, vals, mask);
     else if (v->st->open)
@@ -113,6 +179,7 @@ sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const si
 
     in->engine = (uint8_t)eng;
     if (dst) {
+        nki_store_written(dst->st);
         simc_view_region(dst, &in->dst[0]);
         in->ndst = 1;
     }
@@ -137,20 +204,27 @@ sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const si
     return in;
 }
 
+static nki_tensor *mark_fresh(nki_tensor *t)
+{
+    if (t)
+        t->v.st->fresh = true;
+    return t;
+}
+
 nki_tensor *nki_new_tile(sim_mem mem, sim_dtype dt, int nd, const int64_t *shape, const char *api)
 {
     int64_t s2[SIMC_MAX_DIMS];
     if (nd == 1) {    /* on-chip tiles are at least 2-D */
         s2[0] = shape[0];
         s2[1] = 1;
-        return nki_tensor_alloc(mem, dt, 2, s2, 0, "", api);
+        return mark_fresh(nki_tensor_alloc(mem, dt, 2, s2, 0, "", api));
     }
     if (nd == 0) {
         s2[0] = 1;
         s2[1] = 1;
-        return nki_tensor_alloc(mem, dt, 2, s2, 0, "", api);
+        return mark_fresh(nki_tensor_alloc(mem, dt, 2, s2, 0, "", api));
     }
-    return nki_tensor_alloc(mem, dt, nd, shape, 0, "", api);
+    return mark_fresh(nki_tensor_alloc(mem, dt, nd, shape, 0, "", api));
 }
 
 int nki_dtype_arg(PyObject *obj, sim_dtype dflt, const char *api)
@@ -237,6 +311,8 @@ int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *
         if (nki_check_bounds(o.t, NULL, api) < 0)
             return -1;
     }
+    if (sv)   /* `dst[...] = op(..., mask=m)`: only what the op wrote */
+        mask = nki_sel_mask(sv, mask, 7);
     if (nki_check_bounds(dst, mask, api) < 0)
         return -1;
     if (!sv) {

@@ -283,6 +283,17 @@ static PyObject *pred_new_like(int nd, const int64_t *shape, int64_t *n)
     return (PyObject *)p;
 }
 
+bool nki_pred_fits(PyObject *mask, int nd, const int64_t *shape)
+{
+    const nki_pred *p = (const nki_pred *)mask;
+    if (!mask || Py_TYPE(mask) != &nki_PredType || p->ndim > nd)
+        return false;
+    for (int k = 0; k < p->ndim; k++)
+        if (p->shape[k] != 1 && p->shape[k] != shape[nd - p->ndim + k])
+            return false;
+    return true;
+}
+
 int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *api,
                    uint8_t **mask)
 {
@@ -471,21 +482,46 @@ static PyObject *mgrid_result_item(PyObject *o, Py_ssize_t i)
     return PyTuple_GET_ITEM(items, i);
 }
 
+/* .p .x .y .z: the index of axis 0 (partitions), 1, 2, 3 (free axes). */
+static PyObject *mgrid_result_axis(PyObject *o, Py_ssize_t axis)
+{
+    static const char names[] = "pxyz";
+    Py_ssize_t n = PyTuple_GET_SIZE(((nki_mgrid_result *)o)->items);
+    if (axis >= n)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.mgrid",
+                        "the grid has %zd axes, .%c is axis %zd", n, names[axis], axis);
+    return mgrid_result_item(o, axis);
+}
+
 static PyObject *mgrid_result_p(PyObject *o, void *u)
 {
     (void)u;
-    return mgrid_result_item(o, 0);
+    return mgrid_result_axis(o, 0);
 }
 
 static PyObject *mgrid_result_x(PyObject *o, void *u)
 {
     (void)u;
-    return mgrid_result_item(o, 1);
+    return mgrid_result_axis(o, 1);
+}
+
+static PyObject *mgrid_result_y(PyObject *o, void *u)
+{
+    (void)u;
+    return mgrid_result_axis(o, 2);
+}
+
+static PyObject *mgrid_result_z(PyObject *o, void *u)
+{
+    (void)u;
+    return mgrid_result_axis(o, 3);
 }
 
 static PyGetSetDef mgrid_result_getset[] = {
-    { "p", mgrid_result_p, NULL, "partition axis index", NULL },
-    { "x", mgrid_result_x, NULL, "first free axis index", NULL },
+    { "p", mgrid_result_p, NULL, "partition axis index (axis 0)", NULL },
+    { "x", mgrid_result_x, NULL, "first free axis index (axis 1)", NULL },
+    { "y", mgrid_result_y, NULL, "second free axis index (axis 2)", NULL },
+    { "z", mgrid_result_z, NULL, "third free axis index (axis 3)", NULL },
     { NULL, NULL, NULL, NULL, NULL },
 };
 

@@ -116,6 +116,20 @@ int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject
 
 /* ===== tensors ===== */
 
+/* The per-dimension indices of a view made by index expressions: source
+ * dimension d is indexed by c[d] + sum_k coef[d][k] * g_k over the view's
+ * first gnd (grid) dimensions when expr[d], else stays in range by
+ * construction.  Lets bounds be checked per dimension (a column index past
+ * the end can still land inside the tensor's storage). */
+typedef struct nki_oob_map {
+    int      ndim, gnd;
+    int64_t  size[SIMC_MAX_DIMS];
+    int64_t  c[SIMC_MAX_DIMS];
+    int64_t  coef[SIMC_MAX_DIMS][SIMC_MAX_DIMS];
+    bool     expr[SIMC_MAX_DIMS];
+    simc_view v;             /* the view the map describes */
+} nki_oob_map;
+
 typedef struct nki_tensor {
     PyObject_HEAD
     simc_view v;
@@ -125,6 +139,8 @@ typedef struct nki_tensor {
     bool      mm_result;  /* a legacy matmul result tile (PSUM += accumulates) */
     int64_t   mm_insn;    /* mm_result: index of the MATMUL instruction that wrote it */
     char      oob_msg[96];
+    nki_oob_map *oob_map; /* oob views made by index expressions: their per-dimension
+                             indices (NULL otherwise; owned) */
 } nki_tensor;
 
 extern PyTypeObject nki_TensorType;
@@ -170,6 +186,10 @@ PyObject *nki_index_new(int ndim, const int64_t *shape, const int64_t *coef, int
  * *mask = NULL when everything is selected.  -1 with the error raised. */
 int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *api,
                    uint8_t **mask);
+/* Whether mask is a predicate whose shape broadcasts to (nd, shape)
+ * (right-aligned, each dimension equal or 1): which of an instruction's
+ * spaces (its result or its inputs) a legacy mask= is over. */
+bool nki_pred_fits(PyObject *mask, int nd, const int64_t *shape);
 
 /* ===== dtypes, ops ===== */
 
@@ -249,12 +269,23 @@ int nki_parse_axes(PyObject *axis, const simc_view *v, int pdim, bool *red, cons
 /* Reduce v over red[] axes with op into out[] (row-major over the kept
  * axes); returns the number of outputs.  Values only with numerics on. */
 int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float *out, int slot);
+/* A legacy reduction under mask_obj (mask=) into vals (row-major over
+ * out): a mask over the result selects the results written; one over the
+ * input (the instruction's iteration space) leaves unselected inputs out
+ * of each result and writes the results that had any (in_t's index
+ * expression bounds are checked under it).  *wmask is the write mask over
+ * out (NULL: all).  -1 with the error raised. */
+int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
+                      PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask);
 /* dst (+)= stat.T @ mov on the Tensor engine with the checks and the record;
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose);
-/* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form). */
-nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk);
+/* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form);
+ * under mask_obj (mask=, may be NULL) only the selected elements count as
+ * written when the tile is assigned or accumulated (nki_sel_mask). */
+nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk,
+                            PyObject *mask_obj);
 /* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
 /* dst = the transpose of 2-D src (checked by the caller), written under
@@ -282,8 +313,24 @@ bool nki_bcast(const simc_view *in, int nd, const int64_t *shape, simc_view *out
 float *nki_read(const simc_view *v, int slot);
 /* Read an operand broadcast to shape into a scratch slot. */
 float *nki_read_opnd(const nki_opnd *o, int nd, const int64_t *shape, int slot);
-/* Write FP32 row-major values into v (mask may be NULL); no-op without data. */
+/* Write FP32 row-major values into v (mask may be NULL); no-op without data.
+ * A masked write into a fresh result tile remembers what it wrote
+ * (nki_store_select). */
 void nki_write(const simc_view *v, const float *vals, const uint8_t *mask);
+/* Legacy masked results (`dst[...] = op(..., mask=m)` leaves the rest of dst
+ * alone): a masked producer of a fresh tile (nki_new_tile) marks the
+ * elements it wrote (mask row-major over v); the first instruction recorded
+ * into the store keeps the mark, any later one drops it
+ * (nki_store_written, called by nki_emit); nki_sel_mask gives, row-major
+ * over sv, the elements of sv so written AND'ed with mask (scratch `slot`),
+ * or mask itself when the store has no mark. */
+void nki_store_select(const simc_view *v, const uint8_t *mask);
+void nki_store_written(simc_store *st);
+/* For legacy ops that compute their whole fresh result tile: mark the
+ * elements mask_obj (mask=) selects as the ones written, before the op
+ * records its instruction.  -1 with the error raised on a bad mask. */
+int nki_legacy_mask(PyObject *mask_obj, nki_tensor *tile, const char *api);
+const uint8_t *nki_sel_mask(const simc_view *sv, const uint8_t *mask, int slot);
 /* Append an instruction with its operand regions; NULL views are skipped. */
 sim_insn *nki_emit(sim_opcode op, sim_engine eng, const simc_view *dst, const simc_view *s0,
                    const simc_view *s1, const simc_view *s2);

@@ -495,11 +495,12 @@ static PyObject *isa_reciprocal(PyObject *m, PyObject *const *args, Py_ssize_t n
 /* ===== reductions ===== */
 
 static int reduce_core(const char *api, nki_tensor *dst, simn_op op, nki_tensor *data,
-                       PyObject *axis, bool negate, const uint8_t *mask)
+                       PyObject *axis, bool negate, PyObject *mask_obj)
 {
     bool red[SIMC_MAX_DIMS];
     int64_t outn, P;
     float *vals;
+    uint8_t *mask = NULL;
     sim_insn *in;
 
     if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
@@ -518,7 +519,8 @@ static int reduce_core(const char *api, nki_tensor *dst, simn_op op, nki_tensor 
                      (long long)P, (long long)(P ? outn / P : 0), (long long)nki_view_parts(dst),
                      (long long)(nki_view_parts(dst) ? simc_view_elems(&dst->v) / nki_view_parts(dst) : 0));
     vals = nki_scratch(3, outn);
-    nki_reduce_vals(op, &data->v, red, vals, 1);
+    if (nki_reduce_masked(op, api, data, red, mask_obj, &dst->v, vals, &mask) < 0)
+        return -1;
     if (negate && nki_cur->numerics)
         for (int64_t i = 0; i < outn; i++)
             vals[i] = -vals[i];
@@ -545,7 +547,6 @@ static PyObject *isa_tensor_reduce(PyObject *m, PyObject *const *args, Py_ssize_
         bool red[SIMC_MAX_DIMS], keep;
         int64_t shape[SIMC_MAX_DIMS];
         int nd = 0, dt;
-        uint8_t *mask = NULL;
         if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
             !(data = nki_as_tensor(a[1], api, "data")))
             return NULL;
@@ -563,10 +564,8 @@ static PyObject *isa_tensor_reduce(PyObject *m, PyObject *const *args, Py_ssize_
         dt = nki_dtype_arg(a[3], data->v.dtype, api);
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api)))
             return NULL;
-        if (mask_for(a[6], dst, api, &mask) < 0)
-            return finish(dst, true, -1);
         return finish(dst, true, reduce_core(api, dst, op, data, a[2],
-                                             a[4] && PyObject_IsTrue(a[4]) == 1, mask));
+                                             a[4] && PyObject_IsTrue(a[4]) == 1, a[6]));
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[2], api, "data")))
@@ -812,13 +811,25 @@ static PyObject *isa_tensor_scalar_reduce(PyObject *m, PyObject *const *args, Py
 
 /* ===== batch norm statistics ===== */
 
-static int bn_stats_core(const char *api, nki_tensor *dst, nki_tensor *data, const uint8_t *mask)
+/* mask_obj (legacy mask=) is over the result (P, 6) or over data, the
+ * iteration space: then only the selected elements count in each half's
+ * statistics and a partition's results are written when it had any. */
+static int bn_stats_core(const char *api, nki_tensor *dst, nki_tensor *data, PyObject *mask_obj)
 {
     int64_t P = nki_view_parts(data), n = simc_view_elems(&data->v), F = P ? n / P : 0;
     float *x, *out;
+    uint8_t *mask = NULL, *imask = NULL;
 
-    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
-        nki_check_bounds(data, NULL, api) < 0)
+    if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0)
+        return -1;
+    if (mask_obj && !nki_pred_fits(mask_obj, dst->v.ndim, dst->v.shape) &&
+        nki_pred_fits(mask_obj, data->v.ndim, data->v.shape)) {
+        if (nki_mask_dense(mask_obj, data->v.ndim, data->v.shape, api, &imask) < 0)
+            return -1;
+    } else if (nki_mask_dense(mask_obj, dst->v.ndim, dst->v.shape, api, &mask) < 0) {
+        return -1;
+    }
+    if (nki_check_bounds(data, imask, api) < 0)
         return -1;
     if (F > 512)
         return FAILI(SIM_E_SHAPE_MISMATCH, api, "bn_stats takes at most 512 elements per partition, got %lld",
@@ -827,18 +838,27 @@ static int bn_stats_core(const char *api, nki_tensor *dst, nki_tensor *data, con
         return FAILI(SIM_E_SHAPE_MISMATCH, api, "dst must be (%lld, 6)", (long long)P);
     x = nki_read(&data->v, 1);
     out = nki_scratch(3, P * 6);
+    if (imask) {   /* results of partitions with no selected element stay unwritten */
+        mask = (uint8_t *)nki_scratch(6, (P * 6 + 3) / 4);
+        for (int64_t p = 0; p < P; p++) {
+            uint8_t any = memchr(imask + p * F, 1, (size_t)F) != NULL;
+            memset(mask + p * 6, any, 6);
+        }
+    }
     if (nki_cur->numerics)
         for (int64_t p = 0; p < P; p++)
             for (int half = 0; half < 2; half++) {
                 double sum = 0, m2 = 0, mean;
                 int64_t cnt = 0;
-                for (int64_t f = half; f < F; f += 2) {
-                    sum += x[p * F + f];
-                    cnt++;
-                }
+                for (int64_t f = half; f < F; f += 2)
+                    if (!imask || imask[p * F + f]) {
+                        sum += x[p * F + f];
+                        cnt++;
+                    }
                 mean = cnt ? sum / (double)cnt : 0;
                 for (int64_t f = half; f < F; f += 2)
-                    m2 += ((double)x[p * F + f] - mean) * ((double)x[p * F + f] - mean);
+                    if (!imask || imask[p * F + f])
+                        m2 += ((double)x[p * F + f] - mean) * ((double)x[p * F + f] - mean);
                 float *o3 = out + p * 6 + (int64_t)half * 3;
                 o3[0] = (float)cnt;
                 o3[1] = (float)mean;
@@ -904,10 +924,11 @@ static PyObject *bn_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
         shape[1] = aggr ? 2 : 6;
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, 2, shape, api)))
             return NULL;
+        if (!aggr)
+            return finish(dst, true, bn_stats_core(api, dst, data, a[2]));
         if (mask_for(a[2], dst, api, &mask) < 0)
             return finish(dst, true, -1);
-        return finish(dst, true, aggr ? bn_aggr_core(api, dst, data, mask)
-                                      : bn_stats_core(api, dst, data, mask));
+        return finish(dst, true, bn_aggr_core(api, dst, data, mask));
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(data = nki_as_tensor(a[1], api, "data")))
@@ -927,6 +948,34 @@ static PyObject *isa_bn_aggr(PyObject *m, PyObject *const *args, Py_ssize_t narg
 }
 
 /* ===== Tensor engine ===== */
+
+/* perf_mode: only the default (None, 0, "none", matmul_perf_mode.none) is
+ * simulated; any other value is SIM_E_UNSUPPORTED_API naming it. */
+static int perf_mode_ok(const char *api, PyObject *pm)
+{
+    char name[48] = "";
+
+    if (!pm || pm == Py_None)
+        return 0;
+    if (PyLong_Check(pm) && !PyBool_Check(pm)) {
+        long v = PyLong_AsLong(pm);
+        if (v == 0 && !PyErr_Occurred())
+            return 0;
+        PyErr_Clear();
+        snprintf(name, sizeof(name), "%s", v == 1 ? "double_row" : v == 2 ? "double_row_gen3" : "an unknown mode");
+    } else if (PyUnicode_Check(pm)) {
+        const char *s = PyUnicode_AsUTF8(pm);
+        if (s && strcmp(s, "none") == 0)
+            return 0;
+        PyErr_Clear();
+        snprintf(name, sizeof(name), "'%s'", s ? s : "?");
+    } else {
+        snprintf(name, sizeof(name), "a %s", Py_TYPE(pm)->tp_name);
+    }
+    return FAILI(SIM_E_UNSUPPORTED_API, api,
+                 "perf_mode=%s: double-row (perf mode) matmuls are not simulated; drop perf_mode",
+                 name);
+}
 
 static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
@@ -948,16 +997,16 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
             !(st = nki_as_tensor(a[0], api, "stationary")) ||
             !(mv = nki_as_tensor(a[1], api, "moving")))
             return NULL;
-        if (a[8] && a[8] != Py_None && PyLong_Check(a[8]) && PyLong_AsLong(a[8]) != 0)
-            return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
-        return (PyObject *)nki_matmul_tile(api, st, mv, false);
+        if (perf_mode_ok(api, a[8]) < 0)
+            return NULL;
+        return (PyObject *)nki_matmul_tile(api, st, mv, false, a[5]);
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(st = nki_as_tensor(a[1], api, "stationary")) ||
         !(mv = nki_as_tensor(a[2], api, "moving")))
         return NULL;
-    if (a[9] && a[9] != Py_None && PyLong_Check(a[9]) && PyLong_AsLong(a[9]) != 0)
-        return nki_fail(SIM_E_UNSUPPORTED_API, api, "perf_mode (double_row) is not implemented");
+    if (perf_mode_ok(api, a[9]) < 0)
+        return NULL;
     if (a[6] && a[6] != Py_None)
         acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
     return finish(NULL, false, nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1));
@@ -989,6 +1038,8 @@ static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t
         if (dt < 0 || !(dst = nki_new_tile(eng == SIM_ENG_TENSOR ? SIM_MEM_PSUM : SIM_MEM_SBUF,
                                            (sim_dtype)dt, 2, shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[3], dst, api) < 0)
+            return finish(dst, true, -1);
         return finish(dst, true, nki_transpose(api, dst, data, eng));
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
@@ -1126,6 +1177,8 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         dt = nki_dtype_arg(a[1], SIM_DT_INT32, api);
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, e->ndim, e->shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[2], dst, api) < 0)
+            return finish(dst, true, -1);
         n = simc_view_elems(&dst->v);
         vals = nki_scratch(1, n);
         for (int64_t i = 0; i < n; i++) {
@@ -1308,6 +1361,8 @@ static PyObject *isa_tensor_tensor_scan(PyObject *m, PyObject *const *args, Py_s
         int dt = nki_dtype_arg(a[7], d0->v.dtype, api);
         if (dt < 0 || !(dst = legacy_tile(SIM_MEM_SBUF, (sim_dtype)dt, d0, api)))
             return NULL;
+        if (nki_legacy_mask(a[8], dst, api) < 0)
+            return finish(dst, true, -1);
     } else {
         if (!(dst = nki_as_tensor(a[0], api, "dst")))
             return NULL;
@@ -1449,6 +1504,8 @@ static PyObject *isa_tensor_partition_reduce(PyObject *m, PyObject *const *args,
         int dt = nki_dtype_arg(a[2], data->v.dtype, api);
         if (dt < 0 || !(dst = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, 2, shape, api)))
             return NULL;
+        if (nki_legacy_mask(a[3], dst, api) < 0)
+            return finish(dst, true, -1);
     } else {
         if (!(dst = nki_as_tensor(a[0], api, "dst")))
             return NULL;

@@ -5,6 +5,7 @@
  * SBUF tile (matmul and transpose: PSUM) of the promoted or dtype= type. */
 #include "nki_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -606,6 +607,90 @@ int nki_parse_axes(PyObject *axis, const simc_view *v, int pdim, bool *red, cons
     return 0;
 }
 
+/* The masked form of nki_reduce_vals: only input elements imask selects
+ * (row-major over in's shape) take part; any[o] says whether group o had
+ * one (computed with numerics off too).  mean and var count the selected
+ * elements; var uses Welford's update. */
+static int64_t reduce_vals_masked(simn_op op, const simc_view *in, const bool *red,
+                                  const uint8_t *imask, float *out, uint8_t *any, int slot)
+{
+    int64_t n = simc_view_elems(in), outn = 1, idx[SIMC_MAX_DIMS] = { 0 };
+    simn_op bin = simn_op_binary(op);
+    const float *x;
+    double *mean = NULL, *m2 = NULL;
+    int64_t *cnt;
+
+    for (int d = 0; d < in->ndim; d++)
+        if (!red[d])
+            outn *= in->shape[d];
+    x = nki_read(in, slot);
+    cnt = kf_calloc((size_t)(outn ? outn : 1), sizeof(*cnt));
+    if (op == SIMN_OP_VAR) {
+        mean = kf_calloc((size_t)(outn ? outn : 1), sizeof(*mean));
+        m2 = kf_calloc((size_t)(outn ? outn : 1), sizeof(*m2));
+    }
+    for (int64_t o = 0; o < outn; o++)
+        out[o] = simn_op_identity(op);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < in->ndim; d++)
+            if (!red[d])
+                o = o * in->shape[d] + idx[d];
+        if (imask[i]) {
+            cnt[o]++;
+            if (nki_cur->numerics) {
+                if (op == SIMN_OP_VAR) {
+                    double dlt = (double)x[i] - mean[o];
+                    mean[o] += dlt / (double)cnt[o];
+                    m2[o] += dlt * ((double)x[i] - mean[o]);
+                } else {
+                    out[o] = bin == SIMN_OP_ADD ? out[o] + x[i] : simn_alu(bin, out[o], x[i]);
+                }
+            }
+        }
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < in->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    for (int64_t o = 0; o < outn; o++) {
+        any[o] = cnt[o] > 0;
+        if (op == SIMN_OP_MEAN && cnt[o])
+            out[o] /= (float)cnt[o];
+        else if (op == SIMN_OP_VAR)
+            out[o] = cnt[o] ? (float)(m2[o] / (double)cnt[o]) : 0.0f;
+    }
+    free(cnt);
+    free(mean);
+    free(m2);
+    return outn;
+}
+
+int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
+                      PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask)
+{
+    const simc_view *in = &in_t->v;
+    uint8_t *imask;
+
+    *wmask = NULL;
+    if (!mask_obj || mask_obj == Py_None || nki_pred_fits(mask_obj, out->ndim, out->shape) ||
+        !nki_pred_fits(mask_obj, in->ndim, in->shape)) {
+        /* a mask over the result (or one that fits nothing: the error) */
+        if (nki_mask_dense(mask_obj, out->ndim, out->shape, api, wmask) < 0)
+            return -1;
+        nki_reduce_vals(op, in, red, vals, 1);
+        return 0;
+    }
+    /* a mask over the iteration space: the input's elements */
+    if (nki_mask_dense(mask_obj, in->ndim, in->shape, api, &imask) < 0 ||
+        nki_check_bounds(in_t, imask, api) < 0)
+        return -1;
+    *wmask = (uint8_t *)nki_scratch(6, (simc_view_elems(out) + 3) / 4);
+    reduce_vals_masked(op, in, red, imask, vals, *wmask, 1);
+    return 0;
+}
+
 int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float *out, int slot)
 {
     simc_view p = *in;
@@ -686,12 +771,11 @@ static PyObject *reduce_call(simn_op op, const char *api, PyObject *x, PyObject 
     out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, nd, shape, api);
     if (!out)
         return NULL;
-    if (mask_arg(mask_obj, out->v.ndim, out->v.shape, api, &mask) < 0) {
+    vals = nki_scratch(3, simc_view_elems(&out->v));
+    if (nki_reduce_masked(op, api, t, red, mask_obj, &out->v, vals, &mask) < 0) {
         Py_DECREF(out);
         return NULL;
     }
-    vals = nki_scratch(3, simc_view_elems(&out->v));
-    nki_reduce_vals(op, &t->v, red, vals, 1);
     nki_write(&out->v, vals, mask);
     {
         sim_insn *in = nki_emit(SIM_OP_TENSOR_REDUCE, SIM_ENG_VECTOR, &out->v, &t->v, NULL, NULL);
@@ -992,7 +1076,7 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
         C = nki_scratch(3, M * N);
         if (nki_cur->numerics)
             simn_matmul((int)M, (int)N, (int)K, A, stat_is_mk ? K : M, stat_is_mk, B, N, C, N, 0.0f);
-        simc_scatter_accum(&dst->v, C, accumulate, &any_acc);
+        simc_scatter_accum(&dst->v, C, accumulate, NULL, &any_acc);
     }
     in = nki_emit(is_transpose ? SIM_OP_PE_TRANSPOSE : SIM_OP_MATMUL, SIM_ENG_TENSOR, &dst->v, sv,
                   mv, NULL);
@@ -1012,11 +1096,13 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
 }
 
 /* A fresh PSUM (M, N) fp32 tile holding stat.T @ mov (legacy results). */
-nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk)
+nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk,
+                            PyObject *mask_obj)
 {
     int64_t shape[2];
     int64_t K, M, N;
     nki_tensor *out;
+    uint8_t *mask = NULL;
 
     if (stat_is_mk) {
         M = nki_view_parts(stat);
@@ -1035,10 +1121,17 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
     out = nki_new_tile(SIM_MEM_PSUM, SIM_DT_FLOAT32, 2, shape, api);
     if (!out)
         return NULL;
+    if (nki_mask_dense(mask_obj, 2, shape, api, &mask) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    nki_store_select(&out->v, mask);   /* before the MATMUL is recorded into it */
     if (nki_matmul(api, out, stat, mov, -1, stat_is_mk, false) < 0) {
         Py_DECREF(out);
         return NULL;
     }
+    if (mask)
+        nki_cur->rec->insns[nki_cur->rec->n_insns - 1].flags |= SIM_F_MASKED;
     out->mm_result = true;
     out->mm_insn = (int64_t)nki_cur->rec->n_insns - 1;
     return out;
@@ -1056,7 +1149,19 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     y = x ? nki_as_tensor(a[1], "nl.matmul", "y") : NULL;
     if (!y)
         return NULL;
-    return (PyObject *)nki_matmul_tile("nl.matmul", x, y, !(a[2] && PyObject_IsTrue(a[2]) == 1));
+    /* TensorE reads SBUF only; nl.matmul takes SBUF tiles (it inserts a
+     * transpose of x, not a copy out of PSUM or HBM) */
+    for (int i = 0; i < 2; i++) {
+        const nki_tensor *o = i ? y : x;
+        if (o->v.st->mem != SIM_MEM_SBUF)
+            return nki_fail(SIM_E_WRONG_BUFFER, "nl.matmul",
+                            "%s must be an SBUF tile, it is in %s (copy it to SBUF first, e.g. "
+                            "nl.copy(%s) or nisa.tensor_copy)",
+                            i ? "y" : "x", o->v.st->mem == SIM_MEM_PSUM ? "PSUM" : "HBM",
+                            i ? "y" : "x");
+    }
+    return (PyObject *)nki_matmul_tile("nl.matmul", x, y, !(a[2] && PyObject_IsTrue(a[2]) == 1),
+                                       a[3]);
 }
 
 /* Transpose data (P, F) into dst (F, P); PE (into PSUM) or Vector engine. */
@@ -1137,11 +1242,101 @@ static PyObject *nl_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nar
     out = nki_new_tile(SIM_MEM_PSUM, (sim_dtype)dt, 2, shape, "nl.transpose");
     if (!out)
         return NULL;
-    if (nki_transpose("nl.transpose", out, x, SIM_ENG_TENSOR) < 0) {
+    if (nki_legacy_mask(a[2], out, "nl.transpose") < 0 ||
+        nki_transpose("nl.transpose", out, x, SIM_ENG_TENSOR) < 0) {
         Py_DECREF(out);
         return NULL;
     }
     return (PyObject *)out;
+}
+
+/* nl.finfo(dtype): a float dtype's limits as the simulator rounds them
+ * (bits, eps, max, min, tiny = smallest_normal, dtype), read off the
+ * dtype's own conversion for 8- and 16-bit formats. */
+static int finfo_small(sim_dtype dt, double *eps, double *max, double *tiny)
+{
+    unsigned bits = 8 * sim_dtype_size(dt);
+    uint32_t half = 1u << (bits - 1), n = 0;
+    float *v = nki_scratch(3, (int64_t)half);
+
+    *eps = *max = *tiny = 0.0;
+    for (uint32_t i = 1; i < half; i++) {   /* positive patterns grow in value */
+        uint8_t b[2] = { (uint8_t)i, (uint8_t)(i >> 8) };
+        uint16_t h = (uint16_t)i;
+        float x = bits == 8 ? simc_to_f32(dt, b) : simc_to_f32(dt, &h);
+        if (!isfinite(x))
+            break;
+        v[n++] = x;
+    }
+    for (uint32_t i = 0; i < n && *eps == 0.0; i++)
+        if (v[i] > 1.0f)
+            *eps = (double)v[i] - 1.0;
+    /* the smallest normal: the first value whose step up is value * eps
+     * (steps between subnormals are smaller) */
+    for (uint32_t i = 0; i + 1 < n && *tiny == 0.0; i++)
+        if ((double)v[i + 1] - (double)v[i] == (double)v[i] * *eps)
+            *tiny = v[i];
+    *max = n ? v[n - 1] : 0.0;
+    return *eps > 0.0 && *tiny > 0.0 ? 0 : -1;
+}
+
+static PyObject *nl_finfo(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = { "dtype" };
+    PyObject *a[1], *types, *ns, *kw;
+    double eps, max, tiny;
+    int dt;
+    (void)m;
+    if (PARSE("nl.finfo", names, a) < 0)
+        return NULL;
+    if (!a[0])
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.finfo", "finfo takes a dtype");
+    dt = nki_dtype_from(a[0], "nl.finfo");
+    if (dt < 0)
+        return NULL;
+    switch ((sim_dtype)dt) {
+    case SIM_DT_FLOAT32:
+        eps = FLT_EPSILON;
+        max = FLT_MAX;
+        tiny = FLT_MIN;
+        break;
+    case SIM_DT_TFLOAT32:   /* fp32's exponent, 10 mantissa bits */
+        eps = ldexp(1.0, -10);
+        max = ldexp(2.0 - ldexp(1.0, -10), 127);
+        tiny = FLT_MIN;
+        break;
+    case SIM_DT_BFLOAT16:
+    case SIM_DT_FLOAT16:
+    case SIM_DT_FLOAT8_E4M3:
+    case SIM_DT_FLOAT8_E5M2:
+    case SIM_DT_FLOAT8_E4M3FN:
+        if (finfo_small((sim_dtype)dt, &eps, &max, &tiny) < 0)
+            return nki_fail(SIM_E_DTYPE, "nl.finfo", "no limits for %s", sim_dtype_name((sim_dtype)dt));
+        break;
+    default:
+        return nki_fail(SIM_E_DTYPE, "nl.finfo", "finfo takes a float dtype, got %s",
+                        sim_dtype_name((sim_dtype)dt));
+    }
+    types = PyImport_ImportModule("types");
+    if (!types)
+        return NULL;
+    kw = Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:d,s:O}", "bits", (int)(8 * sim_dtype_size((sim_dtype)dt)),
+                       "eps", eps, "max", max, "min", -max, "tiny", tiny, "smallest_normal", tiny,
+                       "dtype", nki_dtype_get((sim_dtype)dt));
+    ns = kw ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+    Py_DECREF(types);
+    if (!ns) {
+        Py_XDECREF(kw);
+        return NULL;
+    }
+    {
+        PyObject *empty = PyTuple_New(0);
+        PyObject *r = empty ? PyObject_Call(ns, empty, kw) : NULL;
+        Py_XDECREF(empty);
+        Py_DECREF(ns);
+        Py_DECREF(kw);
+        return r;
+    }
 }
 
 static PyObject *nl_device_print(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -1253,7 +1448,9 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
         t->v.st->mem == SIM_MEM_PSUM) {
         nki_tensor *r = (nki_tensor *)b;
         sim_record *rec = nki_cur->rec;
-        float *va, *vb;
+        const uint8_t *sel;
+        float *vb;
+        bool any_acc = false;
         int64_t n = simc_view_elems(&t->v);
         if (simc_view_elems(&r->v) != n || t->v.shape[t->pdim < 0 ? 0 : t->pdim] != r->v.shape[0])
             return nki_fail(SIM_E_SHAPE_MISMATCH, api,
@@ -1261,19 +1458,25 @@ static PyObject *tile_inplace(simn_op op, const char *api, PyObject *a, PyObject
                             (long long)r->v.shape[0], (long long)r->v.shape[1], (long long)n);
         if (nki_check_bounds(t, NULL, api) < 0)
             return NULL;
-        va = nki_read(&t->v, 1);
+        /* The product goes into acc as a matmul into acc would, under the
+         * PSUM first-write rule: it overwrites elements whose accumulation
+         * is not open (a fresh tile, or one read or written by another
+         * instruction since its last matmul) and adds to open ones.  Only
+         * the elements a masked matmul computed are written. */
+        sel = nki_sel_mask(&r->v, NULL, 7);
         vb = nki_read(&r->v, 2);
-        if (nki_cur->numerics) {
-            simn_alu_vec(SIMN_OP_ADD, va, vb, 1, va, n);
-            simc_scatter_accum(&t->v, va, -1, NULL);
-        }
+        simc_scatter_accum(&t->v, vb, 0, sel, &any_acc);
         /* Retarget only when the MATMUL is the last instruction (nothing read
          * its result tile meanwhile): `acc += nl.matmul(...)`. */
         if (r->mm_insn >= 0 && (size_t)r->mm_insn + 1 == rec->n_insns &&
             rec->insns[r->mm_insn].dst[0].alloc == r->v.st->alloc_id) {
             sim_insn *in = &rec->insns[r->mm_insn];
+            nki_store_written(t->v.st);
             simc_view_region(&t->v, &in->dst[0]);
-            in->flags |= SIM_F_ACCUMULATE;
+            if (any_acc)
+                in->flags |= SIM_F_ACCUMULATE;
+            else
+                in->flags = (uint8_t)(in->flags & ~SIM_F_ACCUMULATE);
         } else {
             nki_emit(SIM_OP_TENSOR_TENSOR, SIM_ENG_VECTOR, &t->v, &t->v, &r->v, NULL);
         }
@@ -1337,9 +1540,11 @@ int nki_tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     return rc;
 }
 
-/* nl.nc(n) and nl.spmd_dim(g, nl.nc(n)): a launch dimension of g programs
- * spread over n NeuronCores.  One simulated core runs all g programs, so a
- * spmd_dim is its program count (program ids are the same). */
+/* nl.nc(n) and nl.spmd_dim(a, b, ...): a launch dimension of a * b * ...
+ * programs whose sub-dimensions say how they spread over NeuronCores
+ * (`spmd_dim(nl.nc(2), 2)` and `spmd_dim(2, nl.nc(2))` are 4 programs on 2
+ * cores, `nl.nc(2) * 2` the same).  One simulated core runs every program,
+ * so nl.nc(n) is n and a spmd_dim the product (program ids are the same). */
 static PyObject *nl_nc(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = { "n" };
@@ -1362,12 +1567,18 @@ static PyObject *nl_spmd_dim(PyObject *m, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (kwnames && PyTuple_GET_SIZE(kwnames))
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "spmd_dim takes positional sizes");
-    if (nargs < 1 || !nki_get_int(args[0], &v) || v < 1)
-        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "the first argument must be a positive int");
-    n = v;
-    for (Py_ssize_t i = 1; i < nargs; i++)
+    if (nargs < 1)
+        return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "spmd_dim needs at least one size");
+    for (Py_ssize_t i = 0; i < nargs; i++) {
         if (!nki_get_int(args[i], &v) || v < 1)
-            return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim", "sizes must be positive ints");
+            return nki_fail(SIM_E_BAD_ARGUMENT, "nl.spmd_dim",
+                            "sizes must be positive ints or nl.nc(n), argument %d is not",
+                            (int)i + 1);
+        if (v > INT32_MAX / n)
+            return nki_fail(SIM_E_LIMIT, "nl.spmd_dim", "a launch dimension of more than %d programs",
+                            INT32_MAX);
+        n *= v;
+    }
     return PyLong_FromLongLong(n);
 }
 
@@ -1395,6 +1606,7 @@ PyMethodDef nki_language_methods[] = {
     { "matmul", FASTKW(nl_matmul), "x @ y (or x.T @ y) into a new PSUM tile" },
     { "transpose", FASTKW(nl_transpose), "transpose into a new PSUM tile" },
     { "device_print", FASTKW(nl_device_print), "ignored by the simulator" },
+    { "finfo", FASTKW(nl_finfo), "a float dtype's limits (bits, eps, max, min, tiny)" },
     { "where", FASTKW(nl_where), "select x or y by a condition tile" },
     { "no_reorder", FASTKW(nki_nullcontext), "scheduling hint (a no-op context manager)" },
     { "nc", FASTKW(nl_nc), "a NeuronCore count for spmd_dim" },

@@ -18,6 +18,7 @@ static void tensor_dealloc(nki_tensor *t)
     if (st && st->refcnt == 1)
         nki_store_release(st);
     simc_store_unref(st);
+    free(t->oob_map);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -50,6 +51,7 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim)
     t->mm_result = false;
     t->mm_insn = -1;
     t->oob_msg[0] = 0;
+    t->oob_map = NULL;
     return t;
 }
 
@@ -190,6 +192,45 @@ nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what)
                                   obj ? Py_TYPE(obj)->tp_name : "nothing");
 }
 
+static bool same_layout_view(const simc_view *a, const simc_view *b)
+{
+    if (a->st != b->st || a->offset != b->offset || a->ndim != b->ndim)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
+            return false;
+    return true;
+}
+
+/* Per-dimension bounds of the elements mask selects (see nki_oob_map). */
+static int check_bounds_map(const nki_tensor *t, const uint8_t *mask, const char *api)
+{
+    const nki_oob_map *m = t->oob_map;
+    int64_t n = simc_view_elems(&t->v), idx[SIMC_MAX_DIMS] = { 0 };
+
+    for (int64_t i = 0; i < n; i++) {
+        for (int d = 0; mask[i] && d < m->ndim; d++) {
+            int64_t x = m->c[d];
+            if (!m->expr[d])
+                continue;
+            for (int k = 0; k < m->gnd; k++)
+                x += m->coef[d][k] * idx[k];   /* inside the checked span: no overflow */
+            if (x < 0 || x >= m->size[d]) {
+                nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api,
+                         "%s (element %lld is selected by the mask: index %lld on dimension %d)",
+                         t->oob_msg, (long long)i, (long long)x, d);
+                return -1;
+            }
+        }
+        for (int d = t->v.ndim - 1; d >= 0; d--) {
+            if (++idx[d] < t->v.shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
 int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
 {
     const simc_view *v = &t->v;
@@ -202,6 +243,8 @@ int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api)
         return -1;
     }
     n = simc_view_elems(v);
+    if (t->oob_map && same_layout_view(&t->oob_map->v, v))
+        return check_bounds_map(t, mask, api);
     for (int64_t i = 0; i < n; i++) {
         if (mask[i]) {
             int64_t f = simc_elem_index(v, idx);
@@ -258,6 +301,18 @@ static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int6
 
 #define MAX_ITEMS 16
 
+/* An index that is neither an int, slice, ellipsis, nl.ds nor an index
+ * expression: a tile used as an index is an indirect (tensor-indexed) DMA
+ * gather or scatter, which is not simulated; anything else is a bad index. */
+static PyObject *bad_index(PyObject *it, int d)
+{
+    if (nki_tensor_check(it))
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor[...]",
+                        "a tensor as the index of dimension %d (indirect DMA gather/scatter) is "
+                        "not simulated", d);
+    return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
+                    Py_TYPE(it)->tp_name, d);
+}
 static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
 {
     const simc_view *v = &t->v;
@@ -267,6 +322,7 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
     int nslices = 0;
     nki_tensor *res;
     char oob[96] = "";
+    nki_oob_map map;
 
     /* Broadcast the grid of every index expression (right-aligned). */
     for (int i = 0; i < nitems; i++) {
@@ -292,6 +348,9 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
         }
     }
     memset(&r, 0, sizeof(r));
+    memset(&map, 0, sizeof(map));
+    map.ndim = v->ndim;
+    map.gnd = gnd;
     r.st = v->st;
     r.dtype = v->dtype;
     r.offset = v->offset;
@@ -305,11 +364,15 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
             nki_index *e = (nki_index *)it;
             int64_t lo = e->c, hi = e->c;
             bool of = false;
+            map.expr[d] = true;
+            map.size[d] = v->shape[d];
+            map.c[d] = e->c;
             for (int k = 0; k < e->ndim; k++) {
                 int gk = gnd - e->ndim + k;
                 int64_t span, step;
                 if (e->shape[k] == 1)
                     continue;
+                map.coef[d][gk] = e->coef[k];
                 of |= __builtin_mul_overflow(e->coef[k], v->strides[d], &step);
                 of |= __builtin_add_overflow(r.strides[gk], step, &r.strides[gk]);
                 of |= __builtin_mul_overflow(e->coef[k], e->shape[k] - 1, &span);
@@ -350,14 +413,18 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
             r.ndim++;
             nslices++;
         } else {
-            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
-                            Py_TYPE(it)->tp_name, d);
+            return bad_index(it, d);
         }
     }
     res = nki_tensor_view(v->st, &r, v->st->mem == SIM_MEM_HBM ? -1 : 0);
     if (res && oob[0]) {
         res->oob = true;
         snprintf(res->oob_msg, sizeof(res->oob_msg), "%s", oob);
+        if (!t->oob) {   /* indices of a view of an in-bounds view are the map's */
+            map.v = res->v;
+            res->oob_map = kf_malloc(sizeof(map));
+            memcpy(res->oob_map, &map, sizeof(map));
+        }
     }
     if (res)
         res->oob = res->oob || t->oob;
@@ -428,8 +495,7 @@ PyObject *nki_tensor_subscript(PyObject *self, PyObject *key)
             continue;
         }
         if (it && !PySlice_Check(it))
-            return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
-                            Py_TYPE(it)->tp_name, d);
+            return bad_index(it, d);
         if (it && get_slice(it, v->shape[d], &start, &step, &len, "tensor[...]", d) < 0)
             return NULL;
         r.offset += start * v->strides[d];
@@ -1049,21 +1115,92 @@ static PyObject *tensor_astype(nki_tensor *t, PyObject *arg)
     return (PyObject *)out;
 }
 
+/* t.reshape(shape), t.reshape(d0, d1, ...) or t.reshape(shape=shape). */
+static PyObject *tensor_reshape_kw(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyObject *k0 = PyTuple_GET_ITEM(kwnames, 0);
+        if (nargs != 0 || PyTuple_GET_SIZE(kwnames) != 1 || !PyUnicode_Check(k0) ||
+            PyUnicode_CompareWithASCIIString(k0, "shape") != 0)
+            return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.reshape",
+                            "reshape takes the new shape, positionally or as shape=");
+        return tensor_reshape(t, args, 1);   /* the keyword's value follows the positionals */
+    }
+    return tensor_reshape(t, args, nargs);
+}
+
+/* Keyword forms of the view methods, with the parameter names of the NKI
+ * docs: keywords are matched by nki_parse (an unknown one is
+ * SIM_E_UNSUPPORTED_API naming it, never a raw TypeError) and the method
+ * runs on the resulting positional arguments, which must leave no gap. */
+static PyObject *kw_call(nki_tensor *t, const char *api, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, const char *const *names, int n, int required,
+                         PyObject *(*fast)(nki_tensor *, PyObject *const *, Py_ssize_t),
+                         PyObject *(*one)(nki_tensor *, PyObject *))
+{
+    PyObject *a[4];
+    Py_ssize_t k = 0;
+
+    if (nki_parse(api, args, nargs, kwnames, names, n, a) < 0)
+        return NULL;
+    while (k < n && a[k])
+        k++;
+    for (int i = (int)k; i < n; i++)
+        if (a[i] || i < required)
+            return nki_fail(SIM_E_BAD_ARGUMENT, api, "argument '%s' is missing", names[k]);
+    return one ? one(t, a[0]) : fast(t, a, k);
+}
+
+#define KW_ONE(fn, impl, api, name)                                                          \
+    static PyObject *fn(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,              \
+                        PyObject *kwnames)                                                   \
+    {                                                                                        \
+        static const char *const names[] = { name };                                         \
+        return kw_call(t, api, args, nargs, kwnames, names, 1, 1, NULL, impl);               \
+    }
+#define KW_FAST(fn, impl, api, required, ...)                                                \
+    static PyObject *fn(nki_tensor *t, PyObject *const *args, Py_ssize_t nargs,              \
+                        PyObject *kwnames)                                                   \
+    {                                                                                        \
+        static const char *const names[] = { __VA_ARGS__ };                                  \
+        if (!kwnames || PyTuple_GET_SIZE(kwnames) == 0)                                      \
+            return impl(t, args, nargs);                                                     \
+        return kw_call(t, api, args, nargs, kwnames, names, NKI_NARGS(names), required,      \
+                       impl, NULL);                                                          \
+    }
+KW_ONE(tensor_broadcast_to_kw, tensor_broadcast_to, "tensor.broadcast_to", "shape")
+KW_ONE(tensor_expand_dim_kw, tensor_expand_dim, "tensor.expand_dim", "dim")
+KW_ONE(tensor_expand_dims_kw, tensor_expand_dim, "tensor.expand_dims", "axis")
+KW_ONE(tensor_squeeze_dim_kw, tensor_squeeze_dim, "tensor.squeeze_dim", "dim")
+KW_ONE(tensor_view_kw, tensor_view_dtype, "tensor.view", "dtype")
+KW_ONE(tensor_astype_kw, tensor_astype, "tensor.astype", "dtype")
+KW_FAST(tensor_permute_kw, tensor_permute, "tensor.permute", 1, "dims")
+KW_FAST(tensor_select_kw, tensor_select, "tensor.select", 2, "dim", "index")
+KW_FAST(tensor_slice_kw, tensor_slice, "tensor.slice", 3, "dim", "start", "end", "step")
+KW_FAST(tensor_broadcast_kw, tensor_broadcast, "tensor.broadcast", 2, "dim", "size")
+#undef KW_ONE
+#undef KW_FAST
+
+#define KWM(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
 static PyMethodDef tensor_methods[] = {
-    { "reshape", (PyCFunction)(void (*)(void))tensor_reshape, METH_FASTCALL, "reshape a contiguous view" },
-    { "broadcast_to", (PyCFunction)tensor_broadcast_to, METH_O, "broadcast size-1 dims" },
+    { "reshape", (PyCFunction)(void (*)(void))tensor_reshape_kw, METH_FASTCALL | METH_KEYWORDS,
+      "reshape a contiguous view" },
+    { "broadcast_to", KWM(tensor_broadcast_to_kw), "broadcast size-1 dims" },
     { "ap", (PyCFunction)(void (*)(void))tensor_ap, METH_FASTCALL | METH_KEYWORDS, "access pattern view" },
-    { "permute", (PyCFunction)(void (*)(void))tensor_permute, METH_FASTCALL, "reorder dims" },
-    { "select", (PyCFunction)(void (*)(void))tensor_select, METH_FASTCALL, "index one dim away" },
-    { "slice", (PyCFunction)(void (*)(void))tensor_slice, METH_FASTCALL, "slice one dim" },
-    { "expand_dim", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
-    { "expand_dims", (PyCFunction)tensor_expand_dim, METH_O, "insert a size-1 dim" },
-    { "squeeze_dim", (PyCFunction)tensor_squeeze_dim, METH_O, "drop a size-1 dim" },
-    { "broadcast", (PyCFunction)(void (*)(void))tensor_broadcast, METH_FASTCALL, "repeat a size-1 dim" },
-    { "view", (PyCFunction)tensor_view_dtype, METH_O, "reinterpret as a same-size dtype" },
-    { "astype", (PyCFunction)tensor_astype, METH_O, "a new tile cast to dtype" },
+    { "permute", KWM(tensor_permute_kw), "reorder dims" },
+    { "select", KWM(tensor_select_kw), "index one dim away" },
+    { "slice", KWM(tensor_slice_kw), "slice one dim" },
+    { "expand_dim", KWM(tensor_expand_dim_kw), "insert a size-1 dim" },
+    { "expand_dims", KWM(tensor_expand_dims_kw), "insert a size-1 dim" },
+    { "squeeze_dim", KWM(tensor_squeeze_dim_kw), "drop a size-1 dim" },
+    { "broadcast", KWM(tensor_broadcast_kw), "repeat a size-1 dim" },
+    { "view", KWM(tensor_view_kw), "reinterpret as a same-size dtype" },
+    { "astype", KWM(tensor_astype_kw), "a new tile cast to dtype" },
     { NULL, NULL, 0, NULL },
 };
+#undef KWM
 
 static PyMappingMethods tensor_as_mapping = {
     tensor_len,

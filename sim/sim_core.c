@@ -270,6 +270,7 @@ bool simc_store_unref(simc_store *s)
     if (!s->borrowed)
         free(s->data);
     free(s->open);
+    free(s->sel);
     free(s);
     return true;
 }
@@ -603,7 +604,8 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     SIMC_ROWS_END(v, base)
 }
 
-void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, bool *any_accum)
+void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, const uint8_t *mask,
+                        bool *any_accum)
 {
     simc_store *s = v->st;
     int64_t n = v->ndim ? v->shape[v->ndim - 1] : 1;
@@ -619,6 +621,8 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, boo
         for (int64_t i = 0; i < n; i++) {
             int64_t f = base + i * is;
             bool acc = accumulate > 0 || (accumulate == 0 && s->open && s->open[f]);
+            if (mask && !mask[(x - in) + i])
+                continue;
             if (!s->data) {
                 /* numerics off: accumulation state only */
             } else if (v->dtype == SIM_DT_FLOAT32) {

@@ -57,6 +57,12 @@ typedef struct simc_store {
     bool       borrowed;      /* data belongs to the caller: copy before writing */
     uint8_t   *open;          /* PSUM: per-element "matmul accumulation open" bit */
     int        shared_slot;   /* shared_hbm: index in the run's shared list, -1 otherwise */
+    /* Kept by the nki face for legacy `dst[...] = op(..., mask=m)`: `fresh`
+     * marks a result tile no instruction has written yet; `sel` (nelem
+     * bytes, by flat index) the elements its masked producer wrote, NULL
+     * when it wrote all or anything wrote the store since.  Freed here. */
+    bool       fresh;
+    uint8_t   *sel;
 } simc_store;
 
 typedef struct simc_view {
@@ -122,7 +128,10 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask);
  * (nothing done) otherwise, for the caller's FP32 path. */
 bool simc_copy_raw(const simc_view *dst, const simc_view *src);
 /* PSUM matmul write: each element overwrites when its accumulation is not
- * open (or accumulate < 0), adds when open (or accumulate > 0), and opens. */
-void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, bool *any_accum);
+ * open (or accumulate < 0), adds when open (or accumulate > 0), and opens.
+ * mask (row-major over v's shape, may be NULL) selects the elements written;
+ * the others keep their value and accumulation state. */
+void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, const uint8_t *mask,
+                        bool *any_accum);
 
 #endif

@@ -126,6 +126,20 @@ float simn_act(simn_op op, float x)
     case SIMN_OP_FLOOR: return floorf(x);
     case SIMN_OP_TRUNC: return truncf(x);
     case SIMN_OP_ARCTAN: return atanf(x);
+    /* GELU's sigmoid approximation x * sigmoid(1.702 x) and derivatives */
+    case SIMN_OP_GELU_APPRX_SIGMOID: return x / (1.0f + expf(-1.702f * x));
+    case SIMN_OP_GELU_APPRX_SIGMOID_DX: {
+        float s = 1.0f / (1.0f + expf(-1.702f * x));
+        return s + 1.702f * x * s * (1.0f - s);
+    }
+    case SIMN_OP_GELU_DX:   /* Phi(x) + x phi(x) */
+        return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
+    case SIMN_OP_SILU_DX: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case SIMN_OP_ERF_DX: return 1.12837917f * expf(-x * x);   /* 2 / sqrt(pi) */
+    case SIMN_OP_MISH: return x * tanhf(log1pf(expf(x)));
     default: return NAN;
     }
 }

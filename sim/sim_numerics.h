@@ -65,6 +65,12 @@
     XX(FLOOR, "floor", 1)                                 \
     XX(TRUNC, "trunc", 1)                                 \
     XX(ARCTAN, "arctan", 1)                               \
+    XX(GELU_APPRX_SIGMOID, "gelu_apprx_sigmoid", 1)       \
+    XX(GELU_APPRX_SIGMOID_DX, "gelu_apprx_sigmoid_dx", 1) \
+    XX(GELU_DX, "gelu_dx", 1)                             \
+    XX(SILU_DX, "silu_dx", 1)                             \
+    XX(ERF_DX, "erf_dx", 1)                               \
+    XX(MISH, "mish", 1)                                   \
     XX(SUM, "sum", 3)                                     \
     XX(MAX, "max", 3)                                     \
     XX(MIN, "min", 3)                                     \

@@ -193,6 +193,24 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
         { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
           "def k(x):\n    return nl.dropout(x, rate=0.1)\n",
           "nki.language.dropout", "dropout", 5 },
+        /* not disguised as a rule: a tile as an index is indirect DMA */
+        { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
+          "def k(x):\n    t = nl.load(x)\n    u = nl.load(x[t])\n    return x\n",
+          "tensor[...]", "(indirect DMA gather/scatter) is not simulated", 6 },
+        /* double-row matmuls, whichever way perf_mode is spelled */
+        { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.nc_matmul(dst=r, stationary=a, moving=b, perf_mode='double_row')\n"
+              "    return x\n",
+          "nisa.nc_matmul", "perf_mode='double_row'", 9 },
+        { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+              "    nisa.nc_matmul(dst=r, stationary=a, moving=b,\n"
+              "                   perf_mode=nisa.matmul_perf_mode.double_row_gen3)\n"
+              "    return x\n",
+          "nisa.nc_matmul", "perf_mode=double_row_gen3", 9 },
     };
     sim_array in;
 
@@ -244,8 +262,16 @@ Test(nki_errors, more_rules_have_precise_messages)
         { SIM_E_SHAPE_MISMATCH, 8, "operand shapes 128x64 and 64x128 do not broadcast",
           LHDR "def k(x):\n" T "    u = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)\n"
                "    w = t + u\n    return x\n", 1 },
+        { SIM_E_WRONG_BUFFER, 8, "x must be an SBUF tile, it is in PSUM",
+          LHDR "def k(x):\n" T "    p = nl.transpose(t[:, 0:64])\n"
+               "    r = nl.matmul(p, t[0:64, :])\n    return x\n", 1 },
         { SIM_E_DTYPE, 6, "unknown dtype 'float64'",
           HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype='float64', buffer=nl.sbuf)\n    return x\n", 1 },
+        /* a column past the end lands inside the tensor's storage (the next
+         * row): checked per dimension, not against the storage */
+        { SIM_E_INDEX_OUT_OF_BOUNDS, 7, "selected by the mask: index 64 on dimension 1",
+          LHDR "def k(x):\n    i_p, i_f = nl.mgrid[0:64, 0:64]\n"
+               "    u = nl.load(x[i_p, i_f + 8], mask=(i_f < 60))\n    return x\n", 1 },
         { SIM_E_INDEX_OUT_OF_BOUNDS, 8, "index expression spans [0, 127] on dimension 1 of size 64",
           LHDR "def k(x):\n    i_p = nl.arange(128)[:, None]\n    i_f = nl.arange(128)[None, :]\n"
                "    u = nl.load(x[i_p, i_f])\n    return x\n", 1 },

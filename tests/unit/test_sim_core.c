@@ -134,16 +134,38 @@ Test(sim_core, psum_first_write_overwrites_then_accumulates_until_read)
     float one[4] = { 1, 1, 1, 1 }, out[4];
     bool acc;
 
-    simc_scatter_accum(&v, one, 0, &acc);     /* fresh: NaN is overwritten */
+    simc_scatter_accum(&v, one, 0, NULL, &acc);     /* fresh: NaN is overwritten */
     cr_assert_not(acc);
-    simc_scatter_accum(&v, one, 0, &acc);     /* open: accumulates */
+    simc_scatter_accum(&v, one, 0, NULL, &acc);     /* open: accumulates */
     cr_assert(acc);
     simc_gather(&v, out);                     /* a read closes the group */
     cr_assert_eq(out[3], 2.0f);
-    simc_scatter_accum(&v, one, 0, &acc);
+    simc_scatter_accum(&v, one, 0, NULL, &acc);
     cr_assert_not(acc);
     simc_gather(&v, out);
     cr_assert_eq(out[0], 1.0f);
+    simc_store_unref(p);
+}
+
+Test(sim_core, psum_masked_matmul_write_leaves_the_rest)
+{
+    simc_store *p = simc_store_new(SIM_MEM_PSUM, SIM_DT_FLOAT32, 2, 2, true);
+    simc_view v = view2(p, 0, 2, 2, 2, 1);
+    float one[4] = { 1, 1, 1, 1 }, out[4];
+    uint8_t m[4] = { 1, 0, 0, 1 }, none[4] = { 0, 0, 0, 0 };
+    bool acc;
+
+    simc_scatter_accum(&v, one, 0, none, &acc);   /* writes nothing, opens nothing */
+    cr_assert_not(acc);
+    simc_scatter_accum(&v, one, 0, m, &acc);      /* [0] and [3] overwritten */
+    cr_assert_not(acc);
+    simc_scatter_accum(&v, one, 0, NULL, &acc);   /* [0], [3] add; [1], [2] take 1 */
+    cr_assert(acc);
+    simc_gather(&v, out);
+    cr_assert_eq(out[0], 2.0f);
+    cr_assert_eq(out[1], 1.0f);
+    cr_assert_eq(out[2], 1.0f);
+    cr_assert_eq(out[3], 2.0f);
     simc_store_unref(p);
 }
 

@@ -1,0 +1,400 @@
+/* API gaps valid kernels hit (issue 21): activation functions, keyword
+ * forms, mgrid axes and dtype information, each run through sim_run_source
+ * and checked against values computed here in C. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "sim/sim_run.h"
+#include "tests/lib/kf_test.h"
+
+static sim_array mk(const char *name, int64_t d0, int64_t d1)
+{
+    sim_array a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "%s", name);
+    a.dtype = SIM_DT_FLOAT32;
+    a.ndim = 2;
+    a.shape[0] = d0;
+    a.shape[1] = d1;
+    a.data = kf_calloc((size_t)(d0 * d1), 4);
+    for (int64_t i = 0; i < d0 * d1; i++)   /* -3 .. 3 in steps of 3/32 */
+        ((float *)a.data)[i] = (float)(i % 65 - 32) * (3.0f / 32.0f);
+    return a;
+}
+
+static const float *f32(const sim_array *a)
+{
+    return (const float *)a->data;
+}
+
+typedef struct run_result {
+    kf_code rc;
+    sim_array *out;
+    size_t n_out;
+    sim_record rec;
+    sim_error serr;
+    kf_err err;
+} run_result;
+
+static void run(run_result *r, const char *src, const sim_array *in, size_t n)
+{
+    sim_run_opts o;
+    memset(&o, 0, sizeof(o));
+    memset(r, 0, sizeof(*r));
+    o.entry = "k";
+    o.target = "trn2";
+    o.numerics = true;
+    sim_record_init(&r->rec, "trn2");
+    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
+                           &r->err);
+}
+
+static void done(run_result *r)
+{
+    for (size_t i = 0; i < r->n_out; i++)
+        sim_array_release(&r->out[i]);
+    free(r->out);
+    sim_record_release(&r->rec);
+}
+
+/* ===== activation functions ===== */
+
+static double sigm(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+static double act_ref(int j, double x)
+{
+    const double pi = 3.14159265358979323846;
+    switch (j) {
+    case 0: return x * sigm(1.702 * x);                                       /* gelu_apprx_sigmoid */
+    case 1: return sigm(1.702 * x) * (1.0 + 1.702 * x * (1.0 - sigm(1.702 * x)));   /* its dx */
+    case 2: return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * pi);
+    case 3: return sigm(x) * (1.0 + x * (1.0 - sigm(x)));                     /* silu_dx */
+    case 4: return 2.0 / sqrt(pi) * exp(-x * x);                              /* erf_dx */
+    default: return x * tanh(log1p(exp(x)));                                  /* mish */
+    }
+}
+
+#define ACT_NAMES "['gelu_apprx_sigmoid', 'gelu_apprx_sigmoid_dx', 'gelu_dx', 'silu_dx', 'erf_dx', 'mish']"
+
+Test(nki_api, activation_functions_in_both_generations)
+{
+    /* legacy nl.<name>(x) and current nisa.activation(op=nl.<name>) */
+    const char *legacy =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    outs = []\n"
+        "    t = nl.load(x)\n"
+        "    for name in " ACT_NAMES ":\n"
+        "        o = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "        nl.store(o, getattr(nl, name)(t))\n"
+        "        outs.append(o)\n"
+        "    return tuple(outs)\n";
+    const char *current =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    outs = []\n"
+        "    t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    for name in " ACT_NAMES ":\n"
+        "        r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        nisa.activation(dst=r, op=getattr(nl, name), data=t)\n"
+        "        o = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "        nisa.dma_copy(dst=o, src=r)\n"
+        "        outs.append(o)\n"
+        "    return tuple(outs)\n";
+    const char *srcs[2] = { legacy, current };
+    sim_array in = mk("x", 4, 65);
+
+    for (int s = 0; s < 2; s++) {
+        run_result r;
+        run(&r, srcs[s], &in, 1);
+        cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+        cr_assert_eq(r.n_out, 6);
+        for (int j = 0; j < 6; j++)
+            for (int i = 0; i < 4 * 65; i++) {
+                double x = f32(&in)[i], want = act_ref(j, x), got = f32(&r.out[j])[i];
+                cr_assert(fabs(got - want) <= 1e-5 + 1e-5 * fabs(want),
+                          "generation %d function %d at x=%g: %g, want %g", s, j, x, got, want);
+            }
+        done(&r);
+    }
+    sim_array_release(&in);
+}
+
+/* ===== keyword forms and mgrid axes ===== */
+
+Test(nki_api, reshape_takes_shape_as_a_keyword)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = nl.ndarray((4, 2, 32), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x.reshape(shape=(4, 64)))\n"
+        "    nisa.dma_copy(dst=o, src=t.reshape(shape=[4, 2, 32]))\n"
+        "    assert tuple(t.reshape(shape=(4, 2, -1)).shape) == (4, 2, 32)\n"
+        "    return o\n";
+    const char *bad =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    y = x.reshape(newshape=(256,))\n"
+        "    return x\n";
+    sim_array in = mk("x", 4, 64);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.out[0].ndim, 3);
+    cr_assert_eq(r.out[0].shape[2], 32);
+    cr_assert(memcmp(r.out[0].data, in.data, (size_t)4 * 64 * 4) == 0);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 5);
+    cr_assert(strstr(r.err.msg, "shape=") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki_api, mgrid_names_four_axes)
+{
+    /* o[p, z*6 + y*2 + x] = x[p, x*12 + y*4 + z] over a (4, 2, 3, 4) grid */
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = nl.ndarray((4, 24), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    g = nl.mgrid[0:4, 0:2, 0:3, 0:4]\n"
+        "    t = nl.load(x[g.p, g.x * 12 + g.y * 4 + g.z])\n"
+        "    assert tuple(t.shape) == (4, 2, 3, 4)\n"
+        "    nl.store(o[g.p, g.z * 6 + g.y * 2 + g.x], t)\n"
+        "    return o\n";
+    const char *bad =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    g = nl.mgrid[0:4, 0:24]\n"
+        "    return nl.load(x[g.p, g.y])\n";
+    sim_array in = mk("x", 4, 24);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 4; p++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 4; c++)
+                    cr_assert_eq(f32(&r.out[0])[p * 24 + c * 6 + b * 2 + a],
+                                 f32(&in)[p * 24 + a * 12 + b * 4 + c], "[%d, %d, %d, %d]", p, a, b, c);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 6);
+    cr_assert(strstr(r.err.msg, "2 axes, .y is axis 2") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
+/* ===== dtype information ===== */
+
+Test(nki_api, finfo_gives_each_float_dtypes_limits)
+{
+    /* the kernel's asserts are the check: exact powers of two and maxima */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "want = {\n"
+        "    'float32': (32, 2.0 ** -23, 3.4028234663852886e38, 2.0 ** -126),\n"
+        "    'bfloat16': (16, 2.0 ** -7, 3.3895313892515355e38, 2.0 ** -126),\n"
+        "    'float16': (16, 2.0 ** -10, 65504.0, 2.0 ** -14),\n"
+        "    'tfloat32': (32, 2.0 ** -10, (2 - 2.0 ** -10) * 2.0 ** 127, 2.0 ** -126),\n"
+        "    'float8_e4m3': (8, 0.125, 240.0, 2.0 ** -6),\n"
+        "    'float8_e4m3fn': (8, 0.125, 448.0, 2.0 ** -6),\n"
+        "    'float8_e5m2': (8, 0.25, 57344.0, 2.0 ** -14),\n"
+        "}\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    for name, (bits, eps, mx, tiny) in want.items():\n"
+        "        f = nl.finfo(getattr(nl, name))\n"
+        "        got = (f.bits, f.eps, f.max, f.min, f.tiny, f.smallest_normal)\n"
+        "        assert got == (bits, eps, mx, -mx, tiny, tiny), (name, got)\n"
+        "        assert f.dtype == getattr(nl, name)\n"
+        "    t = nl.full((4, 8), nl.finfo(nl.bfloat16).min, dtype=nl.bfloat16)\n"
+        "    return x\n";
+    const char *bad =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    m = nl.finfo(nl.int32).max\n"
+        "    return x\n";
+    sim_array in = mk("x", 4, 8);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    run(&r, bad, &in, 1);
+    cr_assert_eq(r.serr.code, SIM_E_DTYPE, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 5);
+    cr_assert(strstr(r.err.msg, "got int32") != NULL, "%s", r.err.msg);
+    done(&r);
+    sim_array_release(&in);
+}
+
+/* ===== legacy masks over an instruction's iteration space ===== */
+
+/* Reductions and bn_stats under a mask over their input (the iteration
+ * space) instead of their result: unselected inputs stay out of each
+ * result, and rows with none keep dst's values. */
+Test(nki_api, legacy_reduction_masks_cover_the_iteration_space)
+{
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "import numpy as np\n"
+        "@nki.jit\n"
+        "def k(x, y):\n"
+        "    outs = [nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]\n"
+        "    bo = nl.ndarray((8, 6), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    i_p, i_f = nl.mgrid[0:8, 0:16]\n"
+        "    i_r, i_o = nl.mgrid[0:8, 0:1]\n"
+        "    i_s, i_t = nl.mgrid[0:8, 0:6]\n"
+        "    m = (i_p < 6) & (i_f < 10)\n"
+        "    t = nl.load(x)\n"
+        "    d = [nl.load(y[:, 0:1]) for _ in range(6)]\n"
+        "    d[0][i_r, i_o] = nl.sum(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[1][i_r, i_o] = nl.max(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[2][i_r, i_o] = nl.mean(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[3][i_r, i_o] = nl.var(t, axis=1, keepdims=True, mask=m)\n"
+        "    d[4][i_r, i_o] = nisa.tensor_reduce(np.add, t, axis=1, keepdims=True, mask=m)\n"
+        "    d[5][i_r, i_o] = nl.sum(t, axis=1, keepdims=True, mask=(i_r < 4))\n"
+        "    for j in range(6):\n"
+        "        nl.store(outs[j], d[j])\n"
+        "    b = nl.load(y[:, 0:6])\n"
+        "    b[i_s, i_t] = nisa.bn_stats(t, mask=m, dtype=nl.float32)\n"
+        "    nl.store(bo, b)\n"
+        "    return tuple(outs) + (bo,)\n";
+    sim_array in[2] = { mk("x", 8, 16), mk("y", 8, 16) };
+    const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
+    run_result r;
+
+    for (int i = 0; i < 8 * 16; i++)   /* make y differ from x */
+        ((float *)in[1].data)[i] = 100.0f + (float)i;
+    run(&r, src, in, 2);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 7);
+    for (int p = 0; p < 8; p++) {
+        double sum = 0, mx = -INFINITY, var = 0, full = 0, st[6] = { 0 };
+        for (int f = 0; f < 16; f++)
+            full += x[p * 16 + f];
+        for (int f = 0; f < 10; f++) {
+            sum += x[p * 16 + f];
+            mx = fmax(mx, x[p * 16 + f]);
+        }
+        for (int f = 0; f < 10; f++)
+            var += (x[p * 16 + f] - sum / 10) * (x[p * 16 + f] - sum / 10);
+        for (int h = 0; h < 2; h++) {   /* bn_stats: count, mean, M2 of even / odd columns */
+            double s = 0, m2 = 0;
+            for (int f = h; f < 10; f += 2)
+                s += x[p * 16 + f];
+            for (int f = h; f < 10; f += 2)
+                m2 += (x[p * 16 + f] - s / 5) * (x[p * 16 + f] - s / 5);
+            st[(size_t)h * 3] = 5;
+            st[(size_t)h * 3 + 1] = s / 5;
+            st[(size_t)h * 3 + 2] = m2;
+        }
+        {
+            double want[6] = { sum, mx, sum / 10, var / 10, sum, full };
+            for (int j = 0; j < 6; j++) {
+                bool kept = j == 5 ? p >= 4 : p >= 6;
+                double w = kept ? y[(size_t)p * 16] : want[j], got = f32(&r.out[j])[p];
+                cr_assert(fabs(got - w) <= 1e-5 * (1 + fabs(w)), "output %d row %d: %g, want %g", j,
+                          p, got, w);
+            }
+        }
+        for (int c = 0; c < 6; c++) {
+            double w = p >= 6 ? y[p * 16 + c] : st[c], got = f32(&r.out[6])[p * 6 + c];
+            cr_assert(fabs(got - w) <= 1e-5 * (1 + fabs(w)), "bn_stats [%d, %d]: %g, want %g", p, c,
+                      got, w);
+        }
+    }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki_api, view_methods_take_their_parameters_by_name)
+{
+    /* each keyword form gives the positional form's view */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    t = nl.ndarray((4, 1, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    pairs = [\n"
+        "        (t.view(dtype=nl.int32), t.view(nl.int32)),\n"
+        "        (t.squeeze_dim(dim=1), t.squeeze_dim(1)),\n"
+        "        (t.expand_dim(dim=2), t.expand_dim(2)),\n"
+        "        (t.permute(dims=(0, 2, 1)), t.permute(0, 2, 1)),\n"
+        "        (t.select(dim=2, index=3), t.select(2, 3)),\n"
+        "        (t.slice(dim=2, start=2, end=6), t.slice(2, 2, 6)),\n"
+        "        (t.slice(2, 0, 8, step=2), t.slice(2, 0, 8, 2)),\n"
+        "        (t.broadcast(dim=1, size=5), t.broadcast(1, 5)),\n"
+        "        (t.broadcast_to(shape=(4, 3, 8)), t.broadcast_to((4, 3, 8))),\n"
+        "        (t.astype(dtype=nl.bfloat16), t.astype(nl.bfloat16)),\n"
+        "    ]\n"
+        "    for i, (a, b) in enumerate(pairs):\n"
+        "        assert tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype, (i, a, b)\n"
+        "        assert tuple(a.strides) == tuple(b.strides), (i, a.strides, b.strides)\n"
+        "    return x\n";
+    static const struct {
+        const char *call, *needle;
+        sim_error_code code;
+    } bad[] = {
+        { "t.permute(order=(1, 0))", "keyword argument 'order'", SIM_E_UNSUPPORTED_API },
+        { "t.view(type=nl.int32)", "keyword argument 'type'", SIM_E_UNSUPPORTED_API },
+        { "t.slice(dim=1, start=0)", "argument 'end' is missing", SIM_E_BAD_ARGUMENT },
+        { "t.squeeze_dim()", "argument 'dim' is missing", SIM_E_BAD_ARGUMENT },
+    };
+    sim_array in = mk("x", 4, 8);
+    run_result r;
+
+    run(&r, src, &in, 1);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    done(&r);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char buf[512];
+        snprintf(buf, sizeof(buf),
+                 "import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
+                 "    t = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+                 "    u = %s\n    return x\n", bad[i].call);
+        run(&r, buf, &in, 1);
+        cr_assert_eq(r.serr.code, bad[i].code, "%s: %s", bad[i].call, r.err.msg);
+        cr_assert_eq(r.serr.line, 6, "%s", bad[i].call);
+        cr_assert(strstr(r.err.msg, bad[i].needle) != NULL, "%s: %s", bad[i].call, r.err.msg);
+        done(&r);
+    }
+    sim_array_release(&in);
+}

@@ -1,0 +1,509 @@
+/* Wrong numbers that once came out silently (issue 21): legacy masked
+ * assignment, accumulation into a fresh PSUM tile, and SPMD launches with
+ * nl.spmd_dim.  Every kernel's output is compared element by element with
+ * values computed here in C. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_alloc.h"
+#include "sim/sim_run.h"
+#include "tests/lib/kf_test.h"
+
+#define LHDR                                                                 \
+    "from neuronxcc import nki\n"                                            \
+    "import neuronxcc.nki.language as nl\n"                                  \
+    "import neuronxcc.nki.isa as nisa\n"
+
+static sim_array mk(const char *name, int ndim, int64_t d0, int64_t d1, unsigned seed)
+{
+    sim_array a;
+    int64_t n = d0 * (ndim == 2 ? d1 : 1);
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "%s", name);
+    a.dtype = SIM_DT_FLOAT32;
+    a.ndim = ndim;
+    a.shape[0] = d0;
+    a.shape[1] = ndim == 2 ? d1 : 0;
+    a.data = kf_calloc((size_t)n, 4);
+    srand(seed);
+    for (int64_t i = 0; i < n; i++)   /* multiples of 1/8 in [-2, 2): exact in fp32 sums */
+        ((float *)a.data)[i] = (float)(rand() % 32 - 16) / 8.0f;
+    return a;
+}
+
+static const float *f32(const sim_array *a)
+{
+    return (const float *)a->data;
+}
+
+typedef struct run_result {
+    kf_code rc;
+    sim_array *out;
+    size_t n_out;
+    sim_record rec;
+    sim_error serr;
+    kf_err err;
+} run_result;
+
+static void run(run_result *r, const char *src, const sim_array *in, size_t n, bool numerics)
+{
+    sim_run_opts o;
+    memset(&o, 0, sizeof(o));
+    memset(r, 0, sizeof(*r));
+    o.entry = "k";
+    o.target = "trn2";
+    o.numerics = numerics;
+    sim_record_init(&r->rec, "trn2");
+    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
+                           &r->err);
+}
+
+static void done(run_result *r)
+{
+    for (size_t i = 0; i < r->n_out; i++)
+        sim_array_release(&r->out[i]);
+    free(r->out);
+    sim_record_release(&r->rec);
+}
+
+/* ===== 1. legacy masked assignment ===== */
+
+/* dst starts as y; each assignment writes op(x) only where its mask holds. */
+static const char MASKED_SRC[] =
+    LHDR
+    "@nki.jit\n"
+    "def k(x, y):\n"
+    "    outs = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(7)]\n"
+    "    i_p, i_f = nl.mgrid[0:8, 0:16]\n"
+    "    t = nl.load(x)\n"
+    "    d = [nl.load(y) for _ in range(7)]\n"
+    "    d[0][i_p, i_f] = nl.exp(t, mask=(i_f < 5))\n"
+    "    d[1][...] = nl.add(t, 1.0, mask=(i_p >= 3))\n"
+    "    d[2][i_p, i_f] = nl.multiply(t, t, mask=(i_f >= i_p + 3))\n"
+    "    d[3][i_p, i_f] = nisa.activation(op=nl.exp, data=t, mask=(i_f < 5))\n"
+    "    d[4][i_p, i_f] = nisa.tensor_scalar(t, np.add, 2.0, mask=(i_p < 6) & (i_f >= 8))\n"
+    "    d[5][i_p, i_f] = nl.exp(t, mask=False)\n"
+    "    d[6][...] = nl.copy(t, mask=False)\n"
+    "    for j in range(7):\n"
+    "        nl.store(outs[j], d[j])\n"
+    "    return tuple(outs)\n";
+
+static bool masked_sel(int j, int p, int f)
+{
+    switch (j) {
+    case 0: case 3: return f < 5;
+    case 1: return p >= 3;
+    case 2: return f >= p + 3;
+    case 4: return p < 6 && f >= 8;
+    default: return false;   /* mask=False */
+    }
+}
+
+static float masked_val(int j, float x)
+{
+    switch (j) {
+    case 0: case 3: return expf(x);
+    case 1: return x + 1.0f;
+    case 2: return x * x;
+    default: return x + 2.0f;
+    }
+}
+
+Test(nki_numbers, legacy_masked_assignment_keeps_the_rest_of_dst)
+{
+    char *src = kf_malloc(sizeof(MASKED_SRC) + 32);
+    sim_array in[2] = { mk("x", 2, 8, 16, 1), mk("y", 2, 8, 16, 2) };
+    run_result r;
+
+    snprintf(src, sizeof(MASKED_SRC) + 32, "import numpy as np\n%s", MASKED_SRC);
+    run(&r, src, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 7);
+    for (int j = 0; j < 7; j++)
+        for (int p = 0; p < 8; p++)
+            for (int f = 0; f < 16; f++) {
+                int i = p * 16 + f;
+                float got = f32(&r.out[j])[i], x = f32(&in[0])[i];
+                float want = masked_sel(j, p, f) ? masked_val(j, x) : f32(&in[1])[i];
+                cr_assert(fabsf(got - want) <= 1e-6f * fabsf(want),
+                          "output %d [%d, %d]: %g, want %g", j, p, f, (double)got, (double)want);
+            }
+    /* with numerics off the record is the same: a mask=False copy stays masked */
+    {
+        size_t n = r.rec.n_insns;
+        run_result q;
+        run(&q, src, in, 2, false);
+        cr_assert_eq(q.rc, KF_OK, "%s", q.err.msg);
+        cr_assert_eq(q.rec.n_insns, n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(q.rec.insns[i].flags, r.rec.insns[i].flags, "instruction %zu", i);
+        done(&q);
+    }
+    done(&r);
+    free(src);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+/* Legacy ops that compute their whole result and once ignored mask=:
+ * the assignment still writes only the selected elements. */
+static const char WHOLE_SRC[] =
+    "import numpy as np\n"
+    LHDR
+    "@nki.jit\n"
+    "def k(x, y):\n"
+    "    outs = [nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(4)]\n"
+    "    o4 = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    i_p, i_f = nl.mgrid[0:8, 0:8]\n"
+    "    i_o, i_g = nl.mgrid[0:1, 0:8]\n"
+    "    m = (i_f < 3)\n"
+    "    t = nl.load(x)\n"
+    "    d = [nl.load(y) for _ in range(4)]\n"
+    "    d[0][i_p, i_f] = nisa.iota(i_p * 8 + i_f, dtype=nl.float32, mask=m)\n"
+    "    d[1][i_p, i_f] = nisa.nc_transpose(t, mask=m)\n"
+    "    d[2][i_p, i_f] = nl.transpose(t, mask=m)\n"
+    "    d[3][i_p, i_f] = nisa.tensor_tensor_scan(t, t, 0.0, np.multiply, np.add, mask=m)\n"
+    "    for j in range(4):\n"
+    "        nl.store(outs[j], d[j])\n"
+    "    r = nl.load(y[0:1, :])\n"
+    "    r[i_o, i_g] = nisa.tensor_partition_reduce(np.add, t, mask=(i_g >= 5))\n"
+    "    nl.store(o4, r)\n"
+    "    return tuple(outs) + (o4,)\n";
+
+Test(nki_numbers, legacy_whole_result_ops_honour_mask_on_assignment)
+{
+    sim_array in[2] = { mk("x", 2, 8, 8, 10), mk("y", 2, 8, 8, 11) };
+    const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
+    run_result r;
+
+    run(&r, WHOLE_SRC, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 5);
+    for (int p = 0; p < 8; p++) {
+        float scan = 0.0f;
+        for (int f = 0; f < 8; f++) {
+            float want[4] = { (float)(p * 8 + f), x[f * 8 + p], x[f * 8 + p], 0.0f };
+            scan = x[p * 8 + f] * scan + x[p * 8 + f];
+            want[3] = scan;
+            for (int j = 0; j < 4; j++) {
+                float w = f < 3 ? want[j] : y[p * 8 + f], got = f32(&r.out[j])[p * 8 + f];
+                cr_assert(fabsf(got - w) <= 1e-5f * (1.0f + fabsf(w)), "output %d [%d, %d]: %g, want %g",
+                          j, p, f, (double)got, (double)w);
+            }
+        }
+    }
+    for (int f = 0; f < 8; f++) {
+        float sum = 0.0f, got = f32(&r.out[4])[f];
+        for (int p = 0; p < 8; p++)
+            sum += x[p * 8 + f];
+        cr_assert(fabsf(got - (f >= 5 ? sum : y[f])) < 1e-5f, "partition sum %d: %g", f, (double)got);
+    }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+/* A sliding-window sum in the style of windowed attention: query block qb
+ * (8 rows) sums the keys j in (q - W, q] over key blocks of 8; key blocks
+ * wholly outside the window pass mask=False, the others cut rows and
+ * columns with index masks, the last query block is cut to 5 valid rows
+ * (the rest of s keeps its -1 fill), and every masked result is assigned
+ * into the running tile s. */
+static const char WINDOW_SRC[] =
+    LHDR
+    "W = 11\n"
+    "@nki.jit\n"
+    "def k(x):\n"
+    "    S = x.shape[1]\n"
+    "    out = nl.ndarray((24, 1), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    i_p, i_f = nl.mgrid[0:8, 0:8]\n"
+    "    i_q, i_o = nl.mgrid[0:8, 0:1]\n"
+    "    for qb in range(3):\n"
+    "        rows = 8 if qb < 2 else 5\n"
+    "        s = nl.full((8, 1), -1.0, dtype=nl.float32)\n"
+    "        s[i_q, i_o] = nl.multiply(s, 0.0, mask=(i_q < rows))\n"
+    "        for kb in range(S // 8):\n"
+    "            t = nl.load(x[qb * 8:qb * 8 + 8, kb * 8:kb * 8 + 8])\n"
+    "            live = kb * 8 <= qb * 8 + 7 and kb * 8 + 7 > qb * 8 - W\n"
+    "            m = (kb * 8 + i_f <= qb * 8 + i_p) & (kb * 8 + i_f > qb * 8 + i_p - W) & (i_p < rows)\n"
+    "            w = nl.zeros((8, 8), dtype=nl.float32)\n"
+    "            w[i_p, i_f] = nl.copy(t, mask=m if live else False)\n"
+    "            part = nl.sum(w, axis=1, keepdims=True)\n"
+    "            s[i_q, i_o] = nl.add(s, part, mask=(i_q < rows) if live else False)\n"
+    "        nl.store(out[qb * 8:qb * 8 + 8, :], s)\n"
+    "    return out\n";
+
+Test(nki_numbers, legacy_sliding_window_masks_cut_rows_and_blocks)
+{
+    sim_array in = mk("x", 2, 24, 24, 3);
+    run_result r;
+
+    run(&r, WINDOW_SRC, &in, 1, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int q = 0; q < 24; q++) {
+        float want = 0.0f, got = f32(&r.out[0])[q];
+        if (q >= 21) {
+            want = -1.0f;   /* rows cut from the last query block keep their fill */
+        } else {
+            for (int j = 0; j < 24; j++)
+                if (j <= q && j > q - 11)
+                    want += f32(&in)[q * 24 + j];
+        }
+        cr_assert(fabsf(got - want) < 1e-5f, "row %d: %g, want %g", q, (double)got, (double)want);
+    }
+    done(&r);
+    sim_array_release(&in);
+}
+
+/* Sliding-window attention in the legacy API, the shape of the kernel that
+ * returned 75% NaN: key blocks outside the window pass mask=False to
+ * nc_matmul and affine_select (their scores keep the -9984 fill), the
+ * others mask the window's edges, and P @ V accumulates into a fresh PSUM
+ * tile whose first live block comes after masked-off ones. */
+static const char WINDOW_ATTN_SRC[] =
+    LHDR
+    "B = 16\n"
+    "W = 24\n"
+    "def live(qi, kj):\n"
+    "    return kj * B <= qi * B + B - 1 and kj * B + B - 1 > qi * B - W\n"
+    "@nki.jit\n"
+    "def k(q, kk, v):\n"
+    "    D, S = q.shape\n"
+    "    out = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    i_p, i_f = nl.mgrid[0:B, 0:B]\n"
+    "    for qi in range(S // B):\n"
+    "        q_t = nl.load(q[:, qi * B:(qi + 1) * B])\n"
+    "        s_buf = nl.full((B, S), -9984.0, dtype=nl.float32)\n"
+    "        for kj in range(S // B):\n"
+    "            k_t = nl.load(kk[:, kj * B:(kj + 1) * B])\n"
+    "            qk = nisa.nc_matmul(q_t, k_t, mask=live(qi, kj))\n"
+    "            s_buf[i_p, kj * B + i_f] = nisa.affine_select(\n"
+    "                pred=(qi * B + i_p - kj * B - i_f >= 0) & (kj * B + i_f - qi * B - i_p + W > 0),\n"
+    "                on_true_tile=qk, on_false_value=-9984.0, dtype=nl.float32,\n"
+    "                mask=live(qi, kj))\n"
+    "        mx = nl.max(s_buf, axis=1, keepdims=True)\n"
+    "        p = nl.exp(nl.subtract(s_buf, mx))\n"
+    "        ssum = nl.sum(p, axis=1, keepdims=True)\n"
+    "        acc = nl.ndarray((B, D), dtype=nl.float32, buffer=nl.psum)\n"
+    "        for kj in range(S // B):\n"
+    "            p_t = nl.copy(nisa.nc_transpose(p[:, kj * B:(kj + 1) * B]))\n"
+    "            v_t = nl.load(v[kj * B:(kj + 1) * B, :])\n"
+    "            acc += nisa.nc_matmul(p_t, v_t, mask=live(qi, kj))\n"
+    "        nl.store(out[qi * B:(qi + 1) * B, :], nl.divide(nl.copy(acc), ssum))\n"
+    "    return out\n";
+
+Test(nki_numbers, legacy_sliding_window_attention_matches_c)
+{
+    enum { D = 16, S = 64, W = 24 };
+    sim_array in[3] = { mk("q", 2, D, S, 12), mk("kk", 2, D, S, 13), mk("v", 2, S, D, 14) };
+    const float *q = (const float *)in[0].data, *kk = (const float *)in[1].data;
+    const float *v = (const float *)in[2].data;
+    run_result r;
+
+    run(&r, WINDOW_ATTN_SRC, in, 3, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int i = 0; i < S; i++) {
+        double sc[S], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < S; j++) {
+            sc[j] = -INFINITY;
+            if (j <= i && j > i - W) {
+                sc[j] = 0;
+                for (int d = 0; d < D; d++)
+                    sc[j] += (double)q[d * S + i] * kk[d * S + j];
+                mx = fmax(mx, sc[j]);
+            }
+        }
+        for (int j = 0; j < S; j++)
+            sum += isinf(sc[j]) ? 0.0 : exp(sc[j] - mx);
+        for (int d = 0; d < D; d++) {
+            double want = 0, got = f32(&r.out[0])[i * D + d];
+            for (int j = 0; j < S; j++)
+                if (!isinf(sc[j]))
+                    want += exp(sc[j] - mx) / sum * v[j * D + d];
+            cr_assert(fabs(got - want) <= 1e-4 * (1 + fabs(want)), "out[%d, %d] = %g, want %g", i, d,
+                      got, want);
+        }
+    }
+    done(&r);
+    for (int i = 0; i < 3; i++)
+        sim_array_release(&in[i]);
+}
+
+/* ===== 2. accumulating into a fresh PSUM tile ===== */
+
+/* a (256, 8) and b (256, 16): o = a.T @ b accumulated over two K tiles of
+ * 128, in every legacy spelling, into PSUM tiles nothing initialized. */
+static const char ACC_SRC[] =
+    LHDR
+    "@nki.jit\n"
+    "def k(a, b):\n"
+    "    o = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]\n"
+    "    acc1 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc2 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc3 = nl.ndarray((2, nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc4 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    acc5 = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+    "    for kk in nl.affine_range(2):\n"
+    "        at = nl.load(a[kk * 128:(kk + 1) * 128, :])\n"
+    "        bt = nl.load(b[kk * 128:(kk + 1) * 128, :])\n"
+    "        acc1 += nisa.nc_matmul(at, bt)\n"
+    "        acc2[...] += nisa.nc_matmul(at, bt)\n"
+    "        acc3[0] += nisa.nc_matmul(at, bt)\n"
+    "        acc3[1] += nisa.nc_matmul(at, bt, mask=(kk == 0))\n"
+    "        acc4 += nl.matmul(at, bt, transpose_x=True)\n"
+    "        acc5 += nl.matmul(at, bt, transpose_x=True, mask=False)\n"
+    "    nl.store(o[0], nl.copy(acc1))\n"
+    "    nl.store(o[1], nl.copy(acc2))\n"
+    "    nl.store(o[2], nl.copy(acc3[0]))\n"
+    "    nl.store(o[3], nl.copy(acc3[1]))\n"
+    "    nl.store(o[4], nl.copy(acc4))\n"
+    "    nl.store(o[5], nl.copy(acc5))\n"
+    "    return tuple(o)\n";
+
+Test(nki_numbers, legacy_accumulation_into_a_fresh_psum_tile_starts_from_zero)
+{
+    sim_array in[2] = { mk("a", 2, 256, 8, 4), mk("b", 2, 256, 16, 5) };
+    run_result r;
+    size_t nmm = 0, nacc = 0;
+
+    run(&r, ACC_SRC, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 6);
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float full = 0.0f, half = 0.0f;
+            for (int k = 0; k < 256; k++) {
+                float p = f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+                full += p;
+                if (k < 128)
+                    half += p;
+            }
+            for (int j = 0; j < 5; j++) {
+                float want = j == 3 ? half : full, got = f32(&r.out[j])[m * 16 + n];
+                cr_assert(fabsf(got - want) < 1e-3f, "output %d [%d, %d]: %g, want %g", j, m, n,
+                          (double)got, (double)want);
+            }
+            /* mask=False: the matmul wrote nothing, acc5 was never written */
+            cr_assert(isnan(f32(&r.out[5])[m * 16 + n]));
+        }
+    /* each spelling is one MATMUL into its accumulator: the first into a
+     * fresh tile overwrites, the second accumulates */
+    for (size_t i = 0; i < r.rec.n_insns; i++)
+        if (r.rec.insns[i].opcode == SIM_OP_MATMUL) {
+            nmm++;
+            nacc += (r.rec.insns[i].flags & SIM_F_ACCUMULATE) != 0;
+        }
+    cr_assert_eq(nmm, 12);
+    cr_assert_eq(nacc, 4, "%zu accumulating matmuls", nacc);   /* acc1..acc4, second pass */
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+/* The current API's spelling: nc_matmul(dst=acc) into a fresh nl.ndarray
+ * in PSUM, twice, accumulate=None. */
+Test(nki_numbers, current_matmul_into_a_fresh_psum_tile_starts_from_zero)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    o = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    acc = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+        "    for kk in range(2):\n"
+        "        at = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        bt = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        nisa.dma_copy(dst=at, src=a[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.dma_copy(dst=bt, src=b[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.nc_matmul(dst=acc, stationary=at, moving=bt)\n"
+        "    r = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.tensor_copy(dst=r, src=acc)\n"
+        "    nisa.dma_copy(dst=o, src=r)\n"
+        "    return o\n";
+    sim_array in[2] = { mk("a", 2, 256, 8, 6), mk("b", 2, 256, 16, 7) };
+    run_result r;
+
+    run(&r, src, in, 2, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0.0f;
+            for (int k = 0; k < 256; k++)
+                want += f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+            cr_assert(fabsf(f32(&r.out[0])[m * 16 + n] - want) < 1e-3f, "[%d, %d]", m, n);
+        }
+    done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+/* ===== 3. nl.spmd_dim launches every program ===== */
+
+Test(nki_numbers, spmd_dim_launches_the_product_of_its_sizes)
+{
+    /* kernel[nl.spmd_dim(2, nl.nc(2)), 4]: 4 x 4 programs; each writes its
+     * own element with its ids and the grid it sees.  The other spellings
+     * of the same grid (spmd_dim(nl.nc(2), 2), nl.nc(2) * 2) fill o2, o3. */
+    const char *src =
+        LHDR
+        "@nki.jit\n"
+        "def fill(o):\n"
+        "    i = nl.program_id(0)\n"
+        "    j = nl.program_id(1)\n"
+        "    v = i * 1000 + j * 100 + nl.num_programs(0) * 10 + nl.num_programs(1)\n"
+        "    t = nl.full((1, 1), float(v), dtype=nl.float32)\n"
+        "    nl.store(o[i, j], t)\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = [nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(3)]\n"
+        "    fill[nl.spmd_dim(2, nl.nc(2)), 4](o[0])\n"
+        "    fill[nl.spmd_dim(nl.nc(2), 2), 4](o[1])\n"
+        "    fill[nl.nc(2) * 2, 4](o[2])\n"
+        "    return tuple(o)\n";
+    sim_array in = mk("x", 2, 1, 1, 8);
+    run_result r;
+    uint32_t max_spmd = 0;
+
+    run(&r, src, &in, 1, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 3);
+    for (int g = 0; g < 3; g++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                cr_assert_eq(f32(&r.out[g])[i * 4 + j], (float)(i * 1000 + j * 100 + 44),
+                             "launch %d element [%d, %d] = %g", g, i, j,
+                             (double)f32(&r.out[g])[i * 4 + j]);
+    for (size_t i = 0; i < r.rec.n_insns; i++)
+        if (r.rec.insns[i].spmd > max_spmd)
+            max_spmd = r.rec.insns[i].spmd;
+    cr_assert_eq(max_spmd, 47);   /* 3 launches of 16 programs, numbered on */
+    done(&r);
+    sim_array_release(&in);
+}
+
+Test(nki_numbers, spmd_dim_rejects_bad_sizes)
+{
+    const char *src =
+        LHDR
+        "@nki.jit\n"
+        "def fill(o):\n"
+        "    pass\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    fill[nl.spmd_dim(2, 0), 4](x)\n"
+        "    return x\n";
+    sim_array in = mk("x", 2, 1, 1, 9);
+    run_result r;
+
+    run(&r, src, &in, 1, false);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "argument 2") != NULL, "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 9);
+    done(&r);
+    sim_array_release(&in);
+}
