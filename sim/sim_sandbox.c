@@ -1120,8 +1120,17 @@ static void classify(const sim_sandbox_limits *lim, int status, int killed_wall,
     }
 }
 
+static int shorter_first(const void *a, const void *b)
+{
+    size_t la = strlen(*(char *const *)a), lb = strlen(*(char *const *)b);
+    return la < lb ? -1 : la > lb;
+}
+
 /* Absolute, symlink-free copies of the caller's read-only paths (the child
- * binds them at these paths); missing ones are dropped. */
+ * binds them at these paths); missing ones are dropped.  Shorter paths come
+ * first: a folder is bound before the files under it, which it then shows
+ * (bound the other way round, the file's mount point would hide the rest of
+ * the folder). */
 static char **resolve_paths(const char *const *in)
 {
     size_t n = 0, k = 0;
@@ -1134,6 +1143,7 @@ static char **resolve_paths(const char *const *in)
         if (r)
             out[k++] = r;
     }
+    qsort(out, k, sizeof(*out), shorter_first);
     return out;
 }
 
