@@ -133,7 +133,13 @@ void sim_check_compare(const sim_array *got, const sim_array *want, sim_check_to
 static const char ref_glue[] =
     "import importlib.util, inspect, json, traceback\n"
     "import numpy as np\n"
-    "def _kf_ref(path, entry, arrays, kwargs_json):\n"
+    "def _kf_conv(v):\n"
+    "    if isinstance(v, list):\n"
+    "        return tuple(_kf_conv(x) for x in v)\n"
+    "    if isinstance(v, dict):\n"
+    "        return {k: _kf_conv(x) for k, x in v.items()}\n"
+    "    return v\n"
+    "def _kf_ref(path, entry, arrays, kwargs_json, slots):\n"
     "    try:\n"
     "        spec = importlib.util.spec_from_file_location('_kforge_reference', path)\n"
     "        if spec is None:\n"
@@ -144,7 +150,7 @@ static const char ref_glue[] =
     "        if not callable(fn):\n"
     "            return ('error', f'{path} defines no function {entry!r}; name it like the '\n"
     "                    f'kernel entry or pass --ref-entry')\n"
-    "        kw = json.loads(kwargs_json) if kwargs_json else {}\n"
+    "        kw = _kf_conv(json.loads(kwargs_json)) if kwargs_json else {}\n"
     "        try:\n"
     "            ps = inspect.signature(fn).parameters\n"
     "            if not any(p.kind == p.VAR_KEYWORD for p in ps.values()):\n"
@@ -152,6 +158,9 @@ static const char ref_glue[] =
     "        except (TypeError, ValueError):\n"
     "            pass\n"
     "        args = [np.frombuffer(b, dtype=dt).reshape(shape).copy() for b, dt, shape in arrays]\n"
+    "        if slots is not None:\n"
+    "            it = iter(args)\n"
+    "            args = [next(it) if j is None else _kf_conv(json.loads(j)) for j in slots]\n"
     "        res = fn(*args, **kw)\n"
     "        if not isinstance(res, (tuple, list)):\n"
     "            res = (res,)\n"
@@ -237,8 +246,15 @@ kf_code sim_check_reference(const char *path, const char *entry, const sim_array
                             size_t n_inputs, const char *kwargs_json, sim_array **outs,
                             size_t *n_outs, kf_err *err)
 {
+    return sim_check_reference_args(path, entry, inputs, n_inputs, NULL, 0, kwargs_json, outs, n_outs, err);
+}
+
+kf_code sim_check_reference_args(const char *path, const char *entry, const sim_array *inputs,
+                                 size_t n_inputs, const sim_run_arg *args, size_t n_args,
+                                 const char *kwargs_json, sim_array **outs, size_t *n_outs, kf_err *err)
+{
     PyGILState_STATE gs;
-    PyObject *list = NULL, *res = NULL;
+    PyObject *list = NULL, *res = NULL, *slots = NULL;
     kf_code rc = KF_OK;
 
     *outs = NULL;
@@ -263,7 +279,17 @@ kf_code sim_check_reference(const char *path, const char *entry, const sim_array
     list = PyList_New((Py_ssize_t)n_inputs);
     for (size_t i = 0; i < n_inputs; i++)
         PyList_SET_ITEM(list, (Py_ssize_t)i, input_tuple(&inputs[i]));
-    res = PyObject_CallFunction(glue_fn, "ssOs", path, entry, list, kwargs_json ? kwargs_json : "");
+    if (n_args) {
+        slots = PyList_New((Py_ssize_t)n_args);
+        for (size_t i = 0; slots && i < n_args; i++) {
+            PyObject *v = args[i].json ? PyUnicode_FromString(args[i].json) : Py_NewRef(Py_None);
+            PyList_SET_ITEM(slots, (Py_ssize_t)i, v ? v : Py_NewRef(Py_None));
+        }
+    } else {
+        slots = Py_NewRef(Py_None);
+    }
+    res = PyObject_CallFunction(glue_fn, "ssOsO", path, entry, list, kwargs_json ? kwargs_json : "",
+                                slots ? slots : Py_None);
     if (!res) {
         rc = py_error(err, "reference");
         goto out;
@@ -295,6 +321,7 @@ kf_code sim_check_reference(const char *path, const char *entry, const sim_array
     *n_outs = (size_t)n;
 out:
     Py_XDECREF(list);
+    Py_XDECREF(slots);
     Py_XDECREF(res);
     PyGILState_Release(gs);
     return rc;

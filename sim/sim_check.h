@@ -74,6 +74,13 @@ kf_code sim_check_reference(const char *path, const char *entry, const sim_array
                             size_t n_inputs, const char *kwargs_json, sim_array **outs,
                             size_t *n_outs, kf_err *err);
 
+/* The same with positional arguments laid out as sim_run_opts.args says
+ * (n_args 0: the inputs alone); JSON arrays reach the reference as tuples,
+ * objects as dicts. */
+kf_code sim_check_reference_args(const char *path, const char *entry, const sim_array *inputs,
+                                 size_t n_inputs, const sim_run_arg *args, size_t n_args,
+                                 const char *kwargs_json, sim_array **outs, size_t *n_outs, kf_err *err);
+
 /* Free arrays returned by sim_check_reference (NULL-safe). */
 void sim_check_arrays_free(sim_array *a, size_t n);
 

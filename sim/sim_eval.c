@@ -91,8 +91,9 @@ kf_code sim_check_eval_child(void *arg, sim_sandbox_out *out, kf_err *err)
     if (s->ref_path) {
         kf_err rerr = KF_ERR_INIT;
         t0 = now_s();
-        if (sim_check_reference(s->ref_path, s->ref_entry ? s->ref_entry : s->run.entry, s->inputs,
-                                s->n_inputs, s->run.kwargs_json, &refs, &n_refs, &rerr) != KF_OK) {
+        if (sim_check_reference_args(s->ref_path, s->ref_entry ? s->ref_entry : s->run.entry, s->inputs,
+                                     s->n_inputs, s->run.args, s->run.n_args, s->run.kwargs_json, &refs,
+                                     &n_refs, &rerr) != KF_OK) {
             cJSON_AddStringToObject(j, "ref_error", rerr.msg);
         } else {
             size_t sent = 0;
@@ -141,11 +142,18 @@ kf_code sim_check_evaluate(const sim_sandbox_limits *lim, const sim_eval_spec *s
     memset(ev, 0, sizeof(*ev));
     sim_error_clear(&ev->serr);
     sim_eval_spec copy = *spec;      /* the child reads it; the sandbox API takes void * */
-    const char *files[] = { spec->run.source_path, spec->ref_path, NULL };
+    /* all the evaluation may read of the machine: the kernel, the reference
+     * and the import roots the caller names */
+    const char *files[SIM_RUN_MAX_PATHS + 3] = { NULL };
+    size_t nf = 0;
     sim_sandbox_limits l = *lim;
-    if (!files[0])
-        files[0] = spec->ref_path, files[1] = NULL;
-    l.ro_paths = files;              /* all the evaluation may read of the machine */
+    if (spec->run.source_path)
+        files[nf++] = spec->run.source_path;
+    if (spec->ref_path)
+        files[nf++] = spec->ref_path;
+    for (size_t i = 0; spec->run.paths && spec->run.paths[i] && i < SIM_RUN_MAX_PATHS; i++)
+        files[nf++] = spec->run.paths[i];
+    l.ro_paths = files;
     rc = sim_sandbox_run(&l, sim_check_eval_child, &copy, &ev->sb, err);
     if (rc != KF_OK)
         return rc;

@@ -3,6 +3,10 @@
  * sandbox: the unit of work of kforge-sim run, the corpus test and the
  * worker's validator.
  *
+ * The sandbox exposes, read-only, the kernel file, the reference file and
+ * the import roots of run.paths (folders, whole), and nothing else of the
+ * caller's files.
+ *
  * sim_check_evaluate() runs sim_sandbox_run() with sim_check_eval_child: the
  * child runs the kernel with sim_run_kernel(), then (if asked) the reference
  * with sim_check_reference(), and sends the outputs, the reference results

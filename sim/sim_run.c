@@ -15,6 +15,7 @@
 
 #include "kf_alloc.h"
 #include "nki_internal.h"
+#include "sim_load.h"
 
 /* SPMD programs in one launch (each re-traces the kernel). */
 #define SIM_MAX_PROGRAMS 65536
@@ -98,7 +99,7 @@ static kf_code py_init(kf_err *err)
     if (path && p)
         PyList_Append(path, p);
     Py_XDECREF(p);
-    if (nki_modules_install() < 0) {
+    if (nki_modules_install() < 0 || sim_load_init() < 0) {
         PyErr_Print();
         py_failed = true;
         return kf_err_set(err, KF_INTERNAL, "installing the nki modules failed");
@@ -129,13 +130,59 @@ static void set_err(sim_error *serr, sim_error_code code, const char *file, int 
     snprintf(serr->values, sizeof(serr->values), "%s", values ? values : "");
 }
 
+/* The files that are the user's code: the kernel file, and the files under
+ * its folder and the import roots (sim_run_opts.paths), as Python names
+ * them (the sys.path entry, then the file). */
+typedef struct user_files {
+    const char *kernel;
+    const char *roots[SIM_RUN_MAX_PATHS + 1];
+    char       *abs[SIM_RUN_MAX_PATHS + 1];   /* os.path.abspath of each (Python's module paths) */
+    size_t      n_roots;
+} user_files;
+
+static void user_root_add(user_files *u, const char *root)
+{
+    PyObject *m = PyImport_ImportModule("os.path");
+    PyObject *a = m ? PyObject_CallMethod(m, "abspath", "s", root) : NULL;
+    const char *s = a && PyUnicode_Check(a) ? PyUnicode_AsUTF8(a) : NULL;
+    u->roots[u->n_roots] = root;
+    u->abs[u->n_roots++] = kf_strdup(s ? s : root);
+    Py_XDECREF(a);
+    Py_XDECREF(m);
+    PyErr_Clear();
+}
+
+static bool under(const char *fn, const char *root)
+{
+    size_t l = strlen(root);
+    while (l > 1 && root[l - 1] == '/')
+        l--;
+    return l && strncmp(fn, root, l) == 0 && fn[l] == '/';
+}
+
+static bool is_user_file(const user_files *u, const char *fn)
+{
+    if (!fn)
+        return false;
+    if (strcmp(fn, u->kernel) == 0)
+        return true;
+    for (size_t i = 0; i < u->n_roots; i++)
+        if (under(fn, u->roots[i]) || under(fn, u->abs[i]))
+            return true;
+    return false;
+}
+
 /* Turn the pending Python exception into a sim_error (unless an NKI rule
- * error already filled it): the innermost frame of the kernel file gives
- * the line, the exception type and message the values. */
-static void py_error(sim_error *serr, const char *filename, sim_error_code code)
+ * error already filled it): the innermost frame of the user's code (the
+ * kernel file or a module imported from its folder or an import root)
+ * gives the file and line, the exception type and message the values.
+ * When that is not the kernel file, the values also say which kernel line
+ * led there.  A SyntaxError in an imported user module is SIM_E_SYNTAX at
+ * that module's line. */
+static void py_error(sim_error *serr, const user_files *u, sim_error_code code)
 {
     PyObject *type, *value, *tb;
-    char values[512] = "", file[256] = "", func[64] = "";
+    char values[512] = "", file[256] = "", func[64] = "", from[300] = "";
     int line = 0;
 
     PyErr_Fetch(&type, &value, &tb);
@@ -144,46 +191,60 @@ static void py_error(sim_error *serr, const char *filename, sim_error_code code)
         PyObject *s = value ? PyObject_Str(value) : NULL;
         const char *tn = type ? ((PyTypeObject *)type)->tp_name : "Exception";
         const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+        int kline = 0;
         snprintf(values, sizeof(values), "%s: %s", tn, msg ? msg : "");
         Py_XDECREF(s);
         PyErr_Clear();
         for (PyTracebackObject *t = (PyTracebackObject *)tb; t; t = t->tb_next) {
             PyCodeObject *co = PyFrame_GetCode(t->tb_frame);
             const char *fn = PyUnicode_AsUTF8(co->co_filename);
-            if (fn && strcmp(fn, filename) == 0) {
+            if (is_user_file(u, fn)) {
+                const char *nm = PyUnicode_AsUTF8(co->co_name);
                 snprintf(file, sizeof(file), "%s", fn);
                 line = PyFrame_GetLineNumber(t->tb_frame);
-                snprintf(func, sizeof(func), "%s", PyUnicode_AsUTF8(co->co_name) ? PyUnicode_AsUTF8(co->co_name) : "");
+                snprintf(func, sizeof(func), "%s", nm ? nm : "");
+                if (strcmp(fn, u->kernel) == 0)
+                    kline = line;
             }
             Py_DECREF(co);
         }
         PyErr_Clear();
-        if (code == SIM_E_SYNTAX && value &&
-            PyErr_GivenExceptionMatches(type, PyExc_SyntaxError)) {
+        if (value && PyErr_GivenExceptionMatches(type, PyExc_SyntaxError)) {
             PyObject *ln = PyObject_GetAttrString(value, "lineno");
-            if (ln && PyLong_Check(ln))
-                line = (int)PyLong_AsLong(ln);
+            PyObject *fo = PyObject_GetAttrString(value, "filename");
+            const char *sf = fo && PyUnicode_Check(fo) ? PyUnicode_AsUTF8(fo) : NULL;
+            if (code == SIM_E_SYNTAX || is_user_file(u, sf)) {
+                code = SIM_E_SYNTAX;
+                snprintf(file, sizeof(file), "%s", code == SIM_E_SYNTAX && sf && is_user_file(u, sf) ? sf : u->kernel);
+                line = ln && PyLong_Check(ln) ? (int)PyLong_AsLong(ln) : 0;
+            }
             Py_XDECREF(ln);
+            Py_XDECREF(fo);
             PyErr_Clear();
-            snprintf(file, sizeof(file), "%s", filename);
         }
-        set_err(serr, code, file[0] ? file : filename, line, func, values);
+        if (file[0] && strcmp(file, u->kernel) != 0 && kline > 0)
+            snprintf(from, sizeof(from), " (reached from %s:%d)", u->kernel, kline);
+        if (from[0]) {
+            size_t vl = strlen(values);
+            snprintf(values + vl, sizeof(values) - vl, "%s", from);
+        }
+        set_err(serr, code, file[0] ? file : u->kernel, line, func, values);
     }
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
 }
 
-/* Drop the modules the kernel imported from its own folder, so the next run
- * (another kernel with a helper of the same name) imports its own.  Library
- * modules (NumPy, ...) stay: extension modules cannot be imported twice. */
-static void forget_kernel_modules(PyObject *dir)
+/* Drop the modules the kernel imported from its own folder (roots[0] when
+ * `own_dir`) and, with their packages, from the import roots, so the next
+ * run (another kernel with a helper of the same name) imports its own.
+ * Library modules (NumPy, ...) stay: extension modules cannot be imported
+ * twice. */
+static void forget_kernel_modules(const user_files *u, bool own_dir)
 {
     PyObject *mods = PyImport_GetModuleDict(), *keys;
-    const char *d = dir ? PyUnicode_AsUTF8(dir) : NULL;
-    size_t dl = d ? strlen(d) : 0;
 
-    if (!d || dl == 0 || !(keys = PyDict_Keys(mods))) {
+    if (!u->n_roots || !(keys = PyDict_Keys(mods))) {
         PyErr_Clear();
         return;
     }
@@ -191,8 +252,16 @@ static void forget_kernel_modules(PyObject *dir)
         PyObject *k = PyList_GET_ITEM(keys, i), *m = PyDict_GetItem(mods, k);
         PyObject *file = m && PyModule_Check(m) ? PyObject_GetAttrString(m, "__file__") : NULL;
         const char *f = file && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
-        if (f && strncmp(f, d, dl) == 0 && f[dl] == '/' && !strchr(f + dl + 1, '/'))
+        for (size_t r = 0; f && r < u->n_roots; r++) {
+            const char *root = under(f, u->abs[r]) ? u->abs[r] : u->roots[r];
+            size_t dl = strlen(root);
+            if (!under(f, root))
+                continue;
+            if (r == 0 && own_dir && strchr(f + dl + 1, '/'))
+                continue;
             PyDict_DelItem(mods, k);
+            break;
+        }
         Py_XDECREF(file);
         PyErr_Clear();
     }
@@ -316,14 +385,19 @@ static bool store_once(PyObject *items, Py_ssize_t i)
     return true;
 }
 
-/* Check the argument count against the entry's signature (SIM_E_ARGS). */
-static int check_args(nki_ctx *c, PyObject *func, size_t n_inputs, const char *entry)
+/* Check the positional arguments and the keyword arguments together
+ * against the entry's signature (SIM_E_ARGS): every parameter without a
+ * default is given exactly once, positionally or by name in kwargs, and
+ * nothing is given that the entry does not take. */
+static int check_args(nki_ctx *c, PyObject *func, size_t n_pos, PyObject *kwargs, const char *entry)
 {
     PyObject *code = PyObject_GetAttrString(func, "__code__");
     PyObject *defs = PyObject_GetAttrString(func, "__defaults__");
-    long argc, ndef = 0, flags;
-    PyObject *o;
-    int rc = 0;
+    PyObject *kwdefs = PyObject_GetAttrString(func, "__kwdefaults__");
+    PyObject *names = NULL, *o;
+    long argc, kwonly = 0, ndef = 0, flags;
+    char vals[512] = "";
+    int rc = 0, n = 0;
 
     PyErr_Clear();
     if (!code)
@@ -331,35 +405,79 @@ static int check_args(nki_ctx *c, PyObject *func, size_t n_inputs, const char *e
     o = PyObject_GetAttrString(code, "co_argcount");
     argc = o ? PyLong_AsLong(o) : -1;
     Py_XDECREF(o);
+    o = PyObject_GetAttrString(code, "co_kwonlyargcount");
+    kwonly = o ? PyLong_AsLong(o) : 0;
+    Py_XDECREF(o);
     o = PyObject_GetAttrString(code, "co_flags");
     flags = o ? PyLong_AsLong(o) : 0;
     Py_XDECREF(o);
+    names = PyObject_GetAttrString(code, "co_varnames");
     PyErr_Clear();
+    if (argc < 0 || kwonly < 0 || !names || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < argc + kwonly)
+        goto out;
     if (defs && PyTuple_Check(defs))
         ndef = (long)PyTuple_GET_SIZE(defs);
-    if (argc >= 0 && ((long)n_inputs < argc - ndef || (!(flags & 0x04) && (long)n_inputs > argc))) {
-        char vals[200];
-        snprintf(vals, sizeof(vals), "%s takes %ld to %ld positional inputs, %zu given", entry,
-                 argc - ndef, argc, n_inputs);
-        set_err(c->serr, SIM_E_ARGS, "", 0, entry, vals);
-        rc = -1;
+    if (!(flags & 0x04) && (long)n_pos > argc) {
+        snprintf(vals, sizeof(vals), "%s takes %ld positional arguments, %zu given", entry, argc, n_pos);
+        goto fail;
     }
+    for (long i = 0; i < argc + kwonly; i++) {
+        PyObject *nm = PyTuple_GET_ITEM(names, i);
+        const char *s = PyUnicode_AsUTF8(nm);
+        int in_kw = kwargs ? PyDict_Contains(kwargs, nm) : 0;
+        bool has_def = i < argc ? i >= argc - ndef
+                                : (kwdefs && PyDict_Check(kwdefs) && PyDict_Contains(kwdefs, nm) == 1);
+        if (i < (long)n_pos && in_kw == 1) {
+            snprintf(vals, sizeof(vals), "%s's parameter '%s' is given twice: as positional argument %ld "
+                     "and in kwargs", entry, s ? s : "?", i + 1);
+            goto fail;
+        }
+        if ((i >= (long)n_pos || i >= argc) && in_kw != 1 && !has_def) {
+            int w = snprintf(vals + n, sizeof(vals) - (size_t)n, "%s'%s'", n ? ", " : "", s ? s : "?");
+            if (w > 0 && (size_t)n + (size_t)w < sizeof(vals))
+                n += w;
+        }
+    }
+    if (n) {
+        char miss[512];
+        snprintf(miss, sizeof(miss), "%s", vals);
+        snprintf(vals, sizeof(vals), "%.60s is missing %.240s (%zu positional arguments given; give the "
+                 "others in order with --input/--arg, or by name in kwargs)", entry, miss, n_pos);
+        goto fail;
+    }
+    if (kwargs && !(flags & 0x08)) {
+        PyObject *k;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &k, NULL)) {
+            bool known = false;
+            for (long i = 0; i < argc + kwonly && !known; i++)
+                known = PyUnicode_Compare(PyTuple_GET_ITEM(names, i), k) == 0;
+            if (!known) {
+                const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+                snprintf(vals, sizeof(vals), "kwargs gives '%s', which %s does not take", s ? s : "?", entry);
+                goto fail;
+            }
+        }
+    }
+    goto out;
+fail:
+    set_err(c->serr, SIM_E_ARGS, "", 0, entry, vals);
+    rc = -1;
 out:
+    PyErr_Clear();
+    Py_XDECREF(names);
     Py_XDECREF(code);
     Py_XDECREF(defs);
+    Py_XDECREF(kwdefs);
     return rc;
 }
 
 static PyObject *kwargs_from_json(const char *json)
 {
-    PyObject *mod, *r;
+    PyObject *r;
     if (!json || !json[0])
         return PyDict_New();
-    mod = PyImport_ImportModule("json");
-    if (!mod)
-        return NULL;
-    r = PyObject_CallMethod(mod, "loads", "s", json);
-    Py_DECREF(mod);
+    r = sim_load_value(json);
     if (r && !PyDict_Check(r)) {
         Py_DECREF(r);
         PyErr_SetString(PyExc_TypeError, "kernel keyword arguments must be a JSON object");
@@ -383,6 +501,30 @@ static void ctx_release(nki_ctx *c)
     free(c->psum.iv);
 }
 
+/* The package of a kernel file under an import root: its folders there,
+ * dotted ("" when it is under none, or directly in the root). */
+static void kernel_package(const char *filename, const char *const *paths, size_t n, char *pkg, size_t len)
+{
+    char *kf = realpath(filename, NULL);
+    pkg[0] = 0;
+    for (size_t i = 0; kf && i < n && !pkg[0]; i++) {
+        char *rp = realpath(paths[i], NULL);
+        size_t rl = rp ? strlen(rp) : 0;
+        if (rp && strncmp(kf, rp, rl) == 0 && kf[rl] == '/') {
+            const char *rel = kf + rl + 1, *last = strrchr(rel, '/');
+            if (last && (size_t)(last - rel) < len) {
+                memcpy(pkg, rel, (size_t)(last - rel));
+                pkg[last - rel] = 0;
+                for (char *q = pkg; *q; q++)
+                    if (*q == '/')
+                        *q = '.';
+            }
+        }
+        free(rp);
+    }
+    free(kf);
+}
+
 kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *filename,
                        const sim_array *inputs, size_t n_inputs, sim_array **outputs,
                        size_t *n_outputs, sim_record *rec, sim_error *serr, kf_err *err)
@@ -391,6 +533,10 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     nki_ctx ctx;
     PyObject *code = NULL, *globals = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
     PyObject *entry, *func, *items = NULL, *sys_path = NULL, *dir = NULL;
+    PyObject *roots[SIM_RUN_MAX_PATHS] = { NULL };
+    size_t n_roots = 0, next_in = 0, n_pos;
+    user_files uf;
+    char pkg[256] = "";
     kf_code rc = KF_OK;
     sim_error local_serr;
     int g[3] = { 1, 1, 1 }, gnd = 0;
@@ -404,8 +550,22 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         *outputs = NULL;
     if (n_outputs)
         *n_outputs = 0;
-    if (!o || !source || !filename || !o->entry || !rec || (n_inputs && !inputs))
+    if (!o || !source || !filename || !o->entry || !rec || (n_inputs && !inputs) || (o->n_args && !o->args))
         return kf_err_set(err, KF_INVALID, "sim_run: missing kernel, entry or record");
+    n_pos = o->n_args ? o->n_args : n_inputs;
+    for (size_t i = 0; i < o->n_args; i++)
+        next_in += !o->args[i].json;
+    if (o->n_args && next_in != n_inputs)
+        return kf_err_set(err, KF_INVALID, "sim_run: %zu argument slots take arrays but %zu inputs were given",
+                          next_in, n_inputs);
+    next_in = 0;
+    memset(&uf, 0, sizeof(uf));
+    uf.kernel = filename;
+    while (o->paths && o->paths[n_roots]) {
+        if (n_roots == SIM_RUN_MAX_PATHS)
+            return kf_err_set(err, KF_INVALID, "at most %d import paths", SIM_RUN_MAX_PATHS);
+        n_roots++;
+    }
     tgt = simc_target_get(o->target ? o->target : "trn2");
     if (!tgt)
         return kf_err_set(err, KF_INVALID, "unknown target '%s' (use trn1, inf2, trn2 or trn3)",
@@ -443,7 +603,9 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         goto out;
     }
 
-    /* The kernel's folder on sys.path for its own helper modules. */
+    /* The kernel's folder on sys.path for its own helper modules, then the
+     * import roots before it; a kernel under a root is a module of the
+     * package its folders name (relative imports). */
     {
         const char *slash = strrchr(filename, '/');
         sys_path = PySys_GetObject("path");
@@ -451,16 +613,28 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         dir = PyUnicode_FromStringAndSize(filename, slash ? slash - filename : 0);
         if (sys_path && dir && slash)
             PyList_Insert(sys_path, 0, dir);
+        if (slash && PyUnicode_AsUTF8(dir))
+            user_root_add(&uf, PyUnicode_AsUTF8(dir));
+        for (size_t i = n_roots; i-- > 0;) {
+            roots[i] = PyUnicode_FromString(o->paths[i]);
+            if (sys_path && roots[i])
+                PyList_Insert(sys_path, 0, roots[i]);
+            user_root_add(&uf, o->paths[i]);
+        }
+        PyErr_Clear();
+        kernel_package(filename, o->paths, n_roots, pkg, sizeof(pkg));
     }
+    if (sim_load_stubs(!o->no_stubs) < 0)
+        PyErr_Clear();
     code = Py_CompileString(source, filename, Py_file_input);
     if (!code) {
-        py_error(serr, filename, SIM_E_SYNTAX);
+        py_error(serr, &uf, SIM_E_SYNTAX);
         rc = fail_out(serr, err);
         goto out;
     }
     globals = PyDict_New();
     if (!globals || set_str(globals, "__name__", "__kernel__") < 0 ||
-        set_str(globals, "__file__", filename) < 0 ||
+        set_str(globals, "__file__", filename) < 0 || (pkg[0] && set_str(globals, "__package__", pkg) < 0) ||
         PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0) {
         PyErr_Clear();
         rc = kf_err_set(err, KF_INTERNAL, "setting up the kernel module failed");
@@ -468,7 +642,7 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     }
     res = PyEval_EvalCode(code, globals, globals);
     if (!res) {
-        py_error(serr, filename, SIM_E_PYTHON);
+        py_error(serr, &uf, SIM_E_PYTHON);
         rc = fail_out(serr, err);
         goto out;
     }
@@ -482,27 +656,48 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         rc = fail_out(serr, err);
         goto out;
     }
-    if (check_args(&ctx, func, n_inputs, o->entry) < 0) {
+    kwargs = kwargs_from_json(o->kwargs_json);
+    if (!kwargs) {
+        py_error(serr, &uf, SIM_E_ARGS);
         rc = fail_out(serr, err);
         goto out;
     }
-    args = PyTuple_New((Py_ssize_t)n_inputs);
-    for (size_t i = 0; args && i < n_inputs; i++) {
+    if (check_args(&ctx, func, n_pos, kwargs, o->entry) < 0) {
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    args = PyTuple_New((Py_ssize_t)n_pos);
+    for (size_t i = 0; args && i < n_pos; i++) {
         PyObject *t;
+        const char *json = o->n_args ? o->args[i].json : NULL;
+        if (json) {
+            t = sim_load_value(json);
+            if (!t) {
+                char vals[300];
+                PyErr_Clear();
+                snprintf(vals, sizeof(vals), "argument %zu ('%s') is not a JSON value: %.200s", i + 1,
+                         o->args[i].name ? o->args[i].name : "", json);
+                set_err(serr, SIM_E_ARGS, "", 0, o->entry, vals);
+                rc = fail_out(serr, err);
+                goto out;
+            }
+            PyTuple_SET_ITEM(args, (Py_ssize_t)i, t);
+            continue;
+        }
         /* The shape is checked before the store trusts its element count. */
-        rc = sim_array_check(&inputs[i], SIM_ARRAY_MAX_BYTES, NULL, err);
+        rc = sim_array_check(&inputs[next_in], SIM_ARRAY_MAX_BYTES, NULL, err);
         if (rc)
             goto out;
-        t = input_tensor(&ctx, &inputs[i]);
+        t = input_tensor(&ctx, &inputs[next_in]);
         if (!t) {
-            rc = kf_err_set(err, KF_INVALID, "input %zu has a bad dtype or rank", i);
+            rc = kf_err_set(err, KF_INVALID, "input %zu has a bad dtype or rank", next_in);
             goto out;
         }
+        next_in++;
         PyTuple_SET_ITEM(args, (Py_ssize_t)i, t);
     }
-    kwargs = kwargs_from_json(o->kwargs_json);
-    if (!args || !kwargs) {
-        py_error(serr, filename, SIM_E_ARGS);
+    if (!args) {
+        py_error(serr, &uf, SIM_E_ARGS);
         rc = fail_out(serr, err);
         goto out;
     }
@@ -515,7 +710,7 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
         Py_XDECREF(res);
         res = PyObject_Call(func, args, kwargs);
         if (!res) {
-            py_error(serr, filename, SIM_E_PYTHON);
+            py_error(serr, &uf, SIM_E_PYTHON);
             rc = fail_out(serr, err);
             goto out;
         }
@@ -557,10 +752,19 @@ out:
         for (size_t i = 0; i < nouts; i++)
             sim_array_release(&outs[i]);
     free(outs);
+    for (size_t i = 0; i < n_roots; i++)
+        if (roots[i] && sys_path && PyList_Check(sys_path) && PyList_GET_SIZE(sys_path) > 0 &&
+            PyList_GET_ITEM(sys_path, 0) == roots[i])
+            PySequence_DelItem(sys_path, 0);
     if (dir && sys_path && PyList_Check(sys_path) && PyList_GET_SIZE(sys_path) > 0 &&
         PyList_GET_ITEM(sys_path, 0) == dir)
         PySequence_DelItem(sys_path, 0);
-    forget_kernel_modules(dir);
+    forget_kernel_modules(&uf, dir && PyUnicode_GET_LENGTH(dir) > 0);
+    sim_load_reset();
+    for (size_t i = 0; i < uf.n_roots; i++)
+        free(uf.abs[i]);
+    for (size_t i = 0; i < n_roots; i++)
+        Py_XDECREF(roots[i]);
     Py_XDECREF(dir);
     Py_XDECREF(sys_path);
     Py_XDECREF(items);

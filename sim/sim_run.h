@@ -58,14 +58,38 @@ int64_t sim_array_elems(const sim_array *a);
  * (or overflow).  Messages name the array and its shape. */
 kf_code sim_array_check(const sim_array *a, uint64_t max_bytes, int64_t *elems, kf_err *err);
 
+/* One positional argument of the entry (see sim_run_opts.args). */
+typedef struct sim_run_arg {
+    const char *name;                 /* the user's label, for messages */
+    const char *json;                 /* NULL: the next array of `inputs`; otherwise a JSON value:
+                                       * number, true/false, null, string, array (a tuple, nested
+                                       * arrays nested tuples) or object (a dict whose keys also
+                                       * read as attributes) */
+} sim_run_arg;
+
 typedef struct sim_run_opts {
     const char *source_path;          /* kernel .py file */
     const char *entry;                /* function name */
     const char *target;               /* trn1|inf2|trn2|trn3 */
     int         grid[3];              /* SPMD launch grid; {0} = not an SPMD launch */
     bool        numerics;             /* false: timing-only (no values computed; outputs NaN-filled) */
-    const char *kwargs_json;          /* extra keyword args for the kernel (tunables) as a JSON object, or NULL */
+    const char *kwargs_json;          /* extra keyword args for the kernel (tunables) as a JSON object, or NULL;
+                                       * a key may name a positional parameter the args leave out */
+    const sim_run_arg *args;          /* the positional arguments in order, or NULL: the inputs alone */
+    size_t      n_args;               /* its slots with json NULL must number n_inputs */
+    const char *const *paths;         /* NULL-terminated import roots put first on sys.path, or NULL; a
+                                       * kernel file under one is a module of the package its folders
+                                       * name there (relative imports work) */
+    bool        no_stubs;             /* true: the test-harness libraries (SIM_RUN_STUBBED) are not
+                                       * stood in for: importing an absent one fails as in Python */
 } sim_run_opts;
+
+/* The top-level modules a stub stands in for when they are not installed:
+ * importing them (and any submodule) works, using anything from them is
+ * SIM_E_UNSUPPORTED_API naming the module and attribute. */
+#define SIM_RUN_STUBBED "torch, torch_xla, torch_neuronx, transformers, scipy"
+/* At most this many sim_run_opts.paths (each is a read-only mount in the sandbox). */
+#define SIM_RUN_MAX_PATHS 8
 
 /* Run one kernel: inputs in (positional, in order), outputs out (the kernel's
  * return value(s)), the instruction record filled.  Errors: compile-like
