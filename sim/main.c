@@ -50,12 +50,26 @@ static const char run_usage[] =
     "\n"
     "  --entry NAME          kernel function to run (required)\n"
     "  --target T            trn1, inf2, trn2 (default) or trn3\n"
-    "  --input SPEC          one per kernel argument, in order:\n"
+    "  --input SPEC          an array argument; --input and --arg together give the\n"
+    "                        kernel's positional arguments, in the order given:\n"
     "                          NAME=FILE.npy[:DTYPE]        a NumPy file (DTYPE converts)\n"
     "                          NAME=shape:4096x512:bf16[:seed=N][:dist=normal|uniform]\n"
     "                               [:mean=M][:std=S][:lo=L][:hi=H]   seeded random data\n"
+    "  --arg NAME=JSON       a non-array positional argument: a number, true/false,\n"
+    "                        null, a string, an array (passed as a tuple, e.g. [128, 512])\n"
+    "                        or an object (a dict whose keys also read as attributes)\n"
     "  --grid G0[xG1[xG2]]   SPMD launch grid, e.g. 2x4 (kernel[2, 4](...))\n"
-    "  --kwargs JSON         keyword arguments for the kernel, e.g. '{\"TILE_F\": 512}'\n"
+    "  --kwargs JSON         keyword arguments for the kernel, e.g. '{\"TILE_F\": 512}';\n"
+    "                        a key may name a positional parameter --input/--arg leave\n"
+    "                        out (arrays in it are passed as tuples)\n"
+    "  --path DIR            an import root (repeatable, at most 8): put first on\n"
+    "                        sys.path and readable (read-only) in the sandbox, which\n"
+    "                        otherwise shows the kernel no file but itself; a kernel\n"
+    "                        under DIR is a module of its package (relative imports)\n"
+    "  --no-stubs            do not stand in stubs for absent test-harness libraries\n"
+    "                        (" SIM_RUN_STUBBED "):\n"
+    "                        importing them fails; by default the import works and\n"
+    "                        any use is SIM_E_UNSUPPORTED_API naming what was used\n"
     "  --output-dir DIR      where outputs go as NAME.npy (default: sim-out)\n"
     "  --keep-dtype          write bf16 outputs as '<V2' raw bits, fp8 as '|V1'\n"
     "                        (default: widened to float32)\n"
@@ -123,6 +137,11 @@ typedef struct run_args {
     const char *kernel, *entry, *target, *out_dir, *ref, *ref_entry, *kwargs;
     char      **inputs;
     size_t      n_inputs;
+    sim_run_arg *slots;           /* --input (json NULL) and --arg, in order */
+    size_t      n_slots;
+    bool        any_arg, no_stubs;
+    const char *paths[SIM_RUN_MAX_PATHS + 1];
+    size_t      n_paths;
     int         grid[3];
     bool        no_numerics, json, keep_dtype, save_inputs;
     double      rtol, atol;        /* < 0: default by dtype */
@@ -289,6 +308,12 @@ static int do_run(const run_args *a)
     memcpy(spec.run.grid, a->grid, sizeof(spec.run.grid));
     spec.run.numerics = !a->no_numerics;
     spec.run.kwargs_json = a->kwargs;
+    if (a->any_arg) {
+        spec.run.args = a->slots;
+        spec.run.n_args = a->n_slots;
+    }
+    spec.run.paths = a->n_paths ? a->paths : NULL;
+    spec.run.no_stubs = a->no_stubs;
     spec.inputs = inputs;
     spec.n_inputs = a->n_inputs;
     spec.ref_path = a->ref;
@@ -471,7 +496,8 @@ out:
 static int cmd_run(int argc, char **argv)
 {
     enum { O_ENTRY = 256, O_TARGET, O_INPUT, O_GRID, O_KWARGS, O_OUTDIR, O_CHECK, O_REFENTRY,
-           O_NONUM, O_TIMEOUT, O_CPU, O_MEMORY, O_JSON, O_KEEP, O_SAVE, O_RTOL, O_ATOL, O_HELP };
+           O_NONUM, O_TIMEOUT, O_CPU, O_MEMORY, O_JSON, O_KEEP, O_SAVE, O_RTOL, O_ATOL, O_HELP,
+           O_ARG, O_PATH, O_NOSTUBS };
     static const struct option opts[] = {
         { "entry", required_argument, NULL, O_ENTRY },     { "target", required_argument, NULL, O_TARGET },
         { "input", required_argument, NULL, O_INPUT },     { "grid", required_argument, NULL, O_GRID },
@@ -482,6 +508,8 @@ static int cmd_run(int argc, char **argv)
         { "json", no_argument, NULL, O_JSON },             { "keep-dtype", no_argument, NULL, O_KEEP },
         { "save-inputs", no_argument, NULL, O_SAVE },      { "rtol", required_argument, NULL, O_RTOL },
         { "atol", required_argument, NULL, O_ATOL },       { "help", no_argument, NULL, O_HELP },
+        { "arg", required_argument, NULL, O_ARG },         { "path", required_argument, NULL, O_PATH },
+        { "no-stubs", no_argument, NULL, O_NOSTUBS },
         { NULL, 0, NULL, 0 },
     };
     run_args a;
@@ -494,9 +522,11 @@ static int cmd_run(int argc, char **argv)
     a.rtol = a.atol = -1;
     a.cpu_s = -1;
     a.inputs = kf_calloc((size_t)argc + 1, sizeof(char *));
+    a.slots = kf_calloc((size_t)argc + 1, sizeof(*a.slots));
     if (kf_config_load(&err) != KF_OK) {
         fprintf(stderr, "kforge-sim: %s\n", err.msg);
         free(a.inputs);
+        free(a.slots);
         return EXIT_USAGE;
     }
     a.timeout_s = kf_config_int(KF_CFG_SIM_TIMEOUT_S);
@@ -510,7 +540,36 @@ static int cmd_run(int argc, char **argv)
         switch (c) {
         case O_ENTRY: a.entry = optarg; break;
         case O_TARGET: a.target = optarg; break;
-        case O_INPUT: a.inputs[a.n_inputs++] = optarg; break;
+        case O_INPUT:
+            a.inputs[a.n_inputs++] = optarg;
+            a.slots[a.n_slots].name = optarg;
+            a.slots[a.n_slots++].json = NULL;
+            break;
+        case O_ARG: {
+            const char *eq = strchr(optarg, '=');
+            cJSON *v = eq ? cJSON_Parse(eq + 1) : NULL;
+            if (!eq || eq == optarg)
+                rc = usage_error("--arg '%s' must look like NAME=JSON, e.g. tile=[128, 512]", optarg);
+            else if (!v)
+                rc = usage_error("--arg '%s': the value is not JSON (a string needs quotes: "
+                                 "name='\"text\"')", optarg);
+            cJSON_Delete(v);
+            a.slots[a.n_slots].name = optarg;
+            a.slots[a.n_slots++].json = eq ? eq + 1 : optarg;
+            a.any_arg = true;
+            break;
+        }
+        case O_PATH: {
+            struct stat st;
+            if (a.n_paths == SIM_RUN_MAX_PATHS)
+                rc = usage_error("--path '%s': at most 8 import roots", optarg);
+            else if (stat(optarg, &st) < 0 || !S_ISDIR(st.st_mode))
+                rc = usage_error("--path '%s' is not a folder", optarg);
+            else
+                a.paths[a.n_paths++] = optarg;
+            break;
+        }
+        case O_NOSTUBS: a.no_stubs = true; break;
         case O_GRID:
             if (parse_grid(optarg, a.grid) < 0)
                 rc = usage_error("--grid '%s' must look like 2x4 (1 to 3 positive sizes)", optarg);
@@ -584,6 +643,7 @@ static int cmd_run(int argc, char **argv)
         rc = do_run(&a);
     }
     free(a.inputs);
+    free(a.slots);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* The kforge-sim command as a user runs it: outputs written as .npy, the
  * exit status (0 pass, 1 mismatch, 2 kernel error, 3 usage error), --json,
- * .npy inputs, and kernels that hang or reach for the network. */
+ * .npy inputs, kernels that hang or reach for the network, --arg/--kwargs
+ * positional arguments and --path import roots. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -232,4 +233,164 @@ Test(kforge_sim, npy_inputs_and_usage_errors)
     cr_assert(strstr(r.out, "run ") != NULL && strstr(r.out, "KFORGE_SIM_TIMEOUT_S") != NULL, "%s", r.out);
     run_free(&r);
     free(dir); free(od); free(k); free(ref); free(xp); free(spec);
+}
+
+static void put(const char *dir, const char *rel, const char *text)
+{
+    char *p = kf_asprintf("%s/%s", dir, rel);
+    for (char *q = p + strlen(dir) + 1; (q = strchr(q, '/')) != NULL; q++) {
+        *q = '\0';
+        mkdir(p, 0755);
+        *q = '/';
+    }
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s", p);
+    fputs(text, f);
+    fclose(f);
+    free(p);
+}
+
+Test(kforge_sim, arg_gives_scalar_tuple_and_object_arguments_and_kwargs_fill_positionals)
+{
+    char *dir = kf_test_tmpdir("cli"), *od = kf_asprintf("%s/out", dir);
+    put(dir, "k.py", "import nki\nimport nki.language as nl\n\n"
+                     "@nki.jit\n"
+                     "def scale(x, shape, cfg, factor):\n"
+                     "    assert shape == (64, 32), shape\n"
+                     "    out = nl.ndarray(shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+                     "    nl.store(out, nl.load(x) * (cfg.mul * factor) + cfg['add'])\n"
+                     "    return out\n");
+    put(dir, "ref.py", "def scale(x, shape, cfg, factor):\n"
+                       "    assert shape == (64, 32)\n"
+                       "    return x * cfg['mul'] * factor + cfg['add']\n");
+    char *k = kf_asprintf("%s/k.py", dir), *ref = kf_asprintf("%s/ref.py", dir);
+
+    run_out r = sim(dir, "run", k, "--entry", "scale", "--input", "x=shape:64x32:fp32:seed=4", "--arg", "shape=[64, 32]",
+                    "--arg", "cfg={\"mul\": 3, \"add\": 0.5}", "--kwargs", "{\"factor\": 2}", "--check", ref,
+                    "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.out, "PASS") != NULL, "%s", r.out);
+    run_free(&r);
+
+    /* every argument positional: factor from --arg */
+    r = sim(dir, "run", k, "--entry", "scale", "--input", "x=shape:64x32:fp32:seed=4", "--arg", "shape=[64, 32]",
+            "--arg", "cfg={\"mul\": 3, \"add\": 0.5}", "--arg", "factor=2", "--check", ref, "--output-dir", od,
+            (char *)NULL);
+    cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
+    run_free(&r);
+
+    /* a parameter given nowhere is named; one --kwargs gives is not claimed missing */
+    r = sim(dir, "run", k, "--entry", "scale", "--input", "x=shape:64x32:fp32", "--arg", "shape=[64, 32]",
+            "--kwargs", "{\"factor\": 2}", "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.err, "SIM_E_ARGS") != NULL && strstr(r.err, "scale is missing 'cfg' (") != NULL, "%s", r.err);
+    cr_assert(strstr(r.err, "'factor'") == NULL, "%s", r.err);
+    run_free(&r);
+
+    static const char *bad[][2] = {
+        { "shape", "--arg 'shape' must look like NAME=JSON" },
+        { "=[1]", "must look like NAME=JSON" },
+        { "shape=(64, 32)", "the value is not JSON" },
+    };
+    for (size_t i = 0; i < 3; i++) {
+        r = sim(dir, "run", k, "--entry", "scale", "--arg", bad[i][0], "--output-dir", od, (char *)NULL);
+        cr_assert_eq(r.status, 3, "case %zu: exit %d\n%s", i, r.status, r.err);
+        cr_assert(strstr(r.err, bad[i][1]) != NULL, "case %zu: %s", i, r.err);
+        run_free(&r);
+    }
+    free(dir); free(od); free(k); free(ref);
+}
+
+/* A kernel inside a package under --path: its relative imports work and
+ * harness imports load through stubs; the sandbox shows the root read-only
+ * and nothing beside it, not even through symbolic links inside it. */
+Test(kforge_sim, path_exposes_the_package_root_read_only_and_nothing_else)
+{
+    char *dir = kf_test_tmpdir("cli"), *od = kf_asprintf("%s/out", dir);
+    char *root = kf_asprintf("%s/proj", dir), *secret = kf_asprintf("%s/secret.txt", dir);
+    char *lnk_abs = kf_asprintf("%s/proj/pkg/abs_link", dir), *lnk_rel = kf_asprintf("%s/proj/pkg/rel_link", dir);
+
+    char *checks = kf_asprintf("import os\n"
+                         "DIR, ROOT, SECRET = '%s', '%s', '%s'\n"
+                         "def probe():\n"
+                         "    bad = []\n"
+                         "    for p in (SECRET, ROOT + '/pkg/abs_link', ROOT + '/pkg/rel_link'):\n"
+                         "        try:\n"
+                         "            open(p).read()\n"
+                         "            bad.append('read ' + p)\n"
+                         "        except OSError:\n"
+                         "            pass\n"
+                         "    if sorted(os.listdir(DIR)) != ['proj']:\n"
+                         "        bad.append('saw %%r' %% sorted(os.listdir(DIR)))\n"
+                         "    try:\n"
+                         "        open(ROOT + '/pkg/planted.py', 'w').write('x = 1')\n"
+                         "        bad.append('wrote into the root')\n"
+                         "    except OSError:\n"
+                         "        pass\n"
+                         "    return bad\n",
+                         dir, root, secret);
+    put(dir, "secret.txt", "the sandbox must not show this\n");
+    put(dir, "proj/pkg/__init__.py", "");
+    put(dir, "proj/pkg/probe.py", checks);
+    put(dir, "proj/pkg/kernels/__init__.py", "");
+    put(dir, "proj/pkg/kernels/k.py", "import torch\n"
+                                      "from torch_xla.core import xla_model as xm\n"
+                                      "import nki\nimport nki.language as nl\n"
+                                      "from ..probe import probe\n\n"
+                                      "@nki.jit\n"
+                                      "def k(x):\n"
+                                      "    bad = probe()\n"
+                                      "    assert not bad, bad\n"
+                                      "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+                                      "    nl.store(out, nl.load(x))\n"
+                                      "    return out\n");
+    cr_assert_eq(symlink(secret, lnk_abs), 0);
+    cr_assert_eq(symlink("../../secret.txt", lnk_rel), 0);
+    /* the links and the secret are readable outside the sandbox */
+    char *via = slurp(lnk_rel);
+    cr_assert(strstr(via, "must not show") != NULL);
+    free(via);
+    char *k = kf_asprintf("%s/proj/pkg/kernels/k.py", dir);
+
+    run_out r = sim(dir, "run", k, "--entry", "k", "--path", root, "--input", "x=shape:8x8:fp32",
+                    "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
+    run_free(&r);
+    struct stat st;
+    char *planted = kf_asprintf("%s/proj/pkg/planted.py", dir);
+    cr_assert_neq(stat(planted, &st), 0, "the kernel wrote into its import root");
+    free(planted);
+
+    /* without --path the sandbox shows the kernel file alone: the package is not there */
+    r = sim(dir, "run", k, "--entry", "k", "--input", "x=shape:8x8:fp32", "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.err, "k.py:5") != NULL && strstr(r.err, "relative import") != NULL, "%s", r.err);
+    run_free(&r);
+
+    /* --no-stubs: the harness import fails where it is */
+    r = sim(dir, "run", k, "--entry", "k", "--path", root, "--no-stubs", "--input", "x=shape:8x8:fp32",
+            "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.err, "k.py:1") != NULL && strstr(r.err, "No module named 'torch'") != NULL, "%s", r.err);
+    run_free(&r);
+
+    r = sim(dir, "run", k, "--entry", "k", "--path", secret, "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 3, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.err, "is not a folder") != NULL, "%s", r.err);
+    run_free(&r);
+    free(dir); free(od); free(root); free(secret); free(lnk_abs); free(lnk_rel); free(checks); free(k);
+}
+
+Test(kforge_sim, run_help_tells_about_arg_kwargs_path_and_stubs)
+{
+    char *dir = kf_test_tmpdir("cli");
+    run_out r = sim(dir, "run", "--help", (char *)NULL);
+    cr_assert_eq(r.status, 0);
+    static const char *want[] = { "--arg NAME=JSON", "passed as a tuple", "keys also read as attributes",
+                                  "a key may name a positional parameter", "--path DIR", "read-only",
+                                  "relative imports", "--no-stubs", "torch, torch_xla", "SIM_E_UNSUPPORTED_API" };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        cr_assert(strstr(r.out, want[i]) != NULL, "'%s' not in:\n%s", want[i], r.out);
+    run_free(&r);
+    free(dir);
 }
