@@ -20,7 +20,7 @@
 #include "sim_sandbox.h"
 #include "sim_trace.h"
 
-enum { PCLI_OK = 0, PCLI_KERNEL = 2, PCLI_USAGE = 3, PCLI_MAX_INPUTS = 64 };
+enum { PCLI_OK = 0, PCLI_KERNEL = 2, PCLI_USAGE = 3, PCLI_MAX_INPUTS = 64, PCLI_MAX_ARGS = 128 };
 
 const char sim_profile_cli_usage[] =
     "usage: kforge-sim profile KERNEL.py --entry NAME [options]\n"
@@ -33,10 +33,15 @@ const char sim_profile_cli_usage[] =
     "\n"
     "  --entry NAME          kernel function (required)\n"
     "  --target T            trn1, inf2, trn2 (default), trn3 or any sim/targets/T.json\n"
-    "  --input SPEC          one per kernel argument, as for `kforge-sim run`\n"
+    "  --input SPEC          an array argument, as for `kforge-sim run`\n"
     "                        (NAME=FILE.npy[:DTYPE] or NAME=shape:4096x512:bf16[:seed=N])\n"
+    "  --arg NAME=JSON       a non-array argument (number, tuple as [..], object as {..});\n"
+    "                        --input and --arg give the positional arguments in order\n"
     "  --grid G0[xG1[xG2]]   SPMD launch grid\n"
-    "  --kwargs JSON         keyword arguments (tunables)\n"
+    "  --kwargs JSON         keyword arguments (tunables); a key may name a positional\n"
+    "                        parameter --input/--arg leave out\n"
+    "  --path DIR            an import root, read-only in the sandbox (as for run)\n"
+    "  --no-stubs            no stubs for absent test-harness libraries (as for run)\n"
     "  --output-dir DIR      where the JSON files go (default: sim-profile)\n"
     "  --numerics            also compute values (default: timing-only; same times)\n"
     "  --timeout S           wall-clock limit (default KFORGE_SIM_TIMEOUT_S)\n"
@@ -49,6 +54,11 @@ typedef struct pcli_args {
     const char *kernel, *entry, *target, *out_dir, *kwargs;
     const char *inputs[PCLI_MAX_INPUTS];
     size_t      n_inputs;
+    sim_run_arg slots[PCLI_MAX_ARGS];   /* --input (json NULL) and --arg, in order */
+    size_t      n_slots;
+    int         any_arg, no_stubs;
+    const char *paths[SIM_RUN_MAX_PATHS + 1];
+    size_t      n_paths;
     int         grid[3];
     int         numerics, json;
     long        timeout_s, memory_mib;
@@ -119,6 +129,12 @@ static kf_code pcli_child_fn(void *arg, sim_sandbox_out *out, kf_err *err)
     memcpy(o.grid, a->grid, sizeof(o.grid));
     o.numerics = a->numerics != 0;
     o.kwargs_json = a->kwargs;
+    if (a->any_arg) {
+        o.args = a->slots;
+        o.n_args = a->n_slots;
+    }
+    o.paths = a->n_paths ? a->paths : NULL;
+    o.no_stubs = a->no_stubs != 0;
     rc = sim_target_load(a->target, NULL, &tgt, err);
     if (rc)
         goto out;
@@ -183,14 +199,16 @@ static int pcli_parse_grid(const char *s, int g[3])
 static int pcli_parse(int argc, char **argv, pcli_args *a)
 {
     enum { O_ENTRY = 256, O_TARGET, O_INPUT, O_GRID, O_KWARGS, O_OUT, O_NUM, O_TIMEOUT, O_MEM,
-           O_JSON, O_HELP };
+           O_JSON, O_HELP, O_ARG, O_PATH, O_NOSTUBS };
     static const struct option opts[] = {
         { "entry", required_argument, NULL, O_ENTRY },   { "target", required_argument, NULL, O_TARGET },
         { "input", required_argument, NULL, O_INPUT },   { "grid", required_argument, NULL, O_GRID },
         { "kwargs", required_argument, NULL, O_KWARGS }, { "output-dir", required_argument, NULL, O_OUT },
         { "numerics", no_argument, NULL, O_NUM },        { "timeout", required_argument, NULL, O_TIMEOUT },
         { "memory", required_argument, NULL, O_MEM },    { "json", no_argument, NULL, O_JSON },
-        { "help", no_argument, NULL, O_HELP },           { NULL, 0, NULL, 0 },
+        { "help", no_argument, NULL, O_HELP },           { "arg", required_argument, NULL, O_ARG },
+        { "path", required_argument, NULL, O_PATH },     { "no-stubs", no_argument, NULL, O_NOSTUBS },
+        { NULL, 0, NULL, 0 },
     };
     int c;
     char *end;
@@ -206,12 +224,40 @@ static int pcli_parse(int argc, char **argv, pcli_args *a)
         case O_ENTRY: a->entry = optarg; break;
         case O_TARGET: a->target = optarg; break;
         case O_INPUT:
-            if (a->n_inputs == PCLI_MAX_INPUTS) {
+            if (a->n_inputs == PCLI_MAX_INPUTS || a->n_slots == PCLI_MAX_ARGS) {
                 fprintf(stderr, "kforge-sim profile: at most %d --input\n", PCLI_MAX_INPUTS);
                 return -1;
             }
             a->inputs[a->n_inputs++] = optarg;
+            a->slots[a->n_slots].name = optarg;
+            a->slots[a->n_slots++].json = NULL;
             break;
+        case O_ARG: {
+            const char *eq = strchr(optarg, '=');
+            cJSON *v = eq && eq != optarg ? cJSON_Parse(eq + 1) : NULL;
+            if (!v || a->n_slots == PCLI_MAX_ARGS) {
+                fprintf(stderr, "kforge-sim profile: --arg '%s' must look like NAME=JSON (a string needs "
+                        "quotes), at most %d arguments\n", optarg, PCLI_MAX_ARGS);
+                cJSON_Delete(v);
+                return -1;
+            }
+            cJSON_Delete(v);
+            a->slots[a->n_slots].name = optarg;
+            a->slots[a->n_slots++].json = eq + 1;
+            a->any_arg = 1;
+            break;
+        }
+        case O_PATH: {
+            struct stat st;
+            if (a->n_paths == SIM_RUN_MAX_PATHS || stat(optarg, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "kforge-sim profile: --path '%s' is not a folder (at most %d)\n", optarg,
+                        SIM_RUN_MAX_PATHS);
+                return -1;
+            }
+            a->paths[a->n_paths++] = optarg;
+            break;
+        }
+        case O_NOSTUBS: a->no_stubs = 1; break;
         case O_GRID:
             if (pcli_parse_grid(optarg, a->grid) < 0) {
                 fprintf(stderr, "kforge-sim profile: --grid takes G0[xG1[xG2]] with 1..1024 each\n");
@@ -301,8 +347,11 @@ int sim_profile_cli_main(int argc, char **argv)
     lim.memory_mib = (unsigned)a.memory_mib;
     lim.wall_ms = (unsigned)(a.timeout_s * 1000);
     lim.max_result_bytes = 64u << 20;
-    const char *files[] = { a.kernel, NULL };
-    lim.ro_paths = files;            /* all the evaluation may read of the machine */
+    /* all the evaluation may read of the machine: the kernel and its import roots */
+    const char *files[SIM_RUN_MAX_PATHS + 2] = { a.kernel };
+    for (size_t i = 0; i < a.n_paths; i++)
+        files[i + 1] = a.paths[i];
+    lim.ro_paths = files;
     child.a = &a;
     child.inputs = inputs;
     if (sim_sandbox_run(&lim, pcli_child_fn, &child, &res, &err) != KF_OK) {

@@ -130,3 +130,53 @@ Test(sim_profile_cli, usage_and_kernel_errors_have_their_exit_status)
     free(dir);
     free(bin);
 }
+
+/* A package kernel under --path whose tile width comes from --arg and whose
+ * scale from --kwargs (a positional parameter) profiles; without --path
+ * its relative import has nothing to import. */
+Test(sim_profile_cli, arg_kwargs_and_path_reach_the_kernel)
+{
+    char *bin = kf_test_bin("kforge-sim"), *dir = kf_test_tmpdir("profile-pkg");
+    char *p = kf_asprintf("mkdir -p %s/root/pkg && touch %s/root/pkg/__init__.py", dir, dir);
+    kf_buf out = KF_BUF_INIT;
+    cr_assert_eq(sh(p, &out), 0);
+    free(p);
+    p = kf_asprintf("%s/root/pkg/tiles.py", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("def width(shape):\n    return shape[1]\n", f);
+    fclose(f);
+    free(p);
+    p = kf_asprintf("%s/root/pkg/k.py", dir);
+    f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("import torch\nimport nki\nimport nki.language as nl\nfrom .tiles import width\n\n"
+          "@nki.jit\n"
+          "def k(x, shape, scale):\n"
+          "    out = nl.ndarray(shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+          "    w = width(shape)\n"
+          "    for i in nl.affine_range(x.shape[1] // w):\n"
+          "        nl.store(out, nl.load(x[:, i * w:(i + 1) * w]) * scale)\n"
+          "    return out\n", f);
+    fclose(f);
+    char *cmd = kf_asprintf("%s profile %s --entry k --path %s/root --input x=shape:128x2048:fp32 "
+                            "--arg 'shape=[128, 512]' --kwargs '{\"scale\": 2}' --json --output-dir %s/out",
+                            bin, p, dir, dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out.data);
+    cJSON *j = cJSON_Parse(out.data);
+    cr_assert_not_null(j, "%s", out.data);
+    cJSON *s = cJSON_GetObjectItem(j, "summary");
+    cr_assert(cJSON_GetObjectItem(s, "total_time")->valuedouble > 0, "%s", out.data);
+    cJSON_Delete(j);
+    free(cmd);
+    kf_buf_release(&out);
+    cmd = kf_asprintf("%s profile %s --entry k --input x=shape:128x2048:fp32 --arg 'shape=[128, 512]' "
+                      "--kwargs '{\"scale\": 2}' --output-dir %s/out 2>&1", bin, p, dir);
+    cr_assert_eq(sh(cmd, &out), 2, "%s", out.data);
+    cr_assert(strstr(out.data, "relative import") != NULL, "%s", out.data);
+    kf_buf_release(&out);
+    free(cmd);
+    free(p);
+    free(dir);
+    free(bin);
+}
