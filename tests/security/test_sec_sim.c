@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,7 +106,35 @@ static void sim_attack(const char *name, bool as_ref)
     env[1] = kf_asprintf("AWS_SECRET_ACCESS_KEY=%s", aws);
     env[2] = NULL;
     char *argv[] = { sim, "run", kpath, "--entry", "kernel", "--input", "x=shape:128x128:f32", "--output-dir",
-                     outdir, "--timeout", "90", "--json", as_ref ? "--check" : NULL, rpath, NULL };
+                     outdir, "--timeout", "90", "--json", as_ref ? "--check" : NULL, rpath, NULL, NULL };
+    char *root = NULL;
+    if (strcmp(name, "import_root_escape") == 0) {
+        /* an import root beside the secrets, holding a module and symbolic
+         * links to each secret file, absolute and relative, and to its parent */
+        root = kf_asprintf("%s/importroot", w.dir);
+        cr_assert_eq(mkdir(root, 0755), 0);
+        char *mod = kf_asprintf("%s/rootmod.py", root);
+        kf_test_write_file(mod, "VALUE = 1\n");
+        free(mod);
+        size_t dl = strlen(w.dir);
+        for (int i = 0; i < w.n_secret_files; i++) {
+            char *l = kf_asprintf("%s/abs%d", root, i);
+            cr_assert_eq(symlink(w.secret_files[i], l), 0);
+            free(l);
+            if (strncmp(w.secret_files[i], w.dir, dl) == 0 && w.secret_files[i][dl] == '/') {
+                char *t = kf_asprintf("..%s", w.secret_files[i] + dl);
+                l = kf_asprintf("%s/rel%d", root, i);
+                cr_assert_eq(symlink(t, l), 0);
+                free(l);
+                free(t);
+            }
+        }
+        char *up = kf_asprintf("%s/up", root);
+        cr_assert_eq(symlink("..", up), 0);
+        free(up);
+        argv[12] = "--path";
+        argv[13] = root;
+    }
 
     t0 = kf_test_now_ms();
     status = sec_run(argv, env, w.dir, out, err, 150000);
@@ -139,6 +168,7 @@ static void sim_attack(const char *name, bool as_ref)
     free(err);
     free(kpath);
     free(rpath);
+    free(root);
     free(label);
     free(src);
     free(aws);
