@@ -172,6 +172,11 @@ static bool is_user_file(const user_files *u, const char *fn)
     return false;
 }
 
+static bool msg_has_relative_import(const char *values)
+{
+    return strncmp(values, "ImportError:", 12) == 0 && strstr(values, "relative import") != NULL;
+}
+
 /* Turn the pending Python exception into a sim_error (unless an NKI rule
  * error already filled it): the innermost frame of the user's code (the
  * kernel file or a module imported from its folder or an import root)
@@ -222,7 +227,10 @@ static void py_error(sim_error *serr, const user_files *u, sim_error_code code)
             Py_XDECREF(fo);
             PyErr_Clear();
         }
-        if (file[0] && strcmp(file, u->kernel) != 0 && kline > 0)
+        if (msg_has_relative_import(values))
+            snprintf(from, sizeof(from), "%s", " (a relative import needs the folder holding the top "
+                     "package as an import root: kforge-sim --path DIR)");
+        else if (file[0] && strcmp(file, u->kernel) != 0 && kline > 0)
             snprintf(from, sizeof(from), " (reached from %s:%d)", u->kernel, kline);
         if (from[0]) {
             size_t vl = strlen(values);
