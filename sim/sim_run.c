@@ -394,9 +394,9 @@ static bool store_once(PyObject *items, Py_ssize_t i)
 }
 
 /* Check the positional arguments and the keyword arguments together
- * against the entry's signature (SIM_E_ARGS): every parameter without a
- * default is given exactly once, positionally or by name in kwargs, and
- * nothing is given that the entry does not take. */
+ * against the entry's signature (SIM_E_ARGS, at the entry's definition):
+ * every parameter without a default is given exactly once, positionally or
+ * by name in kwargs, and nothing is given that the entry does not take. */
 static int check_args(nki_ctx *c, PyObject *func, size_t n_pos, PyObject *kwargs, const char *entry)
 {
     PyObject *code = PyObject_GetAttrString(func, "__code__");
@@ -468,9 +468,17 @@ static int check_args(nki_ctx *c, PyObject *func, size_t n_pos, PyObject *kwargs
         }
     }
     goto out;
-fail:
-    set_err(c->serr, SIM_E_ARGS, "", 0, entry, vals);
+fail: {
+    /* at the entry's definition (its first decorator's line, as Python counts) */
+    PyObject *fn = PyObject_GetAttrString(code, "co_filename");
+    PyObject *ln = PyObject_GetAttrString(code, "co_firstlineno");
+    const char *file = fn && PyUnicode_Check(fn) ? PyUnicode_AsUTF8(fn) : NULL;
+    set_err(c->serr, SIM_E_ARGS, file ? file : "", ln && PyLong_Check(ln) ? (int)PyLong_AsLong(ln) : 0, entry,
+            vals);
+    Py_XDECREF(fn);
+    Py_XDECREF(ln);
     rc = -1;
+}
 out:
     PyErr_Clear();
     Py_XDECREF(names);

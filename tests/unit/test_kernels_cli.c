@@ -283,7 +283,8 @@ Test(kforge_sim, arg_gives_scalar_tuple_and_object_arguments_and_kwargs_fill_pos
     r = sim(dir, "run", k, "--entry", "scale", "--input", "x=shape:64x32:fp32", "--arg", "shape=[64, 32]",
             "--kwargs", "{\"factor\": 2}", "--output-dir", od, (char *)NULL);
     cr_assert_eq(r.status, 2, "exit %d\n%s%s", r.status, r.out, r.err);
-    cr_assert(strstr(r.err, "SIM_E_ARGS") != NULL && strstr(r.err, "scale is missing 'cfg' (") != NULL, "%s", r.err);
+    cr_assert(strstr(r.err, "k.py:4: error SIM_E_ARGS") != NULL && strstr(r.err, "scale is missing 'cfg' (") != NULL,
+              "%s", r.err);
     cr_assert(strstr(r.err, "'factor'") == NULL, "%s", r.err);
     run_free(&r);
 

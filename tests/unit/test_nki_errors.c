@@ -59,7 +59,7 @@ static const neg_case cases[] = {
       HDR "def k(x):\n    N, D = x.shape\n    raise ValueError(f'N={N} is wrong')\n", 1 },
     { SIM_E_SYNTAX, 6, "SyntaxError", HDR "def k(x):\n    for i in range(3)\n        pass\n", 1 },
     { SIM_E_ENTRY, 0, "no function 'k'", HDR "def other(x):\n    return x\n", 1 },
-    { SIM_E_ARGS, 0, "k is missing 'y'", HDR "def k(x, y):\n    return x\n", 1 },
+    { SIM_E_ARGS, 4, "k is missing 'y'", HDR "def k(x, y):\n    return x\n", 1 },
     { SIM_E_UNSUPPORTED_API, 7, "nki.isa.nc_stream_shuffle",
       HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)\n"
           "    nisa.nc_stream_shuffle(src=t, dst=t, shuffle_mask=[0] * 32)\n    return x\n", 1 },

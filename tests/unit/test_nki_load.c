@@ -164,6 +164,8 @@ Test(nki_load, sim_e_args_counts_kwargs_and_names_what_is_wrong)
         } else {
             cr_assert_eq(r.serr.code, SIM_E_ARGS, "case %zu: %s", i, r.err.msg);
             cr_assert(strstr(r.serr.values, cases[i].want) != NULL, "case %zu: %s", i, r.serr.values);
+            cr_assert_str_eq(r.serr.file, "kernel.py", "case %zu: at the entry's definition", i);
+            cr_assert_eq(r.serr.line, 4, "case %zu: at the entry's definition", i);
         }
         done(&r);
     }
