@@ -325,6 +325,7 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
 
     if (ci && api_auth_fail_note(ci->client_addr, api_mono_ms(), &retry)) {
         r->retry_after = retry;
+        /* Literal: no kf_code maps to 429; rate limiting exists only at this edge. */
         api_reply_problem(r, 429, "rate-limited", "Too many requests",
                           "more than %d requests from this address had a missing, unknown or revoked token within "
                           "%d s; check the token (kforge-api token create makes one) and retry after the number of "
@@ -333,7 +334,7 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
         return;
     }
     r->www_auth = invalid ? "Bearer realm=\"kforge\", error=\"invalid_token\"" : "Bearer realm=\"kforge\"";
-    api_reply_problem(r, 401, "unauthorized", "Missing or invalid token", "%s", detail);
+    api_reply_code(r, KF_UNAUTHORIZED, "unauthorized", "%s", detail);
 }
 
 static const api_stmt api_st_token = {
@@ -393,8 +394,8 @@ bool api_authenticate(api_req *r)
         api_req_pg_put(r);
     }
     if (!(r->who.role & r->route->roles)) {
-        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's role",
-                          "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);
+        api_reply_code(r, KF_FORBIDDEN, "forbidden",
+                       "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);
         return false;
     }
     return true;
