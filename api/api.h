@@ -267,6 +267,9 @@ bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out);
 /* True when rc (a kf_db call's) is KF_OK; otherwise answers the request as
  * api_move does and returns false. */
 bool api_db_ok(api_req *r, kf_code rc, const kf_err *e);
+/* A whole-number column of res read strictly (kf_db_num); false after
+ * logging and answering 500 when it is not one in [lo, hi]. */
+bool api_pg_num(api_req *r, const PGresult *res, int row, int col, long lo, long hi, long *out);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);

@@ -158,8 +158,11 @@ kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const 
                        3, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK)
         rc = kf_err_set(err, KF_DB, "cannot store the token: %s", PQresultErrorMessage(res));
-    else if (id)
-        *id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    else if (id) {
+        long v = 0;
+        rc = kf_db_num(res, 0, 0, 1, LONG_MAX, &v, err);
+        *id = v;
+    }
     PQclear(res);
     return rc;
 }
@@ -350,6 +353,7 @@ bool api_authenticate(api_req *r)
     const char *params[1];
     PGresult *res;
     size_t n;
+    long token_id = 0;
 
     if (!h) {
         api_unauthorized(r, false, "send Authorization: Bearer <token> (kforge-api token create makes one)");
@@ -385,7 +389,11 @@ bool api_authenticate(api_req *r)
             api_unauthorized(r, true, "the token is unknown or revoked");
             return false;
         }
-        r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        if (!api_pg_num(r, res, 0, 0, 1, LONG_MAX, &token_id)) {
+            PQclear(res);
+            return false;
+        }
+        r->who.token_id = token_id;
         r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
         snprintf(r->who.name, sizeof(r->who.name), "%s", PQgetvalue(res, 0, 2));
         PQclear(res);

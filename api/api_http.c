@@ -461,6 +461,17 @@ bool api_db_ok(api_req *r, kf_code rc, const kf_err *e)
     return false;
 }
 
+bool api_pg_num(api_req *r, const PGresult *res, int row, int col, long lo, long hi, long *out)
+{
+    kf_err e = KF_ERR_INIT;
+
+    if (kf_db_num(res, row, col, lo, hi, out, &e) == KF_OK)
+        return true;
+    kf_log_error("unexpected result req=%s msg=\"%s\"", r->request_id, e.msg);
+    api_reply_code(r, KF_INTERNAL, "internal", "a database statement failed; the request id is in the server log");
+    return false;
+}
+
 bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out)
 {
     kf_err e = KF_ERR_INIT;

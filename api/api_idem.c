@@ -63,6 +63,7 @@ bool api_idem_begin(api_req *r)
     const char *h = api_req_header(r, "Idempotency-Key");
     char owner[24], ttl[24], fp[67];
     const char *params[4];
+    long status = 0;
     EVP_MD_CTX *md;
     PGresult *res;
     unsigned int fplen = 32;
@@ -130,9 +131,8 @@ bool api_idem_begin(api_req *r)
         r->retry_after = 1;
         api_reply_code(r, KF_CONFLICT, "idempotency-key-in-use",
                        "a request with this Idempotency-Key is still being processed; retry shortly");
-    } else {
-        int status = atoi(PQgetvalue(res, 0, 2));
-        api_reply_json_text(r, status, PQgetvalue(res, 0, 3));
+    } else if (api_pg_num(r, res, 0, 2, 100, 599, &status)) {
+        api_reply_json_text(r, (int)status, PQgetvalue(res, 0, 3));
         if (status >= 400)
             r->content_type = "application/problem+json";
         if (!PQgetisnull(res, 0, 4))

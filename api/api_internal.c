@@ -29,6 +29,7 @@
 #include "kf_log.h"
 #include "kf_queue.h"
 
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static bool api_fence_lock(api_req *r, api_fence *f)
 {
     const char *params[1] = { r->param };
     PGresult *res;
+    long att = 0;
 
     if (!api_req_begin(r))
         return false;
@@ -62,8 +64,12 @@ static bool api_fence_lock(api_req *r, api_fence *f)
         api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
         return false;
     }
+    if (!api_pg_num(r, res, 0, 1, 0, INT_MAX, &att)) {
+        PQclear(res);
+        return false;
+    }
     snprintf(f->state, sizeof(f->state), "%s", PQgetvalue(res, 0, 0));
-    f->attempt = atoi(PQgetvalue(res, 0, 1));
+    f->attempt = (int)att;
     f->cancel_requested = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
     snprintf(f->worker, sizeof(f->worker), "%s", PQgetvalue(res, 0, 3));
     snprintf(f->lease_hash, sizeof(f->lease_hash), "%s", PQgetvalue(res, 0, 4));
@@ -520,7 +526,13 @@ void api_h_internal_result(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 1) {
-        bool same = atoi(PQgetvalue(res, 0, 0)) == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
+        long done_att = 0;
+        bool same;
+        if (!api_pg_num(r, res, 0, 0, 0, INT_MAX, &done_att)) {
+            PQclear(res);
+            return;
+        }
+        same = done_att == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
         PQclear(res);
         if (same)
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
