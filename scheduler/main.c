@@ -304,6 +304,11 @@ static void s_relay(sched *s)
                 rc = KF_OK;
             }
         }
+        if (rc == KF_DB) {
+            /* The row is not what this build reads (kf_db_num): keep its outbox row. */
+            kf_log_error("job cannot be relayed job=%s err=\"%s\"", id, err.msg);
+            break;
+        }
         if (rc != KF_OK) {
             s_redis_failed(s, &err);
             break;   /* Redis away: leave the rest unsent; commit what was sent */
