@@ -267,6 +267,9 @@ bool api_move(api_req *r, const kf_db_move *m, kf_db_moved *out);
 /* True when rc (a kf_db call's) is KF_OK; otherwise answers the request as
  * api_move does and returns false. */
 bool api_db_ok(api_req *r, kf_code rc, const kf_err *e);
+/* A whole-number column of res read strictly (kf_db_num); false after
+ * logging and answering 500 when it is not one in [lo, hi]. */
+bool api_pg_num(api_req *r, const PGresult *res, int row, int col, long lo, long hi, long *out);
 /* BEGIN / COMMIT / ROLLBACK; false after answering on failure. */
 bool api_req_begin(api_req *r);
 bool api_req_commit(api_req *r);
@@ -293,11 +296,17 @@ bool api_auth_fail_note(const struct sockaddr *sa, long long now_ms, int *retry_
 /* Replies.  The body strings are copied. */
 void api_reply_json_text(api_req *r, int status, const char *json);
 void api_reply_json(api_req *r, int status, const cJSON *v);
-/* problem+json; `slug` becomes the type "urn:kforge:problem:<slug>". */
+/* problem+json; `slug` becomes the type "urn:kforge:problem:<slug>".  Only
+ * for answers whose status or title no kf_code in KF_ERROR_MAP gives (each
+ * call says why); every other answer goes through api_reply_code. */
 void api_reply_problem(api_req *r, int status, const char *slug, const char *title, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* 422 (or status) with the field errors listed under "errors". */
 void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields *fe);
+/* problem+json whose status and title are those KF_ERROR_MAP gives `code`;
+ * `slug` names the problem type as in api_reply_problem. */
+void api_reply_code(api_req *r, kf_code code, const char *slug, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Answer from an error value (status from KF_ERROR_MAP; 503s get Retry-After). */
 void api_reply_err(api_req *r, const kf_err *e);
 

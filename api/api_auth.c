@@ -158,8 +158,11 @@ kf_code api_token_insert(PGconn *c, const char *secret, const char *name, const 
                        3, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK)
         rc = kf_err_set(err, KF_DB, "cannot store the token: %s", PQresultErrorMessage(res));
-    else if (id)
-        *id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    else if (id) {
+        long v = 0;
+        rc = kf_db_num(res, 0, 0, 1, LONG_MAX, &v, err);
+        *id = v;
+    }
     PQclear(res);
     return rc;
 }
@@ -325,6 +328,7 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
 
     if (ci && api_auth_fail_note(ci->client_addr, api_mono_ms(), &retry)) {
         r->retry_after = retry;
+        /* Literal: no kf_code maps to 429; rate limiting exists only at this edge. */
         api_reply_problem(r, 429, "rate-limited", "Too many requests",
                           "more than %d requests from this address had a missing, unknown or revoked token within "
                           "%d s; check the token (kforge-api token create makes one) and retry after the number of "
@@ -333,7 +337,7 @@ static void api_unauthorized(api_req *r, bool invalid, const char *detail)
         return;
     }
     r->www_auth = invalid ? "Bearer realm=\"kforge\", error=\"invalid_token\"" : "Bearer realm=\"kforge\"";
-    api_reply_problem(r, 401, "unauthorized", "Missing or invalid token", "%s", detail);
+    api_reply_code(r, KF_UNAUTHORIZED, "unauthorized", "%s", detail);
 }
 
 static const api_stmt api_st_token = {
@@ -349,6 +353,7 @@ bool api_authenticate(api_req *r)
     const char *params[1];
     PGresult *res;
     size_t n;
+    long token_id = 0;
 
     if (!h) {
         api_unauthorized(r, false, "send Authorization: Bearer <token> (kforge-api token create makes one)");
@@ -384,7 +389,11 @@ bool api_authenticate(api_req *r)
             api_unauthorized(r, true, "the token is unknown or revoked");
             return false;
         }
-        r->who.token_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        if (!api_pg_num(r, res, 0, 0, 1, LONG_MAX, &token_id)) {
+            PQclear(res);
+            return false;
+        }
+        r->who.token_id = token_id;
         r->who.role = api_role_parse(PQgetvalue(res, 0, 1));
         snprintf(r->who.name, sizeof(r->who.name), "%s", PQgetvalue(res, 0, 2));
         PQclear(res);
@@ -393,8 +402,8 @@ bool api_authenticate(api_req *r)
         api_req_pg_put(r);
     }
     if (!(r->who.role & r->route->roles)) {
-        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's role",
-                          "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);
+        api_reply_code(r, KF_FORBIDDEN, "forbidden",
+                       "a %s token cannot use %s %s", api_role_name(r->who.role), r->method, r->route->pattern);
         return false;
     }
     return true;

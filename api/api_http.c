@@ -189,13 +189,26 @@ void api_reply_problem(api_req *r, int status, const char *slug, const char *tit
     api_reply_problem_obj(r, status, api_problem_new(r, status, slug, title, detail));
 }
 
+void api_reply_code(api_req *r, kf_code code, const char *slug, const char *fmt, ...)
+{
+    char detail[600];
+    va_list ap;
+    int status = kf_code_http_status(code);
+
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    detail[kf_utf8_cut(detail, strlen(detail))] = '\0';
+    api_reply_problem_obj(r, status, api_problem_new(r, status, slug, kf_code_title(code), detail));
+}
+
 void api_reply_fields(api_req *r, int status, const char *slug, const kf_fields *fe)
 {
     char detail[600];
     cJSON *p, *arr;
 
     kf_fields_summary(fe, detail, sizeof(detail));
-    p = api_problem_new(r, status, slug, status == 400 ? "Invalid request" : "Unprocessable request", detail);
+    p = api_problem_new(r, status, slug, kf_code_title(status == 400 ? KF_INVALID : KF_UNPROCESSABLE), detail);
     arr = cJSON_AddArrayToObject(p, "errors");
     for (int i = 0; i < fe->n; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -216,7 +229,7 @@ void api_reply_err(api_req *r, const kf_err *e)
                        : status == 503           ? "unavailable"
                        : status >= 500           ? "internal"
                                                  : "invalid";
-    api_reply_problem(r, status, slug, kf_code_title(e->code), "%s", e->msg);
+    api_reply_code(r, e->code, slug, "%s", e->msg);
 }
 
 /* ---- request helpers ---------------------------------------------------------- */
@@ -294,8 +307,8 @@ PGconn *api_req_pg(api_req *r)
     if (!r->pg) {
         r->pg_failed = true;
         kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e.msg);
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "the database is unavailable; retry after the number of seconds in Retry-After");
+        api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                       "the database is unavailable; retry after the number of seconds in Retry-After");
     }
     return r->pg;
 }
@@ -388,15 +401,15 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
             if (quiet && fail_status)
                 *fail_status = 503;
             else
-                api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                                  "the database is unavailable; retry after the number of seconds in Retry-After");
+                api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                               "the database is unavailable; retry after the number of seconds in Retry-After");
         } else {
             kf_log_error("query failed req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
             if (quiet && fail_status)
                 *fail_status = 500;
             else
-                api_reply_problem(r, 500, "internal", "Internal error",
-                                  "a database statement failed; the request id is in the server log");
+                api_reply_code(r, KF_INTERNAL, "internal",
+                               "a database statement failed; the request id is in the server log");
         }
         PQclear(res);
         return NULL;
@@ -431,8 +444,8 @@ bool api_db_ok(api_req *r, kf_code rc, const kf_err *e)
     if (rc == KF_UNAVAILABLE) {
         r->pg_failed = true;
         kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e->msg);
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "the database is unavailable; retry after the number of seconds in Retry-After");
+        api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                       "the database is unavailable; retry after the number of seconds in Retry-After");
         return false;
     }
     if (rc == KF_DB || rc == KF_INVALID) {
@@ -440,11 +453,22 @@ bool api_db_ok(api_req *r, kf_code rc, const kf_err *e)
          * have; the server log says which. */
         r->pg_failed = rc == KF_DB;
         kf_log_error("job move failed req=%s msg=\"%s\"", r->request_id, e->msg);
-        api_reply_problem(r, 500, "internal", "Internal error",
-                          "a database statement failed; the request id is in the server log");
+        api_reply_code(r, KF_INTERNAL, "internal",
+                       "a database statement failed; the request id is in the server log");
         return false;
     }
     api_reply_err(r, e);
+    return false;
+}
+
+bool api_pg_num(api_req *r, const PGresult *res, int row, int col, long lo, long hi, long *out)
+{
+    kf_err e = KF_ERR_INIT;
+
+    if (kf_db_num(res, row, col, lo, hi, out, &e) == KF_OK)
+        return true;
+    kf_log_error("unexpected result req=%s msg=\"%s\"", r->request_id, e.msg);
+    api_reply_code(r, KF_INTERNAL, "internal", "a database statement failed; the request id is in the server log");
     return false;
 }
 
@@ -647,15 +671,15 @@ static bool api_framing_ok(api_req *r)
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, api_framing_iter, &f);
     if (f.bad_length) {
         r->close = true;
-        api_reply_problem(r, 400, "malformed-request", "Invalid request",
-                          "the request has Content-Length headers that disagree or are not numbers; send one "
-                          "Content-Length with the body's size in bytes");
+        api_reply_code(r, KF_INVALID, "malformed-request",
+                       "the request has Content-Length headers that disagree or are not numbers; send one "
+                       "Content-Length with the body's size in bytes");
         return false;
     }
     if (f.chunked && f.n_length > 0) {
         r->close = true;
-        api_reply_problem(r, 400, "malformed-request", "Invalid request",
-                          "the request has both Content-Length and Transfer-Encoding; send one of them");
+        api_reply_code(r, KF_INVALID, "malformed-request",
+                       "the request has both Content-Length and Transfer-Encoding; send one of them");
         return false;
     }
     return true;
@@ -689,10 +713,10 @@ static void api_first_call(api_req *r)
         api_safe_path(r->url, path, sizeof(path));
         api_safe_path(r->method, meth, sizeof(meth));
         if (path_known)
-            api_reply_problem(r, 405, "method-not-allowed", "Method not allowed",
-                              "%s is not allowed on %s; see the Allow header", meth, path);
+            api_reply_code(r, KF_METHOD, "method-not-allowed",
+                           "%s is not allowed on %s; see the Allow header", meth, path);
         else
-            api_reply_problem(r, 404, "not-found", "Not found", "no such resource: %s", path);
+            api_reply_code(r, KF_NOT_FOUND, "not-found", "no such resource: %s", path);
         return;
     }
     if (r->route->roles != API_PUBLIC && !api_authenticate(r))
@@ -704,8 +728,8 @@ static void api_first_call(api_req *r)
     has_body = (cl && strcmp(cl, "0") != 0) || te;
     if ((r->route->flags & API_F_JSON) || ((r->route->flags & API_F_JSON_OPT) && has_body)) {
         if (!api_content_type_json(ct)) {
-            api_reply_problem(r, 415, "unsupported-media-type", "Unsupported media type",
-                              "send the body as Content-Type: application/json (got %s)", ct ? ct : "none");
+            api_reply_code(r, KF_MEDIA_TYPE, "unsupported-media-type",
+                           "send the body as Content-Type: application/json (got %s)", ct ? ct : "none");
             return;
         }
     }
@@ -713,9 +737,9 @@ static void api_first_call(api_req *r)
         char *end = NULL;
         unsigned long long n = strtoull(cl, &end, 10);
         if (end && *end == '\0' && n > (unsigned long long)r->srv->cfg.max_body) {
-            api_reply_problem(r, 413, "body-too-large", "Request body too large",
-                              "the body is %llu bytes; the limit is %ld (KFORGE_MAX_BODY_BYTES)", n,
-                              r->srv->cfg.max_body);
+            api_reply_code(r, KF_TOO_LARGE, "body-too-large",
+                           "the body is %llu bytes; the limit is %ld (KFORGE_MAX_BODY_BYTES)", n,
+                           r->srv->cfg.max_body);
             return;
         }
     }
@@ -732,15 +756,15 @@ static bool api_parse_body(api_req *r)
     if (r->body.len == 0) {
         if (flags & API_F_JSON_OPT)
             return true;
-        api_reply_problem(r, 400, "malformed-body", "Invalid request", "this request needs a JSON object body");
+        api_reply_code(r, KF_INVALID, "malformed-body", "this request needs a JSON object body");
         return false;
     }
     if (kf_json_parse(r->body.data, r->body.len, KF_JSON_MAX_DEPTH, &r->json, &e) != KF_OK) {
-        api_reply_problem(r, 400, "malformed-body", "Invalid request", "%s", e.msg);
+        api_reply_code(r, KF_INVALID, "malformed-body", "%s", e.msg);
         return false;
     }
     if (!cJSON_IsObject(r->json)) {
-        api_reply_problem(r, 400, "malformed-body", "Invalid request", "the body must be a JSON object");
+        api_reply_code(r, KF_INVALID, "malformed-body", "the body must be a JSON object");
         return false;
     }
     return true;
@@ -752,7 +776,7 @@ static bool api_parse_body(api_req *r)
 static enum MHD_Result api_finish(api_req *r)
 {
     if (!r->status)
-        api_reply_problem(r, 500, "internal", "Internal error", "the handler gave no answer (a bug)");
+        api_reply_code(r, KF_INTERNAL, "internal", "the handler gave no answer (a bug)");
     api_req_rollback(r);
     if (r->idem_active)
         api_idem_finish(r);
@@ -820,8 +844,8 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
     }
     /* The whole request is in. */
     if (r->too_large) {
-        api_reply_problem(r, 413, "body-too-large", "Request body too large",
-                          "the body exceeds the limit of %ld bytes (KFORGE_MAX_BODY_BYTES)", s->cfg.max_body);
+        api_reply_code(r, KF_TOO_LARGE, "body-too-large",
+                       "the body exceeds the limit of %ld bytes (KFORGE_MAX_BODY_BYTES)", s->cfg.max_body);
         return api_send(r);
     }
     if (!api_parse_body(r))

@@ -63,6 +63,7 @@ bool api_idem_begin(api_req *r)
     const char *h = api_req_header(r, "Idempotency-Key");
     char owner[24], ttl[24], fp[67];
     const char *params[4];
+    long status = 0;
     EVP_MD_CTX *md;
     PGresult *res;
     unsigned int fplen = 32;
@@ -70,9 +71,9 @@ bool api_idem_begin(api_req *r)
     if (!h)
         return true;
     if (!api_idem_parse_key(h, r->idem_key, sizeof(r->idem_key))) {
-        api_reply_problem(r, 400, "idempotency-key-invalid", "Invalid request",
-                          "Idempotency-Key must be a quoted string of 1-255 printable ASCII characters, "
-                          "e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"");
+        api_reply_code(r, KF_INVALID, "idempotency-key-invalid",
+                       "Idempotency-Key must be a quoted string of 1-255 printable ASCII characters, "
+                       "e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"");
         return false;
     }
     md = EVP_MD_CTX_new();
@@ -120,19 +121,18 @@ bool api_idem_begin(api_req *r)
         return false;
     if (PQntuples(res) != 1) {
         r->retry_after = 1;
-        api_reply_problem(r, 409, "idempotency-key-in-use", "Conflict",
-                          "a request with this Idempotency-Key is being processed; retry shortly");
+        api_reply_code(r, KF_CONFLICT, "idempotency-key-in-use",
+                       "a request with this Idempotency-Key is being processed; retry shortly");
     } else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
-        api_reply_problem(r, 422, "idempotency-key-mismatch", "Unprocessable request",
-                          "this Idempotency-Key was used for a different request (method, path or body); "
-                          "use a new key for a new request");
+        api_reply_code(r, KF_UNPROCESSABLE, "idempotency-key-mismatch",
+                       "this Idempotency-Key was used for a different request (method, path or body); "
+                       "use a new key for a new request");
     } else if (strcmp(PQgetvalue(res, 0, 1), "in_flight") == 0) {
         r->retry_after = 1;
-        api_reply_problem(r, 409, "idempotency-key-in-use", "Conflict",
-                          "a request with this Idempotency-Key is still being processed; retry shortly");
-    } else {
-        int status = atoi(PQgetvalue(res, 0, 2));
-        api_reply_json_text(r, status, PQgetvalue(res, 0, 3));
+        api_reply_code(r, KF_CONFLICT, "idempotency-key-in-use",
+                       "a request with this Idempotency-Key is still being processed; retry shortly");
+    } else if (api_pg_num(r, res, 0, 2, 100, 599, &status)) {
+        api_reply_json_text(r, (int)status, PQgetvalue(res, 0, 3));
         if (status >= 400)
             r->content_type = "application/problem+json";
         if (!PQgetisnull(res, 0, 4))

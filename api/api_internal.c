@@ -29,6 +29,7 @@
 #include "kf_log.h"
 #include "kf_queue.h"
 
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static bool api_fence_lock(api_req *r, api_fence *f)
 {
     const char *params[1] = { r->param };
     PGresult *res;
+    long att = 0;
 
     if (!api_req_begin(r))
         return false;
@@ -59,11 +61,15 @@ static bool api_fence_lock(api_req *r, api_fence *f)
         return false;
     if (PQntuples(res) == 0) {
         PQclear(res);
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
+        return false;
+    }
+    if (!api_pg_num(r, res, 0, 1, 0, INT_MAX, &att)) {
+        PQclear(res);
         return false;
     }
     snprintf(f->state, sizeof(f->state), "%s", PQgetvalue(res, 0, 0));
-    f->attempt = atoi(PQgetvalue(res, 0, 1));
+    f->attempt = (int)att;
     f->cancel_requested = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
     snprintf(f->worker, sizeof(f->worker), "%s", PQgetvalue(res, 0, 3));
     snprintf(f->lease_hash, sizeof(f->lease_hash), "%s", PQgetvalue(res, 0, 4));
@@ -94,11 +100,12 @@ static bool api_str_eq_ct(const char *a, const char *b)
 
 static void api_stale(api_req *r, const char *fmt_detail)
 {
-    api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease", "%s", fmt_detail);
+    api_reply_code(r, KF_STALE, "stale-attempt", "%s", fmt_detail);
 }
 
 static void api_not_holder(api_req *r, int attempt, const char *worker)
 {
+    /* Literal: the title names the lease, which KF_FORBIDDEN's role title does not. */
     api_reply_problem(r, 403, "not-lease-holder", "Not this worker's lease",
                       "attempt %d of job %s is leased to another worker, not to %s (this token's worker)",
                       attempt, r->param, worker);
@@ -181,9 +188,9 @@ static bool api_lease_recorded(api_req *r, const api_claim *c, const api_fence *
         api_stale(r, msg);
     } else if (c->redis == API_LEASE_UNKNOWN) {
         r->retry_after = 2;
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "cannot check this report against the queue (Redis is unreachable) and no lease of "
-                          "attempt %d is recorded yet; send it again later", c->attempt);
+        api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                       "cannot check this report against the queue (Redis is unreachable) and no lease of "
+                       "attempt %d is recorded yet; send it again later", c->attempt);
     } else {
         snprintf(msg, sizeof(msg), "job %s is not in the queue (it has ended, was cancelled or is not queued yet) and "
                  "no lease of attempt %d is recorded: nothing to report on", r->param, c->attempt);
@@ -202,7 +209,7 @@ static bool api_report_head(api_req *r, kf_fields *fe, api_claim *c)
 
     memset(c, 0, sizeof(*c));
     if (!kf_uuid_valid(r->param)) {
-        api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no such job (job ids are UUIDs)");
         return false;
     }
     kf_fields_int(fe, r->json, "", "attempt", true, 1, 1000000, &a);
@@ -213,6 +220,7 @@ static bool api_report_head(api_req *r, kf_fields *fe, api_claim *c)
     if (fe->n)
         return true;   /* the caller adds its own fields, then answers 422 */
     if (worker && strcmp(worker, r->who.name) != 0) {
+        /* Literal: a worker-name mismatch, not the role mismatch KF_FORBIDDEN's title names. */
         api_reply_problem(r, 403, "forbidden", "Not allowed for this token's worker",
                           "this token belongs to worker %s and cannot report as %s; give each worker its own "
                           "token (kforge-api token create --role worker --name %s)",
@@ -272,13 +280,13 @@ void api_h_internal_start(api_req *r)
     if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         return;
     if (c.attempt < f.attempt) {
-        api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s is on attempt %d; this report is from attempt %d", r->param, f.attempt, c.attempt);
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s is on attempt %d; this report is from attempt %d", r->param, f.attempt, c.attempt);
         return;
     }
     if (kf_job_state_terminal(f.state)) {
-        api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s has ended (%s) and takes no more reports", r->param, f.state);
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s has ended (%s) and takes no more reports", r->param, f.state);
         return;
     }
     same = c.attempt == f.attempt && f.lease_hash[0] && strcmp(f.worker, c.worker) == 0 &&
@@ -387,6 +395,7 @@ void api_h_internal_iteration(api_req *r)
 
     kf_fields_init(&fe);
     if (r->body.len > (size_t)cfg->max_iteration_bytes) {
+        /* Literal: the limit is the iteration report's, not KF_TOO_LARGE's body limit. */
         api_reply_problem(r, 413, "iteration-too-large", "Iteration report too large",
                           "this iteration report is %zu bytes; the API records at most %ld per iteration "
                           "(KFORGE_MAX_ITERATION_BYTES): send a diff or trim the profile",
@@ -415,8 +424,8 @@ void api_h_internal_iteration(api_req *r)
     if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         goto out;
     if (c.attempt < f.attempt || kf_job_state_terminal(f.state)) {
-        api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s is on attempt %d in state %s; this report is refused", r->param, f.attempt, f.state);
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s is on attempt %d in state %s; this report is refused", r->param, f.attempt, f.state);
         goto out;
     }
     snprintf(att, sizeof(att), "%d", c.attempt);
@@ -447,6 +456,7 @@ void api_h_internal_iteration(api_req *r)
     if (!res)
         goto out;
     if (strcmp(PQgetvalue(res, 0, 0), "t") == 0) {
+        /* Literal: the title names the iteration cap, which KF_UNPROCESSABLE's does not. */
         api_reply_problem(r, 422, "too-many-iterations", "Too many iterations",
                           "attempt %d of job %s already recorded %d iterations, the most one attempt may "
                           "(KFORGE_MAX_ITERATIONS); this one is not recorded",
@@ -504,8 +514,8 @@ void api_h_internal_result(api_req *r)
     if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
         return;
     if (c.attempt < f.attempt) {
-        api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s is on attempt %d; this result is from attempt %d", r->param, f.attempt, c.attempt);
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s is on attempt %d; this result is from attempt %d", r->param, f.attempt, c.attempt);
         return;
     }
     snprintf(att, sizeof(att), "%d", c.attempt);
@@ -516,20 +526,26 @@ void api_h_internal_result(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 1) {
-        bool same = atoi(PQgetvalue(res, 0, 0)) == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
+        long done_att = 0;
+        bool same;
+        if (!api_pg_num(r, res, 0, 0, 0, INT_MAX, &done_att)) {
+            PQclear(res);
+            return;
+        }
+        same = done_att == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
         PQclear(res);
         if (same)
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
         else
-            api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                              "job %s already has its final result (%s); this report is refused", r->param, f.state);
+            api_reply_code(r, KF_STALE, "stale-attempt",
+                           "job %s already has its final result (%s); this report is refused", r->param, f.state);
         return;
     }
     PQclear(res);
     res = NULL;
     if (kf_job_state_terminal(f.state)) {
-        api_reply_problem(r, 409, "stale-attempt", "Stale attempt or lease",
-                          "job %s has ended (%s) and takes no more reports", r->param, f.state);
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s has ended (%s) and takes no more reports", r->param, f.state);
         return;
     }
     if (retry && !f.cancel_requested) {
@@ -593,10 +609,11 @@ void api_h_internal_heartbeat(api_req *r)
 
     kf_fields_init(&fe);
     if (!api_worker_id_valid(r->param)) {
-        api_reply_problem(r, 404, "not-found", "Not found", "a worker id is 1-128 of [A-Za-z0-9_.:-]");
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "a worker id is 1-128 of [A-Za-z0-9_.:-]");
         return;
     }
     if (strcmp(r->param, r->who.name) != 0) {
+        /* Literal: a worker-name mismatch, not the role mismatch KF_FORBIDDEN's title names. */
         api_reply_problem(r, 403, "forbidden", "Not allowed for this token's worker",
                           "this token belongs to worker %s and cannot send heartbeats for %s; give each worker its "
                           "own token (kforge-api token create --role worker --name %s) or set KFORGE_WORKER_ID=%s",

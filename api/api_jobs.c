@@ -31,7 +31,7 @@ static bool api_job_id_ok(api_req *r)
 {
     if (kf_uuid_valid(r->param))
         return true;
-    api_reply_problem(r, 404, "not-found", "Not found", "no such job (job ids are UUIDs)");
+    api_reply_code(r, KF_NOT_FOUND, "not-found", "no such job (job ids are UUIDs)");
     return false;
 }
 
@@ -157,11 +157,11 @@ static void api_job_create_done(api_req *r)
         api_reply_json_text(r, 202, c->doc);
         snprintf(r->location, sizeof(r->location), "/v1/jobs/%s", nj->id);
     } else if (nj->status == 503) {
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "the database is unavailable; retry after the number of seconds in Retry-After");
+        api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                       "the database is unavailable; retry after the number of seconds in Retry-After");
     } else {
-        api_reply_problem(r, 500, "internal", "Internal error",
-                          "the job could not be stored; the request id is in the server log");
+        api_reply_code(r, KF_INTERNAL, "internal",
+                       "the job could not be stored; the request id is in the server log");
     }
     r->ctx = NULL;
     api_create_free(c);
@@ -181,9 +181,9 @@ void api_h_job_create(api_req *r)
     }
     if (!kf_uuid_v7(nj->id)) {
         api_create_free(c);
-        api_reply_problem(r, 503, "unavailable", "Service unavailable",
-                          "the kernel gave no random bytes for a job id; retry after the number of seconds in "
-                          "Retry-After");
+        api_reply_code(r, KF_UNAVAILABLE, "unavailable",
+                       "the kernel gave no random bytes for a job id; retry after the number of seconds in "
+                       "Retry-After");
         return;
     }
     c->spec = kf_json_print(c->jr.spec);
@@ -231,7 +231,7 @@ void api_h_job_get(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 0)
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
     else
         api_reply_json_text(r, 200, PQgetvalue(res, 0, 0));
     PQclear(res);
@@ -490,13 +490,13 @@ void api_h_job_cancel(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 0) {
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
         goto out;
     }
     state = PQgetvalue(res, 0, 0);
     if (kf_job_state_terminal(state)) {
-        api_reply_problem(r, 409, "job-finished", "Conflict", "job %s is already %s and cannot be cancelled", r->param,
-                          state);
+        api_reply_code(r, KF_CONFLICT, "job-finished", "job %s is already %s and cannot be cancelled", r->param,
+                       state);
         goto out;
     }
     was_running = strcmp(state, "running") == 0;
@@ -570,12 +570,12 @@ void api_h_job_requeue(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 0) {
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
         goto out;
     }
     if (strcmp(PQgetvalue(res, 0, 0), "dead") != 0) {
-        api_reply_problem(r, 409, "job-not-dead", "Conflict", "job %s is %s; only dead jobs are re-queued", r->param,
-                          PQgetvalue(res, 0, 0));
+        api_reply_code(r, KF_CONFLICT, "job-not-dead", "job %s is %s; only dead jobs are re-queued", r->param,
+                       PQgetvalue(res, 0, 0));
         goto out;
     }
     PQclear(res);
@@ -634,7 +634,7 @@ void api_h_job_events(api_req *r)
     if (!res)
         return;
     if (PQntuples(res) == 0)
-        api_reply_problem(r, 404, "not-found", "Not found", "no job with id %s", r->param);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
     else
         api_reply_json_text(r, 200, PQgetvalue(res, 0, 0));
     PQclear(res);

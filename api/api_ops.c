@@ -92,7 +92,7 @@ void api_h_readyz(api_req *r)
 
         snprintf(detail, sizeof(detail), "missing: %s%s%s", pg_ok ? "" : "postgresql",
                  (!pg_ok && !redis_ok) ? ", " : "", redis_ok ? "" : "redis");
-        api_reply_problem(r, 503, "not-ready", "Service unavailable", "%s", detail);
+        api_reply_code(r, KF_UNAVAILABLE, "not-ready", "%s", detail);
         /* Add the per-dependency checks to the problem document. */
         p = cJSON_Parse(r->out.data);
         if (p) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kf_config.h"
+#include "kf_num.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
 
@@ -229,6 +230,19 @@ static int search(const char *target, const char *op, int scale, int n_random)
     return 0;
 }
 
+/* A numeric argument read whole (kf_num_long), or exit 2 saying which. */
+static long ab_arg(const char *s, long lo, long hi, const char *what)
+{
+    kf_err e = KF_ERR_INIT;
+    long v;
+
+    if (kf_num_long(s, lo, hi, &v, &e) != KF_OK) {
+        fprintf(stderr, "agent_bench: %s: %s\n", what, e.msg);
+        exit(2);
+    }
+    return v;
+}
+
 int main(int argc, char **argv)
 {
     kf_err err = KF_ERR_INIT;
@@ -237,9 +251,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (argc >= 4 && strcmp(argv[1], "quality") == 0)
-        return quality(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 1);
+        return quality(argv[2], argv[3], argc > 4 ? (int)ab_arg(argv[4], 1, 1000, "SCALE") : 1);
     if (argc >= 6 && strcmp(argv[1], "search") == 0)
-        return search(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+        return search(argv[2], argv[3], (int)ab_arg(argv[4], 1, 1000, "SCALE"), (int)ab_arg(argv[5], 0, 100000, "RANDOM_SEEDS"));
     fprintf(stderr, "usage: agent_bench quality TARGET OP [SCALE] | search TARGET OP SCALE RANDOM_SEEDS\n");
     return 2;
 }

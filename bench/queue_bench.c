@@ -14,6 +14,7 @@
  */
 #include "kf_alloc.h"
 #include "kf_buf.h"
+#include "kf_num.h"
 #include "kf_queue.h"
 
 #include <cjson/cJSON.h>
@@ -308,13 +309,26 @@ static pid_t qb_start_worker(int i, int lease_ms)
     return pid;
 }
 
+/* A numeric argument read whole (kf_num_long), or exit 2 saying which. */
+static long qb_arg(const char *s, long lo, long hi, const char *what)
+{
+    kf_err e = KF_ERR_INIT;
+    long v;
+
+    if (kf_num_long(s, lo, hi, &v, &e) != KF_OK) {
+        fprintf(stderr, "queue_bench: %s: %s\n", what, e.msg);
+        exit(2);
+    }
+    return v;
+}
+
 static long qb_sql_long(const char *sql, const char *param)
 {
     const char *p[1] = { param };
     PGresult *r = PQexecParams(qb_pg, sql, param ? 1 : 0, NULL, param ? p : NULL, NULL, NULL, 0);
     long v = -1;
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0)
-        v = atol(PQgetvalue(r, 0, 0));
+        v = qb_arg(PQgetvalue(r, 0, 0), LONG_MIN, LONG_MAX, sql);
     PQclear(r);
     return v;
 }
@@ -783,7 +797,7 @@ int main(int argc, char **argv)
     qb_dir = getenv("KFB_DIR");
     {
         const char *port = getenv("KFB_REDIS_PORT");
-        qb_redis_port = port ? atoi(port) : 0;
+        qb_redis_port = port ? (int)qb_arg(port, 1, 65535, "KFB_REDIS_PORT") : 0;
     }
     if (!qb_build || !qb_dsn || !qb_dir || !qb_redis_port)
         qb_die("set KFB_BUILD, KFB_PG_DSN, KFB_DIR and KFB_REDIS_PORT (bench/run.sh does)");
@@ -800,15 +814,18 @@ int main(int argc, char **argv)
     }
     qb_redis_cmd("FLUSHALL");
     if (strcmp(argv[1], "dispatch") == 0)
-        rc = qb_dispatch(argc > 2 ? atoi(argv[2]) : 1000);
+        rc = qb_dispatch(argc > 2 ? (int)qb_arg(argv[2], 1, 100000000, "N") : 1000);
     else if (strcmp(argv[1], "enqueue") == 0)
-        rc = qb_enqueue(argc > 2 ? atoi(argv[2]) : 10, argc > 3 ? atoi(argv[3]) : 4);
+        rc = qb_enqueue(argc > 2 ? (int)qb_arg(argv[2], 1, 86400, "SECS") : 10,
+                        argc > 3 ? (int)qb_arg(argv[3], 1, 4096, "CLIENTS") : 4);
     else if (strcmp(argv[1], "throughput") == 0)
-        rc = qb_throughput(argc > 2 ? atoi(argv[2]) : 2000, argc > 3 ? atoi(argv[3]) : 4);
+        rc = qb_throughput(argc > 2 ? (int)qb_arg(argv[2], 1, 100000000, "N") : 2000,
+                           argc > 3 ? (int)qb_arg(argv[3], 1, 4096, "WORKERS") : 4);
     else if (strcmp(argv[1], "memory") == 0)
-        rc = qb_memory(argc > 2 ? atoi(argv[2]) : 100000);
+        rc = qb_memory(argc > 2 ? (int)qb_arg(argv[2], 1, 100000000, "N") : 100000);
     else if (strcmp(argv[1], "recovery") == 0)
-        rc = qb_recovery(argc > 2 ? atoi(argv[2]) : 5, argc > 3 ? atoi(argv[3]) : 2000);
+        rc = qb_recovery(argc > 2 ? (int)qb_arg(argv[2], 1, 100000, "ROUNDS") : 5,
+                         argc > 3 ? (int)qb_arg(argv[3], 1, 100000000, "LEASE_MS") : 2000);
     else
         qb_die("unknown part");
     qb_stop_all();

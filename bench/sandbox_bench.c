@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "kf_config.h"
+#include "kf_num.h"
 #include "sim/sim_eval.h"
 #include "sim/sim_sandbox.h"
 
@@ -98,9 +99,23 @@ static double one_trivial(const char *mode, double *cpu)
     return t0;
 }
 
+/* A numeric argument read whole (kf_num_long), or exit 2 saying which. */
+static long sbb_arg(const char *s, long lo, long hi, const char *what)
+{
+    kf_err e = KF_ERR_INIT;
+    long v;
+
+    if (kf_num_long(s, lo, hi, &v, &e) != KF_OK) {
+        fprintf(stderr, "sandbox_bench: %s: %s\n", what, e.msg);
+        exit(2);
+    }
+    return v;
+}
+
 int main(int argc, char **argv)
 {
-    int rounds = argc > 1 ? atoi(argv[1]) : 200, evals = argc > 2 ? atoi(argv[2]) : 20;
+    int rounds = argc > 1 ? (int)sbb_arg(argv[1], 1, 1000000, "ROUNDS") : 200;
+    int evals = argc > 2 ? (int)sbb_arg(argv[2], 1, 1000000, "EVALS") : 20;
     double *un, *st, *ev, un_cpu = 0, st_cpu = 0, warm = 0;
     sim_array in[2];
     sim_eval_spec spec;

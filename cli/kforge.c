@@ -22,6 +22,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_num.h"
 
 enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
@@ -203,13 +204,11 @@ static int cli_wait(const char *id, int timeout_s, bool quiet)
 /* Parse a bounded integer option; exits with a usage error naming it. */
 static int cli_int(const char *s, const char *name, long lo, long hi)
 {
-    char *end = NULL;
+    kf_err e = KF_ERR_INIT;
     long v;
 
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "kforge: --%s wants a number between %ld and %ld, not '%s'\n", name, lo, hi, s);
+    if (kf_num_long(s, lo, hi, &v, &e) != KF_OK) {
+        fprintf(stderr, "kforge: --%s: %s\n", name, e.msg);
         exit(EXIT_USAGE);
     }
     return (int)v;

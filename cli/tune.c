@@ -11,6 +11,9 @@
 #include "kf_alloc.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_job.h"
+#include "kf_num.h"
+#include "agent/ka_eval.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
 #include "sim/sim_input.h"
@@ -49,12 +52,12 @@ static void tune_usage(FILE *out)
             "Common:\n"
             "  --target T            trn1, inf2, trn2 (default), trn3\n"
             "  --planner P           guided (default: profile-guided), exhaustive, random\n"
-            "  --iterations N        iteration budget (default 40)\n"
-            "  --seconds S           time budget (default none)\n"
+            "  --iterations N        iteration budget, 1..100000 (default 40)\n"
+            "  --seconds S           time budget, up to 604800 (default none)\n"
             "  --patience K          stop after K iterations without improvement (default 8; 0 = never)\n"
             "  --goal-fraction F     stop once the best reaches F of the bound (0..1)\n"
             "  --goal-latency-us X   stop once the best runs in X us or less\n"
-            "  --seeds N             validation input sets per check (default 3)\n"
+            "  --seeds N             validation input sets per check, 1..8 (default 3)\n"
             "  --seed N              seed of the validation inputs and the random planner (default 1)\n"
             "  --output-dir DIR      where kernel.py, report.md, result.json and iterations.jsonl go\n"
             "                        (default kforge-tune)\n"
@@ -66,22 +69,64 @@ static void tune_usage(FILE *out)
             "Exit status: 0 a correct kernel was found, 1 none passed validation, 2 usage or job error.\n");
 }
 
+/* Split s in place at each `sep` into at most `max` parts: the count, or -1
+ * when there are more parts or one is empty ("a::b" is a mistake, not "a:b"). */
+static int tune_split(char *s, const char *seps, char **parts, int max)
+{
+    int n = 0;
+
+    for (;;) {
+        size_t len = strcspn(s, seps);
+        if (len == 0 || n == max)
+            return -1;
+        parts[n++] = s;
+        if (!s[len])
+            return n;
+        s[len] = '\0';
+        s += len + 1;
+    }
+}
+
+/* DIMS as 4096x8192 (or 4096,8192): each a whole number 1..KF_JOB_MAX_DIM. */
 static int tune_parse_dims(const char *s, int64_t *dims, int *nd)
 {
-    char *end;
+    char buf[256], *parts[KA_MAX_DIMS];
+    int n;
+
     *nd = 0;
-    while (*s) {
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 1 || *nd >= KA_MAX_DIMS)
+    if (strlen(s) >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, strlen(s) + 1);
+    n = tune_split(buf, "xX,", parts, KA_MAX_DIMS);
+    for (int i = 0; i < n; i++) {
+        long v;
+        if (kf_num_long(parts[i], 1, KF_JOB_MAX_DIM, &v, NULL) != KF_OK)
             return -1;
-        dims[(*nd)++] = v;
-        s = end;
-        if (*s == 'x' || *s == 'X' || *s == ',')
-            s++;
-        else if (*s)
-            return -1;
+        dims[i] = v;
     }
-    return *nd > 0 ? 0 : -1;
+    *nd = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
+}
+
+/* A numeric flag's value, or a message naming the flag and what it takes. */
+static bool tune_long(const char *flag, const char *s, long lo, long hi, long *out)
+{
+    kf_err e = KF_ERR_INIT;
+
+    if (kf_num_long(s, lo, hi, out, &e) == KF_OK)
+        return true;
+    fprintf(stderr, "kforge tune: --%s: %s\n", flag, e.msg);
+    return false;
+}
+
+static bool tune_double(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    kf_err e = KF_ERR_INIT;
+
+    if (kf_num_double(s, lo, hi, out, &e) == KF_OK)
+        return true;
+    fprintf(stderr, "kforge tune: --%s: %s\n", flag, e.msg);
+    return false;
 }
 
 /* NAME=shape:DIMS:DTYPE[:std=S] */
@@ -96,9 +141,10 @@ static int tune_parse_input(const char *spec, ka_input *in)
     if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof(in->name) || strncmp(eq + 1, "shape:", 6) != 0)
         return -1;
     memcpy(in->name, spec, (size_t)(eq - spec));
-    snprintf(buf, sizeof(buf), "%s", eq + 7);
-    for (char *tok = strtok(buf, ":"); tok && np < 4; tok = strtok(NULL, ":"))
-        parts[np++] = tok;
+    if (strlen(eq + 7) >= sizeof(buf))
+        return -1;
+    memcpy(buf, eq + 7, strlen(eq + 7) + 1);
+    np = tune_split(buf, ":", parts, 4);
     if (np < 2 || tune_parse_dims(parts[0], in->shape, &in->ndim) != 0)
         return -1;
     dt = sim_input_dtype(parts[1]);
@@ -106,9 +152,7 @@ static int tune_parse_input(const char *spec, ka_input *in)
         return -1;
     in->dtype = (sim_dtype)dt;
     for (int i = 2; i < np; i++) {
-        if (strncmp(parts[i], "std=", 4) == 0)
-            in->std = atof(parts[i] + 4);
-        else
+        if (strncmp(parts[i], "std=", 4) != 0 || kf_num_double(parts[i] + 4, 0, 1e6, &in->std, NULL) != KF_OK)
             return -1;
     }
     return 0;
@@ -236,6 +280,7 @@ int cli_tune_main(int argc, char **argv)
     tune_ctx ctx;
     cJSON *meta = NULL, *result = NULL, *tun = NULL;
     kf_err err = KF_ERR_INIT;
+    long l;
     char path[PATH_MAX];
 
     memset(&pb, 0, sizeof(pb));
@@ -280,13 +325,42 @@ int cli_tune_main(int argc, char **argv)
             }
             o.planner = (ka_planner)ka_planner_parse(optarg);
             break;
-        case O_ITER: o.max_iterations = atoi(optarg); break;
-        case O_SECS: o.max_seconds = atof(optarg); break;
-        case O_PATIENCE: o.patience = atoi(optarg) <= 0 ? -1 : atoi(optarg); break;
-        case O_GOALF: o.goal_fraction = atof(optarg); break;
-        case O_GOALL: o.goal_latency_ns = atof(optarg) * 1e3; break;
-        case O_SEEDS: o.n_seeds = atoi(optarg); break;
-        case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+        case O_ITER:
+            if (!tune_long("iterations", optarg, 1, 100000, &l))
+                return TUNE_USAGE;
+            o.max_iterations = (int)l;
+            break;
+        case O_SECS:
+            if (!tune_double("seconds", optarg, 0, 604800, &o.max_seconds))
+                return TUNE_USAGE;
+            break;
+        case O_PATIENCE:
+            if (!tune_long("patience", optarg, 0, 100000, &l))
+                return TUNE_USAGE;
+            o.patience = l == 0 ? -1 : (int)l;
+            break;
+        case O_GOALF:
+            if (!tune_double("goal-fraction", optarg, 0, 1, &o.goal_fraction))
+                return TUNE_USAGE;
+            break;
+        case O_GOALL:
+            if (!tune_double("goal-latency-us", optarg, 0, 1e12, &o.goal_latency_ns))
+                return TUNE_USAGE;
+            o.goal_latency_ns *= 1e3;
+            break;
+        case O_SEEDS:
+            if (!tune_long("seeds", optarg, 1, KA_MAX_SEEDS, &l))
+                return TUNE_USAGE;
+            o.n_seeds = (int)l;
+            break;
+        case O_SEED: {
+            kf_err e = KF_ERR_INIT;
+            if (kf_num_u64(optarg, UINT64_MAX, &o.seed, &e) != KF_OK) {
+                fprintf(stderr, "kforge tune: --seed: %s\n", e.msg);
+                return TUNE_USAGE;
+            }
+            break;
+        }
         case O_OUT: out_dir = optarg; break;
         case O_CACHE: cache_dir = optarg; break;
         case O_JSON: json = true; break;

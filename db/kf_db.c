@@ -3,7 +3,9 @@
 #include "kf_db.h"
 
 #include "kf_buf.h"
+#include "kf_num.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,17 +134,36 @@ static kf_code kf_db_misuse(const kf_db_move *m, const kf_life_def *d, kf_states
     return KF_OK;
 }
 
+kf_code kf_db_num(const PGresult *r, int row, int col, long lo, long hi, long *out, kf_err *err)
+{
+    kf_err e = KF_ERR_INIT;
+    const char *name = PQfname(r, col);
+
+    if (PQgetisnull(r, row, col))
+        return kf_err_set(err, KF_DB,
+                          "column %s of the result is NULL where a number belongs: the database schema is not the "
+                          "one this build expects; run kforge-api migrate",
+                          name ? name : "?");
+    if (kf_num_long(PQgetvalue(r, row, col), lo, hi, out, &e) != KF_OK)
+        return kf_err_set(err, KF_DB,
+                          "column %s of the result: %s; the database schema is not the one this build expects; "
+                          "run kforge-api migrate",
+                          name ? name : "?", e.msg);
+    return KF_OK;
+}
+
 /* Why a move that wrote nothing was refused, from the row as it was. */
 static kf_code kf_db_refused(const kf_db_move *m, const kf_life_def *d, const PGresult *r, kf_states from,
                              kf_err *err)
 {
     kf_state cur;
-    int att;
+    long att = 0;
 
     if (PQgetisnull(r, 0, 4))
         return kf_err_set(err, KF_NOT_FOUND, "no job with id %s", m->job_id);
     cur = kf_state_parse(PQgetvalue(r, 0, 4));
-    att = atoi(PQgetvalue(r, 0, 5));
+    if (kf_db_num(r, 0, 5, 0, INT_MAX, &att, err) != KF_OK)
+        return KF_DB;
     if (!(from & (1u << cur))) {
         char want[96];
         kf_states_pg_array(from, want, sizeof(want));
@@ -150,7 +171,7 @@ static kf_code kf_db_refused(const kf_db_move *m, const kf_life_def *d, const PG
                           kf_state_name(cur), d->event, d->name, want);
     }
     if ((d->flags & KF_LIFE_FENCED) && att > m->attempt)
-        return kf_err_set(err, KF_STALE, "job %s is on attempt %d; a report from attempt %d cannot move it (%s)",
+        return kf_err_set(err, KF_STALE, "job %s is on attempt %ld; a report from attempt %d cannot move it (%s)",
                           m->job_id, att, m->attempt, d->name);
     if ((d->flags & KF_LIFE_IF_CANCEL_ASK) && strcmp(PQgetvalue(r, 0, 6), "t") != 0)
         return kf_err_set(err, KF_CONFLICT, "job %s has no cancel asked for; %s does not apply", m->job_id, d->name);
@@ -232,10 +253,16 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
         return rc;
     }
     if (out) {
+        long row_att = 0;
         memset(out, 0, sizeof(*out));
         out->from = kf_state_parse(PQgetvalue(r, 0, 4));
         out->to = out->from;
-        out->attempt = atoi(PQgetvalue(r, 0, 5));
+        /* No row (no such job) leaves the attempt 0; kf_db_refused says why. */
+        if (!PQgetisnull(r, 0, 5) && kf_db_num(r, 0, 5, 0, INT_MAX, &row_att, err) != KF_OK) {
+            PQclear(r);
+            return KF_DB;
+        }
+        out->attempt = (int)row_att;
         out->cancel_requested = strcmp(PQgetvalue(r, 0, 6), "t") == 0;
     }
     if (PQgetisnull(r, 0, 0)) {
@@ -244,10 +271,16 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
         return rc;
     }
     if (out) {
+        long row_att = 0, outbox = 0;
         out->from = kf_state_parse(PQgetvalue(r, 0, 0));
         out->to = kf_state_parse(PQgetvalue(r, 0, 1));
-        out->attempt = atoi(PQgetvalue(r, 0, 2));
-        out->outbox_id = PQgetisnull(r, 0, 3) ? 0 : strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+        if (kf_db_num(r, 0, 2, 0, INT_MAX, &row_att, err) != KF_OK ||
+            (!PQgetisnull(r, 0, 3) && kf_db_num(r, 0, 3, 1, LONG_MAX, &outbox, err) != KF_OK)) {
+            PQclear(r);
+            return KF_DB;
+        }
+        out->attempt = (int)row_att;
+        out->outbox_id = outbox;
     }
     PQclear(r);
     return KF_OK;

@@ -92,6 +92,11 @@ kf_code kf_db_lease_takeover(PGconn *c, const char *job_id, int attempt, const c
  * not available).  res may be NULL (libpq gave no result). */
 bool kf_db_transient(PGconn *c, const PGresult *res);
 
+/* A whole-number column of a result row, read strictly (kf_num_long):
+ * KF_DB when it is NULL or not a number in [lo, hi], which means the
+ * database's schema is not the one this build expects. */
+kf_code kf_db_num(const PGresult *r, int row, int col, long lo, long hi, long *out, kf_err *err);
+
 /*
  * The set form of the CREATE move, for the API's batch writer (api_batch.c):
  * $1..$14 one array per column (id uuid[], kind, target, backend text[],

@@ -40,6 +40,7 @@
 #include "kf_log.h"
 #include "kf_queue.h"
 
+#include <limits.h>
 #include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
@@ -223,9 +224,14 @@ static kf_code s_enqueue_row(sched *s, PGresult *r, int row, int col, bool *crea
     bool exists = false;
     kf_queue_job j;
     char *payload;
+    long prio = 0, att = 0, max_att = 0;
     kf_code rc;
 
     *created = false;
+    if ((rc = kf_db_num(r, row, col + 4, INT_MIN, INT_MAX, &prio, err)) != KF_OK ||
+        (rc = kf_db_num(r, row, col + 5, 0, INT_MAX, &att, err)) != KF_OK ||
+        (rc = kf_db_num(r, row, col + 6, INT_MIN, INT_MAX, &max_att, err)) != KF_OK)
+        return rc;
     if ((rc = kf_queue_inspect(s->q, id, &info, &exists, err)) != KF_OK)
         return rc;
     if (exists && strcmp(info.state, "dead") == 0)
@@ -243,9 +249,9 @@ static kf_code s_enqueue_row(sched *s, PGresult *r, int row, int col, bool *crea
     j.kind = PQgetvalue(r, row, col + 1);
     j.target = PQgetvalue(r, row, col + 2);
     j.backend = PQgetvalue(r, row, col + 3);
-    j.priority = atoi(PQgetvalue(r, row, col + 4));
-    j.attempt = atoi(PQgetvalue(r, row, col + 5));
-    j.max_attempts = atoi(PQgetvalue(r, row, col + 6));
+    j.priority = (int)prio;
+    j.attempt = (int)att;
+    j.max_attempts = (int)max_att;
     j.payload = payload;
     if (j.max_attempts < 1)
         j.max_attempts = 1;
@@ -297,6 +303,11 @@ static void s_relay(sched *s)
                 kf_log_error("job cannot be queued (bad stored spec); skipping job=%s err=\"%s\"", id, err.msg);
                 rc = KF_OK;
             }
+        }
+        if (rc == KF_DB) {
+            /* The row is not what this build reads (kf_db_num): keep its outbox row. */
+            kf_log_error("job cannot be relayed job=%s err=\"%s\"", id, err.msg);
+            break;
         }
         if (rc != KF_OK) {
             s_redis_failed(s, &err);

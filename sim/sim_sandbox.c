@@ -3,6 +3,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_log.h"
+#include "kf_num.h"
 #include "sim_target.h"
 
 #include <Python.h>
@@ -818,9 +819,18 @@ static long sb_subid(const char *file, const char *name, unsigned long id)
         return -1;
     snprintf(ids, sizeof(ids), "%lu", id);
     while (found < 0 && fgets(line, sizeof(line), f)) {
-        char *a = strtok(line, ":\n"), *b = strtok(NULL, ":\n"), *c = strtok(NULL, ":\n");
-        if (a && b && c && (strcmp(a, ids) == 0 || (name && strcmp(a, name) == 0)) && atol(c) >= 1)
-            found = atol(b);
+        /* NAME-or-ID:FIRST:COUNT; a line not of that form grants nothing. */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        long first = 0, count = 0;
+        if (!c2)
+            continue;
+        *c1 = '\0';
+        *c2 = '\0';
+        c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+        if ((strcmp(line, ids) == 0 || (name && strcmp(line, name) == 0)) &&
+            kf_num_long(c1 + 1, 0, LONG_MAX, &first, NULL) == KF_OK &&
+            kf_num_long(c2 + 1, 1, LONG_MAX, &count, NULL) == KF_OK)
+            found = first;
     }
     fclose(f);
     return found;

@@ -444,3 +444,39 @@ int kf_spool_count(const kf_spool *s)
     closedir(d);
     return n;
 }
+
+long kf_spool_deliver(kf_spool *s, kf_report *r, const char *path, const char *body, char *name_out,
+                      size_t name_len, bool (*give_up)(void *ctx), void *ctx)
+{
+    kf_err err = KF_ERR_INIT;
+    char why[256] = "";
+    int pending = 0;
+    long st;
+
+    if (name_out && name_len)
+        name_out[0] = '\0';
+    if (kf_spool_count(s) > 0)
+        kf_spool_flush(s, r, &pending, &err);
+    if (pending == 0) {
+        st = kf_report_post(r, path, body, why, sizeof(why));
+        if (kf_report_final(st, kf_report_problem(r))) {
+            if (st >= 300)
+                kf_log_info("report refused by the API path=%s status=%ld detail=\"%s\"", path, st, why);
+            return st;
+        }
+        kf_log_warn("API did not accept the report; spooling it path=%s status=%ld detail=\"%s\"", path, st, why);
+    }
+    while (kf_spool_put(s, path, body, name_out, name_len, &err) != KF_OK) {
+        bool stop = false;
+        kf_log_error("%s; retrying in 1 s", err.msg);
+        /* A second in slices, so a give-up (a drain that ran out) ends it early. */
+        for (int i = 0; i < 50 && !stop; i++) {
+            const struct timespec slice = { 0, 20 * 1000000L };
+            nanosleep(&slice, NULL);
+            stop = give_up && give_up(ctx);
+        }
+        if (stop)
+            break;
+    }
+    return -1;
+}

@@ -72,6 +72,18 @@ kf_code kf_spool_put(kf_spool *s, const char *path, const char *body, char *name
  * how many are left.  KF_IO only when the folder cannot be read. */
 kf_code kf_spool_flush(kf_spool *s, kf_report *r, int *pending, kf_err *err);
 
+/* Send one report now, or spool it so the API sees reports in the order
+ * they were made: older spooled reports go first (kf_spool_flush), and
+ * while any of them is still pending this one is spooled behind them
+ * without being tried.  A report the API gives no final answer
+ * (kf_report_final) is spooled too.  Returns the final HTTP status, or -1
+ * when the report is in the spool (name_out, if given, gets its file name).
+ * Writing the spool is retried every second while it fails, as the disk is
+ * the last place a report can live, until give_up(ctx) says stop (NULL:
+ * never); the report is then dropped, -1 returned and name_out left "". */
+long kf_spool_deliver(kf_spool *s, kf_report *r, const char *path, const char *body, char *name_out,
+                      size_t name_len, bool (*give_up)(void *ctx), void *ctx);
+
 /* Whether the report `name` is still waiting; how many are waiting. */
 bool kf_spool_has(const kf_spool *s, const char *name);
 int kf_spool_count(const kf_spool *s);

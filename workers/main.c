@@ -29,6 +29,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_finish.h"
 #include "kf_job.h"
 #include "kf_log.h"
 #include "kf_queue.h"
@@ -341,37 +342,17 @@ static void *w_api_heartbeat_thread(void *arg)
 
 /* ---- reports ---------------------------------------------------------- */
 
-/* Send one report now, or spool it (also when older reports wait, to keep
- * the order).  Returns the final HTTP status, or -1 when it was spooled
- * (name_out gets the spool file name). */
+/* The drain time of a SIGTERM is over: a report that cannot even be
+ * spooled is given up. */
+static bool w_spool_give_up(void *ctx)
+{
+    return w_term && w_drain_over(ctx);
+}
+
+/* Send one report now or spool it in order (kf_spool_deliver). */
 static long w_deliver(worker *w, const char *path, const char *body, char *name_out, size_t name_len)
 {
-    kf_err err = KF_ERR_INIT;
-    char why[256] = "";
-    int pending = 0;
-    long st;
-
-    if (name_out && name_len)
-        name_out[0] = '\0';
-    if (kf_spool_count(w->spool) > 0)
-        kf_spool_flush(w->spool, w->rep, &pending, &err);
-    if (pending == 0) {
-        st = kf_report_post(w->rep, path, body, why, sizeof(why));
-        if (kf_report_final(st, kf_report_problem(w->rep))) {
-            if (st >= 300)
-                kf_log_info("report refused by the API path=%s status=%ld detail=\"%s\"", path, st, why);
-            return st;
-        }
-        kf_log_warn("API did not accept the report; spooling it path=%s status=%ld detail=\"%s\"", path, st, why);
-    }
-    while (kf_spool_put(w->spool, path, body, name_out, name_len, &err) != KF_OK) {
-        /* The disk is the last place a result can live: keep trying rather than drop it. */
-        kf_log_error("%s; retrying in 1 s", err.msg);
-        w_sleep(1000);
-        if (w_term && w_drain_over(w))
-            break;
-    }
-    return -1;
+    return kf_spool_deliver(w->spool, w->rep, path, body, name_out, name_len, w_spool_give_up, w);
 }
 
 static bool w_lease_lost(worker *w)
@@ -454,28 +435,13 @@ static bool w_should_stop(void *ctx)
     return stop || w_drain_over(w);
 }
 
-static char *w_json_string(const char *s)
-{
-    cJSON *v = cJSON_CreateString(s ? s : "");
-    char *out = cJSON_PrintUnformatted(v);
-    cJSON_Delete(v);
-    return out;
-}
-
-/* Report the outcome of an attempt, then settle the job in Redis:
- *   succeeded / failed for good / cancelled → result to the API, then ack;
- *   retryable failure with attempts left   → failed + retry:true, then
- *                                            kf_queue_fail (delayed retry);
- *   retryable failure on the last attempt  → no report: kf_queue_fail
- *                                            dead-letters it and the
- *                                            scheduler records `dead` (as
- *                                            for a lease that expired). */
+/* Report the outcome of an attempt, then settle the job in Redis, as the
+ * decision table in kf_finish.h says. */
 static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *result_json, const char *error,
                      bool retryable)
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/result", l->id);
-    bool retry = !ok && retryable && l->attempt < l->max_attempts;
-    bool exhausted = !ok && retryable && !retry, lost_to_other;
+    kf_finish_plan plan = kf_finish_plan_of(ok, retryable, l->attempt, l->max_attempts);
     kf_buf body = KF_BUF_INIT;
     kf_err err = KF_ERR_INIT;
     kf_queue_fate fate = 0;
@@ -483,39 +449,24 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
     kf_code rc;
     long st = 0;
 
-    if (!exhausted) {
-        kf_buf_addf(&body, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"%s\",\"result\":%s", l->attempt,
-                    l->token, ok ? "succeeded" : "failed", ok && result_json ? result_json : "{}");
-        if (!ok) {
-            char *e = w_json_string(error);
-            kf_buf_addf(&body, ",\"error\":%s", e);
-            free(e);
-        }
-        kf_buf_addf(&body, ",\"retry\":%s,\"worker\":\"%s\"}", retry ? "true" : "false", w->id);
+    if (plan.report) {
+        kf_finish_body(&body, l->attempt, l->token, ok, result_json, error, plan.retry, w->id);
         st = w_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
-        /* 403 not-lease-holder: another worker holds this attempt's lease
-         * (as for 409, nothing of ours to record). */
-        lost_to_other = st == 403 && strcmp(kf_report_problem(w->rep), "not-lease-holder") == 0;
-        if (st >= 400 && st != 404 && st != 409 && !lost_to_other) {
-            /* The API refused the report itself (malformed, too large): record
-             * a failure instead, or PostgreSQL would keep the job running. */
+        if (kf_finish_answer_of(st, kf_report_problem(w->rep)) == KF_FINISH_REFUSED) {
             char *e = kf_asprintf("the API refused this attempt's result report (HTTP %ld)", st);
-            char *ej = w_json_string(e);
             kf_buf_reset(&body);
-            kf_buf_addf(&body, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"failed\",\"result\":{},"
-                        "\"error\":%s,\"retry\":false,\"worker\":\"%s\"}", l->attempt, l->token, ej, w->id);
+            kf_finish_body(&body, l->attempt, l->token, false, NULL, e, false, w->id);
             kf_log_error("%s job=%s", e, l->id);
-            retry = false;
-            free(ej);
+            plan.retry = false;
             free(e);
             st = w_deliver_final(w, path, body.data);
             if (st < 0)
                 goto out;
         }
     }
-    if (exhausted || (retry && st >= 200 && st < 300)) {
+    if (kf_finish_settle_of(plan, st) == KF_FINISH_FAIL) {
         rc = kf_queue_fail(w->q, l->id, l->token, error, true, w->retry_base_ms, w->retry_cap_ms, &fate, &due,
                            &err);
         if (rc == KF_OK)

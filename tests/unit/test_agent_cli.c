@@ -135,6 +135,54 @@ Test(agent_cli, usage_and_job_errors)
     free(k);
 }
 
+/* Numbers on the command line are read whole (issue 14): "12x" is not 12,
+ * "-1" is not 2^64-1, "8x8x" is not 8x8.  Each is refused with exit 2 and a
+ * message naming the flag and what it takes, before anything is run or sent
+ * (the API address is a closed port: a number read leniently would fail
+ * there instead, with another message). */
+Test(agent_cli, numbers_are_refused_unless_whole_and_in_range)
+{
+    static const struct {
+        const char *args, *msg;
+    } c[] = {
+        { "list --limit 12x", "kforge: --limit: '12x' is not a whole number; write one between 1 and 200" },
+        { "list --limit 500", "kforge: --limit: 500 is out of range; write a whole number between 1 and 200" },
+        { "submit - --timeout 5m", "kforge: --timeout: '5m' is not a whole number; write one between 1 and 86400" },
+        { "tune softmax --shape 8x8 --iterations 12x",
+          "kforge tune: --iterations: '12x' is not a whole number; write one between 1 and 100000" },
+        { "tune softmax --shape 8x8 --seed -1",
+          "kforge tune: --seed: '-1' is not a whole number; write one between 0 and 18446744073709551615" },
+        { "tune softmax --shape 8x8 --seeds 9",
+          "kforge tune: --seeds: 9 is out of range; write a whole number between 1 and 8" },
+        { "tune softmax --shape 8x8 --patience ''",
+          "kforge tune: --patience: an empty value is not a number; write a whole number between 0 and 100000" },
+        { "tune softmax --shape 8x8 --goal-fraction 0.5s",
+          "kforge tune: --goal-fraction: '0.5s' is not a number; write a decimal number between 0 and 1" },
+        { "tune softmax --shape 8x8 --seconds inf",
+          "kforge tune: --seconds: 'inf' is not a number; write a decimal number between 0 and 604800" },
+        { "tune softmax --shape 8x8x", "kforge tune: --shape 8x8x: write the dims as 4096x8192" },
+        { "tune softmax --shape 8xx8", "kforge tune: --shape 8xx8: write the dims as 4096x8192" },
+        { "tune k.py --entry k --input a=shape:8x8:bf16:std=1x",
+          "kforge tune: --input a=shape:8x8:bf16:std=1x: write NAME=shape:4096x8192:bf16[:std=S]" },
+        { "tune k.py --entry k --input a=shape:8x8::bf16",
+          "kforge tune: --input a=shape:8x8::bf16: write NAME=shape:4096x8192:bf16[:std=S]" },
+    };
+    char *r = root(), *k = kforge();
+
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char *out = NULL;
+        char *cmd = kf_asprintf("cd %s && KFORGE_API_URL=http://127.0.0.1:9 KFORGE_TOKEN=t %s %s "
+                                "--output-dir /tmp/kforge-test-none </dev/null 2>&1",
+                                r, k, c[i].args);
+        cr_assert_eq(sh(cmd, &out), 2, "%s: %s", c[i].args, out);
+        cr_assert(strstr(out, c[i].msg), "%s: wanted \"%s\", got: %s", c[i].args, c[i].msg, out);
+        free(out);
+        free(cmd);
+    }
+    free(r);
+    free(k);
+}
+
 /* A user kernel whose KFORGE block carries a constraint of 50,000 unary
  * minuses (issue 22, bug 1): kforge tune reports the nesting limit and
  * exits 2 like any other bad constraint, instead of dying on the stack. */

@@ -277,3 +277,62 @@ Test(api_auth, failure_counts_are_thread_safe)
         pthread_join(t[i], NULL);
     cr_assert_eq(fail_limited, T * 1000 - 20);
 }
+
+/* api_reply_code takes status and title from KF_ERROR_MAP and keeps the
+ * caller's slug and detail; api_reply_err derives the slug from the code. */
+static cJSON *reply_body(api_req *r)
+{
+    cJSON *p;
+
+    p = cJSON_Parse(r->out.data);
+    cr_assert_not_null(p, "%s", r->out.data);
+    return p;
+}
+
+Test(api_reply, code_takes_status_and_title_from_the_map)
+{
+    static const struct {
+        kf_code code;
+        int status;
+        const char *title;
+    } c[] = { { KF_NOT_FOUND, 404, "Not found" },     { KF_STALE, 409, "Stale attempt or lease" },
+              { KF_UNAVAILABLE, 503, "Service unavailable" }, { KF_TOO_LARGE, 413, "Request body too large" },
+              { KF_METHOD, 405, "Method not allowed" } };
+
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        api_req r = { .url = "/v1/jobs/x", .request_id = "req-1" };
+        cJSON *p;
+
+        kf_buf_init(&r.out);
+        api_reply_code(&r, c[i].code, "my-slug", "job %s is %d", "x", 7);
+        cr_assert_eq(r.status, c[i].status);
+        cr_assert_str_eq(r.content_type, "application/problem+json");
+        cr_assert_eq(r.retry_after, c[i].status == 503 ? 2 : 0, "503s carry Retry-After");
+        p = reply_body(&r);
+        cr_assert_str_eq(cJSON_GetObjectItem(p, "type")->valuestring, "urn:kforge:problem:my-slug");
+        cr_assert_str_eq(cJSON_GetObjectItem(p, "title")->valuestring, c[i].title);
+        cr_assert_eq(cJSON_GetObjectItem(p, "status")->valueint, c[i].status);
+        cr_assert_str_eq(cJSON_GetObjectItem(p, "detail")->valuestring, "job x is 7");
+        cr_assert_str_eq(cJSON_GetObjectItem(p, "request_id")->valuestring, "req-1");
+        cJSON_Delete(p);
+        kf_buf_release(&r.out);
+    }
+}
+
+Test(api_reply, err_derives_the_slug_from_the_code)
+{
+    api_req r = { .url = "/v1/jobs/x", .request_id = "req-2" };
+    kf_err e = KF_ERR_INIT;
+    cJSON *p;
+
+    kf_buf_init(&r.out);
+    kf_err_set(&e, KF_STALE, "job x is on attempt %d", 3);
+    api_reply_err(&r, &e);
+    cr_assert_eq(r.status, 409);
+    p = reply_body(&r);
+    cr_assert_str_eq(cJSON_GetObjectItem(p, "type")->valuestring, "urn:kforge:problem:stale-attempt");
+    cr_assert_str_eq(cJSON_GetObjectItem(p, "title")->valuestring, "Stale attempt or lease");
+    cr_assert_str_eq(cJSON_GetObjectItem(p, "detail")->valuestring, "job x is on attempt 3");
+    cJSON_Delete(p);
+    kf_buf_release(&r.out);
+}

@@ -13,6 +13,7 @@
 #include "kf_json.h"
 #include "kf_queue.h"
 #include "kf_log.h"
+#include "kf_num.h"
 
 Test(kf_error, set_and_wrap_keep_code_and_text)
 {
@@ -358,4 +359,57 @@ Test(queue_url, parses_parts_and_never_quotes_a_password)
         cr_expect(strstr(e.msg, "hunter22") == NULL, "the password is in: %s", e.msg);
         cr_expect(strstr(e.msg, "***") != NULL, "%s", e.msg);
     }
+}
+
+Test(kf_num, whole_numbers_refuse_garbage_blanks_and_overflow)
+{
+    kf_err e = KF_ERR_INIT;
+    long v = 7;
+    uint64_t u = 7;
+
+    cr_assert_eq(kf_num_long("200", 1, 200, &v, &e), KF_OK);
+    cr_assert_eq(v, 200);
+    cr_assert_eq(kf_num_long("-3", -5, 5, &v, &e), KF_OK);
+    cr_assert_eq(v, -3);
+    for (const char *const *s = (const char *const[]){ "12x", "x", "", " 5", "5 ", "+5", "1.5", "0x10",
+                                                       "99999999999999999999", NULL };
+         *s; s++) {
+        v = 7;
+        cr_assert_eq(kf_num_long(*s, -1000, 1000, &v, &e), KF_INVALID, "'%s'", *s);
+        cr_assert_eq(v, 7, "'%s' leaves the output alone", *s);
+    }
+    cr_assert_eq(kf_num_long("12x", 1, 200, &v, &e), KF_INVALID);
+    cr_assert_str_eq(e.msg, "'12x' is not a whole number; write one between 1 and 200");
+    cr_assert_eq(kf_num_long("201", 1, 200, &v, &e), KF_INVALID);
+    cr_assert_str_eq(e.msg, "201 is out of range; write a whole number between 1 and 200");
+
+    cr_assert_eq(kf_num_u64("18446744073709551615", UINT64_MAX, &u, &e), KF_OK);
+    cr_assert_eq(u, UINT64_MAX);
+    cr_assert_eq(kf_num_u64("18446744073709551616", UINT64_MAX, &u, &e), KF_INVALID);
+    cr_assert_eq(kf_num_u64("-1", UINT64_MAX, &u, &e), KF_INVALID, "strtoull would wrap -1 to 2^64-1");
+    cr_assert_eq(kf_num_u64("7 ", UINT64_MAX, &u, &e), KF_INVALID);
+    cr_assert_eq(kf_num_u64("11", 10, &u, &e), KF_INVALID);
+    cr_assert_eq(u, UINT64_MAX);
+}
+
+Test(kf_num, decimals_refuse_garbage_nan_inf_and_hex)
+{
+    kf_err e = KF_ERR_INIT;
+    double d = 7;
+
+    cr_assert_eq(kf_num_double("0.5", 0, 1, &d, &e), KF_OK);
+    cr_assert_float_eq(d, 0.5, 1e-12);
+    cr_assert_eq(kf_num_double("1e-3", 0, 1, &d, &e), KF_OK);
+    cr_assert_float_eq(d, 1e-3, 1e-15);
+    cr_assert_eq(kf_num_double("-2", -5, 5, &d, &e), KF_OK);
+    cr_assert_eq(kf_num_double(".25", 0, 1, &d, &e), KF_OK);
+    for (const char *const *s = (const char *const[]){ "0.5s", "", " 1", "nan", "inf", "-inf", "0x1p3", "+1",
+                                                       "e5", "1e999", NULL };
+         *s; s++) {
+        d = 7;
+        cr_assert_eq(kf_num_double(*s, -1e300, 1e300, &d, &e), KF_INVALID, "'%s'", *s);
+        cr_assert_eq(d, 7, "'%s' leaves the output alone", *s);
+    }
+    cr_assert_eq(kf_num_double("1.5", 0, 1, &d, &e), KF_INVALID);
+    cr_assert_str_eq(e.msg, "1.5 is out of range; write a number between 0 and 1");
 }

@@ -15,6 +15,7 @@
 #include "kf_alloc.h"
 #include "tests/lib/kf_test.h"
 #include "workers/kf_backend.h"
+#include "workers/kf_finish.h"
 #include "workers/kf_report.h"
 #include "workers/kf_jobproc.h"
 #include "workers/kf_runner.h"
@@ -402,4 +403,132 @@ Test(jobproc, the_job_folder_is_gone_after_a_crash_a_kill_or_a_success)
 
     cr_assert_eq(access(outside, F_OK), 0, "a symlink in the folder is removed, never followed");
     unlink(outside);
+}
+
+/* The end-of-attempt decision table (kf_finish.h), row by row. */
+Test(finish, what_each_outcome_reports_and_how_it_settles)
+{
+    kf_finish_plan p;
+
+    p = kf_finish_plan_of(true, false, 1, 3);   /* succeeded */
+    cr_assert(p.report && !p.retry);
+    cr_assert_eq(kf_finish_settle_of(p, 200), KF_FINISH_ACK);
+    p = kf_finish_plan_of(true, true, 3, 3);    /* succeeded on the last attempt: retryable means nothing */
+    cr_assert(p.report && !p.retry);
+    cr_assert_eq(kf_finish_settle_of(p, 200), KF_FINISH_ACK);
+    p = kf_finish_plan_of(false, false, 1, 3);  /* failed for good */
+    cr_assert(p.report && !p.retry);
+    cr_assert_eq(kf_finish_settle_of(p, 200), KF_FINISH_ACK);
+    p = kf_finish_plan_of(false, true, 2, 3);   /* retryable with attempts left */
+    cr_assert(p.report && p.retry);
+    cr_assert_eq(kf_finish_settle_of(p, 200), KF_FINISH_FAIL, "the API took the retry: a delayed retry in Redis");
+    cr_assert_eq(kf_finish_settle_of(p, 204), KF_FINISH_FAIL);
+    cr_assert_eq(kf_finish_settle_of(p, 409), KF_FINISH_ACK, "the job ended elsewhere: it leaves the queue");
+    cr_assert_eq(kf_finish_settle_of(p, 404), KF_FINISH_ACK);
+    p = kf_finish_plan_of(false, true, 3, 3);   /* retryable on the last attempt */
+    cr_assert(!p.report && !p.retry, "no report: the dead letter is the scheduler's to record");
+    cr_assert_eq(kf_finish_settle_of(p, 0), KF_FINISH_FAIL);
+    p = kf_finish_plan_of(false, true, 4, 3);   /* an attempt past the budget (max lowered meanwhile) */
+    cr_assert(!p.report && !p.retry);
+}
+
+Test(finish, the_apis_answer_to_a_result_report)
+{
+    cr_assert_eq(kf_finish_answer_of(200, ""), KF_FINISH_TAKEN);
+    cr_assert_eq(kf_finish_answer_of(299, ""), KF_FINISH_TAKEN);
+    cr_assert_eq(kf_finish_answer_of(404, "not-found"), KF_FINISH_ELSEWHERE);
+    cr_assert_eq(kf_finish_answer_of(409, "stale-attempt"), KF_FINISH_ELSEWHERE);
+    cr_assert_eq(kf_finish_answer_of(403, "not-lease-holder"), KF_FINISH_ELSEWHERE);
+    cr_assert_eq(kf_finish_answer_of(403, "forbidden"), KF_FINISH_REFUSED, "another 403 is the report's fault");
+    cr_assert_eq(kf_finish_answer_of(403, NULL), KF_FINISH_REFUSED);
+    cr_assert_eq(kf_finish_answer_of(400, "invalid"), KF_FINISH_REFUSED);
+    cr_assert_eq(kf_finish_answer_of(413, "body-too-large"), KF_FINISH_REFUSED);
+    cr_assert_eq(kf_finish_answer_of(422, "invalid"), KF_FINISH_REFUSED);
+    cr_assert_eq(kf_finish_answer_of(500, "internal"), KF_FINISH_REFUSED);
+    cr_assert_eq(kf_finish_answer_of(302, ""), KF_FINISH_ELSEWHERE);
+}
+
+Test(finish, result_report_bodies)
+{
+    kf_buf b = KF_BUF_INIT;
+
+    kf_finish_body(&b, 2, "tok", true, "{\"latency_ns\":5}", "ignored", false, "w-1");
+    cr_assert_str_eq(b.data, "{\"attempt\":2,\"lease_token\":\"tok\",\"state\":\"succeeded\","
+                             "\"result\":{\"latency_ns\":5},\"retry\":false,\"worker\":\"w-1\"}");
+    kf_buf_reset(&b);
+    kf_finish_body(&b, 1, "tok", true, NULL, NULL, false, "w-1");
+    cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"succeeded\",\"result\":{},"
+                             "\"retry\":false,\"worker\":\"w-1\"}");
+    kf_buf_reset(&b);
+    kf_finish_body(&b, 1, "tok", false, "{\"x\":1}", "bad \"quote\"\n", true, "w-1");
+    cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"failed\",\"result\":{},"
+                             "\"error\":\"bad \\\"quote\\\"\\n\",\"retry\":true,\"worker\":\"w-1\"}");
+    kf_buf_reset(&b);
+    kf_finish_body(&b, 1, "tok", false, NULL, NULL, false, "w-1");
+    cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"failed\",\"result\":{},"
+                             "\"error\":\"\",\"retry\":false,\"worker\":\"w-1\"}");
+    kf_buf_release(&b);
+}
+
+/* kf_spool_deliver keeps the order reports were made in: while older ones
+ * wait in the spool a new one queues behind them, and once the API is back
+ * they go first and the new one after them. */
+Test(spool, deliver_sends_now_or_queues_behind_older_reports)
+{
+    int port = kf_test_free_port();
+    char *url = kf_asprintf("http://127.0.0.1:%d", port);
+    char *dir = kf_test_tmpdir("spool-deliver");
+    kf_err e = KF_ERR_INIT;
+    kf_spool *s = kf_spool_open(dir, &e);
+    kf_report *r = kf_report_new(url, "tok", 2000);
+    struct MHD_Daemon *d;
+    char name[128];
+
+    cr_assert_not_null(s, "%s", e.msg);
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, handler, NULL,
+                         MHD_OPTION_END);
+    cr_assert_not_null(d);
+
+    /* The API takes it: sent now, nothing spooled. */
+    http_status = 200;
+    n_seen = 0;
+    cr_assert_eq(kf_spool_deliver(s, r, "/v1/internal/jobs/a/start", "{}", name, sizeof(name), NULL, NULL), 200);
+    cr_assert_eq(n_seen, 1);
+    cr_assert_str_eq(name, "");
+    cr_assert_eq(kf_spool_count(s), 0);
+
+    /* The API fails: spooled.  The next report is not tried before the
+     * first: it queues behind it (the API sees one try, for the first). */
+    http_status = 503;
+    n_seen = 0;
+    cr_assert_eq(kf_spool_deliver(s, r, "/v1/internal/jobs/b/start", "{}", name, sizeof(name), NULL, NULL), -1);
+    cr_assert(kf_spool_has(s, name));
+    cr_assert_eq(kf_spool_deliver(s, r, "/v1/internal/jobs/b/iterations", "{}", name, sizeof(name), NULL, NULL),
+                 -1);
+    cr_assert(kf_spool_has(s, name));
+    cr_assert_eq(kf_spool_count(s), 2);
+    cr_assert_eq(n_seen, 2, "one try for the first report on each call, none for the second");
+    cr_assert_str_eq(seen_paths[0], "/v1/internal/jobs/b/start");
+    cr_assert_str_eq(seen_paths[1], "/v1/internal/jobs/b/start");
+
+    /* Back: the spooled ones go first, in order, then the new one. */
+    http_status = 200;
+    n_seen = 0;
+    cr_assert_eq(kf_spool_deliver(s, r, "/v1/internal/jobs/b/result", "{}", name, sizeof(name), NULL, NULL), 200);
+    cr_assert_eq(n_seen, 3);
+    cr_assert_str_eq(seen_paths[0], "/v1/internal/jobs/b/start");
+    cr_assert_str_eq(seen_paths[1], "/v1/internal/jobs/b/iterations");
+    cr_assert_str_eq(seen_paths[2], "/v1/internal/jobs/b/result");
+    cr_assert_eq(kf_spool_count(s), 0);
+
+    /* A final refusal is not spooled: it is the caller's to handle. */
+    http_status = 409;
+    cr_assert_eq(kf_spool_deliver(s, r, "/v1/internal/jobs/c/result", "{}", NULL, 0, NULL, NULL), 409);
+    cr_assert_eq(kf_spool_count(s), 0);
+
+    MHD_stop_daemon(d);
+    kf_report_free(r);
+    kf_spool_free(s);
+    free(dir);
+    free(url);
 }
