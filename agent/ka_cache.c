@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_fs.h"
 #include "kf_log.h"
 
 /* An entry larger than this is kept in memory only (results are a few KiB). */
@@ -118,25 +119,6 @@ static int ka_mkdir(const char *p)
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-/* mkdir -p with mode 0700 for the parts it creates. */
-static int ka_mkdir_p(const char *path)
-{
-    char tmp[PATH_MAX];
-    size_t n = strlen(path);
-
-    if (n == 0 || n >= sizeof(tmp))
-        return (errno = ENAMETOOLONG), -1;
-    memcpy(tmp, path, n + 1);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (ka_mkdir(tmp) < 0)
-                return -1;
-            *p = '/';
-        }
-    }
-    return ka_mkdir(tmp);
-}
 
 typedef struct ka_file {
     char  *path;
@@ -212,7 +194,7 @@ ka_cache *ka_cache_open(const char *dir, long max_entries, kf_err *err)
         return NULL;
     }
     v1 = kf_asprintf("%s/v1", dir);
-    if (ka_mkdir_p(v1) < 0) {
+    if (kf_mkdir_p(v1, 0700) < 0) {
         kf_err_set(err, KF_IO, "evaluation cache: cannot create the folder '%s' (%s): set KFORGE_CACHE_DIR "
                    "to a writable folder, or leave it empty for a cache in memory only", v1, strerror(errno));
         free(v1);

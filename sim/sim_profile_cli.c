@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "kf_alloc.h"
+#include "kf_fs.h"
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "sim_input.h"
@@ -69,28 +70,6 @@ typedef struct pcli_child {
     sim_array       *inputs;
 } pcli_child;
 
-static int pcli_mkdir_p(const char *path)
-{
-    char *p = kf_strdup(path);
-    int rc = 0;
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/')
-            continue;
-        *q = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            rc = -1;
-        *q = '/';
-    }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        rc = -1;
-    struct stat st;
-    if (rc == 0 && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
-        errno = ENOTDIR;
-        rc = -1;
-    }
-    free(p);
-    return rc;
-}
 
 static kf_code pcli_write_text(const char *path, const char *text, kf_err *err)
 {
@@ -336,7 +315,7 @@ int sim_profile_cli_main(int argc, char **argv)
             inputs[i].shape[d] = (int64_t)arr.shape[d];
         inputs[i].data = arr.data;
     }
-    if (pcli_mkdir_p(a.out_dir) < 0) {
+    if (kf_mkdir_p(a.out_dir, 0755) < 0) {
         fprintf(stderr, "kforge-sim profile: cannot create output folder '%s': %s\n", a.out_dir,
                 strerror(errno));
         status = PCLI_USAGE;

@@ -12,6 +12,7 @@
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_config.h"
+#include "kf_fs.h"
 #include "kf_log.h"
 #include "sim_check.h"
 #include "sim_eval.h"
@@ -69,23 +70,6 @@ static cJSON *shape_json(const sim_array *a)
     return s;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char *p = kf_strdup(dir);
-    int rc = 0;
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/')
-            continue;
-        *q = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            rc = -1;
-        *q = '/';
-    }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        rc = -1;
-    free(p);
-    return rc;
-}
 
 int sim_run_cli_run(const sim_run_cli_args *a)
 {
@@ -117,7 +101,7 @@ int sim_run_cli_run(const sim_run_cli_args *a)
             inputs[i].shape[d] = (int64_t)arr.shape[d];
         inputs[i].data = arr.data;
     }
-    if (mkdir_p(a->out_dir) < 0) {
+    if (kf_mkdir_p(a->out_dir, 0755) < 0) {
         fprintf(stderr, "kforge-sim run: cannot create output folder '%s': %s\n", a->out_dir,
                 strerror(errno));
         status = SIM_RUN_USAGE;
@@ -125,7 +109,7 @@ int sim_run_cli_run(const sim_run_cli_args *a)
     }
     if (a->save_inputs) {
         char *dir = kf_asprintf("%s/inputs", a->out_dir);
-        mkdir_p(dir);
+        kf_mkdir_p(dir, 0755);
         for (size_t i = 0; i < a->n_inputs; i++) {
             uint64_t shape[8];
             char *p = kf_asprintf("%s/%s.npy", dir, inputs[i].name);

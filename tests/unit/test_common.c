@@ -1,19 +1,24 @@
 /* Unit tests for common/: errors, buffers, config. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_fs.h"
 #include "kf_json.h"
 #include "kf_queue.h"
 #include "kf_log.h"
 #include "kf_num.h"
+#include "tests/lib/kf_test.h"
 
 Test(kf_error, set_and_wrap_keep_code_and_text)
 {
@@ -412,4 +417,36 @@ Test(kf_num, decimals_refuse_garbage_nan_inf_and_hex)
     }
     cr_assert_eq(kf_num_double("1.5", 0, 1, &d, &e), KF_INVALID);
     cr_assert_str_eq(e.msg, "1.5 is out of range; write a number between 0 and 1");
+}
+
+Test(fs, mkdir_p_makes_every_level_and_accepts_what_exists)
+{
+    char *tmp = kf_test_tmpdir("fs");
+    char *deep = kf_asprintf("%s/a/b/c", tmp), *file = kf_asprintf("%s/f", tmp), *under = kf_asprintf("%s/f/x", tmp);
+    char *longp = kf_calloc(PATH_MAX + 2, 1);
+    struct stat st;
+    FILE *f;
+
+    cr_assert_eq(kf_mkdir_p(deep, 0700), 0, "%s: %s", deep, strerror(errno));
+    cr_assert(stat(deep, &st) == 0 && S_ISDIR(st.st_mode));
+    {
+        mode_t um = umask(0);
+        umask(um);
+        cr_assert_eq(st.st_mode & 0777, 0700 & ~um, "mode %o", st.st_mode & 0777);
+    }
+    cr_assert_eq(kf_mkdir_p(deep, 0700), 0, "an existing folder is fine");
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(kf_mkdir_p(file, 0755), -1);
+    cr_assert_eq(errno, ENOTDIR);
+    cr_assert_eq(kf_mkdir_p(under, 0755), -1, "a file in the way");
+    memset(longp, 'a', PATH_MAX);
+    cr_assert_eq(kf_mkdir_p(longp, 0755), -1);
+    cr_assert_eq(errno, ENAMETOOLONG);
+    free(longp);
+    free(under);
+    free(file);
+    free(deep);
+    free(tmp);
 }

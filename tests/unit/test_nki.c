@@ -12,6 +12,7 @@
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
 #include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_nki.h"
 
 static sim_array mk(const char *name, sim_dtype dt, int64_t r, int64_t c)
 {
@@ -56,49 +57,19 @@ static void fill(sim_array *a, unsigned seed)
     }
 }
 
-typedef struct run_result {
-    kf_code rc;
-    sim_array *out;
-    size_t n_out;
-    sim_record rec;
-    sim_error serr;
-    kf_err err;
-} run_result;
 
-static void run(run_result *r, const char *src, const char *entry, const sim_array *in, size_t n,
-                int g0, int g1, bool numerics)
-{
-    sim_run_opts o;
-    memset(&o, 0, sizeof(o));
-    memset(r, 0, sizeof(*r));
-    o.entry = entry;
-    o.target = "trn2";
-    o.grid[0] = g0;
-    o.grid[1] = g1;
-    o.numerics = numerics;
-    sim_record_init(&r->rec, "trn2");
-    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
-                           &r->err);
-}
 
-static void done(run_result *r)
-{
-    for (size_t i = 0; i < r->n_out; i++)
-        sim_array_release(&r->out[i]);
-    free(r->out);
-    sim_record_release(&r->rec);
-}
 
 /* Run src's kernel k with numerics on one fp32 input x (rows x cols): its
  * Python asserts are the test, so it must succeed. */
 static void run_k_ok(const char *src, int64_t rows, int64_t cols)
 {
     sim_array in = mk("x", SIM_DT_FLOAT32, rows, cols);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -136,11 +107,11 @@ static const char *LEGACY_ADD =
 Test(nki, legacy_tensor_add_spmd_masked)
 {
     sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 200, 700), mk("b", SIM_DT_FLOAT32, 200, 700) };
-    run_result r;
+    kt_result r;
 
     fill(&in[0], 1);
     fill(&in[1], 2);
-    run(&r, LEGACY_ADD, "add", in, 2, 2, 2, true);
+    kt_run(&r, LEGACY_ADD, "add", in, 2, 2, 2, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 1);
     cr_assert_eq(r.out[0].ndim, 2);
@@ -165,7 +136,7 @@ Test(nki, legacy_tensor_add_spmd_masked)
         cr_assert(in0->flags & SIM_F_MASKED);
     }
     cr_assert_eq(r.rec.insns[r.rec.n_insns - 1].spmd, 3);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -191,11 +162,11 @@ static const char *CURRENT_ADD =
 Test(nki, current_tensor_add_bf16)
 {
     sim_array in[2] = { mk("a", SIM_DT_BFLOAT16, 300, 64), mk("b", SIM_DT_BFLOAT16, 300, 64) };
-    run_result r;
+    kt_result r;
 
     fill(&in[0], 3);
     fill(&in[1], 4);
-    run(&r, CURRENT_ADD, "add", in, 2, 3, 0, true);
+    kt_run(&r, CURRENT_ADD, "add", in, 2, 3, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.out[0].dtype, SIM_DT_BFLOAT16);
     for (int64_t i = 0; i < (int64_t)300 * 64; i++) {
@@ -212,7 +183,7 @@ Test(nki, current_tensor_add_bf16)
         cr_assert_eq(tt->dst[0].byte_hi - tt->dst[0].byte_lo, 128);
         cr_assert_eq(r.rec.locs[tt->loc].line, 14);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -253,12 +224,12 @@ Test(nki, current_matmul_psum_first_write_then_accumulate)
 {
     sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 256, 64), mk("rhs", SIM_DT_BFLOAT16, 256, 200) };
     double *want = kf_malloc(sizeof(double) * 64 * 200);
-    run_result r;
+    kt_result r;
     size_t nmm = 0;
 
     fill(&in[0], 5);
     fill(&in[1], 6);
-    run(&r, CURRENT_MM, "mm", in, 2, 0, 0, true);
+    kt_run(&r, CURRENT_MM, "mm", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     ref_mm(&in[0], &in[1], 256, 64, 200, want);
     for (int64_t i = 0; i < (int64_t)64 * 200; i++)
@@ -281,7 +252,7 @@ Test(nki, current_matmul_psum_first_write_then_accumulate)
     }
     cr_assert_eq(nmm, 2);
     free(want);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -310,11 +281,11 @@ Test(nki, legacy_matmul_block_dims_and_psum_accumulate)
 {
     sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 384, 96), mk("rhs", SIM_DT_BFLOAT16, 384, 128) };
     double *want = kf_malloc(sizeof(double) * 96 * 128);
-    run_result r;
+    kt_result r;
 
     fill(&in[0], 7);
     fill(&in[1], 8);
-    run(&r, LEGACY_MM, "mm", in, 2, 0, 0, true);
+    kt_run(&r, LEGACY_MM, "mm", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     ref_mm(&in[0], &in[1], 384, 96, 128, want);
     for (int64_t i = 0; i < (int64_t)96 * 128; i++)
@@ -332,7 +303,7 @@ Test(nki, legacy_matmul_block_dims_and_psum_accumulate)
             }
     }
     free(want);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -349,12 +320,12 @@ static bool same_region(const sim_region *a, const sim_region *b)
 Test(nki, numerics_off_records_the_same)
 {
     sim_array in[2] = { mk("lhsT", SIM_DT_BFLOAT16, 256, 64), mk("rhs", SIM_DT_BFLOAT16, 256, 200) };
-    run_result on, off;
+    kt_result on, off;
 
     fill(&in[0], 1);
     fill(&in[1], 2);
-    run(&on, CURRENT_MM, "mm", in, 2, 0, 0, true);
-    run(&off, CURRENT_MM, "mm", in, 2, 0, 0, false);
+    kt_run(&on, CURRENT_MM, "mm", in, 2, 0, 0, true);
+    kt_run(&off, CURRENT_MM, "mm", in, 2, 0, 0, false);
     cr_assert_eq(on.rc, KF_OK, "%s", on.err.msg);
     cr_assert_eq(off.rc, KF_OK, "%s", off.err.msg);
     cr_assert_eq(on.rec.n_insns, off.rec.n_insns);
@@ -372,8 +343,8 @@ Test(nki, numerics_off_records_the_same)
     }
     /* with numerics off the output is left NaN-filled */
     cr_assert(isnan(f32(&off.out[0])[0]));
-    done(&on);
-    done(&off);
+    kt_run_done(&on);
+    kt_run_done(&off);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -389,16 +360,16 @@ Test(nki, unwritten_output_is_nan_and_ints_are_4)
         "    b = nl.ndarray((4, 4), dtype=nl.int32, buffer=nl.shared_hbm)\n"
         "    return a, b\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 4, 4);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 2);
     for (int i = 0; i < 16; i++) {
         cr_assert(isnan(f32(&r.out[0])[i]));
         cr_assert_eq(((int32_t *)r.out[1].data)[i], 4);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -419,20 +390,20 @@ Test(nki, bf16_store_rounds_to_nearest_even)
         "    return out\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 1, 4);
     float *xs = in.data;
-    run_result r;
+    kt_result r;
     /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even -> 1; 1 + 3*2^-8 ties to
      * 1 + 2^-6 (even); 1 + 2^-8 + 2^-20 is above the tie -> 1 + 2^-7. */
     xs[0] = 1.0f + 0x1p-8f;
     xs[1] = 1.0f + 3 * 0x1p-8f;
     xs[2] = 1.0f + 0x1p-8f + 0x1p-20f;
     xs[3] = -2.5f;
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(bf16_val(&r.out[0], 0), 1.0f);
     cr_assert_eq(bf16_val(&r.out[0], 1), 1.0f + 0x1p-6f);
     cr_assert_eq(bf16_val(&r.out[0], 2), 1.0f + 0x1p-7f);
     cr_assert_eq(bf16_val(&r.out[0], 3), -2.5f);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -512,10 +483,10 @@ Test(nki, legacy_ops_promote_and_reduce)
         "    nl.store(out, value=res)\n"
         "    return out\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 128, 32);
-    run_result r;
+    kt_result r;
 
     fill(&in, 9);
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int p = 0; p < 128; p++) {
         double s = 0, mx = -1e30, se = 0;
@@ -530,7 +501,7 @@ Test(nki, legacy_ops_promote_and_reduce)
         cr_assert(fabs(f32(&r.out[0])[p * 4 + 2] - (s / 32 * 2 - 1)) < 1e-4);
         cr_assert(fabs(f32(&r.out[0])[p * 4 + 3] + s) < 1e-4);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -560,10 +531,10 @@ Test(nki, activation_reduce_registers_and_transpose)
         "    nisa.dma_copy(dst=s, src=acc)\n"
         "    return out, s\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 128, 64);
-    run_result r;
+    kt_result r;
 
     fill(&in, 10);
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int p = 0; p < 128; p++) {
         double s = 0;
@@ -577,7 +548,7 @@ Test(nki, activation_reduce_registers_and_transpose)
     cr_assert_eq(count_op(&r.rec, SIM_OP_PE_TRANSPOSE), 1);
     cr_assert_eq(count_op(&r.rec, SIM_OP_ACTIVATION_REDUCE), 2);
     cr_assert_eq(first_op(&r.rec, SIM_OP_ACTIVATION_REDUCE)->engine, SIM_ENG_SCALAR);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -593,12 +564,12 @@ Test(nki, sbuf_tiles_release_capacity_when_they_die)
         "        t = nl.ndarray((128, 24576), dtype=nl.float32, buffer=nl.sbuf)\n"
         "    return x\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 0, 0, false);
+    kt_run(&r, src, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.rec.allocs[1].died, 0);   /* died before any instruction */
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -641,11 +612,11 @@ Test(nki, scan_select_transpose_and_view_methods)
         "    nisa.dma_transpose(dst=xt, src=x)\n"
         "    return out, xt\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 16, 8);
-    run_result r;
+    kt_result r;
 
     fill(&in, 11);
     ((float *)in.data)[3] = 0.0f;
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int p = 0; p < 16; p++) {
         double cum = 0;
@@ -664,7 +635,7 @@ Test(nki, scan_select_transpose_and_view_methods)
     cr_assert_eq(count_op(&r.rec, SIM_OP_SCALAR_TENSOR_TENSOR), 1);
     cr_assert_eq(count_op(&r.rec, SIM_OP_DMA_TRANSPOSE), 1);
     cr_assert_eq(count_op(&r.rec, SIM_OP_SELECT), 1);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -687,16 +658,16 @@ Test(nki, psum_tiles_share_banks_but_never_straddle_one)
         "    live = [nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum) for i in range(9)]\n"
         "    return x\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, ok, "k", &in, 1, 0, 0, false);
+    kt_run(&r, ok, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
-    run(&r, over, "k", &in, 1, 0, 0, false);
+    kt_run_done(&r);
+    kt_run(&r, over, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.rc, KF_INVALID);
     cr_assert_eq(r.serr.code, SIM_E_PSUM_CAPACITY, "%s", r.err.msg);
     cr_assert(strstr(r.err.msg, "12288 of 16384") != NULL, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -728,9 +699,9 @@ Test(nki, launchers_decorators_and_constants)
         "    assert c.dtype == nl.int32 and tuple(ident.shape) == (4, 4)\n"
         "    return out, ident, c\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 3);
     for (int i = 0; i < 2; i++)
@@ -741,7 +712,7 @@ Test(nki, launchers_decorators_and_constants)
     for (int i = 0; i < 16; i++)
         cr_assert_eq(f32(&r.out[1])[i], i % 5 == 0 ? 1.0f : 0.0f);
     cr_assert_eq(r.rec.insns[r.rec.n_insns - 1].spmd, 5);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -757,15 +728,15 @@ Test(nki, launch_grids_are_bounded)
         "def k(x):\n"
         "    return g[1000, 1000](x)\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 300, 300, false);
+    kt_run(&r, src, "k", &in, 1, 300, 300, false);
     cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
-    done(&r);
-    run(&r, inner, "k", &in, 1, 0, 0, false);
+    kt_run_done(&r);
+    kt_run(&r, inner, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 7);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -821,9 +792,9 @@ Test(nki, iota_select_and_legacy_isa_forms)
         "    nl.store(out, res)\n"
         "    return out\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int p = 0; p < 8; p++)
         for (int f = 0; f < 8; f++) {
@@ -836,7 +807,7 @@ Test(nki, iota_select_and_legacy_isa_forms)
     cr_assert_eq(count_op(&r.rec, SIM_OP_IOTA), 2);
     cr_assert_eq(count_op(&r.rec, SIM_OP_AFFINE_SELECT), 2);
     cr_assert_eq(first_op(&r.rec, SIM_OP_IOTA)->engine, SIM_ENG_GPSIMD);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -924,16 +895,16 @@ Test(nki, huge_index_grids_and_copies_are_limits_not_crashes)
         "    nisa.dma_copy(dst=big, src=big)\n"
         "    return x\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
-    run(&r, grid, "k", &in, 1, 0, 0, false);
+    kt_run(&r, grid, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 6);
-    done(&r);
-    run(&r, copy, "k", &in, 1, 0, 0, false);
+    kt_run_done(&r);
+    kt_run(&r, copy, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 8);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -963,12 +934,12 @@ Test(nki, predicated_copy_partition_reduce_and_nkiobject)
         "    nisa.dma_copy(dst=s, src=p)\n"
         "    return out, s\n";
     sim_array in = mk("x", SIM_DT_FLOAT32, 8, 8);
-    run_result r;
+    kt_result r;
 
     fill(&in, 12);
     for (int i = 0; i < 64; i += 3)
         ((float *)in.data)[i] = 0.0f;
-    run(&r, src, "k", &in, 1, 0, 0, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int f = 0; f < 8; f++) {
         double col = 0;
@@ -979,7 +950,7 @@ Test(nki, predicated_copy_partition_reduce_and_nkiobject)
         }
         cr_assert(fabs(f32(&r.out[1])[f] - 2 * col) < 1e-5);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -1026,11 +997,11 @@ Test(nki, placed_psum_spans_banks_but_each_matmul_stays_in_one)
         "    nisa.nc_matmul(dst=ps[:, 256:768], stationary=sa, moving=sb)\n"
         "    return a\n";
     sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 128, 128), mk("b", SIM_DT_FLOAT32, 128, 2048) };
-    run_result r;
+    kt_result r;
 
     fill(&in[0], 13);
     fill(&in[1], 14);
-    run(&r, src, "k", in, 2, 0, 0, true);
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int m = 0; m < 128; m += 17)
         for (int n = 0; n < 2048; n += 101) {
@@ -1040,11 +1011,11 @@ Test(nki, placed_psum_spans_banks_but_each_matmul_stays_in_one)
             cr_assert(fabs(f32(&r.out[0])[m * 2048 + n] - 2 * s) < 1e-3, "m=%d n=%d", m, n);
         }
     cr_assert_eq(count_op(&r.rec, SIM_OP_MATMUL), 8);
-    done(&r);
-    run(&r, straddle, "k", in, 2, 0, 0, true);
+    kt_run_done(&r);
+    kt_run(&r, straddle, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.serr.code, SIM_E_PSUM_TILE, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 9);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -1060,7 +1031,7 @@ Test(nki, shapes_whose_product_overflows_are_refused)
                                           "(2**31,) * 8" };
     float one = 1.0f;
     sim_array in;
-    run_result r;
+    kt_result r;
 
     memset(&in, 0, sizeof(in));
     snprintf(in.name, sizeof(in.name), "x");
@@ -1069,11 +1040,11 @@ Test(nki, shapes_whose_product_overflows_are_refused)
     for (int d = 0; d < 8; d++)
         in.shape[d] = (int64_t)1 << 31;
     in.data = &one;   /* what a wrapped product of 0 would have allocated: nothing the shape can use */
-    run(&r, src, "k", &in, 1, 0, 0, false);
+    kt_run(&r, src, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.rc, KF_TOO_LARGE, "%s", r.err.msg);
     cr_assert(strstr(r.err.msg, "'x'") && strstr(r.err.msg, "bytes"), "%s", r.err.msg);
     cr_assert_null(r.out);
-    done(&r);
+    kt_run_done(&r);
 
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         static const char *const buffers[] = { "nl.shared_hbm", "nl.sbuf" };
@@ -1082,17 +1053,17 @@ Test(nki, shapes_whose_product_overflows_are_refused)
                                   "    t = nl.ndarray(%s, dtype=nl.float32, buffer=%s)\n    return x\n",
                                   shapes[i], buffers[b]);
             sim_array x = mk("x", SIM_DT_FLOAT32, 2, 2);
-            run(&r, k, "k", &x, 1, 0, 0, false);
+            kt_run(&r, k, "k", &x, 1, 0, 0, false);
             cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s in %s: %s", shapes[i], buffers[b], r.err.msg);
             cr_assert_eq(r.serr.line, 5);
-            done(&r);
+            kt_run_done(&r);
             free(k);
             k = kf_asprintf("import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
                             "    t = nl.ndarray((4, 0), dtype=nl.float32, buffer=nl.shared_hbm).reshape(%s)\n"
                             "    return x\n", shapes[i]);
-            run(&r, k, "k", &x, 1, 0, 0, false);
+            kt_run(&r, k, "k", &x, 1, 0, 0, false);
             cr_assert_eq(r.serr.code, SIM_E_LIMIT, "reshape to %s: %s", shapes[i], r.err.msg);
-            done(&r);
+            kt_run_done(&r);
             free(k);
             sim_array_release(&x);
         }
@@ -1112,15 +1083,15 @@ Test(nki, index_ranges_and_predicates_are_bounded)
     };
     static const int at[] = { 5, 5, 6 };
     sim_array x = mk("x", SIM_DT_FLOAT32, 2, 2);
-    run_result r;
+    kt_result r;
 
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
         char *k = kf_asprintf("import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n%s    return x\n",
                               lines[i]);
-        run(&r, k, "k", &x, 1, 0, 0, false);
+        kt_run(&r, k, "k", &x, 1, 0, 0, false);
         cr_assert_eq(r.serr.code, SIM_E_LIMIT, "%s: %s", lines[i], r.err.msg);
         cr_assert_eq(r.serr.line, at[i], "%s: %s", lines[i], r.err.msg);
-        done(&r);
+        kt_run_done(&r);
         free(k);
     }
     sim_array_release(&x);

@@ -10,6 +10,7 @@
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
 #include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_nki.h"
 
 static sim_array mk(const char *name, int64_t d0, int64_t d1)
 {
@@ -31,35 +32,8 @@ static const float *f32(const sim_array *a)
     return (const float *)a->data;
 }
 
-typedef struct run_result {
-    kf_code rc;
-    sim_array *out;
-    size_t n_out;
-    sim_record rec;
-    sim_error serr;
-    kf_err err;
-} run_result;
 
-static void run(run_result *r, const char *src, const sim_array *in, size_t n)
-{
-    sim_run_opts o;
-    memset(&o, 0, sizeof(o));
-    memset(r, 0, sizeof(*r));
-    o.entry = "k";
-    o.target = "trn2";
-    o.numerics = true;
-    sim_record_init(&r->rec, "trn2");
-    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
-                           &r->err);
-}
 
-static void done(run_result *r)
-{
-    for (size_t i = 0; i < r->n_out; i++)
-        sim_array_release(&r->out[i]);
-    free(r->out);
-    sim_record_release(&r->rec);
-}
 
 /* ===== activation functions ===== */
 
@@ -118,8 +92,8 @@ Test(nki_api, activation_functions_in_both_generations)
     sim_array in = mk("x", 4, 65);
 
     for (int s = 0; s < 2; s++) {
-        run_result r;
-        run(&r, srcs[s], &in, 1);
+        kt_result r;
+        kt_run(&r, srcs[s], "k", &in, 1, 0, 0, true);
         cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
         cr_assert_eq(r.n_out, 6);
         for (int j = 0; j < 6; j++)
@@ -128,7 +102,7 @@ Test(nki_api, activation_functions_in_both_generations)
                 cr_assert(fabs(got - want) <= 1e-5 + 1e-5 * fabs(want),
                           "generation %d function %d at x=%g: %g, want %g", s, j, x, got, want);
             }
-        done(&r);
+        kt_run_done(&r);
     }
     sim_array_release(&in);
 }
@@ -157,19 +131,19 @@ Test(nki_api, reshape_takes_shape_as_a_keyword)
         "    y = x.reshape(newshape=(256,))\n"
         "    return x\n";
     sim_array in = mk("x", 4, 64);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, &in, 1);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.out[0].ndim, 3);
     cr_assert_eq(r.out[0].shape[2], 32);
     cr_assert(memcmp(r.out[0].data, in.data, (size_t)4 * 64 * 4) == 0);
-    done(&r);
-    run(&r, bad, &in, 1);
+    kt_run_done(&r);
+    kt_run(&r, bad, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 5);
     cr_assert(strstr(r.err.msg, "shape=") != NULL, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -195,9 +169,9 @@ Test(nki_api, mgrid_names_four_axes)
         "    g = nl.mgrid[0:4, 0:24]\n"
         "    return nl.load(x[g.p, g.y])\n";
     sim_array in = mk("x", 4, 24);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, &in, 1);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int p = 0; p < 4; p++)
         for (int a = 0; a < 2; a++)
@@ -205,12 +179,12 @@ Test(nki_api, mgrid_names_four_axes)
                 for (int c = 0; c < 4; c++)
                     cr_assert_eq(f32(&r.out[0])[p * 24 + c * 6 + b * 2 + a],
                                  f32(&in)[p * 24 + a * 12 + b * 4 + c], "[%d, %d, %d, %d]", p, a, b, c);
-    done(&r);
-    run(&r, bad, &in, 1);
+    kt_run_done(&r);
+    kt_run(&r, bad, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 6);
     cr_assert(strstr(r.err.msg, "2 axes, .y is axis 2") != NULL, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -248,16 +222,16 @@ Test(nki_api, finfo_gives_each_float_dtypes_limits)
         "    m = nl.finfo(nl.int32).max\n"
         "    return x\n";
     sim_array in = mk("x", 4, 8);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, &in, 1);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
-    run(&r, bad, &in, 1);
+    kt_run_done(&r);
+    kt_run(&r, bad, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.serr.code, SIM_E_DTYPE, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 5);
     cr_assert(strstr(r.err.msg, "got int32") != NULL, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -297,11 +271,11 @@ Test(nki_api, legacy_reduction_masks_cover_the_iteration_space)
         "    return tuple(outs) + (bo,)\n";
     sim_array in[2] = { mk("x", 8, 16), mk("y", 8, 16) };
     const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
-    run_result r;
+    kt_result r;
 
     for (int i = 0; i < 8 * 16; i++)   /* make y differ from x */
         ((float *)in[1].data)[i] = 100.0f + (float)i;
-    run(&r, src, in, 2);
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 7);
     for (int p = 0; p < 8; p++) {
@@ -339,7 +313,7 @@ Test(nki_api, legacy_reduction_masks_cover_the_iteration_space)
                       got, w);
         }
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -379,22 +353,22 @@ Test(nki_api, view_methods_take_their_parameters_by_name)
         { "t.squeeze_dim()", "argument 'dim' is missing", SIM_E_BAD_ARGUMENT },
     };
     sim_array in = mk("x", 4, 8);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, &in, 1);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char buf[512];
         snprintf(buf, sizeof(buf),
                  "import nki\nimport nki.language as nl\n@nki.jit\ndef k(x):\n"
                  "    t = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
                  "    u = %s\n    return x\n", bad[i].call);
-        run(&r, buf, &in, 1);
+        kt_run(&r, buf, "k", &in, 1, 0, 0, true);
         cr_assert_eq(r.serr.code, bad[i].code, "%s: %s", bad[i].call, r.err.msg);
         cr_assert_eq(r.serr.line, 6, "%s", bad[i].call);
         cr_assert(strstr(r.err.msg, bad[i].needle) != NULL, "%s: %s", bad[i].call, r.err.msg);
-        done(&r);
+        kt_run_done(&r);
     }
     sim_array_release(&in);
 }

@@ -14,6 +14,7 @@
 #include "sim/sim_check.h"
 #include "sim/sim_run.h"
 #include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_nki.h"
 
 static sim_array mk(int64_t d0, int64_t d1)
 {
@@ -30,37 +31,14 @@ static sim_array mk(int64_t d0, int64_t d1)
     return a;
 }
 
-typedef struct run_result {
-    kf_code    rc;
-    sim_array *out;
-    size_t     n_out;
-    sim_record rec;
-    sim_error  serr;
-    kf_err     err;
-} run_result;
 
-static void run_opts(run_result *r, sim_run_opts *o, const char *src, const char *file, const sim_array *in,
-                     size_t n)
+/* The loader's runs compute values: numerics on, whatever o says. */
+static void run_opts(kt_result *r, sim_run_opts *o, const char *src, const char *file, const sim_array *in, size_t n)
 {
-    memset(r, 0, sizeof(*r));
-    if (!o->entry)
-        o->entry = "k";
-    o->target = "trn2";
     o->numerics = true;
-    sim_record_init(&r->rec, "trn2");
-    if (src)
-        r->rc = sim_run_source(o, src, file, in, n, &r->out, &r->n_out, &r->rec, &r->serr, &r->err);
-    else
-        r->rc = sim_run_kernel(o, in, n, &r->out, &r->n_out, &r->rec, &r->serr, &r->err);
+    kt_run_opts(r, o, src, file, in, n);
 }
 
-static void done(run_result *r)
-{
-    for (size_t i = 0; i < r->n_out; i++)
-        sim_array_release(&r->out[i]);
-    free(r->out);
-    sim_record_release(&r->rec);
-}
 
 static void write_file(const char *dir, const char *rel, const char *text)
 {
@@ -90,7 +68,7 @@ static const char args_src[] =
     "    nl.store(out, t * (cfg.scale * factor) + (len(shape) + bias))\n"
     "    return out\n";
 
-static void check_args_out(const run_result *r, const sim_array *x, float mul, float add)
+static void check_args_out(const kt_result *r, const sim_array *x, float mul, float add)
 {
     cr_assert_eq(r->rc, KF_OK, "%s", r->err.msg);
     cr_assert_eq(r->n_out, 1);
@@ -105,14 +83,14 @@ Test(nki_load, scalar_tuple_and_object_positional_arguments)
     sim_run_arg args[] = { { "x", NULL }, { "shape", "[4, 8]" }, { "cfg", "{\"scale\": 2, \"inner\": {\"deep\": [1, 2]}}" },
                            { "factor", "1.5" } };
     sim_run_opts o;
-    run_result r;
+    kt_result r;
 
     memset(&o, 0, sizeof(o));
     o.args = args;
     o.n_args = 4;
     run_opts(&r, &o, args_src, "kernel.py", &x, 1);
     check_args_out(&r, &x, 3.0f, 2.0f);
-    done(&r);
+    kt_run_done(&r);
 
     /* kwargs fill positional parameters the arguments leave out */
     memset(&o, 0, sizeof(o));
@@ -121,7 +99,7 @@ Test(nki_load, scalar_tuple_and_object_positional_arguments)
     o.kwargs_json = "{\"factor\": 0.5, \"bias\": 1}";
     run_opts(&r, &o, args_src, "kernel.py", &x, 1);
     check_args_out(&r, &x, 1.0f, 3.0f);
-    done(&r);
+    kt_run_done(&r);
 
     /* an array slot without an array is refused before anything runs */
     memset(&o, 0, sizeof(o));
@@ -130,7 +108,7 @@ Test(nki_load, scalar_tuple_and_object_positional_arguments)
     run_opts(&r, &o, args_src, "kernel.py", &x, 1);
     cr_assert_eq(r.rc, KF_INVALID);
     cr_assert(strstr(r.err.msg, "0 argument slots take arrays but 1 inputs") != NULL, "%s", r.err.msg);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&x);
 }
 
@@ -153,7 +131,7 @@ Test(nki_load, sim_e_args_counts_kwargs_and_names_what_is_wrong)
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.args = args;
         o.n_args = cases[i].n_args;
@@ -167,19 +145,19 @@ Test(nki_load, sim_e_args_counts_kwargs_and_names_what_is_wrong)
             cr_assert_str_eq(r.serr.file, "kernel.py", "case %zu: at the entry's definition", i);
             cr_assert_eq(r.serr.line, 4, "case %zu: at the entry's definition", i);
         }
-        done(&r);
+        kt_run_done(&r);
     }
     /* too many positional arguments */
     {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.args = args;
         o.n_args = 6;
         run_opts(&r, &o, args_src, "kernel.py", &x, 1);
         cr_assert_eq(r.serr.code, SIM_E_ARGS);
         cr_assert(strstr(r.serr.values, "k takes 5 positional arguments, 6 given") != NULL, "%s", r.serr.values);
-        done(&r);
+        kt_run_done(&r);
     }
     sim_array_release(&x);
 }
@@ -279,7 +257,7 @@ Test(nki_load, package_kernels_import_relatively_and_stubs_fail_only_when_used)
 
     for (int pass = 0; pass < 2; pass++) {   /* twice: a second run re-imports the package */
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.source_path = kfile;
         o.paths = paths;
@@ -287,11 +265,11 @@ Test(nki_load, package_kernels_import_relatively_and_stubs_fail_only_when_used)
         cr_assert_eq(r.rc, KF_OK, "pass %d: %s", pass, r.err.msg);
         for (int i = 0; i < 32; i++)
             cr_assert_float_eq(((float *)r.out[0].data)[i], ((float *)x.data)[i] * 2.0f, 1e-6);
-        done(&r);
+        kt_run_done(&r);
     }
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         char kw[32];
         const char *want_file = strcmp(cases[i].file, "util") == 0     ? util
                                 : strcmp(cases[i].file, "broken") == 0 ? broken
@@ -307,13 +285,13 @@ Test(nki_load, package_kernels_import_relatively_and_stubs_fail_only_when_used)
         cr_assert_eq(r.serr.line, cases[i].line, "mode %d: %s", cases[i].mode, r.err.msg);
         cr_assert_str_eq(r.serr.api, cases[i].api, "mode %d", cases[i].mode);
         cr_assert(strstr(r.serr.values, cases[i].want) != NULL, "mode %d: %s", cases[i].mode, r.serr.values);
-        done(&r);
+        kt_run_done(&r);
     }
 
     /* without the import root the relative import has no package */
     {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.source_path = kfile;
         run_opts(&r, &o, NULL, NULL, &x, 1);
@@ -322,12 +300,12 @@ Test(nki_load, package_kernels_import_relatively_and_stubs_fail_only_when_used)
         cr_assert(strstr(r.serr.values, "relative import with no known parent package (a relative import "
                                         "needs the folder holding the top package as an import root: "
                                         "kforge-sim --path DIR)") != NULL, "%s", r.serr.values);
-        done(&r);
+        kt_run_done(&r);
     }
     /* without stubs an absent harness library is a plain ImportError at its import */
     {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.source_path = kfile;
         o.paths = paths;
@@ -336,18 +314,18 @@ Test(nki_load, package_kernels_import_relatively_and_stubs_fail_only_when_used)
         cr_assert_eq(r.serr.code, SIM_E_PYTHON);
         cr_assert_eq(r.serr.line, 2, "%s", r.err.msg);
         cr_assert(strstr(r.serr.values, "No module named 'torch'") != NULL, "%s", r.serr.values);
-        done(&r);
+        kt_run_done(&r);
     }
     /* and the stubs are gone from the next run that asks for none */
     {
         sim_run_opts o;
-        run_result r;
+        kt_result r;
         memset(&o, 0, sizeof(o));
         o.no_stubs = true;
         run_opts(&r, &o, HDR "import torch\ndef k(x):\n    return x\n", "kernel.py", &x, 1);
         cr_assert_eq(r.serr.code, SIM_E_PYTHON, "%s", r.err.msg);
         cr_assert_eq(r.serr.line, 4);
-        done(&r);
+        kt_run_done(&r);
     }
     sim_array_release(&x);
     free(root); free(kfile); free(util); free(broken); free(dir);
@@ -372,7 +350,7 @@ Test(nki_load, an_error_in_a_helper_next_to_the_kernel_points_at_the_helper)
     char *kfile = kf_asprintf("%s/kern.py", dir), *hfile = kf_asprintf("%s/helpers.py", dir);
     sim_array x = mk(4, 8);
     sim_run_opts o;
-    run_result r;
+    kt_result r;
 
     memset(&o, 0, sizeof(o));
     o.source_path = kfile;
@@ -380,7 +358,7 @@ Test(nki_load, an_error_in_a_helper_next_to_the_kernel_points_at_the_helper)
     cr_assert_eq(r.serr.code, SIM_E_PARTITION_LIMIT, "%s", r.err.msg);
     cr_assert_str_eq(r.serr.file, hfile);
     cr_assert_eq(r.serr.line, 4);
-    done(&r);
+    kt_run_done(&r);
 
     memset(&o, 0, sizeof(o));
     o.source_path = kfile;
@@ -393,7 +371,7 @@ Test(nki_load, an_error_in_a_helper_next_to_the_kernel_points_at_the_helper)
     cr_assert(strstr(r.serr.values, "KeyError") != NULL, "%s", r.serr.values);
     char *from = kf_asprintf("(reached from %s:7)", kfile);
     cr_assert(strstr(r.serr.values, from) != NULL, "%s", r.serr.values);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&x);
     free(from); free(kfile); free(hfile); free(dir);
 }

@@ -11,6 +11,7 @@
 #include "kf_alloc.h"
 #include "sim/sim_run.h"
 #include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_nki.h"
 
 #define LHDR                                                                 \
     "from neuronxcc import nki\n"                                            \
@@ -39,35 +40,8 @@ static const float *f32(const sim_array *a)
     return (const float *)a->data;
 }
 
-typedef struct run_result {
-    kf_code rc;
-    sim_array *out;
-    size_t n_out;
-    sim_record rec;
-    sim_error serr;
-    kf_err err;
-} run_result;
 
-static void run(run_result *r, const char *src, const sim_array *in, size_t n, bool numerics)
-{
-    sim_run_opts o;
-    memset(&o, 0, sizeof(o));
-    memset(r, 0, sizeof(*r));
-    o.entry = "k";
-    o.target = "trn2";
-    o.numerics = numerics;
-    sim_record_init(&r->rec, "trn2");
-    r->rc = sim_run_source(&o, src, "kernel.py", in, n, &r->out, &r->n_out, &r->rec, &r->serr,
-                           &r->err);
-}
 
-static void done(run_result *r)
-{
-    for (size_t i = 0; i < r->n_out; i++)
-        sim_array_release(&r->out[i]);
-    free(r->out);
-    sim_record_release(&r->rec);
-}
 
 /* ===== 1. legacy masked assignment ===== */
 
@@ -116,10 +90,10 @@ Test(nki_numbers, legacy_masked_assignment_keeps_the_rest_of_dst)
 {
     char *src = kf_malloc(sizeof(MASKED_SRC) + 32);
     sim_array in[2] = { mk("x", 2, 8, 16, 1), mk("y", 2, 8, 16, 2) };
-    run_result r;
+    kt_result r;
 
     snprintf(src, sizeof(MASKED_SRC) + 32, "import numpy as np\n%s", MASKED_SRC);
-    run(&r, src, in, 2, true);
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 7);
     for (int j = 0; j < 7; j++)
@@ -134,15 +108,15 @@ Test(nki_numbers, legacy_masked_assignment_keeps_the_rest_of_dst)
     /* with numerics off the record is the same: a mask=False copy stays masked */
     {
         size_t n = r.rec.n_insns;
-        run_result q;
-        run(&q, src, in, 2, false);
+        kt_result q;
+        kt_run(&q, src, "k", in, 2, 0, 0, false);
         cr_assert_eq(q.rc, KF_OK, "%s", q.err.msg);
         cr_assert_eq(q.rec.n_insns, n);
         for (size_t i = 0; i < n; i++)
             cr_assert_eq(q.rec.insns[i].flags, r.rec.insns[i].flags, "instruction %zu", i);
-        done(&q);
+        kt_run_done(&q);
     }
-    done(&r);
+    kt_run_done(&r);
     free(src);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
@@ -177,9 +151,9 @@ Test(nki_numbers, legacy_whole_result_ops_honour_mask_on_assignment)
 {
     sim_array in[2] = { mk("x", 2, 8, 8, 10), mk("y", 2, 8, 8, 11) };
     const float *x = (const float *)in[0].data, *y = (const float *)in[1].data;
-    run_result r;
+    kt_result r;
 
-    run(&r, WHOLE_SRC, in, 2, true);
+    kt_run(&r, WHOLE_SRC, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 5);
     for (int p = 0; p < 8; p++) {
@@ -201,7 +175,7 @@ Test(nki_numbers, legacy_whole_result_ops_honour_mask_on_assignment)
             sum += x[p * 8 + f];
         cr_assert(fabsf(got - (f >= 5 ? sum : y[f])) < 1e-5f, "partition sum %d: %g", f, (double)got);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -239,9 +213,9 @@ static const char WINDOW_SRC[] =
 Test(nki_numbers, legacy_sliding_window_masks_cut_rows_and_blocks)
 {
     sim_array in = mk("x", 2, 24, 24, 3);
-    run_result r;
+    kt_result r;
 
-    run(&r, WINDOW_SRC, &in, 1, true);
+    kt_run(&r, WINDOW_SRC, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int q = 0; q < 24; q++) {
         float want = 0.0f, got = f32(&r.out[0])[q];
@@ -254,7 +228,7 @@ Test(nki_numbers, legacy_sliding_window_masks_cut_rows_and_blocks)
         }
         cr_assert(fabsf(got - want) < 1e-5f, "row %d: %g, want %g", q, (double)got, (double)want);
     }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -301,9 +275,9 @@ Test(nki_numbers, legacy_sliding_window_attention_matches_c)
     sim_array in[3] = { mk("q", 2, D, S, 12), mk("kk", 2, D, S, 13), mk("v", 2, S, D, 14) };
     const float *q = (const float *)in[0].data, *kk = (const float *)in[1].data;
     const float *v = (const float *)in[2].data;
-    run_result r;
+    kt_result r;
 
-    run(&r, WINDOW_ATTN_SRC, in, 3, true);
+    kt_run(&r, WINDOW_ATTN_SRC, "k", in, 3, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int i = 0; i < S; i++) {
         double sc[S], mx = -INFINITY, sum = 0;
@@ -327,7 +301,7 @@ Test(nki_numbers, legacy_sliding_window_attention_matches_c)
                       got, want);
         }
     }
-    done(&r);
+    kt_run_done(&r);
     for (int i = 0; i < 3; i++)
         sim_array_release(&in[i]);
 }
@@ -366,10 +340,10 @@ static const char ACC_SRC[] =
 Test(nki_numbers, legacy_accumulation_into_a_fresh_psum_tile_starts_from_zero)
 {
     sim_array in[2] = { mk("a", 2, 256, 8, 4), mk("b", 2, 256, 16, 5) };
-    run_result r;
+    kt_result r;
     size_t nmm = 0, nacc = 0;
 
-    run(&r, ACC_SRC, in, 2, true);
+    kt_run(&r, ACC_SRC, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 6);
     for (int m = 0; m < 8; m++)
@@ -398,7 +372,7 @@ Test(nki_numbers, legacy_accumulation_into_a_fresh_psum_tile_starts_from_zero)
         }
     cr_assert_eq(nmm, 12);
     cr_assert_eq(nacc, 4, "%zu accumulating matmuls", nacc);   /* acc1..acc4, second pass */
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -426,9 +400,9 @@ Test(nki_numbers, current_matmul_into_a_fresh_psum_tile_starts_from_zero)
         "    nisa.dma_copy(dst=o, src=r)\n"
         "    return o\n";
     sim_array in[2] = { mk("a", 2, 256, 8, 6), mk("b", 2, 256, 16, 7) };
-    run_result r;
+    kt_result r;
 
-    run(&r, src, in, 2, true);
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     for (int m = 0; m < 8; m++)
         for (int n = 0; n < 16; n++) {
@@ -437,7 +411,7 @@ Test(nki_numbers, current_matmul_into_a_fresh_psum_tile_starts_from_zero)
                 want += f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
             cr_assert(fabsf(f32(&r.out[0])[m * 16 + n] - want) < 1e-3f, "[%d, %d]", m, n);
         }
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
@@ -466,10 +440,10 @@ Test(nki_numbers, spmd_dim_launches_the_product_of_its_sizes)
         "    fill[nl.nc(2) * 2, 4](o[2])\n"
         "    return tuple(o)\n";
     sim_array in = mk("x", 2, 1, 1, 8);
-    run_result r;
+    kt_result r;
     uint32_t max_spmd = 0;
 
-    run(&r, src, &in, 1, true);
+    kt_run(&r, src, "k", &in, 1, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
     cr_assert_eq(r.n_out, 3);
     for (int g = 0; g < 3; g++)
@@ -482,7 +456,7 @@ Test(nki_numbers, spmd_dim_launches_the_product_of_its_sizes)
         if (r.rec.insns[i].spmd > max_spmd)
             max_spmd = r.rec.insns[i].spmd;
     cr_assert_eq(max_spmd, 47);   /* 3 launches of 16 programs, numbered on */
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
 
@@ -498,12 +472,12 @@ Test(nki_numbers, spmd_dim_rejects_bad_sizes)
         "    fill[nl.spmd_dim(2, 0), 4](x)\n"
         "    return x\n";
     sim_array in = mk("x", 2, 1, 1, 9);
-    run_result r;
+    kt_result r;
 
-    run(&r, src, &in, 1, false);
+    kt_run(&r, src, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
     cr_assert(strstr(r.err.msg, "argument 2") != NULL, "%s", r.err.msg);
     cr_assert_eq(r.serr.line, 9);
-    done(&r);
+    kt_run_done(&r);
     sim_array_release(&in);
 }
