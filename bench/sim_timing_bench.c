@@ -93,19 +93,10 @@ static double run_real(const char *tn, const char *path, const char *entry, cons
     memset(in, 0, sizeof(in));
     sim_record_init(rec, tn);
     for (size_t i = 0; i < n && i < 4; i++) {
-        sim_npy_array a;
-        char *name = NULL;
-        if (sim_input_parse(specs[i], 0, 1ull << 32, &name, &a, &e) != KF_OK) {
+        if (sim_input_array(specs[i], 1ull << 32, &in[i], &e) != KF_OK) {
             fprintf(stderr, "%s\n", e.msg);
             return -1;
         }
-        snprintf(in[i].name, sizeof(in[i].name), "%s", name);
-        free(name);
-        in[i].dtype = a.dtype;
-        in[i].ndim = a.ndim;
-        for (int d = 0; d < a.ndim; d++)
-            in[i].shape[d] = (int64_t)a.shape[d];
-        in[i].data = a.data;
     }
     memset(&o, 0, sizeof(o));
     o.source_path = path;

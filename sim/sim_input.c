@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,4 +291,24 @@ out:
     if (rc == KF_OK)
         *name = kf_strndup(spec, (size_t)(eq - spec));
     return rc;
+}
+
+kf_code sim_input_array(const char *spec, uint64_t max_bytes, sim_array *out, kf_err *err)
+{
+    sim_npy_array arr;
+    char *name = NULL;
+    kf_code rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = sim_input_parse(spec, 0, max_bytes, &name, &arr, err);
+    if (rc != KF_OK)
+        return rc;
+    snprintf(out->name, sizeof(out->name), "%s", name);
+    free(name);
+    out->dtype = arr.dtype;
+    out->ndim = arr.ndim;
+    for (int d = 0; d < arr.ndim; d++)
+        out->shape[d] = (int64_t)arr.shape[d];
+    out->data = arr.data;
+    return KF_OK;
 }

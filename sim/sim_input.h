@@ -37,6 +37,7 @@
 
 #include "kf_error.h"
 #include "sim_npy.h"
+#include "sim_run.h"
 
 typedef enum sim_dist {
     SIM_DIST_NORMAL = 0,
@@ -64,6 +65,11 @@ kf_code sim_input_random(sim_dtype dt, int ndim, const uint64_t *shape,
  * caller can draw several input sets from one spec (the corpus test does). */
 kf_code sim_input_parse(const char *spec, uint64_t seed_offset, uint64_t max_bytes, char **name,
                         sim_npy_array *out, kf_err *err);
+
+/* sim_input_parse into a kernel argument: out's name, dtype, shape and
+ * data (owned by out; sim_array_release frees it) come from the spec.
+ * Failures as sim_input_parse; out is left zeroed. */
+kf_code sim_input_array(const char *spec, uint64_t max_bytes, sim_array *out, kf_err *err);
 
 /* Dtype from a user-facing name or alias ("bf16"); -1 when unknown. */
 int sim_input_dtype(const char *s);

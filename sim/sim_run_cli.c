@@ -86,20 +86,11 @@ int sim_run_cli_run(const sim_run_cli_args *a)
     memset(&ev, 0, sizeof(ev));
     /* inputs are read and generated here, before any user code runs */
     for (size_t i = 0; i < a->n_inputs; i++) {
-        sim_npy_array arr;
-        char *name = NULL;
-        if (sim_input_parse(a->inputs[i], 0, (uint64_t)a->memory_mib << 20, &name, &arr, &err) != KF_OK) {
+        if (sim_input_array(a->inputs[i], (uint64_t)a->memory_mib << 20, &inputs[i], &err) != KF_OK) {
             fprintf(stderr, "kforge-sim run: %s\n", err.msg);
             status = SIM_RUN_USAGE;
             goto out;
         }
-        snprintf(inputs[i].name, sizeof(inputs[i].name), "%s", name);
-        free(name);
-        inputs[i].dtype = arr.dtype;
-        inputs[i].ndim = arr.ndim;
-        for (int d = 0; d < arr.ndim; d++)
-            inputs[i].shape[d] = (int64_t)arr.shape[d];
-        inputs[i].data = arr.data;
     }
     if (kf_mkdir_p(a->out_dir, 0755) < 0) {
         fprintf(stderr, "kforge-sim run: cannot create output folder '%s': %s\n", a->out_dir,

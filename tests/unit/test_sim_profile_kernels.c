@@ -36,18 +36,8 @@ static void run_kernel(run *r, const char *target, const char *path, const char 
 
     cr_assert(n <= 8);
     memset(in, 0, sizeof(in));
-    for (size_t i = 0; i < n; i++) {
-        sim_npy_array a;
-        char *name = NULL;
-        cr_assert_eq(sim_input_parse(specs[i], 0, 1ull << 32, &name, &a, &e), KF_OK, "%s", e.msg);
-        snprintf(in[i].name, sizeof(in[i].name), "%s", name);
-        free(name);
-        in[i].dtype = a.dtype;
-        in[i].ndim = a.ndim;
-        for (int d = 0; d < a.ndim; d++)
-            in[i].shape[d] = (int64_t)a.shape[d];
-        in[i].data = a.data;
-    }
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sim_input_array(specs[i], 1ull << 32, &in[i], &e), KF_OK, "%s", e.msg);
     memset(&o, 0, sizeof(o));
     o.source_path = path;
     o.entry = entry;
