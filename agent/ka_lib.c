@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_job.h"
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "ka_expr.h"
@@ -593,10 +595,15 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
             const cJSON *dn = cJSON_GetArrayItem(dims, d);
             ka_value v;
             ka_lookup_ctx lc = { sp, NULL };
-            if (cJSON_IsNumber(dn)) {
-                pi->shape[d] = (int64_t)dn->valuedouble;
-            } else if (cJSON_IsString(dn) && ka_lookup(&lc, dn->valuestring, (int)strlen(dn->valuestring), &v)) {
-                pi->shape[d] = (int64_t)v.num;
+            if (cJSON_IsNumber(dn) || (cJSON_IsString(dn) &&
+                                        ka_lookup(&lc, dn->valuestring, (int)strlen(dn->valuestring), &v))) {
+                /* A dimension is a whole number of elements, checked before
+                 * the conversion (a template may write any number). */
+                double x = cJSON_IsNumber(dn) ? dn->valuedouble : v.is_str ? 0 : v.num;
+                if (!(x >= 1 && x <= (double)KF_JOB_MAX_DIM) || x != floor(x))
+                    return kf_err_set(err, KF_INVALID, "%s: dim %d of input %s is %g; a dim is a whole number of 1 to "
+                                      "%lld elements", path, d, pi->name, x, (long long)KF_JOB_MAX_DIM);
+                pi->shape[d] = (int64_t)x;
             } else {
                 return kf_err_set(err, KF_INVALID,
                                   "%s: the shapes given do not determine dim %s of input %s; give one shape per "

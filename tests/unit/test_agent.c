@@ -274,6 +274,36 @@ Test(agent, binding_refuses_a_template_input_without_a_name)
     }
 }
 
+/* fuzz_kforge_block: a template may write a dim as a number, and 5e62 was
+ * converted to int64_t unchecked (UBSan float-cast-overflow).  Each numeric
+ * dim is a whole number of 1 to 2^31 elements. */
+Test(agent, binding_refuses_template_dims_out_of_range)
+{
+    static const char *const bad[] = {
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"M\",\"K\"]},"
+        "{\"name\":\"b\",\"dims\":[512111111111111111111111111111111111111111111111111111111111111,\"N\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"M\",\"K\"]},{\"name\":\"b\",\"dims\":[2.5,\"K\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"M\",\"K\"]},{\"name\":\"b\",\"dims\":[0,\"K\"]}]}",
+        "{\"op\":\"t\",\"entry\":\"t\",\"inputs\":[{\"name\":\"a\",\"dims\":[\"M\",\"K\"]},{\"name\":\"b\",\"dims\":[-1e300,\"K\"]}]}",
+    };
+    const int64_t shapes[1][KA_MAX_DIMS] = { { 128, 512 } };
+    const int ndims[1] = { 2 };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *meta = cJSON_Parse(bad[i]);
+        ka_problem pb;
+        ka_space sp;
+        kf_err err = KF_ERR_INIT;
+        cr_assert_not_null(meta);
+        cr_assert_eq(ka_lib_bind(meta, "kernels/t.py", shapes, ndims, 1, SIM_DT_FLOAT32, "trn2", &pb, &sp, &err),
+                     KF_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err.msg, "a dim is a whole number"), "%s: %s", bad[i], err.msg);
+        ka_space_release(&sp);
+        ka_problem_release(&pb);
+        cJSON_Delete(meta);
+    }
+}
+
 /* A tunable's "addresses" must name the profiler's finding kinds and a
  * direction: a typo would otherwise silently never steer the planner. */
 Test(agent, addresses_name_real_findings_and_directions)
