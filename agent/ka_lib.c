@@ -593,7 +593,7 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
             return kf_err_set(err, KF_INVALID, "%s: input %s needs 1..%d dims", path, pi->name, KA_MAX_DIMS);
         for (int d = 0; d < pi->ndim; d++) {
             const cJSON *dn = cJSON_GetArrayItem(dims, d);
-            ka_value v;
+            ka_value v = { .is_str = false, .num = 0, .str = NULL, .str_len = 0 };
             ka_lookup_ctx lc = { sp, NULL };
             if (cJSON_IsNumber(dn) || (cJSON_IsString(dn) &&
                                         ka_lookup(&lc, dn->valuestring, (int)strlen(dn->valuestring), &v))) {
