@@ -50,6 +50,8 @@ void api_pg_pool_free(api_pg_pool *p);
  * KF_UNAVAILABLE when PostgreSQL cannot be reached.  Waits at most
  * wait_ms for a free slot (KF_UNAVAILABLE "pool exhausted" after). */
 PGconn *api_pg_acquire(api_pg_pool *p, int wait_ms, kf_err *err);
+/* Re-open c (PQreset) and forget what was prepared on it. */
+void api_pg_reset(api_pg_pool *p, PGconn *c);
 /* Give a connection back; one left inside a transaction is rolled back,
  * one that is broken is closed and reopened on a later acquire. */
 void api_pg_release(api_pg_pool *p, PGconn *c);
@@ -62,15 +64,11 @@ uint64_t *api_pg_prepared(api_pg_pool *p, PGconn *c);
 kf_db_prepared *api_pg_moves_prepared(api_pg_pool *p, PGconn *c);
 
 /* A named statement prepared once per connection (hot paths: less parsing
- * and planning).  id is 0..63 and unique per statement. */
-typedef struct api_stmt {
-    int         id;
-    const char *name;
-    const char *sql;
-    int         nparams;
-} api_stmt;
+ * and planning): db/kf_pg.h's.  id is 0..63 and unique among the API's
+ * statements. */
+typedef kf_pg_stmt api_stmt;
 
-/* A single connection for the command-line subcommands (TimeZone UTC). */
+/* A single connection for the command-line subcommands (kf_pg_connect). */
 PGconn *api_pg_connect(const char *dsn, kf_err *err);
 
 /* True when a failed query should be answered 503 (the server is gone,
@@ -347,11 +345,16 @@ typedef struct api_new_job {
 int64_t api_job_clock(char out[40]);
 char *api_job_doc(const api_new_job *nj);
 
-/* The group commit's threads (api_batch.c: a writer and a courier), one
- * set per process: started with the server, stopped before it (stop
- * writes what was handed over, resumes every request, then returns). */
-bool api_batch_start(api_server *s, kf_err *err);
-void api_batch_stop(void);
+/* The group commit (api_batch.c): a writer and a courier thread, owned by
+ * the server, which starts it before listening and stops it before MHD
+ * (stop writes what was handed over, resumes every request, joins both
+ * threads and frees it).  It borrows the server's pools.  NULL with err
+ * when a thread cannot be started. */
+typedef struct api_batcher api_batcher;
+api_batcher *api_batch_start(api_pg_pool *pg, api_qpool *q, kf_err *err);
+void api_batch_stop(api_batcher *b);
+/* The server's group commit. */
+api_batcher *api_req_batcher(const api_req *r);
 
 /* Hand a job to the writer, from a request already suspended: it writes
  * the job, its outbox row, its created event and (with a key) its stored
@@ -361,9 +364,9 @@ void api_batch_stop(void);
  * delivered; if Redis is away, the scheduler's relay enqueues them).
  * False (status 503, nothing written, nothing resumed) when the writer is
  * stopping: the caller resumes the request itself. */
-bool api_job_submit(api_new_job *nj);
+bool api_job_submit(api_batcher *b, api_new_job *nj);
 /* Batch counters in Prometheus text format. */
-void api_batch_metrics(kf_buf *out);
+void api_batch_metrics(api_batcher *b, kf_buf *out);
 
 /* ---- handlers -------------------------------------------------------------- */
 

@@ -33,13 +33,16 @@
  * than the one before (api_job_clock), and a batch reaches Redis in the
  * order its jobs arrived.
  *
- * One writer and one courier per process (kforge-api serves one api_server). */
+ * The state is an api_batcher owned by the server (api_server_start makes
+ * it, api_server_stop stops and frees it): one writer and one courier per
+ * server, each with its own pooled PostgreSQL connection while it writes. */
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_job.h"
 #include "kf_log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,14 +63,7 @@
  * that at a few requests in flight the next batch carries them, instead
  * of a DELETE and a commit of their own after every batch. */
 #define API_FLUSH_DELAY_MS 20
-static pthread_mutex_t api_batch_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t api_batch_cv = PTHREAD_COND_INITIALIZER;     /* the writer waits on it */
-static pthread_cond_t api_courier_cv = PTHREAD_COND_INITIALIZER;   /* the courier waits on it */
-static api_new_job *api_batch_head, *api_batch_tail;   /* handed over, not yet taken */
-static bool api_batch_running, api_batch_stopping, api_batch_writer_done;
-static bool api_batch_writing;  /* the writer is in a statement */
-static int api_batch_waiting;   /* jobs handed over, not yet taken */
-static bool api_courier_busy;   /* the courier is on a batch */
+
 /* A batch written and answered, on its way to Redis (enq NULL when
  * nothing is to be enqueued), with its 'job created' log lines. */
 typedef struct api_enq api_enq;
@@ -76,12 +72,27 @@ typedef struct api_written {
     kf_buf              lines;
     struct api_written *next;
 } api_written;
-static api_written *api_courier_head, *api_courier_tail;
-static pthread_t api_writer_thread, api_courier_thread;
-static api_req *api_writer_w, *api_courier_w;   /* each one's PostgreSQL connection, Redis handle */
-static atomic_ulong api_batch_count, api_batch_jobs;
-/* Outbox ids delivered to Redis and not yet deleted, "1,2,3" (under api_batch_mu). */
-static kf_buf api_batch_delivered = KF_BUF_INIT;
+
+struct api_batcher {
+    api_pg_pool    *pg;           /* the server's, borrowed */
+    api_qpool      *q;            /* the server's, borrowed */
+    pthread_mutex_t mu;
+    pthread_cond_t  writer_cv;    /* the writer waits on it */
+    pthread_cond_t  courier_cv;   /* the courier waits on it */
+    /* Under mu: */
+    api_new_job    *head, *tail;  /* handed over, not yet taken */
+    int             waiting;      /* how many */
+    bool            stopping, writer_done;
+    bool            writing;      /* the writer is in a statement */
+    bool            courier_busy; /* the courier is on a batch */
+    api_written    *done_head, *done_tail;   /* answered, for the courier */
+    int64_t        *delivered;    /* outbox ids on Redis whose rows are not deleted yet */
+    size_t          n_delivered, cap_delivered;
+    /* Set once: */
+    pthread_t       writer, courier;
+    bool            courier_started, writer_started;
+    atomic_ulong    batches, jobs;
+};
 
 /* The batch's rows, written by the set form of the transition table's
  * CREATE move (db/kf_db.h); the final INSERT maps each job to its outbox
@@ -92,14 +103,13 @@ static kf_buf api_batch_delivered = KF_BUF_INIT;
  * a fifth of its CPU per job.  Two forms: the one for batches with an
  * Idempotency-Key also stores those jobs' answers; the other plans no
  * idempotency join. */
-#define API_BATCH_COLUMNS (KF_DB_CREATE_BATCH_PARAMS - 1)   /* $1..$14; $15 the delivered outbox ids */
 
 static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch_v4", kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS,
+    3, "kf_job_create_batch_v5", kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 static const api_stmt api_st_batch_create_idem = {
-    5, "kf_job_create_batch_idem_v4", kf_db_sql_create_batch_idem, KF_DB_CREATE_BATCH_PARAMS,
+    5, "kf_job_create_batch_idem_v5", kf_db_sql_create_batch_idem, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 /* Delivered: the outbox rows go.  Losing this commit in a crash only makes
@@ -107,214 +117,172 @@ static const api_stmt api_st_batch_create_idem = {
  * idempotent and the relay skips jobs no longer queued), so it does not
  * wait for the WAL flush. */
 static const api_stmt api_st_batch_sent = {
-    4, "kf_outbox_delivered_batch",
+    4, "kf_outbox_delivered_batch_v2",
     "WITH c AS (SELECT set_config('synchronous_commit', 'off', true)) "
     "DELETE FROM outbox WHERE id = ANY($1::bigint[]) AND EXISTS (SELECT 1 FROM c)",
     1,
 };
 
-/* ---- PostgreSQL's binary array format (array_recv) ----------------------------- */
+/* ---- PostgreSQL ------------------------------------------------------------------ */
 
-/* Element type OIDs (pg_type.dat; fixed since PostgreSQL 9.4). */
-enum { API_OID_INT8 = 20, API_OID_INT4 = 23, API_OID_TEXT = 25, API_OID_UUID = 2950,
-       API_OID_TIMESTAMPTZ = 1184, API_OID_JSONB = 3802 };
-/* Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01 UTC. */
-#define API_PG_EPOCH_US 946684800000000LL
-
-static void api_be32(kf_buf *b, uint32_t v)
+/* Run st on a pooled connection; a connection found broken is re-opened
+ * and the statement sent once more.  NULL with *status 503 (PostgreSQL
+ * away or busy) or 500 (refused: a bug) after logging. */
+static PGresult *api_batch_exec(api_batcher *b, const char *who, const api_stmt *st, const char *const *params,
+                                const int *lengths, const int *formats, int *status)
 {
-    unsigned char *x;
+    kf_err e = KF_ERR_INIT;
+    PGconn *c = api_pg_acquire(b->pg, 5000, &e);
+    PGresult *res = NULL;
 
-    kf_buf_grow(b, 4);
-    x = (unsigned char *)b->data + b->len;
-    x[0] = (unsigned char)(v >> 24);
-    x[1] = (unsigned char)(v >> 16);
-    x[2] = (unsigned char)(v >> 8);
-    x[3] = (unsigned char)v;
-    b->len += 4;
-    b->data[b->len] = '\0';   /* kf_buf's invariant */
-}
-
-static void api_be64(kf_buf *b, uint64_t v)
-{
-    api_be32(b, (uint32_t)(v >> 32));
-    api_be32(b, (uint32_t)v);
-}
-
-/* A one-dimensional array of n elements of type oid, lower bound 1; the
- * elements follow, each as its length and bytes. */
-static void api_arr_begin(kf_buf *b, uint32_t oid, int n)
-{
-    api_be32(b, 1);            /* dimensions */
-    api_be32(b, 0);            /* has nulls: set by api_arr_text(NULL) */
-    api_be32(b, oid);
-    api_be32(b, (uint32_t)n);
-    api_be32(b, 1);
-}
-
-static void api_arr_text(kf_buf *b, const char *s)
-{
-    size_t n;
-
-    if (!s) {
-        b->data[7] = 1;        /* the has-nulls word, big-endian */
-        api_be32(b, UINT32_MAX);   /* length -1: NULL */
-        return;
-    }
-    n = strlen(s);
-    api_be32(b, (uint32_t)n);
-    kf_buf_add(b, s, n);
-}
-
-static void api_arr_jsonb(kf_buf *b, const char *json)
-{
-    size_t n = strlen(json);
-
-    api_be32(b, (uint32_t)n + 1);
-    kf_buf_addc(b, 1);         /* jsonb's binary form: version 1, then the text */
-    kf_buf_add(b, json, n);
-}
-
-static void api_arr_int4(kf_buf *b, int32_t v)
-{
-    api_be32(b, 4);
-    api_be32(b, (uint32_t)v);
-}
-
-static void api_arr_int8(kf_buf *b, int64_t v)
-{
-    api_be32(b, 8);
-    api_be64(b, (uint64_t)v);
-}
-
-static int api_hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* id is one of ours (kf_uuid_v7: 36 characters, checked again here). */
-static bool api_arr_uuid(kf_buf *b, const char *id)
-{
-    unsigned char raw[16];
-    int k = 0;
-
-    for (const char *p = id; *p && k < 32; p++) {
-        int v;
-        if (*p == '-')
-            continue;
-        if ((v = api_hexval(*p)) < 0)
-            return false;
-        if (k % 2 == 0)
-            raw[k / 2] = (unsigned char)(v << 4);
+    for (int attempt = 0; c && !res && attempt < 2; attempt++) {
+        res = kf_pg_exec_stmt(c, api_pg_prepared(b->pg, c), st, params, lengths, formats, &e);
+        if (!res && PQstatus(c) == CONNECTION_BAD)
+            api_pg_reset(b->pg, c);   /* the server went away since this connection was last used */
         else
-            raw[k / 2] |= (unsigned char)v;
-        k++;
+            break;
     }
-    if (k != 32)
-        return false;
-    api_be32(b, 16);
-    kf_buf_add(b, raw, 16);
-    return true;
+    api_pg_release(b->pg, c);
+    if (!res) {
+        *status = e.code == KF_UNAVAILABLE ? 503 : 500;
+        if (*status == 503)
+            kf_log_warn("postgres unavailable in=%s msg=\"%s\"", who, e.msg);
+        else
+            kf_log_error("statement failed in=%s msg=\"%s\"", who, e.msg);
+    }
+    return res;
 }
 
-/* The batch's columns, one binary array each, in the order of
- * API_BATCH_SQL_HEAD's $1..$14 (spec, budget, goal and labels are the
- * API's own printed JSON; the document only for jobs with an
- * Idempotency-Key).  *idem: any has one.  False when an id is not a UUID. */
-static bool api_batch_arrays(api_new_job *batch, int n, kf_buf col[API_BATCH_COLUMNS], bool *idem)
+/* The batch's columns, one binary array each, indexed by kf_db_create_col
+ * (spec, budget, goal and labels are the API's own printed JSON; the
+ * document only for jobs with an Idempotency-Key).  *idem: any has one.
+ * False when an id is not a UUID. */
+static bool api_batch_arrays(api_new_job *batch, int n, kf_pg_array col[KF_DB_COL__COUNT], bool *idem)
 {
-    static const uint32_t oids[API_BATCH_COLUMNS] = {
-        API_OID_UUID,  API_OID_TEXT,  API_OID_TEXT,  API_OID_TEXT, API_OID_INT4,        API_OID_JSONB,
-        API_OID_JSONB, API_OID_JSONB, API_OID_JSONB, API_OID_INT4, API_OID_INT8,        API_OID_TEXT,
-        API_OID_TIMESTAMPTZ, API_OID_TEXT,
-    };
+    bool ok = true;
 
     *idem = false;
-    for (int c = 0; c < API_BATCH_COLUMNS; c++) {
-        kf_buf_init(&col[c]);
-        kf_buf_grow(&col[c], 20 + (size_t)n * 32);   /* room for the fixed-size columns */
-        api_arr_begin(&col[c], oids[c], n);
-    }
+    for (int c = 0; c < KF_DB_COL__COUNT; c++)
+        kf_pg_array_init(&col[c], kf_db_create_batch_types[c], c == KF_DB_COL_DELIVERED ? 0 : (size_t)n);
     for (api_new_job *p = batch; p; p = p->next) {
-        if (!api_arr_uuid(&col[0], p->id))
-            return false;
-        api_arr_text(&col[1], p->kind);
-        api_arr_text(&col[2], p->target);
-        api_arr_text(&col[3], p->backend);
-        api_arr_int4(&col[4], p->priority);
-        api_arr_jsonb(&col[5], p->spec);
-        api_arr_jsonb(&col[6], p->budget);
-        api_arr_jsonb(&col[7], p->goal);
-        api_arr_jsonb(&col[8], p->labels);
-        api_arr_int4(&col[9], p->max_attempts);
-        api_arr_int8(&col[10], p->owner);
-        api_arr_text(&col[11], p->idem_key);
-        api_arr_int8(&col[12], p->created_us - API_PG_EPOCH_US);
-        api_arr_text(&col[13], p->idem_key ? p->doc : NULL);
+        kf_pg_array_uuid(&col[KF_DB_COL_ID], p->id);
+        kf_pg_array_text(&col[KF_DB_COL_KIND], p->kind);
+        kf_pg_array_text(&col[KF_DB_COL_TARGET], p->target);
+        kf_pg_array_text(&col[KF_DB_COL_BACKEND], p->backend);
+        kf_pg_array_int4(&col[KF_DB_COL_PRIORITY], p->priority);
+        kf_pg_array_jsonb(&col[KF_DB_COL_SPEC], p->spec);
+        kf_pg_array_jsonb(&col[KF_DB_COL_BUDGET], p->budget);
+        kf_pg_array_jsonb(&col[KF_DB_COL_GOAL], p->goal);
+        kf_pg_array_jsonb(&col[KF_DB_COL_LABELS], p->labels);
+        kf_pg_array_int4(&col[KF_DB_COL_MAX_ATTEMPTS], p->max_attempts);
+        kf_pg_array_int8(&col[KF_DB_COL_OWNER], p->owner);
+        kf_pg_array_text(&col[KF_DB_COL_IDEM_KEY], p->idem_key);
+        kf_pg_array_timestamptz(&col[KF_DB_COL_CREATED_AT], p->created_us);
+        kf_pg_array_text(&col[KF_DB_COL_DOC], p->idem_key ? p->doc : NULL);
         if (p->idem_key)
             *idem = true;
     }
+    for (int c = 0; c < KF_DB_COL__COUNT; c++)
+        if (c != KF_DB_COL_DELIVERED && !kf_pg_array_done(&col[c]))
+            ok = false;
+    return ok;
+}
+
+/* ---- delivered outbox ids ----------------------------------------------------------- */
+
+/* Append n ids to the delivered list.  Caller holds b->mu. */
+static void api_delivered_add(api_batcher *b, const int64_t *ids, size_t n)
+{
+    if (b->n_delivered + n > b->cap_delivered) {
+        size_t cap = b->cap_delivered ? b->cap_delivered : 64;
+        while (cap < b->n_delivered + n)
+            cap *= 2;
+        b->delivered = kf_realloc(b->delivered, cap * sizeof(*b->delivered));
+        b->cap_delivered = cap;
+    }
+    memcpy(b->delivered + b->n_delivered, ids, n * sizeof(*ids));
+    b->n_delivered += n;
+}
+
+/* The delivered ids as a binary bigint[] in *arr, emptying the list;
+ * false (arr untouched) when there are none.  Caller holds b->mu. */
+static bool api_delivered_take(api_batcher *b, kf_pg_array *arr)
+{
+    if (b->n_delivered == 0)
+        return false;
+    kf_pg_array_init(arr, KF_PG_INT8, b->n_delivered);
+    for (size_t i = 0; i < b->n_delivered; i++)
+        kf_pg_array_int8(arr, b->delivered[i]);
+    kf_pg_array_done(arr);
+    b->n_delivered = 0;
     return true;
 }
 
-/* The delivered ids as a PostgreSQL array literal, emptying the list; NULL
- * when there are none.  Caller holds api_batch_mu. */
-static char *api_batch_take_delivered(void)
+/* The ids of arr (built by api_delivered_take) back on the list, after a
+ * statement that was to delete them failed. */
+static void api_delivered_give_back(api_batcher *b, const int64_t *ids, size_t n)
 {
-    char *ids;
-
-    if (api_batch_delivered.len == 0)
-        return NULL;
-    ids = kf_asprintf("{%s}", api_batch_delivered.data);
-    kf_buf_reset(&api_batch_delivered);
-    return ids;
-}
-
-/* Ids ("{1,2}" or "1,2") back on the list, after a statement that was to
- * delete them failed or with a batch's newly delivered ones. */
-static void api_batch_give_back(const char *ids)
-{
-    size_t n;
-
-    if (!ids)
-        return;
-    if (*ids == '{')
-        ids++;
-    n = strlen(ids);
-    if (n > 0 && ids[n - 1] == '}')
-        n--;
     if (n == 0)
         return;
-    pthread_mutex_lock(&api_batch_mu);
-    if (api_batch_delivered.len)
-        kf_buf_addc(&api_batch_delivered, ',');
-    kf_buf_add(&api_batch_delivered, ids, n);
-    pthread_mutex_unlock(&api_batch_mu);
+    pthread_mutex_lock(&b->mu);
+    api_delivered_add(b, ids, n);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* What a taken list held, to give back on failure. */
+typedef struct api_taken {
+    bool     any;
+    kf_pg_array arr;
+    int64_t *ids;
+    size_t   n;
+} api_taken;
+
+/* Take the delivered list (caller holds b->mu). */
+static void api_taken_take(api_batcher *b, api_taken *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (b->n_delivered == 0)
+        return;
+    t->n = b->n_delivered;
+    t->ids = kf_malloc(t->n * sizeof(*t->ids));
+    memcpy(t->ids, b->delivered, t->n * sizeof(*t->ids));
+    t->any = api_delivered_take(b, &t->arr);
+}
+
+static void api_taken_release(api_taken *t)
+{
+    if (t->any)
+        kf_pg_array_release(&t->arr);
+    free(t->ids);
+    memset(t, 0, sizeof(*t));
 }
 
 /* Delete the delivered outbox rows now (no batch is coming to take them). */
-static void api_batch_flush(api_req *w)
+static void api_batch_flush(api_batcher *b)
 {
-    char *flush;
+    api_taken t;
     const char *params[1];
-    int fail = 0;
+    int lengths[1], formats[1] = { 1 }, status = 0;
     PGresult *res;
 
-    pthread_mutex_lock(&api_batch_mu);
-    flush = api_batch_take_delivered();
-    pthread_mutex_unlock(&api_batch_mu);
-    if (!flush)
+    pthread_mutex_lock(&b->mu);
+    api_taken_take(b, &t);
+    pthread_mutex_unlock(&b->mu);
+    if (!t.any)
         return;
-    params[0] = flush;
-    res = api_req_stmt_quiet(w, &api_st_batch_sent, params, &fail);
+    params[0] = t.arr.buf.data;
+    lengths[0] = (int)t.arr.buf.len;
+    res = api_batch_exec(b, "batch-courier", &api_st_batch_sent, params, lengths, formats, &status);
     if (!res) {
         kf_log_warn("delivered outbox rows not deleted yet (retried with the next batch; the relay may resend, "
                     "enqueue is idempotent)");
-        api_batch_give_back(flush);
+        api_delivered_give_back(b, t.ids, t.n);
     }
     PQclear(res);
-    free(flush);
+    api_taken_release(&t);
 }
+
+/* ---- Redis ---------------------------------------------------------------------------- */
 
 /* A committed batch's jobs as Redis takes them, copied out of the
  * requests so that those can be answered (and freed) before the batch
@@ -324,7 +292,7 @@ struct api_enq {
     kf_queue_job qj[API_BATCH_MAX];
     char        *payload[API_BATCH_MAX];     /* each job's payload (kf_job_payload_build) */
     char        *names[API_BATCH_MAX];       /* each job's id, kind, target and backend, one block */
-    kf_buf       outbox;                     /* their outbox ids, "1,2,3" */
+    int64_t      outbox[API_BATCH_MAX];      /* their outbox ids */
 };
 
 static void api_enq_free(api_enq *q)
@@ -335,20 +303,18 @@ static void api_enq_free(api_enq *q)
         free(q->payload[i]);
         free(q->names[i]);
     }
-    kf_buf_release(&q->outbox);
     free(q);
 }
 
 /* What enqueueing the batch's written jobs (outbox ids by position) needs.
  * NULL when there is nothing to enqueue, or a payload cannot be built:
  * the relay then queues the jobs. */
-static api_enq *api_enq_new(api_new_job *batch, char outbox_ids[][24])
+static api_enq *api_enq_new(api_new_job *batch, const int64_t *outbox_ids)
 {
     api_enq *q = kf_calloc(1, sizeof(*q));
     kf_err e = KF_ERR_INIT;
     int i = 0;
 
-    kf_buf_init(&q->outbox);
     for (api_new_job *p = batch; p; p = p->next, i++) {
         kf_queue_job *j = &q->qj[q->m];
         size_t li, lk, lt, lb;
@@ -377,9 +343,7 @@ static api_enq *api_enq_new(api_new_job *batch, char outbox_ids[][24])
         j->priority = p->priority;
         j->attempt = 0;
         j->max_attempts = p->max_attempts;
-        if (q->outbox.len)
-            kf_buf_addc(&q->outbox, ',');
-        kf_buf_adds(&q->outbox, outbox_ids[i]);
+        q->outbox[q->m] = outbox_ids[i];
         q->m++;
     }
     if (q->m == 0) {
@@ -392,53 +356,61 @@ static api_enq *api_enq_new(api_new_job *batch, char outbox_ids[][24])
 /* Redis (one script run for the batch), then the delivered outbox ids go
  * on the list for the next statement to delete.  Redis away: the relay
  * queues them all (enqueue is idempotent). */
-static void api_enq_send(api_req *r, api_enq *q)
+static void api_enq_send(api_batcher *b, api_enq *q)
 {
     kf_err e = KF_ERR_INIT;
-    kf_queue *rq = api_qpool_get(api_req_qpool(r), &e);
+    kf_queue *rq = api_qpool_get(b->q, &e);
 
     if (rq && kf_queue_enqueue_many(rq, q->qj, q->m, NULL, &e) == KF_OK)
-        api_batch_give_back(q->outbox.data);
+        api_delivered_give_back(b, q->outbox, (size_t)q->m);
     else
         kf_log_warn("%d jobs accepted but not queued yet; the scheduler's outbox relay will queue them msg=\"%s\"",
                     q->m, e.msg);
-    api_qpool_put(api_req_qpool(r), rq);
+    api_qpool_put(b->q, rq);
 }
 
-/* The PostgreSQL step: write the batch (and delete delivered: outbox ids
- * of earlier batches, "{...}" or NULL).  Sets each job's status; returns
- * the outbox ids by position (caller frees), or NULL when nothing was
- * written. */
-static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *delivered))[24]
+/* ---- the writer ----------------------------------------------------------------------- */
+
+/* The PostgreSQL step: write the batch (and delete the delivered outbox
+ * ids of earlier batches in t).  Sets each job's status; returns the
+ * outbox ids by position (caller frees), or NULL when nothing was
+ * written (t's ids then go back on the list). */
+static int64_t *api_batch_write(api_batcher *b, api_new_job *batch, int n, api_taken *t)
 {
     bool idem;
-    kf_buf col[API_BATCH_COLUMNS];
-    const char *params[API_BATCH_COLUMNS + 1];
-    int lengths[API_BATCH_COLUMNS + 1], formats[API_BATCH_COLUMNS + 1];
-    char(*outbox_ids)[24] = NULL;
+    kf_pg_array col[KF_DB_COL__COUNT];
+    const char *params[KF_DB_COL__COUNT];
+    int lengths[KF_DB_COL__COUNT], formats[KF_DB_COL__COUNT];
+    int64_t *outbox_ids = NULL;
     int fail = 500, i;
     PGresult *res = NULL;
 
     if (api_batch_arrays(batch, n, col, &idem)) {
-        for (i = 0; i < API_BATCH_COLUMNS; i++) {
-            params[i] = col[i].data;
-            lengths[i] = (int)col[i].len;
+        kf_pg_array *del = &col[KF_DB_COL_DELIVERED];
+
+        if (t->any) {
+            kf_pg_array_release(del);
+            *del = t->arr;
+            t->any = false;   /* col owns it now */
+        } else {
+            kf_pg_array_done(del);   /* empty */
+        }
+        for (i = 0; i < KF_DB_COL__COUNT; i++) {
+            params[i] = col[i].buf.data;
+            lengths[i] = (int)col[i].buf.len;
             formats[i] = 1;
         }
-        params[i] = delivered ? delivered : "{}";
-        lengths[i] = 0;
-        formats[i] = 0;
-        res = api_req_stmt_bin(r, idem ? &api_st_batch_create_idem : &api_st_batch_create, params, lengths,
-                               formats, &fail);
+        res = api_batch_exec(b, "batch-writer", idem ? &api_st_batch_create_idem : &api_st_batch_create, params,
+                             lengths, formats, &fail);
     } else {
-        kf_log_error("job batch not written: a job id is not a UUID req=%s", r->request_id);
+        kf_log_error("job batch not written: a job id is not a UUID");
     }
-    for (i = 0; i < API_BATCH_COLUMNS; i++)
-        kf_buf_release(&col[i]);
+    for (i = 0; i < KF_DB_COL__COUNT; i++)
+        kf_pg_array_release(&col[i]);
     if (!res) {
         for (api_new_job *p = batch; p; p = p->next)
             p->status = fail;
-        api_batch_give_back(delivered);
+        api_delivered_give_back(b, t->ids, t->n);
         return NULL;
     }
     outbox_ids = kf_calloc((size_t)n, sizeof(*outbox_ids));
@@ -451,18 +423,21 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
         for (int k = 0; k < rows; k++) {
             int row = (i + k) % rows;
             if (strcmp(PQgetvalue(res, row, 0), p->id) == 0) {
-                size_t len = (size_t)PQgetlength(res, row, 1);
-                if (len < sizeof(outbox_ids[i])) {
+                long id = 0;
+                kf_err e = KF_ERR_INIT;
+                if (kf_db_num(res, row, 1, 1, LONG_MAX, &id, &e) == KF_OK) {
                     p->status = 202;
-                    memcpy(outbox_ids[i], PQgetvalue(res, row, 1), len + 1);
+                    outbox_ids[i] = id;
+                } else {
+                    kf_log_error("job batch: %s", e.msg);
                 }
                 break;
             }
         }
     }
-    kf_log_debug("job batch written n=%d req=%s", n, r->request_id);
-    atomic_fetch_add(&api_batch_count, 1);
-    atomic_fetch_add(&api_batch_jobs, (unsigned long)n);
+    kf_log_debug("job batch written n=%d", n);
+    atomic_fetch_add(&b->batches, 1);
+    atomic_fetch_add(&b->jobs, (unsigned long)n);
     PQclear(res);
     return outbox_ids;
 }
@@ -474,7 +449,7 @@ static char (*api_batch_write(api_req *r, api_new_job *batch, int n, char *deliv
  * answers go before the enqueue: a job is accepted once committed (its
  * outbox row puts it on Redis if this process cannot), and the sooner its
  * client has the answer, the sooner its next request can join a batch. */
-static api_written *api_batch_answer(api_new_job *batch, char ids[][24])
+static api_written *api_batch_answer(api_new_job *batch, const int64_t *ids)
 {
     api_written *done = kf_calloc(1, sizeof(*done));
     api_new_job *p, *next;
@@ -494,103 +469,103 @@ static api_written *api_batch_answer(api_new_job *batch, char ids[][24])
 }
 
 /* Whether the writer may take a batch now: jobs wait, and the courier is
- * idle or API_BATCH_OVERLAP of them wait.  Caller holds api_batch_mu. */
-static bool api_writer_may_start(void)
+ * idle or API_BATCH_OVERLAP of them wait.  Caller holds b->mu. */
+static bool api_writer_may_start(const api_batcher *b)
 {
-    return api_batch_head &&
-           (!(api_courier_busy || api_courier_head) || api_batch_waiting >= API_BATCH_OVERLAP);
+    return b->head && (!(b->courier_busy || b->done_head) || b->waiting >= API_BATCH_OVERLAP);
 }
 
 /* The writer: batch after batch into PostgreSQL, each passed on to the
  * courier, until stopped with nothing left. */
 static void *api_writer_main(void *arg)
 {
-    api_req *w = arg;
+    api_batcher *b = arg;
 
-    pthread_mutex_lock(&api_batch_mu);
+    pthread_mutex_lock(&b->mu);
     for (;;) {
         api_new_job *batch, *last;
         api_written *done;
-        char *delivered, (*ids)[24];
+        api_taken t;
+        int64_t *ids;
         int n;
 
-        while (!api_batch_stopping && !api_writer_may_start())
-            pthread_cond_wait(&api_batch_cv, &api_batch_mu);
-        if (!api_batch_head)
+        while (!b->stopping && !api_writer_may_start(b))
+            pthread_cond_wait(&b->writer_cv, &b->mu);
+        if (!b->head)
             break;
-        batch = last = api_batch_head;
+        batch = last = b->head;
         for (n = 1; n < API_BATCH_MAX && last->next; n++)
             last = last->next;
-        api_batch_waiting -= n;
-        api_batch_head = last->next;
-        if (!api_batch_head)
-            api_batch_tail = NULL;
+        b->waiting -= n;
+        b->head = last->next;
+        if (!b->head)
+            b->tail = NULL;
         last->next = NULL;
-        delivered = api_batch_take_delivered();
-        api_batch_writing = true;
-        pthread_mutex_unlock(&api_batch_mu);
+        api_taken_take(b, &t);
+        b->writing = true;
+        pthread_mutex_unlock(&b->mu);
 
-        ids = api_batch_write(w, batch, n, delivered);
-        free(delivered);
-        api_req_pg_put(w);   /* a broken connection goes back to be reopened */
+        ids = api_batch_write(b, batch, n, &t);
+        api_taken_release(&t);
         done = api_batch_answer(batch, ids);
         free(ids);
 
-        pthread_mutex_lock(&api_batch_mu);
-        api_batch_writing = false;
-        if (api_courier_tail)
-            api_courier_tail->next = done;
+        pthread_mutex_lock(&b->mu);
+        b->writing = false;
+        if (b->done_tail)
+            b->done_tail->next = done;
         else
-            api_courier_head = done;
-        api_courier_tail = done;
-        pthread_cond_signal(&api_courier_cv);
+            b->done_head = done;
+        b->done_tail = done;
+        pthread_cond_signal(&b->courier_cv);
     }
-    api_batch_writer_done = true;
-    pthread_cond_signal(&api_courier_cv);
-    pthread_mutex_unlock(&api_batch_mu);
+    b->writer_done = true;
+    pthread_cond_signal(&b->courier_cv);
+    pthread_mutex_unlock(&b->mu);
     return NULL;
 }
 
-/* The courier: each answered batch onto Redis and its log lines out, while
- * the writer writes the next one; last, the delivered outbox rows. */
+/* ---- the courier ---------------------------------------------------------------------- */
+
+/* Each answered batch onto Redis and its log lines out, while the writer
+ * writes the next one; last, the delivered outbox rows. */
 static void *api_courier_main(void *arg)
 {
-    api_req *w = arg;
+    api_batcher *b = arg;
     bool flush_due = false;   /* delivered ids may wait; delete them at `due` */
     struct timespec due = { 0, 0 };
 
-    pthread_mutex_lock(&api_batch_mu);
+    pthread_mutex_lock(&b->mu);
     for (;;) {
         api_written *done;
 
-        while (!api_courier_head && !api_batch_writer_done) {
+        while (!b->done_head && !b->writer_done) {
             if (!flush_due) {
-                pthread_cond_wait(&api_courier_cv, &api_batch_mu);
+                pthread_cond_wait(&b->courier_cv, &b->mu);
                 continue;
             }
-            if (pthread_cond_clockwait(&api_courier_cv, &api_batch_mu, CLOCK_MONOTONIC, &due) != ETIMEDOUT)
+            if (pthread_cond_clockwait(&b->courier_cv, &b->mu, CLOCK_MONOTONIC, &due) != ETIMEDOUT)
                 continue;
             /* No batch came to take them: delete them now (unless one
              * is being written, which took them). */
             flush_due = false;
-            if (api_batch_delivered.len && !api_batch_writing) {
-                pthread_mutex_unlock(&api_batch_mu);
-                api_batch_flush(w);
-                api_req_pg_put(w);
-                pthread_mutex_lock(&api_batch_mu);
+            if (b->n_delivered && !b->writing) {
+                pthread_mutex_unlock(&b->mu);
+                api_batch_flush(b);
+                pthread_mutex_lock(&b->mu);
             }
         }
-        if (!api_courier_head)
+        if (!b->done_head)
             break;
-        done = api_courier_head;
-        api_courier_head = done->next;
-        if (!api_courier_head)
-            api_courier_tail = NULL;
-        api_courier_busy = true;
-        pthread_mutex_unlock(&api_batch_mu);
+        done = b->done_head;
+        b->done_head = done->next;
+        if (!b->done_head)
+            b->done_tail = NULL;
+        b->courier_busy = true;
+        pthread_mutex_unlock(&b->mu);
 
         if (done->enq)
-            api_enq_send(w, done->enq);
+            api_enq_send(b, done->enq);
         api_enq_free(done->enq);
         kf_log_flush(&done->lines);
         kf_buf_release(&done->lines);
@@ -605,97 +580,93 @@ static void *api_courier_main(void *arg)
             due.tv_nsec -= 1000000000L;
         }
         flush_due = true;
-        pthread_mutex_lock(&api_batch_mu);
-        api_courier_busy = false;
-        pthread_cond_signal(&api_batch_cv);   /* the writer may be waiting for this */
+        pthread_mutex_lock(&b->mu);
+        b->courier_busy = false;
+        pthread_cond_signal(&b->writer_cv);   /* the writer may be waiting for this */
     }
-    pthread_mutex_unlock(&api_batch_mu);
-    api_batch_flush(w);
-    api_req_pg_put(w);
+    pthread_mutex_unlock(&b->mu);
+    api_batch_flush(b);
     return NULL;
 }
 
-static api_req *api_batch_ctx(api_server *s, const char *name)
-{
-    api_req *w = kf_calloc(1, sizeof(*w));
+/* ---- life ----------------------------------------------------------------------------- */
 
-    w->srv = s;
-    snprintf(w->request_id, sizeof(w->request_id), "%s", name);
-    return w;
+static void api_batcher_free(api_batcher *b)
+{
+    pthread_cond_destroy(&b->writer_cv);
+    pthread_cond_destroy(&b->courier_cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->delivered);
+    free(b);
 }
 
-bool api_batch_start(api_server *s, kf_err *err)
+api_batcher *api_batch_start(api_pg_pool *pg, api_qpool *q, kf_err *err)
 {
+    api_batcher *b = kf_calloc(1, sizeof(*b));
     int rc;
 
-    api_batch_stopping = false;
-    api_batch_writer_done = false;
-    api_batch_waiting = 0;
-    api_courier_busy = false;
-    api_writer_w = api_batch_ctx(s, "batch-writer");
-    api_courier_w = api_batch_ctx(s, "batch-courier");
-    rc = pthread_create(&api_courier_thread, NULL, api_courier_main, api_courier_w);
+    b->pg = pg;
+    b->q = q;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->courier_cv, NULL);   /* waited on with CLOCK_MONOTONIC deadlines */
+    pthread_cond_init(&b->writer_cv, NULL);
+    rc = pthread_create(&b->courier, NULL, api_courier_main, b);
     if (rc == 0) {
-        rc = pthread_create(&api_writer_thread, NULL, api_writer_main, api_writer_w);
-        if (rc != 0) {
-            pthread_mutex_lock(&api_batch_mu);
-            api_batch_writer_done = true;
-            pthread_cond_signal(&api_courier_cv);
-            pthread_mutex_unlock(&api_batch_mu);
-            pthread_join(api_courier_thread, NULL);
-        }
+        b->courier_started = true;
+        rc = pthread_create(&b->writer, NULL, api_writer_main, b);
     }
-    if (rc != 0) {
-        free(api_writer_w);
-        free(api_courier_w);
-        api_writer_w = api_courier_w = NULL;
-        kf_err_set(err, KF_INTERNAL, "cannot start the job writer threads: %s", strerror(rc));
-        return false;
+    if (rc == 0) {
+        b->writer_started = true;
+        return b;
     }
-    api_batch_running = true;
-    return true;
+    if (b->courier_started) {
+        pthread_mutex_lock(&b->mu);
+        b->writer_done = true;
+        pthread_cond_signal(&b->courier_cv);
+        pthread_mutex_unlock(&b->mu);
+        pthread_join(b->courier, NULL);
+    }
+    api_batcher_free(b);
+    kf_err_set(err, KF_INTERNAL, "cannot start the job writer threads: %s", strerror(rc));
+    return NULL;
 }
 
-void api_batch_stop(void)
+void api_batch_stop(api_batcher *b)
 {
-    if (!api_batch_running)
+    if (!b)
         return;
-    pthread_mutex_lock(&api_batch_mu);
-    api_batch_stopping = true;
-    pthread_cond_signal(&api_batch_cv);
-    pthread_mutex_unlock(&api_batch_mu);
-    pthread_join(api_writer_thread, NULL);   /* it tells the courier it is done */
-    pthread_join(api_courier_thread, NULL);
-    api_batch_running = false;
-    free(api_writer_w);
-    free(api_courier_w);
-    api_writer_w = api_courier_w = NULL;
-    kf_buf_release(&api_batch_delivered);
+    pthread_mutex_lock(&b->mu);
+    b->stopping = true;
+    pthread_cond_signal(&b->writer_cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->writer, NULL);   /* it tells the courier it is done */
+    pthread_join(b->courier, NULL);
+    api_batcher_free(b);
 }
 
-bool api_job_submit(api_new_job *nj)
+bool api_job_submit(api_batcher *b, api_new_job *nj)
 {
     nj->next = NULL;
     nj->status = 0;
-    pthread_mutex_lock(&api_batch_mu);
-    if (!api_batch_running || api_batch_stopping) {
-        pthread_mutex_unlock(&api_batch_mu);
+    pthread_mutex_lock(&b->mu);
+    if (b->stopping) {
+        pthread_mutex_unlock(&b->mu);
         nj->status = 503;
         return false;
     }
-    if (api_batch_tail)
-        api_batch_tail->next = nj;
+    if (b->tail)
+        b->tail->next = nj;
     else
-        api_batch_head = nj;
-    api_batch_tail = nj;
-    api_batch_waiting++;
-    if (api_writer_may_start())
-        pthread_cond_signal(&api_batch_cv);
-    pthread_mutex_unlock(&api_batch_mu);
+        b->head = nj;
+    b->tail = nj;
+    b->waiting++;
+    if (api_writer_may_start(b))
+        pthread_cond_signal(&b->writer_cv);
+    pthread_mutex_unlock(&b->mu);
     return true;
 }
 
-void api_batch_metrics(kf_buf *out)
+void api_batch_metrics(api_batcher *b, kf_buf *out)
 {
     kf_buf_addf(out,
                 "# HELP kforge_api_job_batches_total Statements that wrote new jobs (group commit).\n"
@@ -704,5 +675,5 @@ void api_batch_metrics(kf_buf *out)
                 "# HELP kforge_api_job_batch_jobs_total Jobs written by those statements (divide for the mean batch).\n"
                 "# TYPE kforge_api_job_batch_jobs_total counter\n"
                 "kforge_api_job_batch_jobs_total %lu\n",
-                atomic_load(&api_batch_count), atomic_load(&api_batch_jobs));
+                atomic_load(&b->batches), atomic_load(&b->jobs));
 }

@@ -46,6 +46,7 @@ struct api_server {
     char              *listen, *pg_dsn, *redis_url;
     api_pg_pool       *pg;
     api_qpool         *q;
+    api_batcher       *batch;
     atomic_ulong       count[API_MAX_ROUTES + 1][600];
     atomic_ullong      dur_us[API_MAX_ROUTES + 1];
     atomic_ulong       seq;
@@ -54,6 +55,11 @@ struct api_server {
 const api_server_config *api_req_config(const api_req *r)
 {
     return &r->srv->cfg;
+}
+
+api_batcher *api_req_batcher(const api_req *r)
+{
+    return r->srv->batch;
 }
 
 api_qpool *api_req_qpool(const api_req *r)
@@ -331,18 +337,8 @@ void api_req_pg_put(api_req *r)
 
 void api_req_pg_reset(api_req *r)
 {
-    uint64_t *mask;
-    kf_db_prepared *moves;
-
-    if (!r->pg)
-        return;
-    mask = api_pg_prepared(r->srv->pg, r->pg);
-    moves = api_pg_moves_prepared(r->srv->pg, r->pg);
-    PQreset(r->pg);
-    if (mask)
-        *mask = 0;
-    if (moves)
-        *moves = 0;
+    if (r->pg)
+        api_pg_reset(r->srv->pg, r->pg);
 }
 
 /* Run sql (or the prepared statement st) once; see api_req_sql.  With
@@ -363,55 +359,34 @@ static PGresult *api_req_exec(api_req *r, const api_stmt *st, const char *sql, i
     if (!c)
         return NULL;
     for (int attempt = 0;; attempt++) {
-        PGresult *res = NULL;
-        ExecStatusType status;
-        const char *msg;
+        kf_err e = KF_ERR_INIT;
+        PGresult *res = st ? kf_pg_exec_stmt(c, api_pg_prepared(r->srv->pg, c), st, params, lengths, formats, &e)
+                           : kf_pg_exec(c, "query", sql, n, params, lengths, formats, &e);
 
-        if (st) {
-            uint64_t *mask = api_pg_prepared(r->srv->pg, c);
-            if (mask && !(*mask & (1ULL << st->id))) {
-                res = PQprepare(c, st->name, st->sql, st->nparams, NULL);
-                if (PQresultStatus(res) == PGRES_COMMAND_OK) {
-                    *mask |= 1ULL << st->id;
-                    PQclear(res);
-                    res = NULL;
-                }
-            }
-            if (!res)
-                res = mask ? PQexecPrepared(c, st->name, st->nparams, params, lengths, formats, 0)
-                           : PQexecParams(c, st->sql, st->nparams, NULL, params, lengths, formats, 0);
-        } else {
-            res = PQexecParams(c, sql, n, NULL, params, lengths, formats, 0);
-        }
-        status = PQresultStatus(res);
-        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)
+        if (res)
             return res;
         if (attempt == 0 && !r->in_tx && PQstatus(c) == CONNECTION_BAD) {
             /* The server went away since this connection was last used. */
-            PQclear(res);
             api_req_pg_reset(r);
             if (PQstatus(c) == CONNECTION_OK)
                 continue;
-            res = NULL;
         }
-        msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c);
         r->pg_failed = true;
-        if (api_pg_error_transient(c, res)) {
-            kf_log_warn("postgres unavailable req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
+        if (e.code == KF_UNAVAILABLE) {
+            kf_log_warn("postgres unavailable req=%s msg=\"%s\"", r->request_id, e.msg);
             if (quiet && fail_status)
                 *fail_status = 503;
             else
                 api_reply_code(r, KF_UNAVAILABLE, "unavailable",
                                "the database is unavailable; retry after the number of seconds in Retry-After");
         } else {
-            kf_log_error("query failed req=%s msg=\"%.*s\"", r->request_id, (int)strcspn(msg, "\n"), msg);
+            kf_log_error("query failed req=%s msg=\"%s\"", r->request_id, e.msg);
             if (quiet && fail_status)
                 *fail_status = 500;
             else
                 api_reply_code(r, KF_INTERNAL, "internal",
                                "a database statement failed; the request id is in the server log");
         }
-        PQclear(res);
         return NULL;
     }
 }
@@ -947,7 +922,7 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
     s->cfg.redis_url = s->redis_url;
     s->pg = api_pg_pool_new(cfg->pg_dsn, cfg->pg_pool);
     s->q = api_qpool_new(cfg->redis_url, cfg->threads);
-    if (!api_batch_start(s, err)) {
+    if (!(s->batch = api_batch_start(s->pg, s->q, err))) {
         api_server_stop(s);
         return NULL;
     }
@@ -978,7 +953,7 @@ void api_server_stop(api_server *s)
     /* Every job handed over is written and its request resumed before
      * MHD stops (it refuses to stop with a suspended connection); what
      * arrives meanwhile gets 503. */
-    api_batch_stop();
+    api_batch_stop(s->batch);
     if (s->d)
         MHD_stop_daemon(s->d);
     api_qpool_free(s->q);

@@ -141,7 +141,7 @@ static void api_job_create_handoff(api_req *r)
 {
     api_create *c = r->ctx;
 
-    if (!api_job_submit(&c->nj))
+    if (!api_job_submit(api_req_batcher(r), &c->nj))
         api_req_resume(r);
 }
 

@@ -124,7 +124,7 @@ void api_h_metrics(api_req *r)
     bool pg_ok = false, redis_ok = false;
 
     api_metrics_requests(r->srv, &out);
-    api_batch_metrics(&out);
+    api_batch_metrics(api_req_batcher(r), &out);
     if (api_req_pg_quiet(r, &e)) {
         PGresult *res = PQexec(r->pg, "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state");
         if (PQresultStatus(res) == PGRES_TUPLES_OK) {

@@ -42,21 +42,7 @@ static long long api_pg_now_ms(void)
 
 PGconn *api_pg_connect(const char *dsn, kf_err *err)
 {
-    static const char *const keys[] = { "dbname", "connect_timeout", "options", "application_name", NULL };
-    const char *vals[] = { dsn, "3", "-c TimeZone=UTC", "kforge-api", NULL };
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
-
-    if (PQstatus(c) != CONNECTION_OK) {
-        char msg[300];
-        const char *m = PQerrorMessage(c);
-        size_t n = strcspn(m, "\n");
-        snprintf(msg, sizeof(msg), "%.*s", (int)kf_utf8_cut(m, n < 280 ? n : 280), m);
-        kf_err_set(err, KF_UNAVAILABLE, "PostgreSQL is unreachable (%s); check KFORGE_PG_DSN and that the server runs",
-                   msg);
-        PQfinish(c);
-        return NULL;
-    }
-    return c;
+    return kf_pg_connect(dsn, "kforge-api", err);
 }
 
 api_pg_pool *api_pg_pool_new(const char *dsn, int size)
@@ -190,7 +176,19 @@ void api_pg_release(api_pg_pool *p, PGconn *c)
 
 bool api_pg_error_transient(PGconn *c, const PGresult *res)
 {
-    return kf_db_transient(c, res);
+    return kf_pg_transient(c, res);
+}
+
+void api_pg_reset(api_pg_pool *p, PGconn *c)
+{
+    uint64_t *mask = api_pg_prepared(p, c);
+    kf_db_prepared *moves = api_pg_moves_prepared(p, c);
+
+    PQreset(c);
+    if (mask)
+        *mask = 0;
+    if (moves)
+        *moves = 0;
 }
 
 kf_db_prepared *api_pg_moves_prepared(api_pg_pool *p, PGconn *c)

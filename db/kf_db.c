@@ -15,18 +15,33 @@
 
 /* The CREATE row of the table, for a batch of jobs (kf_db.h).  Every
  * column comes from the API (created_at included), so nothing is read
- * back but the outbox ids. */
+ * back but the outbox ids.  The parameter list and the column names are
+ * spelled from KF_DB_CREATE_COLS, the one place that numbers them. */
+#define KF_DB_UNNEST_ARG(n, NAME, col, type, oid) ", $" #n "::" type "[]"
+#define KF_DB_UNNEST_COL(n, NAME, col, type, oid) ", " #col
 #define KF_DB_CREATE_HEAD                                                                                      \
-    "WITH input AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], "         \
-    "  $6::jsonb[], $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::int[], $11::bigint[], $12::text[], "          \
-    "  $13::timestamptz[], $14::text[]) AS t(id, kind, target, backend, priority, spec, budget, goal, labels, " \
-    "  max_attempts, owner, ikey, ts, doc)), "                                                                 \
+    "WITH input AS (SELECT * FROM unnest($1::uuid[]" KF_DB_CREATE_COLS(KF_DB_UNNEST_ARG) ") "                 \
+    "  AS t(id" KF_DB_CREATE_COLS(KF_DB_UNNEST_COL) ")), "                                                     \
     "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "   \
     "  owner_token_id, idempotency_key, created_at, updated_at) "                                             \
     "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, " \
     "  ts FROM input), "                                                                                       \
     "e AS (" KF_DB_EVENT_INSERT "SELECT id, 0, 'created', NULL, 'queued', '{}'::jsonb, ts FROM input), "        \
     "d AS (DELETE FROM outbox WHERE id = ANY($15::bigint[])) "
+
+/* Each column's number is its parameter's: $n is KF_DB_COL_NAME + 1. */
+#define KF_DB_CHECK_COL(n, NAME, col, type, oid) \
+    _Static_assert(KF_DB_COL_##NAME + 1 == (n), "KF_DB_CREATE_COLS numbers its columns in order");
+KF_DB_CHECK_COL(1, ID, id, "uuid", KF_PG_UUID)
+KF_DB_CREATE_COLS(KF_DB_CHECK_COL)
+_Static_assert(KF_DB_COL_DELIVERED + 1 == 15, "the delivered outbox ids are $15");
+
+#define KF_DB_COL_TYPE(n, NAME, col, type, oid) [KF_DB_COL_##NAME] = (oid),
+const uint32_t kf_db_create_batch_types[KF_DB_COL__COUNT] = {
+    [KF_DB_COL_ID] = KF_PG_UUID,
+    KF_DB_CREATE_COLS(KF_DB_COL_TYPE)
+    [KF_DB_COL_DELIVERED] = KF_PG_INT8,
+};
 #define KF_DB_CREATE_TAIL "INSERT INTO outbox (job_id) SELECT id FROM input RETURNING job_id::text, id"
 
 const char kf_db_sql_create_batch[] = KF_DB_CREATE_HEAD KF_DB_CREATE_TAIL;
@@ -42,20 +57,6 @@ _Static_assert(KF_MOVE__COUNT <= 32, "kf_db_prepared holds a bit per move");
 /* Parameters of a move's statement, in this order; all are sent as text
  * and cast where used, so a move's statement may leave some unused. */
 enum { P_ID, P_FROM, P_TYPE, P_TO, P_ATTEMPT, P_DETAIL, P_ERROR, P_RESULT, P_WORKER, P_LEASE, P_EXTRA, P__N };
-
-bool kf_db_transient(PGconn *c, const PGresult *res)
-{
-    const char *st;
-
-    if (!c || PQstatus(c) != CONNECTION_OK || !res)
-        return true;
-    st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (!st)
-        return true;
-    return strncmp(st, "08", 2) == 0 || strcmp(st, "57P01") == 0 || strcmp(st, "57P02") == 0 ||
-           strcmp(st, "57P03") == 0 || strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 ||
-           strcmp(st, "40P01") == 0 || strcmp(st, "55P03") == 0;
-}
 
 /* The statement of move d: lock the row if the move may start from its
  * state, update it, write the event and the outbox row; then report the
@@ -245,7 +246,7 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
         int n = (int)strcspn(msg, "\n");
-        rc = kf_db_transient(c, r) ? KF_UNAVAILABLE : KF_DB;
+        rc = kf_pg_transient(c, r) ? KF_UNAVAILABLE : KF_DB;
         kf_err_set(err, rc, "%s of job %s: PostgreSQL %s (%.*s)", d->name, m->job_id,
                    rc == KF_UNAVAILABLE ? "is unavailable or the transaction must be retried" : "refused the statement",
                    n > 300 ? 300 : n, msg);
@@ -302,7 +303,7 @@ kf_code kf_db_lease_takeover(PGconn *c, const char *job_id, int attempt, const c
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
         int n = (int)strcspn(msg, "\n");
-        rc = kf_db_transient(c, r) ? KF_UNAVAILABLE : KF_DB;
+        rc = kf_pg_transient(c, r) ? KF_UNAVAILABLE : KF_DB;
         kf_err_set(err, rc, "lease takeover of job %s: PostgreSQL %s (%.*s)", job_id,
                    rc == KF_UNAVAILABLE ? "is unavailable or the transaction must be retried" : "refused the statement",
                    n > 300 ? 300 : n, msg);

@@ -43,6 +43,7 @@
 
 #include "kf_error.h"
 #include "kf_life.h"
+#include "kf_pg.h"
 
 /* One move of one job.  Fields a move's flags do not use are ignored. */
 typedef struct kf_db_move {
@@ -87,11 +88,6 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
 kf_code kf_db_lease_takeover(PGconn *c, const char *job_id, int attempt, const char *worker_id,
                              const char *lease_hash, kf_err *err);
 
-/* Whether a failed statement is worth retrying (connection lost, server
- * shutting down or overloaded, serialization failure, deadlock, lock
- * not available).  res may be NULL (libpq gave no result). */
-bool kf_db_transient(PGconn *c, const PGresult *res);
-
 /* A whole-number column of a result row, read strictly (kf_num_long):
  * KF_DB when it is NULL or not a number in [lo, hi], which means the
  * database's schema is not the one this build expects. */
@@ -99,15 +95,43 @@ kf_code kf_db_num(const PGresult *r, int row, int col, long lo, long hi, long *o
 
 /*
  * The set form of the CREATE move, for the API's batch writer (api_batch.c):
- * $1..$14 one array per column (id uuid[], kind, target, backend text[],
- * priority int[], spec, budget, goal, labels jsonb[], max_attempts int[],
- * owner bigint[], idempotency key text[], created_at timestamptz[], the
- * job's document text[]), $15 delivered outbox ids bigint[] to delete.
- * Writes each job, its 'created' event and its outbox enqueue row; returns
- * (job_id, outbox id) per job.  The _idem form also stores the answers of
- * jobs that carry an Idempotency-Key.
+ * one parameter per column, each an array with an element per job ($1 the
+ * ids, uuid[]), then the outbox ids delivered earlier, to delete
+ * (bigint[]).  Writes each job, its 'created' event and its outbox
+ * enqueue row; returns (job_id, outbox id) per job.  The _idem form also
+ * stores the answers (doc) of jobs that carry an Idempotency-Key.
+ *
+ * KF_DB_CREATE_COLS lists the columns after the id, numbered as their
+ * parameters ($n), with the name the statement gives them, their SQL
+ * element type and its OID (db/kf_pg.h); a caller fills parameter
+ * KF_DB_COL_<NAME> with an array of kf_db_create_batch_types[it].
  */
-#define KF_DB_CREATE_BATCH_PARAMS 15
+#define KF_DB_CREATE_COLS(X)                                    \
+    X(2, KIND, kind, "text", KF_PG_TEXT)                        \
+    X(3, TARGET, target, "text", KF_PG_TEXT)                    \
+    X(4, BACKEND, backend, "text", KF_PG_TEXT)                  \
+    X(5, PRIORITY, priority, "int", KF_PG_INT4)                 \
+    X(6, SPEC, spec, "jsonb", KF_PG_JSONB)                      \
+    X(7, BUDGET, budget, "jsonb", KF_PG_JSONB)                  \
+    X(8, GOAL, goal, "jsonb", KF_PG_JSONB)                      \
+    X(9, LABELS, labels, "jsonb", KF_PG_JSONB)                  \
+    X(10, MAX_ATTEMPTS, max_attempts, "int", KF_PG_INT4)        \
+    X(11, OWNER, owner, "bigint", KF_PG_INT8)                   \
+    X(12, IDEM_KEY, ikey, "text", KF_PG_TEXT)                   \
+    X(13, CREATED_AT, ts, "timestamptz", KF_PG_TIMESTAMPTZ)     \
+    X(14, DOC, doc, "text", KF_PG_TEXT)
+
+#define KF_DB_COL_ENUM(n, NAME, col, type, oid) KF_DB_COL_##NAME,
+typedef enum kf_db_create_col {
+    KF_DB_COL_ID,
+    KF_DB_CREATE_COLS(KF_DB_COL_ENUM)
+    KF_DB_COL_DELIVERED,        /* bigint[]: delivered outbox ids to delete */
+    KF_DB_COL__COUNT
+} kf_db_create_col;
+#undef KF_DB_COL_ENUM
+#define KF_DB_CREATE_BATCH_PARAMS KF_DB_COL__COUNT
+/* Element type (KF_PG_*) of each parameter. */
+extern const uint32_t kf_db_create_batch_types[KF_DB_COL__COUNT];
 extern const char kf_db_sql_create_batch[];
 extern const char kf_db_sql_create_batch_idem[];
 
