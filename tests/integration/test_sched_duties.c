@@ -1,0 +1,184 @@
+/* The scheduler's duties (scheduler/ks_sched.h) one by one, against the
+ * harness's real Redis and PostgreSQL: the relay delivers old outbox rows
+ * and deletes them, reconciliation re-queues what Redis lost and records
+ * what it finds ended, retention deletes expired idempotency keys, and
+ * only one of two schedulers leads. */
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "kf_alloc.h"
+#include "kf_queue.h"
+#include "scheduler/ks_sched.h"
+#include "tests/lib/kf_test.h"
+
+#define SCHED_DUTIES_DB 9
+
+static PGconn *pg;
+static char *dsn;
+static kf_queue *q;
+static ks_sched *s;
+
+static void setup(void)
+{
+    kf_err e = KF_ERR_INIT;
+    char *url = kf_test_redis_url(SCHED_DUTIES_DB);
+    char *dir = kf_asprintf("%s/migrations", kf_test_env("KFORGE_TEST_ROOT"));
+    redisContext *raw = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    redisReply *r;
+    int applied = 0;
+    ks_config cfg = { .ttl_ms = 5000, .retry_base_ms = 100, .retry_cap_ms = 1000, .idem_ttl_s = 3600 };
+
+    cr_assert(raw && !raw->err, "cannot reach the test Redis");
+    r = redisCommand(raw, "SELECT %d", SCHED_DUTIES_DB);
+    freeReplyObject(r);
+    r = redisCommand(raw, "FLUSHDB");
+    freeReplyObject(r);
+    redisFree(raw);
+    dsn = kf_test_fresh_db();
+    pg = PQconnectdb(dsn);
+    cr_assert(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    cr_assert_eq(api_migrate(pg, dir, NULL, &applied, &e), KF_OK, "%s", e.msg);
+    q = kf_queue_connect(url, &e);
+    cr_assert_not_null(q, "%s", e.msg);
+    cfg.dsn = dsn;
+    s = ks_new(&cfg, q);
+    cr_assert(ks_pg_ok(s));
+    free(dir);
+    free(url);
+}
+
+static void teardown(void)
+{
+    ks_free(s);
+    kf_queue_free(q);
+    PQfinish(pg);
+    free(dsn);
+}
+
+/* cppcheck-suppress unknownMacro */
+TestSuite(ks_sched, .init = setup, .fini = teardown, .timeout = 60);
+
+static void exec_ok(const char *sql)
+{
+    PGresult *r = PQexec(pg, sql);
+    cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
+              PQresultErrorMessage(r));
+    PQclear(r);
+}
+
+static char *q1(const char *sql)
+{
+    PGresult *r = PQexec(pg, sql);
+    char *v;
+
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", sql, PQresultErrorMessage(r));
+    v = kf_strdup(PQntuples(r) && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "<none>");
+    PQclear(r);
+    return v;
+}
+
+static void q1_eq(const char *sql, const char *want)
+{
+    char *v = q1(sql);
+    cr_assert_str_eq(v, want, "%s", sql);
+    free(v);
+}
+
+static void job(const char *id, const char *state, int attempt, bool cancel_requested)
+{
+    char *sql = kf_asprintf("INSERT INTO jobs (id, kind, state, target, backend, spec, attempt, max_attempts, "
+                            "owner_token_id, cancel_requested) VALUES ('%s', 'diag', '%s', 'trn2', 'diag', "
+                            "'{\"sleep_ms\":0}', %d, 3, 1, %s)",
+                            id, state, attempt, cancel_requested ? "true" : "false");
+    exec_ok(sql);
+    free(sql);
+}
+
+static bool in_redis(const char *id, char state[16])
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_info info;
+    bool exists = false;
+
+    cr_assert_eq(kf_queue_inspect(q, id, &info, &exists, &e), KF_OK, "%s", e.msg);
+    if (exists && state)
+        snprintf(state, 16, "%s", info.state);
+    kf_queue_info_release(&info);
+    return exists;
+}
+
+Test(ks_sched, the_relay_delivers_old_outbox_rows_and_deletes_them)
+{
+    const char *old = "20000000-0000-7000-8000-000000000001", *young = "20000000-0000-7000-8000-000000000002";
+    char st[16] = "";
+
+    job(old, "queued", 0, false);
+    job(young, "queued", 0, false);
+    exec_ok("INSERT INTO outbox (job_id, created_at) VALUES ('20000000-0000-7000-8000-000000000001', "
+            "now() - interval '5 seconds'), ('20000000-0000-7000-8000-000000000002', now())");
+    ks_relay(s);
+    cr_assert(in_redis(old, st));
+    cr_assert_str_eq(st, "queued");
+    cr_assert_not(in_redis(young, NULL), "a row younger than a second is the API's own, in flight");
+    q1_eq("SELECT string_agg(job_id::text, ',') FROM outbox", young);
+    /* A cancel row for the relayed job takes it out of Redis. */
+    exec_ok("INSERT INTO outbox (job_id, action, created_at) VALUES ('20000000-0000-7000-8000-000000000001', "
+            "'cancel', now() - interval '5 seconds')");
+    ks_relay(s);
+    cr_assert_not(in_redis(old, NULL));
+    q1_eq("SELECT count(*) FROM outbox WHERE action = 'cancel'", "0");
+}
+
+Test(ks_sched, reconcile_requeues_what_redis_lost_and_records_what_ended)
+{
+    const char *lost = "20000000-0000-7000-8000-000000000011", *cancelled = "20000000-0000-7000-8000-000000000012";
+    const char *done = "20000000-0000-7000-8000-000000000013";
+    char st[16] = "";
+
+    job(lost, "running", 2, false);
+    job(cancelled, "queued", 0, true);
+    job(done, "succeeded", 1, false);
+    cr_assert(ks_reconcile(s, "test"));
+    cr_assert(in_redis(lost, st), "a running job Redis lacks goes back on the queue");
+    cr_assert_str_eq(st, "queued");
+    q1_eq("SELECT string_agg(type, ',' ORDER BY id) FROM job_events WHERE job_id = "
+          "'20000000-0000-7000-8000-000000000011'",
+          "requeued");
+    q1_eq("SELECT state FROM jobs WHERE id = '20000000-0000-7000-8000-000000000011'", "queued");
+    cr_assert_not(in_redis(cancelled, NULL));
+    q1_eq("SELECT state FROM jobs WHERE id = '20000000-0000-7000-8000-000000000012'", "cancelled");
+    cr_assert_not(in_redis(done, NULL), "an ended job is not reconciled");
+    /* Nothing left to fix: a second pass changes nothing. */
+    cr_assert(ks_reconcile(s, "again"));
+    q1_eq("SELECT count(*) FROM job_events", "2");
+}
+
+Test(ks_sched, retention_deletes_expired_idempotency_keys_only)
+{
+    exec_ok("INSERT INTO api_tokens (id, name, role, token_hash) VALUES (1, 'u', 'user', '\\x01')");
+    exec_ok("INSERT INTO idempotency_keys (owner_token_id, key, fingerprint, created_at) VALUES "
+            "(1, 'old', '\\x00', now() - interval '2 hours'), (1, 'new', '\\x00', now())");
+    ks_retain(s);
+    q1_eq("SELECT string_agg(key, ',') FROM idempotency_keys", "new");
+}
+
+Test(ks_sched, one_of_two_schedulers_leads_and_the_other_takes_over_when_it_resigns)
+{
+    ks_config cfg = { .dsn = dsn, .ttl_ms = 5000, .retry_base_ms = 100, .retry_cap_ms = 1000, .idem_ttl_s = 3600 };
+    ks_sched *other = ks_new(&cfg, q);
+
+    ks_tick(s, kf_test_now_ms());
+    ks_tick(other, kf_test_now_ms());
+    cr_assert(ks_is_leader(s));
+    cr_assert_not(ks_is_leader(other));
+    ks_free(s);   /* resigns */
+    s = NULL;
+    ks_tick(other, kf_test_now_ms());
+    cr_assert(ks_is_leader(other));
+    s = other;
+}
