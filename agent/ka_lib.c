@@ -337,6 +337,22 @@ char *ka_space_kwargs(const ka_space *sp, const int *idx, const cJSON *fixed)
     return s;
 }
 
+/* A tunable reaches the kernel as a keyword argument: a Python identifier
+ * (ASCII only) that fits ka_tunable.name whole. */
+static bool ka_tunable_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+
+    if (n == 0 || n >= sizeof(((ka_tunable *)0)->name) || (name[0] >= '0' && name[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+            return false;
+    }
+    return true;
+}
+
 static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *values, const cJSON *decl, kf_err *err)
 {
     const cJSON *def = decl ? cJSON_GetObjectItemCaseSensitive(decl, "default") : NULL;
@@ -344,6 +360,17 @@ static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *val
     int n = cJSON_GetArraySize(values);
 
     memset(t, 0, sizeof(*t));
+    if (!ka_tunable_name_ok(name)) {
+        char shown[sizeof(t->name)];
+        size_t k = 0;
+        /* The name as far as it is printable ASCII, the rest as '?'. */
+        for (; name && name[k] && k + 1 < sizeof(shown); k++)
+            shown[k] = name[k] > 0x20 && name[k] < 0x7f ? name[k] : '?';
+        shown[k] = '\0';
+        return kf_err_set(err, KF_INVALID, "tunable '%s%s' is not a keyword argument name: use 1 to %zu ASCII "
+                          "letters, digits and underscores, not starting with a digit", shown,
+                          name && strlen(name) >= sizeof(shown) ? "..." : "", sizeof(t->name) - 1);
+    }
     if (!cJSON_IsArray(values) || n < 1)
         return kf_err_set(err, KF_INVALID, "tunable %s needs a non-empty list of values", name);
     if (addr && !cJSON_IsObject(addr))

@@ -335,6 +335,37 @@ Test(agent, addresses_name_real_findings_and_directions)
     ka_problem_release(&pb);
 }
 
+/* A tunable is passed to the kernel as a keyword argument: its name must
+ * be one, whole (fuzz_kforge_block found raw bytes in a name reaching the
+ * kwargs JSON; tests/fuzz/corpus/kforge_block/regress-tunable-name-bytes). */
+Test(agent, tunable_names_are_keyword_argument_names)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    static const char *const bad[] = {
+        "{\"TILE\u00e9\":[1]}", "{\"9TILE\":[1]}", "{\"\":[1]}", "{\"TILE F\":[1]}",
+        "{\"T123456789012345678901234567890123456789012345678901234567890123\":[1]}",
+    };
+
+    cr_assert_eq(bind("add", "130x300 130x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    ka_space_release(&sp);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *tun = cJSON_Parse(bad[i]);
+        cr_assert_not_null(tun, "%s", bad[i]);
+        cr_assert_eq(ka_space_from_tunables(tun, NULL, &pb, &sp, &err), KF_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err.msg, "is not a keyword argument name"), "%s: %s", bad[i], err.msg);
+        cJSON_Delete(tun);
+    }
+    {
+        cJSON *tun = cJSON_Parse("{\"_tile_F2\":[1,2]}");
+        cr_assert_eq(ka_space_from_tunables(tun, NULL, &pb, &sp, &err), KF_OK, "%s", err.msg);
+        ka_space_release(&sp);
+        cJSON_Delete(tun);
+    }
+    ka_problem_release(&pb);
+}
+
 Test(agent, constraints_prune_settings)
 {
     ka_problem pb;
