@@ -20,7 +20,12 @@
  *              recorded;
  *   retain     (every 10 s) dead letters older than KFORGE_IDEMPOTENCY_TTL_S
  *              leave Redis, expired idempotency keys leave PostgreSQL, and
- *              registry entries of workers whose heartbeat expired go.
+ *              registry entries of workers whose heartbeat expired go;
+ *   artifacts  (on taking the lead, then every 10 min, when
+ *              KFORGE_ARTIFACT_RETENTION_DAYS > 0) the best-so-far artifact
+ *              links of jobs finished longer ago go (the final set stays),
+ *              then the contents no link references, untouched for an hour
+ *              (db/kf_artifact.h).
  *
  * Every move it records in PostgreSQL is a row of the transition table
  * (common/kf_life.h, docs/lifecycle.md) applied by db/kf_db; it writes no
@@ -31,6 +36,7 @@
  * SIGINT: resign the lock and exit 0.
  */
 #include "kf_alloc.h"
+#include "kf_artifact.h"
 #include "kf_config.h"
 #include "kf_db.h"
 #include "kf_error.h"
@@ -52,6 +58,8 @@
 #define S_BATCH          200
 #define S_RECONCILE_MS   60000
 #define S_RETAIN_MS      10000
+#define S_ARTIFACT_MS    600000
+#define S_ARTIFACT_GRACE 3600   /* seconds an unreferenced content is kept (an upload may be in flight) */
 
 typedef struct sched {
     kf_queue   *q;
@@ -61,7 +69,9 @@ typedef struct sched {
     char        token[33];
     bool        leader;
     int64_t     tick_ms, ttl_ms, retry_base_ms, retry_cap_ms, idem_ttl_s;
-    long long   next_reconcile, next_retain;
+    long long   next_reconcile, next_retain, next_artifacts;
+    kf_artifact_store *artifacts;
+    int         artifact_days;        /* KFORGE_ARTIFACT_RETENTION_DAYS; 0: keep */
     char        redis_run_id[41];     /* "" until first seen */
     const char *pending_reconcile;    /* why a reconcile is owed, or NULL */
     bool        pg_warned, redis_warned;
@@ -560,6 +570,21 @@ static void s_retain(sched *s)
     s_exec(s, "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1::int)", 1, p);
 }
 
+static void s_retain_artifacts(sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    long links = 0, blobs = 0;
+
+    if (kf_artifact_retain(s->artifacts, s->pg, s->artifact_days, S_ARTIFACT_GRACE, &links, &blobs, &err) != KF_OK) {
+        kf_log_warn("artifact retention failed, tried again later err=\"%s\"", err.msg);
+        if (err.code == KF_UNAVAILABLE)
+            s_pg_drop(s);
+        return;
+    }
+    if (links || blobs)
+        kf_log_info("artifact retention days=%d links_deleted=%ld contents_deleted=%ld", s->artifact_days, links, blobs);
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 static void s_tick(sched *s)
@@ -582,7 +607,7 @@ static void s_tick(sched *s)
     if (leader != s->leader)
         kf_log_info(leader ? "became leader" : "lost the leader lock; standing by");
     if (leader && !s->leader)
-        s->next_reconcile = 0;
+        s->next_reconcile = s->next_artifacts = 0;
     s->leader = leader;
     if (!leader)
         return;
@@ -615,6 +640,10 @@ static void s_tick(sched *s)
     if (s->pg && now >= s->next_retain) {
         s_retain(s);
         s->next_retain = now + S_RETAIN_MS;
+    }
+    if (s->pg && s->artifact_days > 0 && now >= s->next_artifacts) {
+        s_retain_artifacts(s);
+        s->next_artifacts = now + S_ARTIFACT_MS;
     }
 }
 
@@ -665,6 +694,7 @@ int main(int argc, char **argv)
     s.retry_base_ms = kf_config_int(KF_CFG_RETRY_BASE_MS);
     s.retry_cap_ms = kf_config_int(KF_CFG_RETRY_CAP_MS);
     s.idem_ttl_s = kf_config_int(KF_CFG_IDEMPOTENCY_TTL_S);
+    s.artifact_days = (int)kf_config_int(KF_CFG_ARTIFACT_RETENTION_DAYS);
     if (s.tick_ms * 2 > s.ttl_ms) {
         fprintf(stderr, "kforge-scheduler: KFORGE_SCHED_TICK_MS (%lld) must be at most half of "
                         "KFORGE_LEADER_TTL_MS (%lld), or the leader loses its lock between ticks\n",
@@ -674,6 +704,11 @@ int main(int argc, char **argv)
     s.q = kf_queue_connect(kf_config_str(KF_CFG_REDIS_URL), &err);
     if (!s.q) {
         fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        return 2;
+    }
+    if (kf_artifact_store_open(kf_config_str(KF_CFG_ARTIFACT_STORE), &s.artifacts, &err) != KF_OK) {
+        fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        kf_queue_free(s.q);
         return 2;
     }
     kf_queue_new_token(s.token);
@@ -697,6 +732,7 @@ int main(int argc, char **argv)
         kf_log_info("resigned the leader lock");
     s_pg_drop(&s);
     kf_queue_free(s.q);
+    kf_artifact_store_free(s.artifacts);
     kf_log_info("scheduler stopped");
     return 0;
 }
