@@ -18,6 +18,9 @@ CREATE TABLE artifact_blobs (
     data       bytea NOT NULL,
     touched_at timestamptz NOT NULL DEFAULT now()
 );
+-- The store compresses (zlib) before it writes: PostgreSQL keeps the bytes
+-- out of line as they are rather than try pglz on them again.
+ALTER TABLE artifact_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
 
 CREATE TABLE artifacts (
     job_id       uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
