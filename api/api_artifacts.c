@@ -34,29 +34,34 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+/* The value of one base64 digit, or -1. */
+static int api_b64_val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
 /* Strict base64 (RFC 4648, padded, no white space) into out; false for
  * anything else. */
 static bool api_b64_decode(const char *in, size_t n, kf_buf *out)
 {
-    static signed char map[256];
-    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     unsigned char *o;
     size_t k = 0;
 
-    if (!map[0]) {
-        memset(map, -1, sizeof(map));
-        for (int i = 0; i < 64; i++)
-            map[(unsigned char)abc[i]] = (signed char)i;
-    }
     if (n % 4 != 0)
         return false;
     kf_buf_reset(out);
     kf_buf_grow(out, n / 4 * 3);
     o = (unsigned char *)out->data;
     for (size_t i = 0; i < n; i += 4) {
-        int a = map[(unsigned char)in[i]], b = map[(unsigned char)in[i + 1]];
-        int c = in[i + 2] == '=' ? -2 : map[(unsigned char)in[i + 2]];
-        int d = in[i + 3] == '=' ? -2 : map[(unsigned char)in[i + 3]];
+        int a = api_b64_val((unsigned char)in[i]), b = api_b64_val((unsigned char)in[i + 1]);
+        int c = in[i + 2] == '=' ? -2 : api_b64_val((unsigned char)in[i + 2]);
+        int d = in[i + 3] == '=' ? -2 : api_b64_val((unsigned char)in[i + 3]);
         bool last = i + 4 == n;
         if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2) || ((c == -2 || d == -2) && !last))
             return false;

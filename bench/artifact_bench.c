@@ -149,7 +149,7 @@ int main(int argc, char **argv)
     kf_artifact_store *pg = NULL, *fs = NULL;
     kf_buf data = KF_BUF_INIT, out = KF_BUF_INIT, z = KF_BUF_INIT;
     double t_pg_put[64], t_pg_get[64], t_dir_put[64], t_dir_get[64], t_copy_in[64], t_copy_out[64];
-    char sha[65], *spec;
+    char sha[65], spec[4200];
     kf_err e = KF_ERR_INIT;
     uint64_t size;
     PGconn *c;
@@ -167,8 +167,7 @@ int main(int argc, char **argv)
     if (!ab_exec(c, "CREATE TABLE bench_copy (id serial PRIMARY KEY, data bytea NOT NULL)") ||
         !ab_exec(c, "ALTER TABLE bench_copy ALTER COLUMN data SET STORAGE EXTERNAL"))
         return 1;
-    spec = malloc(strlen(dir) + 8);
-    sprintf(spec, "dir:%s", dir);
+    snprintf(spec, sizeof(spec), "dir:%s", dir);
     if (kf_artifact_store_open("pg", &pg, &e) != KF_OK || kf_artifact_store_open(spec, &fs, &e) != KF_OK) {
         fprintf(stderr, "artifact_bench: %s\n", e.msg);
         return 1;
@@ -220,7 +219,6 @@ int main(int argc, char **argv)
     kf_buf_release(&data);
     kf_buf_release(&out);
     kf_buf_release(&z);
-    free(spec);
     PQfinish(c);
     return 0;
 fail:

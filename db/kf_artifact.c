@@ -79,7 +79,7 @@ void kf_artifact_sha256_hex(const void *p, size_t n, char out[65])
     unsigned char md[SHA256_DIGEST_LENGTH];
 
     SHA256(p, n, md);
-    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+    for (size_t i = 0; i < SHA256_DIGEST_LENGTH; i++) {
         out[2 * i] = hex[md[i] >> 4];
         out[2 * i + 1] = hex[md[i] & 15];
     }
@@ -105,7 +105,7 @@ bool kf_artifact_deflate(const void *data, size_t n, kf_buf *out)
     uLongf cap = compressBound((uLong)n);
 
     kf_buf_reset(out);
-    if ((uLong)n != n || cap >= n + 64 * 1024 * 1024UL)
+    if ((uLong)n != n)
         return false;
     kf_buf_grow(out, cap);
     if (compress2((Bytef *)out->data, &cap, (const Bytef *)data, (uLong)n, KF_ART_ZLEVEL) != Z_OK || cap >= n)

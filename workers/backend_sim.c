@@ -84,7 +84,7 @@ static bool bs_file_sha256(const char *path, char out[65])
     fclose(f);
     if (!ok)
         return false;
-    for (int i = 0; i < 32; i++) {
+    for (size_t i = 0; i < 32; i++) {
         out[2 * i] = hex[md[i] >> 4];
         out[2 * i + 1] = hex[md[i] & 15];
     }

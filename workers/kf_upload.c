@@ -39,8 +39,13 @@ void kf_upload_base64(const void *data, size_t n, kf_buf *out)
         unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
         *o++ = abc[v >> 18 & 63];
         *o++ = abc[v >> 12 & 63];
-        *o++ = i + 1 < n ? abc[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? abc[v & 63] : '=';
+        o[0] = '=';
+        o[1] = '=';
+        if (i + 1 < n)
+            o[0] = abc[v >> 6 & 63];
+        if (i + 2 < n)
+            o[1] = abc[v & 63];
+        o += 2;
     }
     out->len = (size_t)(o - out->data);
     out->data[out->len] = '\0';
