@@ -15,6 +15,7 @@
 #include "sim_run.h"
 #include "sim_sandbox.h"
 #include "sim_target.h"
+#include "sim_trace.h"
 
 enum { KA_EVAL_TOP_LINES = 6 };
 
@@ -174,6 +175,39 @@ static void ka_add_profile(cJSON *j, const sim_profile *p, const ka_problem *pb,
     }
 }
 
+/* The documents of `kforge-sim profile --out DIR`, as strings under
+ * "documents" (ka_eval.h). */
+static kf_code ka_add_documents(cJSON *j, const sim_profile *p, kf_err *err)
+{
+    char *prof = sim_profile_json(p), *trace = NULL, *insns = NULL;
+    size_t trace_len = 0, insns_len = 0;
+    FILE *tf = open_memstream(&trace, &trace_len), *inf = open_memstream(&insns, &insns_len);
+    kf_code rc = KF_OK;
+    cJSON *d;
+
+    if (!prof || !tf || !inf) {
+        rc = kf_err_set(err, KF_NOMEM, "cannot build the profile documents");
+    } else {
+        rc = sim_trace_write(p, tf, err);
+        if (rc == KF_OK)
+            rc = sim_profile_write_instructions(p, inf, err);
+    }
+    if (tf)
+        fclose(tf);
+    if (inf)
+        fclose(inf);
+    if (rc == KF_OK) {
+        d = cJSON_AddObjectToObject(j, "documents");
+        cJSON_AddStringToObject(d, "profile.json", prof);
+        cJSON_AddStringToObject(d, "instructions.json", insns);
+        cJSON_AddStringToObject(d, "trace.json", trace);
+    }
+    free(prof);
+    free(trace);
+    free(insns);
+    return rc;
+}
+
 static kf_code ka_child_timing(const ka_eval_req *r, cJSON *j, kf_err *err)
 {
     const ka_problem *pb = r->pb;
@@ -214,6 +248,8 @@ static kf_code ka_child_timing(const ka_eval_req *r, cJSON *j, kf_err *err)
     cJSON_AddBoolToObject(j, "ok", true);
     cJSON_AddNumberToObject(j, "n_outputs", (double)n_outs);
     ka_add_profile(j, p, pb, &tgt);
+    if (r->documents)
+        rc = ka_add_documents(j, p, err);
 out:
     cJSON_AddNumberToObject(j, "sim_seconds", ka_now() - t0);
     sim_profile_free(p);

@@ -24,7 +24,14 @@
  *
  * Result (a cJSON object the caller owns and frees):
  *   timing:   {"ok", "error"?, "latency_ns", "floor_ns", "bound_kind",
- *              "bounds", "summary", "findings", "lines", "sim_seconds"}
+ *              "bounds", "summary", "findings", "lines", "sim_seconds"},
+ *             with `documents` also "documents": {"profile.json",
+ *             "instructions.json", "trace.json"}, each the text
+ *             `kforge-sim profile --out` writes (sim_profile_json,
+ *             sim_profile_write_instructions, sim_trace_write), built in the
+ *             child and sent back through the same bounded, validated JSON
+ *             frame as the rest: the sandbox gains no channel, no file of
+ *             the machine and no write outside its own tmpfs;
  *   validate: {"ok", "error"?, "pass", "ref_error"?, "checks",
  *              "sim_seconds", "ref_seconds"}
  * plus "wall_seconds" (the whole sandboxed evaluation, parent side).
@@ -56,6 +63,7 @@ typedef struct ka_eval_req {
     double            rtol, atol;       /* < 0: the output dtype's default (sim_check.h) */
     unsigned          timeout_s;        /* 0: KFORGE_SIM_TIMEOUT_S */
     unsigned          memory_mib;       /* 0: KFORGE_SIM_MEMORY_MIB */
+    bool              documents;        /* timing: add the profile documents */
 } ka_eval_req;
 
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err);

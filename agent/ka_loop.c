@@ -928,6 +928,14 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
             snprintf(reason, sizeof(reason), "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
                      ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0);
         cJSON_AddStringToObject(it, "action", had ? "accept" : "baseline");
+        if (t->o->artifacts) {
+            cJSON *params = ka_space_params(sp, c->idx), *arts = NULL;
+            rc = ka_artifacts(t->pb, kwargs, params, 0, &arts, err);
+            cJSON_Delete(params);
+            if (rc)
+                goto out;
+            cJSON_AddItemToObject(it, "artifacts", arts);
+        }
         {
             cJSON *pe = cJSON_CreateObject();
             cJSON_AddNumberToObject(pe, "iteration", t->iter);
@@ -1275,6 +1283,48 @@ out:
 }
 
 /* ---- one-shot evaluations ------------------------------------------------ */
+
+kf_code ka_artifacts(const ka_problem *pb, const char *kwargs_json, const cJSON *params, unsigned timeout_s,
+                     cJSON **out, kf_err *err)
+{
+    static const char *const docs[] = { "profile.json", "instructions.json", "trace.json", NULL };
+    char *src = ka_specialize_source(pb->source_path, pb->entry, params);
+    cJSON *arr = cJSON_CreateArray(), *res = NULL, *f;
+    const cJSON *d;
+    ka_eval_req r;
+    kf_code rc;
+
+    *out = NULL;
+    f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "name", "kernel.py");
+    cJSON_AddStringToObject(f, "content", src ? src : "");
+    cJSON_AddItemToArray(arr, f);
+    free(src);
+    memset(&r, 0, sizeof(r));
+    r.pb = pb;
+    r.kwargs_json = kwargs_json;
+    r.mode = KA_EVAL_TIMING;
+    r.timeout_s = timeout_s;
+    r.documents = true;
+    rc = ka_eval_run(&r, &res, err);
+    if (rc) {
+        cJSON_Delete(arr);
+        return rc;
+    }
+    d = cJSON_GetObjectItemCaseSensitive(res, "documents");
+    for (int i = 0; docs[i] && cJSON_IsObject(d); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, docs[i]);
+        if (!cJSON_IsString(v) || strlen(v->valuestring) > KA_ARTIFACT_MAX_BYTES)
+            continue;
+        f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", docs[i]);
+        cJSON_AddStringToObject(f, "content", v->valuestring);
+        cJSON_AddItemToArray(arr, f);
+    }
+    cJSON_Delete(res);
+    *out = arr;
+    return KF_OK;
+}
 
 kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned timeout_s, cJSON **result,
                         kf_err *err)

@@ -21,7 +21,9 @@
  *      bound it tries the neighbours of the best setting, then pairs of
  *      moves.  Exhaustive and random planners exist for comparison (bench);
  *   4. record: one iteration JSON (docs/protocol.md fields) to the progress
- *      hook.
+ *      hook; with opts.artifacts, the iteration of a new best also carries
+ *      "artifacts" (ka_artifacts: kernel.py and the profile documents, one
+ *      more sandboxed timing evaluation), which the worker uploads.
  * The bound is the op's floor: max(compute bound, necessary-IO bound) of the
  * profile, which no kernel can beat; "fraction" = floor / latency.
  *
@@ -70,6 +72,7 @@ typedef struct ka_opts {
     uint64_t   seed;                /* validation seeds and the random planner */
     int        n_seeds;             /* validation input sets; 0: 3 */
     bool       validate_each;       /* validate every candidate, not only new bests */
+    bool       artifacts;           /* attach ka_artifacts() to each new best's iteration */
     ka_cache  *cache;               /* NULL: a private one */
 } ka_opts;
 
@@ -91,6 +94,19 @@ kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned 
                         kf_err *err);
 kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
                          unsigned timeout_s, cJSON **result, kf_err *err);
+
+/* The files kept for a candidate (docs/runs.md "Artifacts"):
+ * [{"name": "kernel.py", "content": source with params as the entry's
+ * defaults}, {"name": "profile.json" | "instructions.json" | "trace.json",
+ * "content": text}] from one sandboxed timing evaluation with documents
+ * (ka_eval.h).  When that evaluation fails (a limit, a crash) only
+ * kernel.py is there.  A document over KA_ARTIFACT_MAX_BYTES is left out
+ * (the three together, escaped as JSON strings, must fit the job
+ * process's 16 MiB frame: workers/kf_runner.c).  KF_INTERNAL when the
+ * sandbox cannot start; the caller owns *out. */
+enum { KA_ARTIFACT_MAX_BYTES = 4 << 20 };
+kf_code ka_artifacts(const ka_problem *pb, const char *kwargs_json, const cJSON *params, unsigned timeout_s,
+                     cJSON **out, kf_err *err);
 
 /* The source of `path` with the entry's keyword defaults set to `params`
  * (heap string), so the best kernel runs as is. */

@@ -11,6 +11,7 @@
  *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
  *   api_jobs.c      /v1/jobs routes
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
+ *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
  *   api_migrate.c   kforge-api migrate
  *   main.c          subcommands
@@ -33,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kf_artifact.h"
 #include "kf_buf.h"
 #include "kf_db.h"
 #include "kf_error.h"
@@ -143,6 +145,7 @@ enum {
     API_F_JSON = 1 << 0,      /* body required: a JSON object */
     API_F_JSON_OPT = 1 << 1,  /* body optional: when present, a JSON object */
     API_F_IDEM = 1 << 2,      /* honours Idempotency-Key */
+    API_F_LARGE = 1 << 3,     /* body bounded by the artifact limit (api_body_limit), not max_body */
 };
 
 typedef struct api_route {
@@ -166,7 +169,14 @@ typedef struct api_server_config {
     int         default_max_attempts;
     long        max_iteration_bytes;   /* largest iteration report body */
     int         max_iterations;        /* most iterations one attempt records */
+    long        max_artifact_bytes;    /* largest artifact upload (decoded bytes) */
+    kf_artifact_store *artifacts;      /* where artifact contents live (borrowed) */
 } api_server_config;
+
+/* The largest body a route takes: max_body, or for API_F_LARGE routes
+ * (an artifact in base64 inside JSON) 4/3 of max_artifact_bytes plus
+ * 64 KiB for the other fields, whichever is larger. */
+long api_body_limit(const api_server_config *cfg, int route_flags);
 
 /* Start listening; NULL with err on failure (port in use, bad address). */
 api_server *api_server_start(const api_server_config *cfg, kf_err *err);
@@ -198,6 +208,11 @@ struct api_req {
     const char        *www_auth;      /* WWW-Authenticate value or NULL */
     bool               replayed;      /* answered from the idempotency store */
     bool               close;         /* Connection: close (the request's framing is in doubt) */
+    /* Download headers (api_artifacts.c); each sent only when set. */
+    const char        *cache_control; /* replaces Cache-Control: no-store */
+    char               etag[72];
+    char               content_range[96];
+    bool               accept_ranges;
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];
@@ -315,7 +330,8 @@ void api_reply_err(api_req *r, const kf_err *e);
     "j.labels, 'attempt', j.attempt, 'max_attempts', j.max_attempts, 'cancel_requested', "                 \
     "j.cancel_requested, 'worker_id', j.worker_id, 'last_error', j.last_error, 'best_iteration', "         \
     "j.best_iteration, 'result', j.result, 'idempotency_key', j.idempotency_key, 'created_at', "           \
-    "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at)"
+    "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at, "    \
+    "'provenance', j.provenance)"
 
 /* ---- group commit of new jobs (api_batch.c) -------------------------------- */
 
@@ -381,6 +397,18 @@ void api_h_internal_iteration(api_req *r);
 void api_h_internal_result(api_req *r);
 void api_h_internal_heartbeat(api_req *r);
 void api_h_internal_whoami(api_req *r);
+void api_h_internal_artifact(api_req *r);
+void api_h_job_artifacts(api_req *r);
+void api_h_artifact_get(api_req *r);
+
+/* api_internal.c, for a job report handled in another file (an artifact
+ * upload): the checks every report makes, in their order (docs/protocol.md:
+ * attempt, lease_token and worker of r->json, with the caller's own field
+ * errors already in fe answered together as 422; the lease in Redis; the
+ * job row locked in a transaction left open for the caller; the recorded
+ * lease; the attempt current and the job not ended).  *attempt gets the
+ * report's attempt.  False after answering (404, 422, 403, 409, 503). */
+bool api_report_lease(api_req *r, kf_fields *fe, int *attempt);
 void api_h_healthz(api_req *r);
 void api_h_readyz(api_req *r);
 void api_h_metrics(api_req *r);

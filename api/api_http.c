@@ -35,9 +35,13 @@ const api_route api_routes[] = {
     { "POST", "/v1/internal/jobs/{id}/result", api_h_internal_result, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/workers/{id}/heartbeat", api_h_internal_heartbeat, API_ROLE_WORKER, API_F_JSON },
     { "GET", "/v1/internal/whoami", api_h_internal_whoami, API_ROLE_WORKER, 0 },
+    /* artifacts (api_artifacts.c, docs/runs.md) */
+    { "POST", "/v1/internal/jobs/{id}/artifacts", api_h_internal_artifact, API_ROLE_WORKER, API_F_JSON | API_F_LARGE },
+    { "GET", "/v1/jobs/{id}/artifacts", api_h_job_artifacts, R_USERS, 0 },
+    { "GET", "/v1/artifacts/{sha256}", api_h_artifact_get, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
-#define API_MAX_ROUTES 32
+#define API_MAX_ROUTES 64
 #define API_UNMATCHED api_n_routes   /* counter row for requests matching no route */
 
 struct api_server {
@@ -532,7 +536,13 @@ static enum MHD_Result api_send(api_req *r)
     if (r->out.len)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control ? r->cache_control : "no-store");
+    if (r->etag[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
+    if (r->content_range[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, r->content_range);
+    if (r->accept_ranges)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
     if (r->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     if (r->retry_after > 0) {
@@ -575,6 +585,13 @@ static enum MHD_Result api_send(api_req *r)
     /* The pooled connection is not needed while MHD sends. */
     api_req_pg_put(r);
     return ret;
+}
+
+long api_body_limit(const api_server_config *cfg, int route_flags)
+{
+    long large = cfg->max_artifact_bytes / 3 * 4 + 4 + 65536;
+
+    return (route_flags & API_F_LARGE) && large > cfg->max_body ? large : cfg->max_body;
 }
 
 /* Content-Type must be application/json, optionally with charset=utf-8. */
@@ -711,10 +728,10 @@ static void api_first_call(api_req *r)
     if (cl) {
         char *end = NULL;
         unsigned long long n = strtoull(cl, &end, 10);
-        if (end && *end == '\0' && n > (unsigned long long)r->srv->cfg.max_body) {
-            api_reply_code(r, KF_TOO_LARGE, "body-too-large",
-                           "the body is %llu bytes; the limit is %ld (KFORGE_MAX_BODY_BYTES)", n,
-                           r->srv->cfg.max_body);
+        long limit = api_body_limit(&r->srv->cfg, r->route->flags);
+        if (end && *end == '\0' && n > (unsigned long long)limit) {
+            api_reply_code(r, KF_TOO_LARGE, "body-too-large", "the body is %llu bytes; the limit is %ld (%s)", n, limit,
+                           limit > r->srv->cfg.max_body ? "KFORGE_MAX_ARTIFACT_BYTES, in base64" : "KFORGE_MAX_BODY_BYTES");
             return;
         }
     }
@@ -807,7 +824,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         if (!r->too_large) {
-            if (r->body.len + *upload_data_size > (size_t)s->cfg.max_body) {
+            if (r->body.len + *upload_data_size > (size_t)api_body_limit(&s->cfg, r->route ? r->route->flags : 0)) {
                 r->too_large = true;
                 kf_buf_release(&r->body);
             } else {
@@ -819,8 +836,9 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
     }
     /* The whole request is in. */
     if (r->too_large) {
-        api_reply_code(r, KF_TOO_LARGE, "body-too-large",
-                       "the body exceeds the limit of %ld bytes (KFORGE_MAX_BODY_BYTES)", s->cfg.max_body);
+        api_reply_code(r, KF_TOO_LARGE, "body-too-large", "the body exceeds the limit of %ld bytes (%s)",
+                       api_body_limit(&s->cfg, r->route->flags),
+                       r->route->flags & API_F_LARGE ? "KFORGE_MAX_ARTIFACT_BYTES, in base64" : "KFORGE_MAX_BODY_BYTES");
         return api_send(r);
     }
     if (!api_parse_body(r))

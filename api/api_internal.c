@@ -18,6 +18,11 @@
  * (Redis unreachable: retry later) or 409 (no such lease), never accepted
  * blindly.  A refused report changes nothing.
  *
+ * A result may carry the attempt's provenance (a bounded object of short
+ * strings: api_provenance_check), stored in jobs.provenance in the
+ * result's transaction.  api_report_lease() gives another file's report
+ * route (api_artifacts.c) the same lease checks.
+ *
  * Reports are idempotent: a repeat is answered 200 and changes nothing.
  * The final result goes into job_results exactly once (INSERT .. ON
  * CONFLICT DO NOTHING) in the same transaction as the state change and its
@@ -248,6 +253,64 @@ static bool api_exec(api_req *r, const char *sql, int n, const char *const *para
     if (!res)
         return false;
     PQclear(res);
+    return true;
+}
+
+bool api_report_lease(api_req *r, kf_fields *fe, int *attempt)
+{
+    api_claim c;
+    api_fence f;
+
+    if (!api_report_head(r, fe, &c) || !api_report_checked(r, fe, &c))
+        return false;
+    if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
+        return false;
+    if (c.attempt < f.attempt || kf_job_state_terminal(f.state)) {
+        api_reply_code(r, KF_STALE, "stale-attempt",
+                       "job %s is on attempt %d in state %s; this report is refused", r->param, f.attempt, f.state);
+        return false;
+    }
+    *attempt = c.attempt;
+    return true;
+}
+
+/* The result's provenance: an object of at most the known members, each a
+ * string of 1..128 printable ASCII characters; "worker", when given, must
+ * be the token's worker (403 otherwise, as for the report's own "worker").
+ * *out gets its JSON text (caller frees) or stays NULL when absent.  False
+ * after answering 403. */
+static bool api_provenance_check(api_req *r, kf_fields *fe, char **out)
+{
+    static const char *const keys[] = { "worker", "backend", "sim_build", "target_hash", "template_hash",
+                                        "compiler", "runtime", NULL };
+    const cJSON *p = NULL, *w;
+
+    *out = NULL;
+    if (!kf_fields_obj(fe, r->json, "", "provenance", false, false, &p))
+        return true;
+    if (kf_fields_refuse_unknown(fe, p, "provenance", keys) > 0)
+        return true;
+    for (int i = 0; keys[i]; i++) {
+        const char *v = NULL;
+        if (!kf_fields_str(fe, p, "provenance", keys[i], false, 1, 128, &v))
+            continue;
+        for (const char *q = v; *q; q++)
+            if (*q < 0x20 || *q > 0x7e) {
+                char path[64];
+                kf_field_path(path, sizeof(path), "provenance", keys[i]);
+                kf_fields_add(fe, path, "pattern", "printable ASCII only");
+                break;
+            }
+    }
+    w = cJSON_GetObjectItemCaseSensitive(p, "worker");
+    if (cJSON_IsString(w) && strcmp(w->valuestring, r->who.name) != 0) {
+        /* Literal: a worker-name mismatch, not the role mismatch KF_FORBIDDEN's title names. */
+        api_reply_problem(r, 403, "forbidden", "Not allowed for this token's worker",
+                          "provenance.worker names %.*s but this token belongs to worker %s", 128, w->valuestring,
+                          r->who.name);
+        return false;
+    }
+    *out = kf_json_print(p);
     return true;
 }
 
@@ -495,7 +558,7 @@ void api_h_internal_result(api_req *r)
     const char *state = NULL, *error = NULL, *new_state;
     const cJSON *result = NULL;
     bool retry = false;
-    char *result_s = NULL, *detail = NULL, att[16];
+    char *result_s = NULL, *detail = NULL, *prov = NULL, att[16];
     const char *params[5];
     PGresult *res = NULL;
     api_fence f;
@@ -507,16 +570,18 @@ void api_h_internal_result(api_req *r)
     kf_fields_obj(&fe, r->json, "", "result", false, false, &result);
     kf_fields_str(&fe, r->json, "", "error", false, 0, 8192, &error);
     kf_fields_bool(&fe, r->json, "", "retry", false, &retry);
-    if (!api_report_checked(r, &fe, &c))
+    if (!api_provenance_check(r, &fe, &prov))
         return;
+    if (!api_report_checked(r, &fe, &c))
+        goto out;
     if (strcmp(state, "succeeded") == 0)
         retry = false;
     if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
-        return;
+        goto out;
     if (c.attempt < f.attempt) {
         api_reply_code(r, KF_STALE, "stale-attempt",
                        "job %s is on attempt %d; this result is from attempt %d", r->param, f.attempt, c.attempt);
-        return;
+        goto out;
     }
     snprintf(att, sizeof(att), "%d", c.attempt);
     params[0] = r->param;
@@ -524,34 +589,33 @@ void api_h_internal_result(api_req *r)
     /* A result already recorded: the same report again is a no-op. */
     res = api_req_sql(r, "SELECT attempt, state FROM job_results WHERE job_id = $1::uuid", 1, params);
     if (!res)
-        return;
+        goto out;
     if (PQntuples(res) == 1) {
         long done_att = 0;
         bool same;
-        if (!api_pg_num(r, res, 0, 0, 0, INT_MAX, &done_att)) {
-            PQclear(res);
-            return;
-        }
+        if (!api_pg_num(r, res, 0, 0, 0, INT_MAX, &done_att))
+            goto out;
         same = done_att == c.attempt && strcmp(PQgetvalue(res, 0, 1), state) == 0 && !retry;
         PQclear(res);
+        res = NULL;
         if (same)
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
         else
             api_reply_code(r, KF_STALE, "stale-attempt",
                            "job %s already has its final result (%s); this report is refused", r->param, f.state);
-        return;
+        goto out;
     }
     PQclear(res);
     res = NULL;
     if (kf_job_state_terminal(f.state)) {
         api_reply_code(r, KF_STALE, "stale-attempt",
                        "job %s has ended (%s) and takes no more reports", r->param, f.state);
-        return;
+        goto out;
     }
     if (retry && !f.cancel_requested) {
         if (strcmp(f.state, "retrying") == 0 && c.attempt == f.attempt) {
             api_report_ok(r, f.state, f.attempt, f.cancel_requested, false);
-            return;
+            goto out;
         }
         {
             kf_db_move mv = { .move = KF_MOVE_RETRY, .job_id = r->param, .attempt = c.attempt, .error = error };
@@ -587,6 +651,9 @@ void api_h_internal_result(api_req *r)
         mv.detail = detail;
         if (!api_move(r, &mv, NULL))
             goto out;
+        if (prov && !api_exec(r, "UPDATE jobs SET provenance = $2::jsonb WHERE id = $1::uuid", 2,
+                              (const char *const[]){ r->param, prov }))
+            goto out;
     }
     if (!api_req_commit(r))
         goto out;
@@ -595,6 +662,7 @@ out:
     PQclear(res);
     free(result_s);
     free(detail);
+    free(prov);
 }
 
 void api_h_internal_heartbeat(api_req *r)

@@ -110,7 +110,7 @@ char *api_job_doc(const api_new_job *nj)
     kf_buf_adds(&b, nj->created_at);
     kf_buf_adds(&b, "\", \"updated_at\" : \"");
     kf_buf_adds(&b, nj->created_at);
-    kf_buf_adds(&b, "\", \"started_at\" : null, \"finished_at\" : null}");
+    kf_buf_adds(&b, "\", \"started_at\" : null, \"finished_at\" : null, \"provenance\" : {}}");
     return kf_buf_detach(&b);
 }
 

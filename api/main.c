@@ -244,15 +244,22 @@ static int cmd_serve(int argc, char **argv)
     cfg.default_max_attempts = (int)kf_config_int(KF_CFG_MAX_ATTEMPTS);
     cfg.max_iteration_bytes = kf_config_int(KF_CFG_MAX_ITERATION_BYTES);
     cfg.max_iterations = (int)kf_config_int(KF_CFG_MAX_ITERATIONS);
+    cfg.max_artifact_bytes = kf_config_int(KF_CFG_MAX_ARTIFACT_BYTES);
+    if (kf_artifact_store_open(kf_config_str(KF_CFG_ARTIFACT_STORE), &cfg.artifacts, &e) != KF_OK) {
+        fprintf(stderr, "kforge-api: %s\n", e.msg);
+        return 1;
+    }
     s = api_server_start(&cfg, &e);
     if (!s) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);
+        kf_artifact_store_free(cfg.artifacts);
         return 1;
     }
     kf_log_info("listening addr=%s threads=%d pg_pool=%d", cfg.listen, cfg.threads, cfg.pg_pool);
     sigwait(&set, &sig);
     kf_log_info("stopping signal=%d", sig);
     api_server_stop(s);
+    kf_artifact_store_free(cfg.artifacts);
     kf_log_info("stopped");
     return 0;
 }

@@ -8,3 +8,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
 bench: $(BENCH_BINS)
+# artifact_bench also links the artifact store (libkfdb, zlib, libpq).
+$(BUILD)/bench/artifact_bench: $(BUILD)/obj/bench/artifact_bench.o $(BUILD)/lib/libkfdb.a $(BENCH_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)

@@ -94,6 +94,17 @@ bench_sandbox() {
 
 # Queue and pipeline parts (queue_*) live in their own file.
 . bench/queue.sh
+
+# The artifact store (db/kf_artifact.h): write and read MB/s of the
+# PostgreSQL and folder backends against a raw COPY of the same bytes, on a
+# migrated database of the queue parts' PostgreSQL (issue 15).  ARTIFACT_BENCH_MIB
+# sets the payload (not KFORGE_*: kforge-api migrate refuses unknown KFORGE_ names).
+bench_artifacts() {
+  echo "== artifacts: store write/read MB/s vs raw COPY (${ARTIFACT_BENCH_MIB:-8} MiB trace JSON)"
+  queue_prepare || return 1
+  mkdir -p "$TMP/artifacts"
+  "$BUILD/bench/artifact_bench" "$KFB_PG_DSN" "$TMP/artifacts" "${ARTIFACT_BENCH_MIB:-8}" 5
+}
 # Agent parts (agent_*: quality, search efficiency, loop overhead).
 . bench/agent_bench.sh
 

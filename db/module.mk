@@ -7,3 +7,5 @@ $(DB_LIB): $(DB_SRCS:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 LIBS += $(DB_LIB)
+# The artifact store's PostgreSQL backend compresses with zlib (zlib1g-dev).
+EXTRA_LDLIBS += -lz

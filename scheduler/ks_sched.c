@@ -19,6 +19,8 @@
 #define KS_BATCH          200     /* rows per Redis call or transaction */
 #define KS_RECONCILE_MS   60000
 #define KS_RETAIN_MS      10000
+#define KS_ARTIFACT_MS    600000
+#define KS_ARTIFACT_GRACE 3600    /* seconds an unreferenced content is kept (an upload may be in flight) */
 #define KS_TXN_TRIES      3       /* runs of a transaction that lost a deadlock */
 #define KS_STR_(x) #x
 #define KS_STR(x) KS_STR_(x)
@@ -30,7 +32,7 @@ struct ks_sched {
     kf_db_prepared pg_moves;          /* moves prepared on pg; zeroed with it */
     char        token[33];
     bool        leader;
-    long long   next_reconcile, next_retain;
+    long long   next_reconcile, next_retain, next_artifacts;
     char        redis_run_id[41];     /* "" until first seen */
     const char *pending_reconcile;    /* why a reconcile is owed, or NULL */
     bool        pg_warned, redis_warned;
@@ -536,6 +538,25 @@ void ks_retain(ks_sched *s)
                    "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1::int)", 1, p));
 }
 
+void ks_retain_artifacts(ks_sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    long links = 0, blobs = 0;
+
+    if (!s->cfg.artifacts || s->cfg.artifact_days <= 0)
+        return;
+    if (kf_artifact_retain(s->cfg.artifacts, s->pg, s->cfg.artifact_days, KS_ARTIFACT_GRACE, &links, &blobs, &err) !=
+        KF_OK) {
+        kf_log_warn("artifact retention failed, tried again later err=\"%s\"", err.msg);
+        if (err.code == KF_UNAVAILABLE)
+            ks_pg_drop(s);
+        return;
+    }
+    if (links || blobs)
+        kf_log_info("artifact retention days=%d links_deleted=%ld contents_deleted=%ld", s->cfg.artifact_days, links,
+                    blobs);
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 void ks_tick(ks_sched *s, long long now)
@@ -557,7 +578,7 @@ void ks_tick(ks_sched *s, long long now)
     if (leader != s->leader)
         kf_log_info(leader ? "became leader" : "lost the leader lock; standing by");
     if (leader && !s->leader)
-        s->next_reconcile = 0;
+        s->next_reconcile = s->next_artifacts = 0;
     s->leader = leader;
     if (!leader)
         return;
@@ -590,6 +611,10 @@ void ks_tick(ks_sched *s, long long now)
     if (s->pg && now >= s->next_retain) {
         ks_retain(s);
         s->next_retain = now + KS_RETAIN_MS;
+    }
+    if (s->pg && s->cfg.artifact_days > 0 && now >= s->next_artifacts) {
+        ks_retain_artifacts(s);
+        s->next_artifacts = now + KS_ARTIFACT_MS;
     }
 }
 

@@ -23,7 +23,12 @@
  *              Redis dead letters PostgreSQL missed are recorded;
  *   retain     (every 10 s) dead letters older than the idempotency TTL
  *              leave Redis, expired idempotency keys leave PostgreSQL, and
- *              registry entries of workers whose heartbeat expired go.
+ *              registry entries of workers whose heartbeat expired go;
+ *   artifacts  (on taking the lead, then every 10 min, when the retention
+ *              in days is > 0) the best-so-far artifact links of jobs
+ *              finished longer ago go (the final set stays), then the
+ *              contents no link references, untouched for an hour
+ *              (db/kf_artifact.h).
  *
  * Every move it records in PostgreSQL is a row of the transition table
  * (common/kf_life.h) applied by db/kf_db; it writes no job state or event
@@ -34,8 +39,8 @@
  * because what they ask of Redis is idempotent.
  *
  * Ownership: a ks_sched owns its PostgreSQL connection (made on first use,
- * re-made after a failure) and borrows the kf_queue it is given, which
- * must outlive it.  Failure behaviour: Redis or PostgreSQL down → the step
+ * re-made after a failure) and borrows the kf_queue and the artifact store
+ * it is given, which must outlive it.  Failure behaviour: Redis or PostgreSQL down → the step
  * is logged once, skipped and tried again next tick; nothing is fatal.
  */
 #ifndef KS_SCHED_H
@@ -44,6 +49,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kf_artifact.h"
 #include "kf_queue.h"
 
 typedef struct ks_config {
@@ -52,6 +58,8 @@ typedef struct ks_config {
     int64_t     retry_base_ms;  /* backoff of a reaped attempt (KFORGE_RETRY_BASE_MS) */
     int64_t     retry_cap_ms;   /* (KFORGE_RETRY_CAP_MS) */
     int64_t     idem_ttl_s;     /* idempotency keys and dead letters kept (KFORGE_IDEMPOTENCY_TTL_S) */
+    int         artifact_days;  /* KFORGE_ARTIFACT_RETENTION_DAYS; 0: keep every artifact */
+    kf_artifact_store *artifacts;   /* where artifact contents live (KFORGE_ARTIFACT_STORE); borrowed */
 } ks_config;
 
 typedef struct ks_sched ks_sched;
@@ -76,5 +84,6 @@ void ks_deaths(ks_sched *s);
 void ks_promote(ks_sched *s);
 bool ks_reconcile(ks_sched *s, const char *why);
 void ks_retain(ks_sched *s);
+void ks_retain_artifacts(ks_sched *s);
 
 #endif

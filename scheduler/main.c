@@ -5,6 +5,7 @@
  * SIGTERM/SIGINT: resign the lock and exit 0.  Exit 2: bad arguments or
  * configuration, or Redis's URL is unusable.
  */
+#include "kf_artifact.h"
 #include "kf_config.h"
 #include "kf_error.h"
 #include "kf_log.h"
@@ -90,6 +91,7 @@ int main(int argc, char **argv)
     cfg.retry_base_ms = kf_config_int(KF_CFG_RETRY_BASE_MS);
     cfg.retry_cap_ms = kf_config_int(KF_CFG_RETRY_CAP_MS);
     cfg.idem_ttl_s = kf_config_int(KF_CFG_IDEMPOTENCY_TTL_S);
+    cfg.artifact_days = (int)kf_config_int(KF_CFG_ARTIFACT_RETENTION_DAYS);
     tick_ms = kf_config_int(KF_CFG_SCHED_TICK_MS);
     if (tick_ms * 2 > cfg.ttl_ms) {
         fprintf(stderr, "kforge-scheduler: KFORGE_SCHED_TICK_MS (%lld) must be at most half of "
@@ -100,6 +102,11 @@ int main(int argc, char **argv)
     q = kf_queue_connect(kf_config_str(KF_CFG_REDIS_URL), &err);
     if (!q) {
         fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        return 2;
+    }
+    if (kf_artifact_store_open(kf_config_str(KF_CFG_ARTIFACT_STORE), &cfg.artifacts, &err) != KF_OK) {
+        fprintf(stderr, "kforge-scheduler: %s\n", err.msg);
+        kf_queue_free(q);
         return 2;
     }
     s = ks_new(&cfg, q);
@@ -122,6 +129,7 @@ int main(int argc, char **argv)
     }
     ks_free(s);
     kf_queue_free(q);
+    kf_artifact_store_free(cfg.artifacts);
     kf_log_info("scheduler stopped");
     return 0;
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential pkg-config git
   libmicrohttpd-dev libhiredis-dev libcjson-dev libcurl4-openssl-dev
-  libpq-dev libssl-dev libcriterion-dev libseccomp-dev uidmap
+  libpq-dev libssl-dev libcriterion-dev libseccomp-dev uidmap zlib1g-dev
   python3-dev python3-numpy libopenblas0-pthread libopenblas-dev
   redis-server redis-tools postgresql postgresql-contrib
   curl cppcheck clang-tidy valgrind wrk

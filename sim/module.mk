@@ -20,3 +20,12 @@ $(BUILD)/bin/kforge-sim: $(BUILD)/obj/sim/main.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge-sim
+
+# The simulator's build id (sim_build.h): SHA-256 of its own sources, the
+# ones that decide what it computes, so two runs compare on what the
+# simulator was, whatever git knows; sim_build.o is rebuilt when any of
+# them changes.
+SIM_BUILD_SRCS := $(sort $(filter-out sim/sim_build.c,$(wildcard sim/*.c sim/*.h)))
+SIM_BUILD_ID   := $(shell cat $(SIM_BUILD_SRCS) | sha256sum | cut -c1-16)
+$(BUILD)/obj/sim/sim_build.o: CFLAGS += -DSIM_BUILD_ID='"src-sha256:$(SIM_BUILD_ID)"'
+$(BUILD)/obj/sim/sim_build.o: $(SIM_BUILD_SRCS)

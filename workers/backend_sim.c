@@ -22,6 +22,14 @@
  * goes to hooks->progress; hooks->cancelled() is checked before every
  * evaluation.
  *
+ * Every new best's iteration (and a profile's one evaluation) carries its
+ * "artifacts" (ka_artifacts: kernel.py, profile.json, instructions.json,
+ * trace.json), and the result carries "provenance" {backend, sim_build,
+ * target_hash, template_hash}: the simulator's build id (sim_build.h), the
+ * SHA-256 of the target file the evaluations loaded and of the kernel source
+ * the job started from (the library template, or the user's source).  The
+ * worker takes both out of what it relays (docs/protocol.md).
+ *
  * Errors that another attempt would not fix are non-retryable with a message
  * naming the problem: unknown op (listing the library), shapes the template
  * cannot serve, a reference that does not run, a source that does not
@@ -31,6 +39,7 @@
 #include "kf_backend.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,13 +52,62 @@
 #include "kf_log.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
+#include "sim/sim_build.h"
 #include "sim/sim_input.h"
+#include "sim/sim_target.h"
 
 static const char *const sim_kinds[] = { "generate", "optimize", "profile", "validate", NULL };
 
 typedef struct bs_ctx {
     const kf_backend_hooks *hooks;
 } bs_ctx;
+
+/* Lower-case hex SHA-256 of a file into out[65]; false when unreadable. */
+static bool bs_file_sha256(const char *path, char out[65])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char md[EVP_MAX_MD_SIZE], buf[65536];
+    unsigned mdlen = 0;
+    EVP_MD_CTX *c;
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    bool ok;
+
+    if (!f)
+        return false;
+    c = EVP_MD_CTX_new();
+    ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
+    while (ok && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+        ok = EVP_DigestUpdate(c, buf, n) == 1;
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(c, md, &mdlen) == 1 && mdlen == 32;
+    EVP_MD_CTX_free(c);
+    fclose(f);
+    if (!ok)
+        return false;
+    for (size_t i = 0; i < 32; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[64] = '\0';
+    return true;
+}
+
+/* res.provenance: what produced this result (see the header comment); a
+ * file that cannot be read leaves its hash out. */
+static void bs_provenance(const ka_problem *pb, cJSON *res)
+{
+    cJSON *p = cJSON_AddObjectToObject(res, "provenance");
+    sim_target tgt;
+    kf_err e = KF_ERR_INIT;
+    char h[65];
+
+    cJSON_AddStringToObject(p, "backend", "sim");
+    cJSON_AddStringToObject(p, "sim_build", sim_build_id());
+    if (sim_target_load(pb->target, NULL, &tgt, &e) == KF_OK && bs_file_sha256(tgt.path, h))
+        cJSON_AddStringToObject(p, "target_hash", h);
+    if (bs_file_sha256(pb->source_path, h))
+        cJSON_AddStringToObject(p, "template_hash", h);
+}
 
 static void bs_progress(void *vctx, const cJSON *it)
 {
@@ -189,6 +247,7 @@ static void bs_opts(const kf_job_payload *job, ka_opts *o)
     o->goal_latency_ns = bs_num(job->goal, "latency_ns");
     o->goal_fraction = bs_num(job->goal, "fraction_of_bound");
     o->planner = KA_PLAN_GUIDED;
+    o->artifacts = true;
     o->seed = 0;
     for (const char *p = job->id; *p; p++)
         o->seed = o->seed * 131 + (unsigned char)*p;
@@ -285,6 +344,7 @@ static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks,
         return kf_err_set(err, KF_UNPROCESSABLE, "%s", why);
     }
     cJSON_DeleteItemFromObjectCaseSensitive(res, "trace");
+    bs_provenance(pb, res);
     *result_json = cJSON_PrintUnformatted(res);
     cJSON_Delete(res);
     return KF_OK;
@@ -437,6 +497,21 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
                 cJSON_AddNumberToObject(it, "latency_ns", bs_num(prof, "latency_ns"));
             if (val && !e)
                 cJSON_AddBoolToObject(it, "correct", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")));
+            if (prof && !e && (!val || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")))) {
+                /* the one evaluated candidate is the best and the final one */
+                cJSON *arts = NULL, *none = cJSON_CreateObject();
+                rc = ka_artifacts(&pb, NULL, none, bs_eval_limit(job, bs_now() - t0), &arts, err);
+                cJSON_Delete(none);
+                if (rc) {
+                    *retryable = rc == KF_INTERNAL;
+                    cJSON_Delete(out);
+                    cJSON_Delete(it);
+                    cJSON_Delete(prof);
+                    cJSON_Delete(val);
+                    goto out;
+                }
+                cJSON_AddItemToObject(it, "artifacts", arts);
+            }
             {
                 char *txt = cJSON_PrintUnformatted(it);
                 if (hooks->progress)
@@ -464,6 +539,7 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
                     cJSON_AddNumberToObject(out, "fraction_of_bound",
                                             bs_num(prof, "latency_ns") > 0 ? bs_num(prof, "floor_ns") / bs_num(prof, "latency_ns") : 0);
                 }
+                bs_provenance(&pb, out);
                 *result_json = cJSON_PrintUnformatted(out);
             }
         }

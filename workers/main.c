@@ -34,6 +34,7 @@
 #include "kf_log.h"
 #include "kf_queue.h"
 #include "kf_report.h"
+#include "kf_upload.h"
 #include "kf_jobproc.h"
 #include "kf_runner.h"
 #include "sim_sandbox.h"
@@ -390,7 +391,26 @@ static long w_deliver_final(worker *w, const char *path, const char *body)
 typedef struct w_job {
     worker               *w;
     const kf_queue_lease *lease;
+    cJSON                *arts;       /* the files of the latest new best (kf_upload.h), or NULL */
+    int                   arts_seq;   /* the seq of the iteration that carried them */
 } w_job;
+
+/* Send each file of arts as an artifact report of iteration seq (in order,
+ * through the spool like every report). */
+static void w_send_artifacts(worker *w, const kf_queue_lease *l, const cJSON *arts, int seq, bool final)
+{
+    char *path = kf_asprintf("/v1/internal/jobs/%s/artifacts", l->id);
+    const cJSON *f;
+
+    cJSON_ArrayForEach(f, arts)
+    {
+        char *body = kf_upload_artifact_body(l->attempt, l->token, w->id, seq, final, f);
+        if (body)
+            w_deliver(w, path, body, NULL, 0);
+        free(body);
+    }
+    free(path);
+}
 
 static void w_progress(void *ctx, const char *iteration_json)
 {
@@ -398,14 +418,17 @@ static void w_progress(void *ctx, const char *iteration_json)
     worker *w = j->w;
     char *path = kf_asprintf("/v1/internal/jobs/%s/iterations", j->lease->id);
     kf_buf body = KF_BUF_INIT;
-    const char *p = iteration_json;
+    cJSON *it = cJSON_Parse(iteration_json), *arts = kf_upload_take_artifacts(it);
+    char *text = cJSON_IsObject(it) ? cJSON_PrintUnformatted(it) : NULL;
+    const char *p = text;
+    bool valid = text && strlen(text) <= W_MAX_REPORT_BYTES;
 
-    cJSON *check = cJSON_Parse(iteration_json);
-    bool valid = cJSON_IsObject(check) && strlen(iteration_json) <= W_MAX_REPORT_BYTES;
-    cJSON_Delete(check);
+    cJSON_Delete(it);
     if (!valid) {
         kf_log_warn("backend sent an iteration that is not a JSON object (or too large); dropped job=%s",
                     j->lease->id);
+        cJSON_Delete(arts);
+        free(text);
         free(path);
         return;
     }
@@ -419,7 +442,14 @@ static void w_progress(void *ctx, const char *iteration_json)
     else
         kf_buf_adds(&body, "}");
     w_deliver(w, path, body.data, NULL, 0);
+    if (arts) {
+        w_send_artifacts(w, j->lease, arts, w->seq, false);
+        cJSON_Delete(j->arts);
+        j->arts = arts;
+        j->arts_seq = w->seq;
+    }
     kf_buf_release(&body);
+    free(text);
     free(path);
 }
 
@@ -437,8 +467,8 @@ static bool w_should_stop(void *ctx)
 
 /* Report the outcome of an attempt, then settle the job in Redis, as the
  * decision table in kf_finish.h says. */
-static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *result_json, const char *error,
-                     bool retryable)
+static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *result_json, const char *prov,
+                     const char *error, bool retryable)
 {
     char *path = kf_asprintf("/v1/internal/jobs/%s/result", l->id);
     kf_finish_plan plan = kf_finish_plan_of(ok, retryable, l->attempt, l->max_attempts);
@@ -451,6 +481,7 @@ static void w_finish(worker *w, const kf_queue_lease *l, bool ok, const char *re
 
     if (plan.report) {
         kf_finish_body(&body, l->attempt, l->token, ok, result_json, error, plan.retry, w->id);
+        kf_upload_add_provenance(&body, ok ? prov : NULL);
         st = w_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
@@ -530,14 +561,14 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
     w_set_lease(w, l);
     if (kf_job_payload_parse(l->payload, &p, &err) != KF_OK) {
         char *msg = kf_asprintf("invalid job payload: %s", err.msg);
-        w_finish(w, l, false, NULL, msg, false);
+        w_finish(w, l, false, NULL, NULL, msg, false);
         free(msg);
         goto out;
     }
     b = kf_backend_find(l->backend, l->kind);
     if (!b) {
         char *msg = kf_asprintf("worker %s has no backend '%s' for kind '%s'", w->id, l->backend, l->kind);
-        w_finish(w, l, false, NULL, msg, true);
+        w_finish(w, l, false, NULL, NULL, msg, true);
         free(msg);
         goto out;
     }
@@ -574,23 +605,32 @@ static void w_run_job(worker *w, const kf_queue_lease *l)
         /* Reported as a final failure: the API records it as `cancelled`
          * (cancel_requested is set), and the queue drops the job. */
         kf_log_info("job stopped on cancel request job=%s attempt=%d", l->id, l->attempt);
-        w_finish(w, l, false, NULL, "cancelled at the user's request", false);
+        w_finish(w, l, false, NULL, NULL, "cancelled at the user's request", false);
     } else if (res.stopped && w_term) {
         kf_log_info("drain time over: handing the job back job=%s attempt=%d", l->id, l->attempt);
         if (kf_queue_release(w->q, l->id, l->token, &err) != KF_OK)
             kf_log_warn("hand-back failed; the lease will expire instead job=%s err=\"%s\"", l->id, err.msg);
     } else if (res.outcome == KF_RUN_OK) {
-        cJSON *check = cJSON_Parse(res.result_json);
-        bool valid = cJSON_IsObject(check) && strlen(res.result_json) <= W_MAX_REPORT_BYTES;
-        cJSON_Delete(check);
-        if (valid)
-            w_finish(w, l, true, res.result_json, NULL, false);
-        else
-            w_finish(w, l, false, NULL, "the backend's result is not a JSON object of at most 512 KiB", false);
+        cJSON *rj = cJSON_Parse(res.result_json);
+        char *prov = cJSON_IsObject(rj) ? kf_upload_take_provenance(rj, w->id) : NULL;
+        char *text = cJSON_IsObject(rj) ? cJSON_PrintUnformatted(rj) : NULL;
+        bool valid = text && strlen(text) <= W_MAX_REPORT_BYTES;
+        cJSON_Delete(rj);
+        if (valid) {
+            /* the latest best's files are the result's: sent again as the final set */
+            if (j.arts)
+                w_send_artifacts(w, l, j.arts, j.arts_seq, true);
+            w_finish(w, l, true, text, prov, NULL, false);
+        } else {
+            w_finish(w, l, false, NULL, NULL, "the backend's result is not a JSON object of at most 512 KiB", false);
+        }
+        free(prov);
+        free(text);
     } else {
-        w_finish(w, l, false, NULL, res.error, res.retryable);
+        w_finish(w, l, false, NULL, NULL, res.error, res.retryable);
     }
 out:
+    cJSON_Delete(j.arts);
     w_set_lease(w, NULL);
     kf_jobproc_workdir_remove(workdir);
     kf_run_result_release(&res);

@@ -122,13 +122,34 @@ Test(api_edge, query_numbers_that_overflow_are_400_never_500)
     free(id);
 }
 
-/* A GET route's path with {id} filled in. */
+/* An artifact of job id, written straight into PostgreSQL (its store and
+ * its link), for /v1/artifacts/{sha256}; its SHA-256 hex. */
+static const char *edge_artifact(const char *id)
+{
+    static const char sha[] = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";   /* "foo" */
+    const char *p[2] = { sha, id };
+    PGresult *r = PQexecParams(fx.pg,
+                               "WITH b AS (INSERT INTO artifact_blobs (sha256, size, codec, data) "
+                               "VALUES ($1, 3, 'raw', 'foo'::bytea) ON CONFLICT DO NOTHING) "
+                               "INSERT INTO artifacts (job_id, attempt, seq, name, sha256, size, content_type) "
+                               "VALUES ($2::uuid, 1, 0, 'kernel.py', $1, 3, 'text/x-python; charset=utf-8') "
+                               "ON CONFLICT DO NOTHING",
+                               2, NULL, p, NULL, NULL, 0);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(fx.pg));
+    PQclear(r);
+    return sha;
+}
+
+/* A GET route's path with {id} filled in ({sha256}: an artifact of job id). */
 static char *route_path(const char *pattern, const char *id)
 {
     const char *brace = strchr(pattern, '{');
     if (!brace)
         return kf_strdup(pattern);
-    return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, strstr(pattern, "/v1/internal/workers") ? "w1" : id,
+    return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern,
+                       strstr(pattern, "/v1/internal/workers") ? "w1"
+                       : strstr(pattern, "{sha256}")          ? edge_artifact(id)
+                                                               : id,
                        strchr(brace, '}') + 1);
 }
 

@@ -16,7 +16,7 @@
 #include "scheduler/ks_sched.h"
 #include "tests/lib/kf_test.h"
 
-#define SCHED_DUTIES_DB 11
+#define SCHED_DUTIES_DB 6
 
 static PGconn *pg;
 static char *dsn;
