@@ -168,6 +168,7 @@ typedef struct api_server_config {
     int         default_max_attempts;
     long        max_iteration_bytes;   /* largest iteration report body */
     int         max_iterations;        /* most iterations one attempt records */
+    const char *cors_origins;          /* KFORGE_CORS_ORIGINS: exact origins, comma-separated; "" none */
 } api_server_config;
 
 /* Start listening; NULL with err on failure (port in use, bad address). */
@@ -200,6 +201,7 @@ struct api_req {
     const char        *www_auth;      /* WWW-Authenticate value or NULL */
     bool               replayed;      /* answered from the idempotency store */
     bool               close;         /* Connection: close (the request's framing is in doubt) */
+    bool               preflight;     /* a CORS preflight (OPTIONS) of an allowed origin */
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];
@@ -233,6 +235,13 @@ void api_req_resume(api_req *r);
 /* Settings the handlers read. */
 const api_server_config *api_req_config(const api_req *r);
 api_qpool *api_req_qpool(const api_req *r);
+
+/* CORS (KFORGE_CORS_ORIGINS): when the request's Origin is one of the
+ * configured origins, add Access-Control-Allow-Origin, Vary: Origin and the
+ * exposed headers to resp (and, for a preflight, the allowed methods and
+ * headers and the max-age); nothing for any other origin.  Every response
+ * path (api_send, a stream's) calls it. */
+void api_cors_headers(api_req *r, struct MHD_Response *resp);
 
 /* A header of the request or NULL. */
 const char *api_req_header(api_req *r, const char *name);

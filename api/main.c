@@ -244,6 +244,7 @@ static int cmd_serve(int argc, char **argv)
     cfg.default_max_attempts = (int)kf_config_int(KF_CFG_MAX_ATTEMPTS);
     cfg.max_iteration_bytes = kf_config_int(KF_CFG_MAX_ITERATION_BYTES);
     cfg.max_iterations = (int)kf_config_int(KF_CFG_MAX_ITERATIONS);
+    cfg.cors_origins = kf_config_str(KF_CFG_CORS_ORIGINS);
     s = api_server_start(&cfg, &e);
     if (!s) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);
