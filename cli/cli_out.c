@@ -221,9 +221,10 @@ void cli_render_jobs(const cJSON *page, kf_buf *out)
 {
     static const char *const head[] = { "ID", "STATE", "KIND", "OP", "TARGET", "BEST", "FRACTION", "CREATED" };
     cli_table *t = cli_table_new(8, head);
-    const cJSON *it;
+    /* the jobs list's page holds "jobs" (the runs routes' pages: "items") */
+    const cJSON *list = jget(page, "jobs") ? jget(page, "jobs") : jget(page, "items"), *it;
 
-    cJSON_ArrayForEach(it, jget(page, "items"))
+    cJSON_ArrayForEach(it, list)
     {
         const cJSON *best = jget(it, "best");
         const cJSON *res = jget(it, "result");

@@ -36,7 +36,7 @@ void cli_table_render(const cli_table *t, kf_buf *out);
 int cli_table_rows(const cli_table *t);
 void cli_table_free(cli_table *t);
 
-/* GET /v1/jobs's page ({items, next_cursor}). */
+/* GET /v1/jobs's page ({jobs, next_cursor}; "items" is read too). */
 void cli_render_jobs(const cJSON *page, kf_buf *out);
 /* GET /v1/jobs/{id}/events ({job_id, events}). */
 void cli_render_events(const cJSON *doc, kf_buf *out);

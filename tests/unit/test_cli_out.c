@@ -221,7 +221,7 @@ Test(cli_table, long_cells_are_cut_between_characters)
 Test(cli_render, jobs_light_items_and_the_next_page)
 {
     char *s = render(cli_render_jobs,
-                     "{\"items\":[{\"id\":\"0b6c1f3e-0000-4000-8000-000000000001\",\"state\":\"succeeded\","
+                     "{\"jobs\":[{\"id\":\"0b6c1f3e-0000-4000-8000-000000000001\",\"state\":\"succeeded\","
                      "\"kind\":\"generate\",\"target\":\"trn2\",\"spec\":{\"op\":\"softmax\"},"
                      "\"best\":{\"seq\":3,\"latency_ns\":81234.0,\"fraction_of_bound\":0.934},"
                      "\"created_at\":\"2026-12-02T10:00:00.123456Z\"},"
@@ -234,7 +234,7 @@ Test(cli_render, jobs_light_items_and_the_next_page)
     cr_assert(strstr(s, "queued     diag      -        trn1    -        -         2026-12-02T09:00:00\n"), "%s", s);
     cr_assert(strstr(s, "more: kforge jobs --cursor abc\n"), "%s", s);
     free(s);
-    s = render(cli_render_jobs, "{\"items\":[],\"next_cursor\":null}");
+    s = render(cli_render_jobs, "{\"jobs\":[],\"next_cursor\":null}");
     cr_assert_str_eq(s, "no jobs\n");
     free(s);
 }
