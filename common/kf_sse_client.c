@@ -124,6 +124,8 @@ static kf_code kf_sse_line(kf_sse_parser *p, kf_sse_cb cb, void *ud, kf_err *err
         kf_buf_add(&p->data, val, val_len);
         kf_buf_addc(&p->data, '\n');
     } else if (name_len == 5 && memcmp(s, "event", 5) == 0) {
+        if (memchr(val, '\0', val_len))
+            return KF_OK;   /* a type no C string can name: ignored, as such an id is */
         kf_buf_reset(&p->type);
         kf_buf_add(&p->type, val, val_len);
     } else if (name_len == 2 && memcmp(s, "id", 2) == 0) {

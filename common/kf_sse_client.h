@@ -7,7 +7,8 @@
  * be split anywhere); each complete event goes to a callback.  Lines end
  * with LF, CRLF or CR; a UTF-8 BOM opening the stream is skipped; comment
  * lines (": hb") count as heartbeats and dispatch nothing; unknown fields
- * are ignored; `retry:` with digits only sets retry_ms.
+ * are ignored, and so are an `event:` or `id:` holding a NUL byte (no C
+ * string can carry it); `retry:` with digits only sets retry_ms.
  *
  * Bounds: the stream is the server's, so a line longer than max_line bytes,
  * an event whose data exceeds max_data bytes, or an `id:` longer than

@@ -132,8 +132,13 @@ Test(sse_client, long_ids_fail_and_ids_with_nul_are_ignored)
     char longid[400];
     const char nul_id[] = "id: 5\nid: 6\0x\ndata: d\n\n";
 
+    const char nul_type[] = "event: \0state\ndata: d\n\n";
+
     cr_assert_eq(kf_sse_feed(p, nul_id, sizeof(nul_id) - 1, on_event, &g, &e), KF_OK);
     cr_assert_str_eq(kf_sse_last_id(p), "5");
+    /* the fuzzer's find: a type starting with NUL was dispatched as "" */
+    cr_assert_eq(kf_sse_feed(p, nul_type, sizeof(nul_type) - 1, on_event, &g, &e), KF_OK);
+    cr_assert_str_eq(g.log.data, "message|5|d\nmessage|5|d\n");
     memset(longid, 'a', sizeof(longid));
     memcpy(longid, "id: ", 4);
     longid[sizeof(longid) - 1] = '\n';
