@@ -357,7 +357,8 @@ static cJSON *ka_sig_default(const char *src, const char *entry, const char *nam
         return NULL;
     for (p += strlen(pat); *p && depth > 0 && !v; p++) {
         if (quote) {
-            quote = *p == quote ? 0 : quote;
+            if (*p == quote)
+                quote = 0;
             continue;
         }
         if (*p == '"' || *p == '\'') {
@@ -380,16 +381,15 @@ static cJSON *ka_sig_default(const char *src, const char *entry, const char *nam
     v += strspn(v, " \t");
     for (end = v, depth = 0, quote = 0; *end; end++) {
         if (quote) {
-            quote = *end == quote ? 0 : quote;
+            if (*end == quote)
+                quote = 0;
             continue;
         }
         if (*end == '"' || *end == '\'')
             quote = *end;
         else if (*end == '(' || *end == '[')
             depth++;
-        else if ((*end == ')' || *end == ']') && depth-- == 0)
-            break;
-        else if (*end == ',' && depth == 0)
+        else if (((*end == ')' || *end == ']') && depth-- == 0) || (*end == ',' && depth == 0))
             break;
     }
     vlen = (size_t)(end - v);

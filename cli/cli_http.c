@@ -137,7 +137,7 @@ int cli_http_download(const char *path, FILE *out, long long max_bytes, char *sh
     EVP_DigestFinal_ex(d.md, md, &mdlen);
     EVP_MD_CTX_free(d.md);
     for (unsigned int i = 0; i < mdlen && i < 32; i++)
-        snprintf(sha256_hex + 2 * i, 3, "%02x", md[i]);
+        snprintf(sha256_hex + 2 * (size_t)i, 3, "%02x", md[i]);
     *bytes = d.bytes;
     return rc;
 }

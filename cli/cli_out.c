@@ -43,7 +43,10 @@ static char *cli_cell(const char *s)
             }
             chars++;
         }
-        kf_buf_addc(&b, c < 0x20 || c == 0x7f ? ' ' : (char)c);
+        if (c < 0x20 || c == 0x7f)
+            kf_buf_addc(&b, ' ');
+        else
+            kf_buf_addc(&b, *p);
     }
     return kf_buf_detach(&b);
 }
@@ -99,7 +102,7 @@ void cli_table_render(const cli_table *t, kf_buf *out)
     }
     cli_table_line(t, t->head, w, out);
     for (int r = 0; r < t->nrows; r++)
-        cli_table_line(t, t->cells + r * t->ncols, w, out);
+        cli_table_line(t, t->cells + (size_t)r * (size_t)t->ncols, w, out);
 }
 
 void cli_table_free(cli_table *t)

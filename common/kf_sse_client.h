@@ -29,8 +29,8 @@
 #include "kf_error.h"
 
 #define KF_SSE_MAX_ID 256              /* bytes of an event id */
-#define KF_SSE_DEF_MAX_LINE (64 * 1024)
-#define KF_SSE_DEF_MAX_DATA (1024 * 1024)
+#define KF_SSE_DEF_MAX_LINE ((size_t)64 * 1024)
+#define KF_SSE_DEF_MAX_DATA ((size_t)1024 * 1024)
 
 typedef struct kf_sse_parser kf_sse_parser;
 
