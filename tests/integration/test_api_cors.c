@@ -11,6 +11,7 @@
 #include "tests/lib/kf_test.h"
 
 #define REDIS_DB 11
+#define REDIS_DB_OFF 14   /* the second API, with CORS off */
 #define DASH "https://dash.example.com"
 
 static api_fx fx;
@@ -149,7 +150,7 @@ Test(api_cors, bad_settings_stop_start_up_and_the_default_is_off)
     }
     free(bin);
 
-    fx_start(&off, REDIS_DB + 1, NULL);
+    fx_start(&off, REDIS_DB_OFF, NULL);
     {
         char *url = kf_asprintf("%s/v1/jobs", off.base);
         const char *h[] = { "Origin: " DASH, NULL };
