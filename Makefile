@@ -12,7 +12,8 @@
 #                   binary, print "N passed, N failed"
 #   make run        install packages, build, the whole stack on
 #                   127.0.0.1:8080 with a durable PostgreSQL (see README.md)
-#   make lint       cppcheck + clang-tidy over the sources
+#   make lint       cppcheck + clang-tidy over the sources, Redocly's OpenAPI
+#                   linter over api/openapi.json (scripts/openapi-lint.sh)
 #   make bench      benchmarks in bench/ (not part of make test)
 #   make SANITIZE=1 test   the same tests under ASan + UBSan (float-cast-overflow too)
 #   make fuzz       every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS
@@ -123,6 +124,7 @@ lint:
 	  $(LINT_INC) $(LINT_SRCS)
 	printf '%s\n' $(LINT_SRCS) | xargs -P "$$(nproc)" -n 8 sh -c \
 	  'clang-tidy --quiet "$$@" -- -std=c11 -D_GNU_SOURCE $(LINT_INC) $(PKG_CFLAGS) $(CRIT_CFLAGS) $(SIM_PY_CFLAGS)' clang-tidy
+	scripts/openapi-lint.sh
 
 bench: all
 	BUILD=$(BUILD) bench/run.sh

@@ -353,7 +353,81 @@ static bool ka_tunable_name_ok(const char *name)
     return true;
 }
 
-static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *values, const cJSON *decl, kf_err *err)
+/* The keyword default of `name` in `def entry(...)` of src as JSON (a
+ * number, 'text' or "text", True/False/None), or NULL when the signature
+ * gives none that JSON can hold.  `NAME: type = V` counts too.  Caller
+ * deletes. */
+static cJSON *ka_sig_default(const char *src, const char *entry, const char *name)
+{
+    char pat[160], val[128];
+    const char *p, *v = NULL, *end;
+    size_t nlen = strlen(name), vlen;
+    int depth = 1;
+    char quote = 0;
+
+    snprintf(pat, sizeof(pat), "def %s(", entry);
+    p = strstr(src, pat);
+    while (p && p != src && p[-1] != '\n' && p[-1] != ' ')
+        p = strstr(p + 1, pat);
+    if (!p)
+        return NULL;
+    for (p += strlen(pat); *p && depth > 0 && !v; p++) {
+        if (quote) {
+            if (*p == quote)
+                quote = 0;
+            continue;
+        }
+        if (*p == '"' || *p == '\'') {
+            quote = *p;
+        } else if (*p == '(' || *p == '[' || *p == '{') {
+            depth++;
+        } else if (*p == ')' || *p == ']' || *p == '}') {
+            depth--;
+        } else if (depth == 1 && strncmp(p, name, nlen) == 0 && strchr("(, \t\n*", p[-1])) {
+            const char *q = p + nlen;
+            q += strspn(q, " \t");
+            if (*q == ':')
+                q += strcspn(q, "=,)");
+            if (*q == '=' && q[1] != '=')
+                v = q + 1;
+        }
+    }
+    if (!v)
+        return NULL;
+    v += strspn(v, " \t");
+    for (end = v, depth = 0, quote = 0; *end; end++) {
+        if (quote) {
+            if (*end == quote)
+                quote = 0;
+            continue;
+        }
+        if (*end == '"' || *end == '\'')
+            quote = *end;
+        else if (*end == '(' || *end == '[')
+            depth++;
+        else if (((*end == ')' || *end == ']') && depth-- == 0) || (*end == ',' && depth == 0))
+            break;
+    }
+    vlen = (size_t)(end - v);
+    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t' || v[vlen - 1] == '\n'))
+        vlen--;
+    if (vlen == 0 || vlen >= sizeof(val))
+        return NULL;
+    memcpy(val, v, vlen);
+    val[vlen] = '\0';
+    if (vlen >= 2 && (val[0] == '\'' || val[0] == '"') && val[vlen - 1] == val[0]) {
+        val[vlen - 1] = '\0';
+        return strchr(val + 1, '\\') ? NULL : cJSON_CreateString(val + 1);
+    }
+    if (strcmp(val, "True") == 0 || strcmp(val, "False") == 0)
+        return cJSON_CreateBool(val[0] == 'T');
+    if (strcmp(val, "None") == 0)
+        return cJSON_CreateNull();
+    return cJSON_Parse(val);
+}
+
+static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *values, const cJSON *decl,
+                               const cJSON *sig_def, kf_err *err)
 {
     const cJSON *def = decl ? cJSON_GetObjectItemCaseSensitive(decl, "default") : NULL;
     const cJSON *addr = decl ? cJSON_GetObjectItemCaseSensitive(decl, "addresses") : NULL;
@@ -396,6 +470,8 @@ static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *val
     t->values = cJSON_Duplicate(values, true);
     t->n_values = n;
     t->def = 0;
+    if (!def)
+        def = sig_def;   /* no declared default: the kernel's own signature's */
     if (def) {
         for (int i = 0; i < n; i++) {
             if (cJSON_Compare(cJSON_GetArrayItem(values, i), def, true)) {
@@ -413,17 +489,24 @@ kf_code ka_space_from_tunables(const cJSON *tunables, const cJSON *meta, const k
 {
     const cJSON *decls = meta ? cJSON_GetObjectItemCaseSensitive(meta, "tunables") : NULL;
     const cJSON *t;
+    char *src = NULL;
     kf_code rc;
 
     memset(sp, 0, sizeof(*sp));
+    /* the source's signature gives the defaults its tunables do not declare */
+    if (pb->source_path[0] && pb->entry[0])
+        src = ka_read_file(pb->source_path, NULL);
     cJSON_ArrayForEach(t, tunables)
     {
         const cJSON *decl = decls ? cJSON_GetObjectItemCaseSensitive(decls, t->string) : NULL;
+        cJSON *sig_def;
         if (sp->n >= KA_MAX_TUNABLES) {
             rc = kf_err_set(err, KF_INVALID, "at most %d tunables", KA_MAX_TUNABLES);
             goto fail;
         }
-        rc = ka_tunable_from(&sp->t[sp->n], t->string, t, decl, err);
+        sig_def = src && t->string ? ka_sig_default(src, pb->entry, t->string) : NULL;
+        rc = ka_tunable_from(&sp->t[sp->n], t->string, t, decl, sig_def, err);
+        cJSON_Delete(sig_def);
         if (rc)
             goto fail;
         sp->n++;
@@ -460,8 +543,10 @@ kf_code ka_space_from_tunables(const cJSON *tunables, const cJSON *meta, const k
         if (rc)
             goto fail;
     }
+    free(src);
     return KF_OK;
 fail:
+    free(src);
     ka_space_release(sp);
     return rc;
 }
@@ -539,6 +624,7 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
     const cJSON *sup = cJSON_GetObjectItemCaseSensitive(meta, "supports");
     const cJSON *in, *t, *c;
     int n_in = cJSON_GetArraySize(inputs), i = 0;
+    char *src;
     kf_code rc;
 
     memset(pb, 0, sizeof(*pb));
@@ -658,19 +744,26 @@ kf_code ka_lib_bind(const cJSON *meta, const char *path, const int64_t (*shapes)
             return kf_err_set(err, KF_UNPROCESSABLE, "the %s template cannot serve these shapes on %s: it needs %s",
                               op->valuestring, target, c->valuestring);
     }
-    /* tunables with their declarations */
+    /* tunables with their declarations (the signature's default when a
+     * declaration gives none) */
+    src = ka_read_file(path, NULL);
     cJSON_ArrayForEach(t, tun)
     {
         const cJSON *vals = cJSON_GetObjectItemCaseSensitive(t, "values");
+        cJSON *sig_def;
         if (sp->n >= KA_MAX_TUNABLES)
             break;
-        rc = ka_tunable_from(&sp->t[sp->n], t->string, vals, t, err);
+        sig_def = src && t->string ? ka_sig_default(src, pb->entry, t->string) : NULL;
+        rc = ka_tunable_from(&sp->t[sp->n], t->string, vals, t, sig_def, err);
+        cJSON_Delete(sig_def);
         if (rc) {
+            free(src);
             ka_space_release(sp);
             return rc;
         }
         sp->n++;
     }
+    free(src);
     c = cJSON_GetObjectItemCaseSensitive(meta, "constraints");
     if (cJSON_IsArray(c))
         sp->constraints = cJSON_Duplicate(c, true);

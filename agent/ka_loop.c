@@ -14,7 +14,6 @@
 #include "sim_target.h"
 
 enum {
-    KA_DEF_ITERATIONS = 40,
     KA_DEF_PATIENCE = 8,
     KA_DEF_SEEDS = 3,
     KA_MAX_ENUM = 200000,          /* settings the exhaustive/random planners enumerate */
@@ -849,6 +848,11 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
 
     t->iter++;
     ka_fmt_params(sp, c->idx, params_txt, sizeof(params_txt));
+    if (t->iter == 1 && t->h && t->h->status) {
+        char what[700];
+        snprintf(what, sizeof(what), "iteration 1: simulating %s (timing only)", sp->n ? params_txt : "the kernel");
+        t->h->status(t->h->ctx, what);
+    }
     rc = ka_timing(t, kwargs, &timing, &cached, &wall_eval, err);
     if (rc)
         goto out;
@@ -884,6 +888,13 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         cancel_mid = true;
     } else if (better || t->o->validate_each) {
         double v0 = ka_now();
+        if (t->h && t->h->status) {
+            char what[700];
+            snprintf(what, sizeof(what), "iteration %d: validating %s against the reference on %d seeded input "
+                     "sets (full numerics; large shapes take a while)", t->iter, sp->n ? params_txt : "the kernel",
+                     t->o->n_seeds > 0 ? t->o->n_seeds : KA_DEF_SEEDS);
+            t->h->status(t->h->ctx, what);
+        }
         rc = ka_validate(t, kwargs, t->iter, &val, err);
         if (rc)
             goto out;
@@ -1028,6 +1039,57 @@ out:
     return rc;
 }
 
+/* Whether tunable i can take one step `dir` (+1 up, -1 down) from idx
+ * with the others as they are and the constraints still holding. */
+static bool ka_can_step(const ka_space *sp, const int *idx, int i, int dir)
+{
+    int probe[KA_MAX_TUNABLES];
+    bool ok = false;
+
+    if (idx[i] + dir < 0 || idx[i] + dir >= sp->t[i].n_values)
+        return false;
+    memcpy(probe, idx, sizeof(probe));
+    probe[i] += dir;
+    return ka_space_legal(sp, probe, &ok, NULL, NULL) == KF_OK && ok;
+}
+
+void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, kf_buf *out)
+{
+    const char *kind = jstr(finding, "kind", "");
+    char limits[400] = "";
+    size_t o = 0;
+    int addressing = 0, movable = 0;
+
+    for (int i = 0; i < sp->n && kind[0]; i++) {
+        const char *dir = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sp->t[i].addresses, kind));
+        bool up, down;
+        char v[96];
+        if (!dir)
+            continue;
+        addressing++;
+        up = strcmp(dir, "down") != 0 && ka_can_step(sp, idx, i, 1);
+        down = strcmp(dir, "up") != 0 && ka_can_step(sp, idx, i, -1);
+        if (up || down) {
+            movable++;
+            continue;
+        }
+        ka_fmt_value(cJSON_GetArrayItem(sp->t[i].values, idx[i]), v, sizeof(v));
+        if (o + 8 < sizeof(limits))
+            o += (size_t)snprintf(limits + o, sizeof(limits) - o, "%s%s=%s is already the %s allowed", o ? "; " : "",
+                                  sp->t[i].name, v,
+                                  strcmp(dir, "up") == 0     ? "largest"
+                                  : strcmp(dir, "down") == 0 ? "smallest"
+                                                             : "only value");
+    }
+    kf_buf_addf(out, "- **%s** (%.1f us): ", kind, ka_us(jnum(finding, "cost_ns", 0)));
+    if (addressing > 0 && movable == 0)
+        kf_buf_addf(out, "%s. The tunables that address it cannot go further (%s), so what remains is in the "
+                         "kernel's structure, not its settings.\n",
+                    jstr(finding, "title", kind), limits);
+    else
+        kf_buf_addf(out, "%s\n", jstr(finding, "message", ""));
+}
+
 static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *stop_msg)
 {
     kf_buf md;
@@ -1090,8 +1152,7 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
             {
                 if (n++ >= 3)
                     break;
-                kf_buf_addf(&md, "- **%s** (%.1f us): %s\n", jstr(f, "kind", ""), ka_us(jnum(f, "cost_ns", 0)),
-                            jstr(f, "message", ""));
+                ka_finding_text(t->sp, t->best, f, &md);
             }
             if (n == 0)
                 kf_buf_addf(&md, "- no finding above 1%% of the run; the rest is the %s engine's own time\n",

@@ -51,6 +51,7 @@
 
 #include "ka_cache.h"
 #include "ka_lib.h"
+#include "kf_buf.h"
 
 typedef enum ka_planner {
     KA_PLAN_GUIDED = 0,
@@ -76,10 +77,15 @@ typedef struct ka_opts {
     ka_cache  *cache;               /* NULL: a private one */
 } ka_opts;
 
+enum { KA_DEF_ITERATIONS = 40 };   /* ka_opts.max_iterations when 0 */
+
 typedef struct ka_hooks {
     void *ctx;
     void (*progress)(void *ctx, const cJSON *iteration);
     bool (*cancelled)(void *ctx);
+    /* NULL or told what the loop starts before each step that may be long
+     * (the first simulation, every validation on full-size inputs). */
+    void (*status)(void *ctx, const char *what);
 } ka_hooks;
 
 kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, const ka_hooks *h, cJSON **result,
@@ -107,6 +113,14 @@ kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t
 enum { KA_ARTIFACT_MAX_BYTES = 4 << 20 };
 kf_code ka_artifacts(const ka_problem *pb, const char *kwargs_json, const cJSON *params, unsigned timeout_s,
                      cJSON **out, kf_err *err);
+/* One line of the report's "What still limits it" for a profiler finding
+ * at setting idx: its kind, cost and message; but when tunables declare
+ * that they address the finding and none of them can move the way it
+ * advises from idx (already at the end of its list, or every such step
+ * breaks a constraint), the message's advice is replaced by what the
+ * tunables' state is, so the report never advises what the chosen setting
+ * rules out. */
+void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, kf_buf *out);
 
 /* The source of `path` with the entry's keyword defaults set to `params`
  * (heap string), so the best kernel runs as is. */

@@ -171,6 +171,7 @@ typedef struct api_server_config {
     int         max_iterations;        /* most iterations one attempt records */
     long        max_artifact_bytes;    /* largest artifact upload (decoded bytes) */
     kf_artifact_store *artifacts;      /* where artifact contents live (borrowed) */
+    const char *cors_origins;          /* KFORGE_CORS_ORIGINS: exact origins, comma-separated; "" none */
 } api_server_config;
 
 /* The largest body a route takes: max_body, or for API_F_LARGE routes
@@ -213,6 +214,7 @@ struct api_req {
     char               etag[72];
     char               content_range[96];
     bool               accept_ranges;
+    bool               preflight;     /* a CORS preflight (OPTIONS) of an allowed origin */
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];
@@ -246,6 +248,13 @@ void api_req_resume(api_req *r);
 /* Settings the handlers read. */
 const api_server_config *api_req_config(const api_req *r);
 api_qpool *api_req_qpool(const api_req *r);
+
+/* CORS (KFORGE_CORS_ORIGINS): when the request's Origin is one of the
+ * configured origins, add Access-Control-Allow-Origin, Vary: Origin and the
+ * exposed headers to resp (and, for a preflight, the allowed methods and
+ * headers and the max-age); nothing for any other origin.  Every response
+ * path (api_send, a stream's) calls it. */
+void api_cors_headers(api_req *r, struct MHD_Response *resp);
 
 /* A header of the request or NULL. */
 const char *api_req_header(api_req *r, const char *name);

@@ -47,7 +47,7 @@ const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 struct api_server {
     struct MHD_Daemon *d;
     api_server_config  cfg;
-    char              *listen, *pg_dsn, *redis_url;
+    char              *listen, *pg_dsn, *redis_url, *cors;
     api_pg_pool       *pg;
     api_qpool         *q;
     api_batcher       *batch;
@@ -518,6 +518,100 @@ void api_metrics_requests(api_server *s, kf_buf *out)
     }
 }
 
+/* ---- CORS ---------------------------------------------------------------------------- */
+
+/* The methods of every route matching url ("GET, HEAD, POST"), for Allow
+ * and Access-Control-Allow-Methods. */
+static void api_allow_methods(const char *url, char *allow, size_t cap)
+{
+    allow[0] = '\0';
+    for (int i = 0; i < api_n_routes; i++) {
+        char tmp[128];
+        if (api_route_match(api_routes[i].pattern, url, tmp, sizeof(tmp))) {
+            size_t n = strlen(allow);
+            bool get = strcmp(api_routes[i].method, MHD_HTTP_METHOD_GET) == 0;
+            snprintf(allow + n, cap - n, "%s%s%s", n ? ", " : "", api_routes[i].method, get ? ", HEAD" : "");
+        }
+    }
+}
+
+/* Whether origin is one of the comma-separated exact origins in list. */
+static bool api_cors_match(const char *list, const char *origin)
+{
+    size_t olen = origin ? strlen(origin) : 0;
+
+    if (!list || !*list || olen == 0)
+        return false;
+    for (const char *p = list; *p;) {
+        size_t n;
+        p += strspn(p, " ,");
+        n = strcspn(p, " ,");
+        if (n > 0 && n == olen && memcmp(p, origin, n) == 0)
+            return true;
+        p += n;
+    }
+    return false;
+}
+
+/* KFORGE_CORS_ORIGINS holds exact origins: scheme://host[:port], nothing
+ * after (a browser sends no path, and "*" would open the API to every page). */
+static kf_code api_cors_check(const char *list, kf_err *err)
+{
+    for (const char *p = list ? list : ""; *p;) {
+        size_t n, host;
+        p += strspn(p, " ,");
+        n = strcspn(p, " ,");
+        if (n == 0)
+            break;
+        host = strncmp(p, "https://", 8) == 0 ? 8 : strncmp(p, "http://", 7) == 0 ? 7 : 0;
+        if (host == 0 || n == host || n > 255 || memchr(p + host, '/', n - host) || memchr(p + host, '*', n - host))
+            return kf_err_set(err, KF_CONFIG,
+                              "KFORGE_CORS_ORIGINS: '%.*s' is not an origin; write exact origins as "
+                              "scheme://host[:port], comma-separated (https://dash.example.com,http://localhost:3000)",
+                              (int)(n > 255 ? 255 : n), p);
+        p += n;
+    }
+    return KF_OK;
+}
+
+void api_cors_headers(api_req *r, struct MHD_Response *resp)
+{
+    const char *origin = api_req_header(r, "Origin");
+
+    if (!api_cors_match(r->srv->cors, origin))
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+    if (r->preflight) {
+        char allow[64];
+        api_allow_methods(r->url, allow, sizeof(allow));
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, Idempotency-Key, Last-Event-ID");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    } else {
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Location, ETag, Retry-After, X-Request-Id");
+    }
+}
+
+/* An OPTIONS request from an allowed origin to a known path is a CORS
+ * preflight: 204 with the route's methods (api_cors_headers).  False for
+ * anything else, which goes on as before (405 with Allow, or 404). */
+static bool api_cors_preflight(api_req *r)
+{
+    char allow[64];
+
+    if (strcmp(r->method, MHD_HTTP_METHOD_OPTIONS) != 0 || !api_cors_match(r->srv->cors, api_req_header(r, "Origin")))
+        return false;
+    api_allow_methods(r->url, allow, sizeof(allow));
+    if (!allow[0])
+        return false;
+    r->preflight = true;
+    r->status = 204;
+    kf_buf_reset(&r->out);
+    return true;
+}
+
 /* ---- MHD callbacks ------------------------------------------------------------------ */
 
 static enum MHD_Result api_send(api_req *r)
@@ -555,18 +649,11 @@ static enum MHD_Result api_send(api_req *r)
     if (r->replayed)
         MHD_add_response_header(resp, "Idempotent-Replayed", "true");
     if (status == 405) {
-        char allow[64] = "";
-        for (int i = 0; i < api_n_routes; i++) {
-            char tmp[128];
-            if (api_route_match(api_routes[i].pattern, r->url, tmp, sizeof(tmp))) {
-                size_t n = strlen(allow);
-                bool get = strcmp(api_routes[i].method, MHD_HTTP_METHOD_GET) == 0;
-                snprintf(allow + n, sizeof(allow) - n, "%s%s%s", n ? ", " : "", api_routes[i].method,
-                         get ? ", HEAD" : "");
-            }
-        }
+        char allow[64];
+        api_allow_methods(r->url, allow, sizeof(allow));
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
+    api_cors_headers(r, resp);
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(r->conn, (unsigned)status, resp);
@@ -686,7 +773,7 @@ static void api_first_call(api_req *r)
     const char *method = strcmp(r->method, MHD_HTTP_METHOD_HEAD) == 0 ? MHD_HTTP_METHOD_GET : r->method;
     bool has_body;
 
-    if (!api_framing_ok(r))
+    if (!api_framing_ok(r) || api_cors_preflight(r))
         return;
     for (int i = 0; i < api_n_routes; i++) {
         char param[128];
@@ -928,13 +1015,15 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
         kf_err_set(err, KF_INTERNAL, "route table larger than API_MAX_ROUTES");
         return NULL;
     }
-    if (api_parse_listen(cfg->listen, &sa, err) != KF_OK)
+    if (api_parse_listen(cfg->listen, &sa, err) != KF_OK || api_cors_check(cfg->cors_origins, err) != KF_OK)
         return NULL;
     s = kf_calloc(1, sizeof(*s));
     s->cfg = *cfg;
     s->listen = kf_strdup(cfg->listen);
     s->pg_dsn = kf_strdup(cfg->pg_dsn);
     s->redis_url = kf_strdup(cfg->redis_url);
+    s->cors = kf_strdup(cfg->cors_origins ? cfg->cors_origins : "");
+    s->cfg.cors_origins = s->cors;
     s->cfg.listen = s->listen;
     s->cfg.pg_dsn = s->pg_dsn;
     s->cfg.redis_url = s->redis_url;
@@ -979,5 +1068,6 @@ void api_server_stop(api_server *s)
     free(s->listen);
     free(s->pg_dsn);
     free(s->redis_url);
+    free(s->cors);
     free(s);
 }

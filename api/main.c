@@ -245,6 +245,7 @@ static int cmd_serve(int argc, char **argv)
     cfg.max_iteration_bytes = kf_config_int(KF_CFG_MAX_ITERATION_BYTES);
     cfg.max_iterations = (int)kf_config_int(KF_CFG_MAX_ITERATIONS);
     cfg.max_artifact_bytes = kf_config_int(KF_CFG_MAX_ARTIFACT_BYTES);
+    cfg.cors_origins = kf_config_str(KF_CFG_CORS_ORIGINS);
     if (kf_artifact_store_open(kf_config_str(KF_CFG_ARTIFACT_STORE), &cfg.artifacts, &e) != KF_OK) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);
         return 1;

@@ -32,7 +32,8 @@ static void tune_usage(FILE *out)
             "(compile -> validate -> profile -> diagnose -> plan -> record).  Candidates are explored\n"
             "timing-only on the simulator's deterministic timing model; every candidate that would\n"
             "become the best is first validated against the NumPy reference on fresh seeded inputs.\n"
-            "One progress line per iteration goes to stderr.\n"
+            "It says on stderr what it is doing from its first second (binding, the first simulation,\n"
+            "each validation on full-size inputs), then one progress line per iteration.\n"
             "\n"
             "Library op (kforge's kernels/, see --list):\n"
             "  OP                    add, softmax, rmsnorm, layernorm, matmul, transpose2d, swiglu,\n"
@@ -197,6 +198,15 @@ static void tune_progress(void *vctx, const cJSON *it)
             cJSON_IsNumber(fl) && cJSON_IsNumber(lat) && lat->valuedouble > 0 ? fl->valuedouble / lat->valuedouble : 0,
             cJSON_GetObjectItemCaseSensitive(tm, "total_ms") ? cJSON_GetObjectItemCaseSensitive(tm, "total_ms")->valuedouble / 1e3 : 0,
             params, cJSON_IsString(reason) ? reason->valuestring : "");
+}
+
+/* The loop says what long step it starts (ka_hooks.status). */
+static void tune_status(void *vctx, const char *what)
+{
+    const tune_ctx *c = vctx;
+
+    if (!c->quiet)
+        fprintf(stderr, "kforge tune: %s\n", what);
 }
 
 static int tune_write(const char *dir, const char *name, const char *text)
@@ -383,6 +393,10 @@ int cli_tune_main(int argc, char **argv)
         return TUNE_USAGE;
     }
     what = argv[optind];
+    /* a first line at once: binding and the first simulation of a large
+     * shape can take a while before any iteration is reported */
+    if (!ctx.quiet)
+        fprintf(stderr, "kforge tune: %s on %s: reading the kernel, its tunables and constraints\n", what, target);
     if (strstr(what, ".py") || strchr(what, '/')) {
         if (!entry || pb.n_inputs == 0) {
             fprintf(stderr, "kforge tune: a kernel file needs --entry and one --input per argument\n");
@@ -463,6 +477,11 @@ int cli_tune_main(int argc, char **argv)
     hooks.ctx = &ctx;
     hooks.progress = tune_progress;
     hooks.cancelled = NULL;
+    hooks.status = tune_status;
+    if (!ctx.quiet)
+        fprintf(stderr, "kforge tune: %d tunable%s, %s planner, up to %d iterations; one line per iteration below, "
+                        "results in %s/\n", sp.n, sp.n == 1 ? "" : "s", ka_planner_name(o.planner),
+                o.max_iterations > 0 ? o.max_iterations : KA_DEF_ITERATIONS, out_dir);
     if (ka_tune(&pb, &sp, &o, &hooks, &result, &err) != KF_OK) {
         fprintf(stderr, "kforge tune: %s\n", err.msg);
         goto out;

@@ -38,6 +38,8 @@ enum {
        "Connections one client address may hold open to kforge-api; more are closed at once. 0: no limit (use 0 behind a proxy: its clients share its address).") \
     XX(API_IDLE_TIMEOUT_S, INT, "30",                                   1, 3600,         KF_USE_API,                      \
        "Seconds a connection to kforge-api may stay silent, mid-request or between requests, before it is closed.") \
+    XX(CORS_ORIGINS,     STR, "",                                       0, 0,            KF_USE_API,                      \
+       "Comma-separated browser origins (https://dash.example.com[:PORT]) allowed to call the API cross-origin; empty: no CORS headers at all.") \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
     XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \

@@ -20,6 +20,12 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
+# `make lint` runs the OpenAPI linter with Node (scripts/openapi-lint.sh);
+# a Node already installed (another package source) is kept as it is.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -307,7 +307,7 @@ static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks,
     ka_opts o;
     bs_first first = { "", false };
     bs_relay relay = { { hooks }, &first, 0 };
-    ka_hooks kh = { &relay, bs_relay_progress, bs_relay_cancelled };
+    ka_hooks kh = { &relay, bs_relay_progress, bs_relay_cancelled, NULL };
     cJSON *res = NULL;
     char buf[1400];
     const char *why;

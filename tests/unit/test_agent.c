@@ -428,7 +428,7 @@ static cJSON *tune(const char *op, const char *shapes, ka_opts *o)
     ka_problem pb;
     ka_space sp;
     kf_err err = KF_ERR_INIT;
-    ka_hooks h = { NULL, on_progress, NULL };
+    ka_hooks h = { NULL, on_progress, NULL, NULL };
     cJSON *res = NULL;
     cr_assert_eq(bind(op, shapes, SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
     cr_assert_eq(ka_tune(&pb, &sp, o, &h, &res, &err), KF_OK, "%s", err.msg);
@@ -724,7 +724,7 @@ Test(agent, a_faster_but_wrong_candidate_is_caught_and_never_best)
     ka_problem pb;
     ka_space sp;
     ka_opts o = { 0 };
-    ka_hooks h = { NULL, on_progress, NULL };
+    ka_hooks h = { NULL, on_progress, NULL, NULL };
     kf_err err = KF_ERR_INIT;
     int64_t sh[2][KA_MAX_DIMS] = { { 256, 8192 }, { 256, 8192 } };
     int nd[2] = { 2, 2 };
@@ -771,4 +771,73 @@ Test(agent, specialized_source_sets_the_best_defaults)
               strstr(s, "def softmax(") ? strstr(s, "def softmax(") : s);
     free(s);
     cJSON_Delete(p);
+}
+
+/* Issue 15: a tunable whose list gives no default starts from the kernel
+ * signature's keyword default, not from the first value of the list. */
+Test(agent, a_tunable_without_a_declared_default_starts_from_the_signatures)
+{
+    char *dir = kf_test_tmpdir("sigdef"), *path = kf_asprintf("%s/k.py", dir);
+    FILE *f = fopen(path, "w");
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    cJSON *tun = cJSON_Parse("{\"TILE_F\":[256,512,1024],\"MODE\":[\"slow\",\"fast\"],\"FLAG\":[false,true],"
+                             "\"OTHER\":[1,2],\"BIG\":[64,128]}");
+
+    cr_assert_not_null(f);
+    fputs("import nki\n\ndef helper(TILE_F=1024):\n    pass\n\n@nki.jit\ndef k(x, g, TILE_F=512,\n      MODE: str = 'fast',"
+          " FLAG=True, OTHER=(1 + 1), BIG=4096):\n    return x\n",
+          f);
+    fclose(f);
+    memset(&pb, 0, sizeof(pb));
+    snprintf(pb.source_path, sizeof(pb.source_path), "%s", path);
+    snprintf(pb.entry, sizeof(pb.entry), "k");
+    cr_assert_eq(ka_space_from_tunables(tun, NULL, &pb, &sp, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(sp.n, 5);
+    cr_assert_eq(sp.t[0].def, 1, "TILE_F=512 is the signature's default (index 1), got %d", sp.t[0].def);
+    cr_assert_eq(sp.t[1].def, 1, "MODE='fast'");
+    cr_assert_eq(sp.t[2].def, 1, "FLAG=True");
+    cr_assert_eq(sp.t[3].def, 0, "an expression is no default: the first value");
+    cr_assert_eq(sp.t[4].def, 0, "a default outside the list: the first value");
+    ka_space_release(&sp);
+    cJSON_Delete(tun);
+    free(path);
+    free(dir);
+}
+
+/* Issue 15: the report's remaining findings never advise what the chosen
+ * setting rules out (a larger tile when the tile is the largest allowed). */
+Test(agent, report_findings_never_advise_what_the_setting_rules_out)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    int idx[KA_MAX_TUNABLES] = { 0 };
+    kf_buf b = KF_BUF_INIT;
+    cJSON *small = cJSON_Parse("{\"kind\":\"dma_small_transfers\",\"title\":\"Small DMA transfers\",\"cost_ns\":5000,"
+                               "\"message\":\"DMAs move 1 KiB chunks; use larger tiles (TILE_F)\"}");
+    cJSON *other = cJSON_Parse("{\"kind\":\"slow_engine\",\"title\":\"Slow engine\",\"cost_ns\":1000,"
+                               "\"message\":\"reciprocal on VectorE; use ScalarE\"}");
+
+    /* add at D=300: TILE_F < 2*D, so 512 (index 2) is the largest allowed */
+    cr_assert_eq(bind("add", "128x300 128x300", SIM_DT_FLOAT32, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    idx[0] = 1;
+    ka_finding_text(&sp, idx, small, &b);
+    cr_assert_str_eq(b.data, "- **dma_small_transfers** (5.0 us): DMAs move 1 KiB chunks; use larger tiles (TILE_F)\n");
+    kf_buf_reset(&b);
+    idx[0] = 2;
+    ka_finding_text(&sp, idx, small, &b);
+    cr_assert_null(strstr(b.data, "use larger tiles"), "%s", b.data);
+    cr_assert(strstr(b.data, "Small DMA transfers. The tunables that address it cannot go further (TILE_F=512 is "
+                             "already the largest allowed)"), "%s", b.data);
+    kf_buf_reset(&b);
+    /* a finding no tunable addresses keeps its message */
+    ka_finding_text(&sp, idx, other, &b);
+    cr_assert_str_eq(b.data, "- **slow_engine** (1.0 us): reciprocal on VectorE; use ScalarE\n");
+    kf_buf_release(&b);
+    cJSON_Delete(small);
+    cJSON_Delete(other);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
 }

@@ -66,6 +66,13 @@ Test(agent_cli, tunes_a_library_op_and_writes_the_results)
                             "--dtype bf16 --target trn2 --iterations 3 --output-dir %s 2>&1", r, r, k, dir);
     cr_assert_eq(sh(cmd, &out), 0, "%s", out);
     cr_assert(strstr(out, "[  1] baseline") && strstr(out, "[  3]"), "a line per iteration: %s", out);
+    /* it says what it does before any long step: first the binding, then the
+     * first simulation and the validation, all before iteration 1's line */
+    cr_assert(strncmp(out, "kforge tune: softmax on trn2: reading the kernel", 48) == 0, "first line: %s", out);
+    cr_assert(strstr(out, "kforge tune: iteration 1: simulating") &&
+              strstr(out, "kforge tune: iteration 1: simulating") < strstr(out, "[  1] baseline"), "%s", out);
+    cr_assert(strstr(out, "kforge tune: iteration 1: validating") &&
+              strstr(out, "kforge tune: iteration 1: validating") < strstr(out, "[  1] baseline"), "%s", out);
     cr_assert(strstr(out, "# kforge tune: softmax on trn2"), "%s", out);
     cr_assert(exists(dir, "kernel.py") && exists(dir, "report.md") && exists(dir, "result.json") &&
               exists(dir, "iterations.jsonl"));

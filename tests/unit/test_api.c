@@ -39,6 +39,53 @@ Test(api_routes, table_is_consistent)
     cr_assert_eq(public_routes, 4, "healthz, readyz, metrics, openapi");
 }
 
+/* Every route of the table is in api/openapi.json with a unique
+ * operationId, tags, and a typed schema for each JSON answer (make lint
+ * runs the OpenAPI linter over the rest; this needs no Node). */
+Test(api_routes, every_route_has_an_operation_id_tags_and_typed_answers)
+{
+    cJSON *doc = cJSON_Parse(api_openapi_json);
+    const cJSON *paths = cJSON_GetObjectItemCaseSensitive(doc, "paths");
+    const char *ids[64];
+    int n_ids = 0;
+
+    cr_assert_not_null(paths, "api/openapi.json has paths");
+    for (int i = 0; i < api_n_routes; i++) {
+        const api_route *r = &api_routes[i];
+        char m[8];
+        const cJSON *op, *id, *tags, *resp;
+        size_t k;
+        for (k = 0; r->method[k] && k + 1 < sizeof(m); k++)
+            m[k] = (char)(r->method[k] | 0x20);
+        m[k] = '\0';
+        op = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(paths, r->pattern), m);
+        cr_assert_not_null(op, "openapi.json lacks %s %s", r->method, r->pattern);
+        id = cJSON_GetObjectItemCaseSensitive(op, "operationId");
+        tags = cJSON_GetObjectItemCaseSensitive(op, "tags");
+        cr_assert(cJSON_IsString(id) && id->valuestring[0], "%s %s has no operationId", r->method, r->pattern);
+        for (int j = 0; j < n_ids; j++)
+            cr_assert(strcmp(ids[j], id->valuestring) != 0, "operationId %s twice", ids[j]);
+        if (n_ids < 64)
+            ids[n_ids++] = id->valuestring;
+        cr_assert(cJSON_IsArray(tags) && cJSON_GetArraySize(tags) > 0, "%s %s has no tags", r->method, r->pattern);
+        cJSON_ArrayForEach(resp, cJSON_GetObjectItemCaseSensitive(op, "responses"))
+        {
+            const cJSON *ct;
+            cJSON_ArrayForEach(ct, cJSON_GetObjectItemCaseSensitive(resp, "content"))
+            {
+                const cJSON *sch = cJSON_GetObjectItemCaseSensitive(ct, "schema");
+                bool typed = !strstr(ct->string, "json") || cJSON_GetObjectItemCaseSensitive(sch, "$ref") ||
+                             cJSON_GetObjectItemCaseSensitive(sch, "properties") ||
+                             cJSON_GetObjectItemCaseSensitive(sch, "allOf") ||
+                             cJSON_GetObjectItemCaseSensitive(sch, "oneOf");
+                cr_assert(typed, "%s %s answers %s %s with an untyped schema", r->method, r->pattern, resp->string,
+                          ct->string);
+            }
+        }
+    }
+    cJSON_Delete(doc);
+}
+
 Test(api_auth, roles_and_token_hashes)
 {
     unsigned char h[32];
