@@ -244,6 +244,9 @@ static int cmd_serve(int argc, char **argv)
     cfg.default_max_attempts = (int)kf_config_int(KF_CFG_MAX_ATTEMPTS);
     cfg.max_iteration_bytes = kf_config_int(KF_CFG_MAX_ITERATION_BYTES);
     cfg.max_iterations = (int)kf_config_int(KF_CFG_MAX_ITERATIONS);
+    cfg.max_streams = (int)kf_config_int(KF_CFG_MAX_STREAMS);
+    cfg.sse_heartbeat_s = (int)kf_config_int(KF_CFG_SSE_HEARTBEAT_S);
+    cfg.sse_buffer_bytes = kf_config_int(KF_CFG_SSE_BUFFER_BYTES);
     s = api_server_start(&cfg, &e);
     if (!s) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);

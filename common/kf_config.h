@@ -38,6 +38,12 @@ enum {
        "Connections one client address may hold open to kforge-api; more are closed at once. 0: no limit (use 0 behind a proxy: its clients share its address).") \
     XX(API_IDLE_TIMEOUT_S, INT, "30",                                   1, 3600,         KF_USE_API,                      \
        "Seconds a connection to kforge-api may stay silent, mid-request or between requests, before it is closed.") \
+    XX(MAX_STREAMS,      INT, "1000",                                   1, 100000,       KF_USE_API,                      \
+       "Server-Sent Event streams (GET /v1/jobs/{id}/stream, /v1/stream) kforge-api serves at once; more get 503 with Retry-After. Each holds a connection: keep it below the open-file limit, and KFORGE_API_CONNS_PER_IP counts them too.") \
+    XX(SSE_HEARTBEAT_S,  INT, "15",                                     1, 300,          KF_USE_API,                      \
+       "Seconds between the ': hb' comments on every stream (keeps proxies from closing an idle stream; finds clients that left).") \
+    XX(SSE_BUFFER_BYTES, INT, "1048576",                                65536, 67108864, KF_USE_API,                      \
+       "Unsent bytes one stream may hold; a client that falls further behind is closed with a comment and resumes with Last-Event-ID.") \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
     XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \
