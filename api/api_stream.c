@@ -152,16 +152,18 @@ static void api_stream_kick(api_stream *s)
     }
 }
 
-/* Append text to a live stream; a client already cap bytes behind gets a
- * last comment and the close instead (it resumes with Last-Event-ID).
- * False when the stream takes nothing more. */
+/* Append text to a stream; a client already behind by more than cap
+ * bytes with this text gets a last comment and the close instead (it
+ * resumes with Last-Event-ID).  One event larger than cap still goes to a
+ * client that has taken everything before it.  False when the stream
+ * takes nothing more. */
 static bool api_stream_push_locked(api_stream *s, const char *text, size_t len)
 {
     size_t pending = s->buf.len - s->off;
 
     if (s->closing)
         return false;
-    if (pending + len > s->hub->cap) {
+    if (pending > 0 && pending + len > s->hub->cap) {
         kf_buf_addf(&s->buf,
                     ": closed: this client fell %zu bytes behind (KFORGE_SSE_BUFFER_BYTES); reconnect with "
                     "Last-Event-ID to resume\n\n",
@@ -487,8 +489,24 @@ static bool api_stream_fanout(api_stream_hub *h, api_stream_conn *c, kf_buf *ids
     return true;
 }
 
-/* Read every notification waiting on the connection, in batches. */
+/* Read every notification waiting on the connection, in batches, until
+ * none is left: libpq also queues the ones that arrive while a statement
+ * runs, which poll() then never sees. */
+static bool api_stream_notifications_once(api_stream_hub *h, api_stream_conn *c, int *seen);
+
 static bool api_stream_notifications(api_stream_hub *h, api_stream_conn *c)
+{
+    int seen = 1;
+
+    while (seen > 0) {
+        seen = 0;
+        if (!api_stream_notifications_once(h, c, &seen))
+            return false;
+    }
+    return true;
+}
+
+static bool api_stream_notifications_once(api_stream_hub *h, api_stream_conn *c, int *seen)
 {
     kf_buf ids = KF_BUF_INIT, jobs = KF_BUF_INIT;
     int n = 0;
@@ -509,6 +527,7 @@ static bool api_stream_notifications(api_stream_hub *h, api_stream_conn *c)
             n++;
         }
         PQfreemem(nt);
+        (*seen)++;
         if (n == API_STREAM_BATCH) {
             kf_buf_addc(&ids, '}');
             kf_buf_addc(&jobs, '}');
@@ -528,32 +547,42 @@ static bool api_stream_notifications(api_stream_hub *h, api_stream_conn *c)
     return ok;
 }
 
-/* One catch-up page of one stream.  False when the connection failed. */
+/* One catch-up page of one stream: the events after its last id, at most
+ * API_STREAM_PAGE and, past the first, no more than half its buffer
+ * (what fits is all that is read; the rest waits for room).  False when
+ * the connection failed. */
 static bool api_stream_catchup_one(api_stream_hub *h, api_stream_conn *c, api_stream *s)
 {
-    char after[24], owner[24], limit[16];
+    char after[24], owner[24], limit[16], bytes[24];
     PGresult *res;
-    int rows, given = 0;
+    int rows, events;
+    long long page = 0;
     bool full = false, done;
 
     snprintf(after, sizeof(after), "%lld", s->last_id);
     snprintf(owner, sizeof(owner), "%lld", s->owner);
     snprintf(limit, sizeof(limit), "%d", API_STREAM_PAGE);
+    snprintf(bytes, sizeof(bytes), "%zu", h->cap / 2);
     if (s->global) {
-        const char *p[5] = { after, owner, s->q.kind, s->labels_json, limit };
+        const char *p[6] = { after, owner, s->q.kind, s->labels_json, limit, bytes };
         res = PQexecParams(c->pg,
-                           "SELECT " API_STREAM_COLS " FROM job_events e JOIN jobs j ON j.id = e.job_id "
+                           "SELECT " API_STREAM_COLS ", e.page FROM (SELECT e.*, count(*) OVER () AS page, "
+                           "sum(pg_column_size(e.detail)) OVER (ORDER BY e.id) - pg_column_size(e.detail) "
+                           "AS before FROM (SELECT e.* FROM job_events e JOIN jobs j ON j.id = e.job_id "
                            "WHERE e.id > $1::bigint AND ($2::bigint = 0 OR j.owner_token_id = $2::bigint) "
-                           "AND ($3 = '' OR j.kind = $3) AND j.labels @> $4::jsonb ORDER BY e.id LIMIT $5::int",
-                           5, NULL, p, NULL, NULL, 0);
+                           "AND ($3 = '' OR j.kind = $3) AND j.labels @> $4::jsonb ORDER BY e.id LIMIT $5::int) e) e "
+                           "JOIN jobs j ON j.id = e.job_id WHERE e.before < $6::bigint ORDER BY e.id",
+                           6, NULL, p, NULL, NULL, 0);
     } else {
-        const char *p[3] = { s->job_id, after, limit };
+        const char *p[4] = { s->job_id, after, limit, bytes };
         /* One statement, one snapshot: the job's state matches its rows. */
         res = PQexecParams(c->pg,
-                           "SELECT " API_STREAM_COLS ", j.state FROM jobs j LEFT JOIN LATERAL (SELECT * FROM "
-                           "job_events e WHERE e.job_id = j.id AND e.id > $2::bigint ORDER BY e.id LIMIT $3::int) e "
-                           "ON true WHERE j.id = $1::uuid ORDER BY e.id",
-                           3, NULL, p, NULL, NULL, 0);
+                           "SELECT " API_STREAM_COLS ", e.page, j.state FROM jobs j LEFT JOIN LATERAL (SELECT * "
+                           "FROM (SELECT e.*, count(*) OVER () AS page, sum(pg_column_size(e.detail)) OVER "
+                           "(ORDER BY e.id) - pg_column_size(e.detail) AS before FROM (SELECT * FROM job_events e "
+                           "WHERE e.job_id = j.id AND e.id > $2::bigint ORDER BY e.id LIMIT $3::int) e) e "
+                           "WHERE e.before < $4::bigint) e ON true WHERE j.id = $1::uuid ORDER BY e.id",
+                           4, NULL, p, NULL, NULL, 0);
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         api_stream_disconnect(c, PQerrorMessage(c->pg));
@@ -561,31 +590,39 @@ static bool api_stream_catchup_one(api_stream_hub *h, api_stream_conn *c, api_st
         return false;
     }
     rows = PQntuples(res);
-    for (int i = 0; i < rows && !full; i++) {
+    /* A job's stream has the LEFT JOIN's one row when no event is left. */
+    events = (rows == 1 && PQgetisnull(res, 0, C_ID)) ? 0 : rows;
+    if (events > 0)
+        page = strtoll(PQgetvalue(res, 0, C__N), NULL, 10);
+    for (int i = 0; i < events && !full; i++) {
         api_stream_row row;
         if (!api_stream_row_read(res, i, &row))
             continue;
         pthread_mutex_lock(&s->mu);
-        full = s->buf.len - s->off + row.text.len > h->cap / 2 && given > 0;
+        {
+            size_t pending = s->buf.len - s->off;
+            full = pending > 0 && pending + row.text.len > h->cap / 2;
+        }
         if (full)
             s->wants_room = true;
         pthread_mutex_unlock(&s->mu);
-        if (!full) {
+        if (!full)
             api_stream_give(s, &row, false);
-            given++;
-        }
         api_stream_row_free(&row);
     }
-    done = !full && rows < API_STREAM_PAGE;
+    /* Done when this page held every event left and all of them went. */
+    done = !full && events == page && page < API_STREAM_PAGE;
+    if (!full && events < page) {
+        pthread_mutex_lock(&s->mu);
+        s->wants_room = s->buf.len - s->off > 0;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (!s->global) {
-        /* rows counts the LEFT JOIN's one row when there is no event. */
-        int events = (rows == 1 && PQgetisnull(res, 0, C_ID)) ? 0 : rows;
-        done = !full && events < API_STREAM_PAGE;
         pthread_mutex_lock(&s->mu);
         if (rows == 0)
             api_stream_end_locked(s, NULL);   /* the job is gone */
-        else if (done && kf_state_terminal(kf_state_parse(PQgetvalue(res, 0, C__N))))
-            api_stream_end_locked(s, PQgetvalue(res, 0, C__N));
+        else if (done && kf_state_terminal(kf_state_parse(PQgetvalue(res, 0, C__N + 1))))
+            api_stream_end_locked(s, PQgetvalue(res, 0, C__N + 1));
         pthread_mutex_unlock(&s->mu);
     }
     if (done)
@@ -648,7 +685,10 @@ static void api_stream_heartbeat(api_stream_hub *h)
     pthread_mutex_lock(&h->mu);
     for (api_stream *s = h->head; s; s = s->next) {
         pthread_mutex_lock(&s->mu);
-        api_stream_push_locked(s, hb, sizeof(hb) - 1);
+        /* A stream with bytes still to send is not idle (and one stuck
+         * behind a full socket is MHD's idle timeout's to close). */
+        if (s->buf.len == s->off)
+            api_stream_push_locked(s, hb, sizeof(hb) - 1);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&h->mu);
@@ -672,6 +712,8 @@ static void *api_stream_main(void *arg)
             api_stream_connect(h, &c);
         if (c.pg && api_stream_catchup_pending(h))
             api_stream_catchup(h, &c);
+        if (c.pg)
+            api_stream_notifications(h, &c);
         now = api_stream_now_ms();
         if (now >= next_hb) {
             api_stream_heartbeat(h);

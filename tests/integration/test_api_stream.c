@@ -5,8 +5,11 @@
  * Last-Event-ID or after=, an ended job's replay, heartbeats, who may see
  * what, the stream limit, events written by another process's connection,
  * and a PostgreSQL restart. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -21,7 +24,8 @@ static api_fx fx;
 
 static void setup(void)
 {
-    fx_start(&fx, REDIS_DB, "KFORGE_LOG_LEVEL=info\nKFORGE_SSE_HEARTBEAT_S=1\nKFORGE_MAX_STREAMS=4");
+    fx_start(&fx, REDIS_DB,
+             "KFORGE_LOG_LEVEL=info\nKFORGE_SSE_HEARTBEAT_S=1\nKFORGE_MAX_STREAMS=4\nKFORGE_SSE_BUFFER_BYTES=65536");
 }
 
 static void teardown(void)
@@ -40,12 +44,22 @@ typedef struct sse {
     bool   closed;
 } sse;
 
-static void sse_open(sse *s, const char *path, const char *token, const char *extra_headers)
+/* rcvbuf > 0: a client that reads slowly (a small receive window, set
+ * before the connection is made). */
+static void sse_open_rcv(sse *s, const char *path, const char *token, const char *extra_headers, int rcvbuf)
 {
     char req[1024];
     int n;
 
-    s->fd = kf_http_raw_connect(fx.port);
+    if (rcvbuf > 0) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)fx.port) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        s->fd = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert(setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) == 0);
+        cr_assert(connect(s->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "%s", strerror(errno));
+    } else {
+        s->fd = kf_http_raw_connect(fx.port);
+    }
     s->closed = false;
     kf_buf_init(&s->in);
     cr_assert(s->fd >= 0, "connect to the API");
@@ -53,6 +67,11 @@ static void sse_open(sse *s, const char *path, const char *token, const char *ex
                  "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n%s\r\n",
                  path, token, extra_headers ? extra_headers : "");
     cr_assert(write(s->fd, req, (size_t)n) == n);
+}
+
+static void sse_open(sse *s, const char *path, const char *token, const char *extra_headers)
+{
+    sse_open_rcv(s, path, token, extra_headers, 0);
 }
 
 /* Read until `needle` is in what came (true), the server closed, or
@@ -503,6 +522,60 @@ Test(stream, streams_beyond_the_limit_get_503_and_a_closed_one_frees_its_place)
     }
     for (int i = 1; i < 4; i++)
         sse_close(&s[i]);
+}
+
+Test(stream, a_client_that_falls_behind_is_closed_and_resumes_without_loss)
+{
+    char *id = fx_submit(&fx, fx.user, NULL), *path = stream_path(id, NULL), *ids, *want, *big, hdr[64];
+    const char *lastid;
+    lease l = lease_job(id);
+    sse s, t;
+    long long last = 0;
+
+    start_job(id, &l);
+    /* Never read while 80 events of 100 KB each are written: the socket
+     * buffers fill (a sender's grows to 4 MiB), then the stream's 64 KiB
+     * (KFORGE_SSE_BUFFER_BYTES). */
+    sse_open_rcv(&s, path, fx.user, NULL, 4096);
+    kf_test_sleep_ms(300);
+    big = kf_calloc(1, 100001);
+    memset(big, 'x', 100000);
+    for (int i = 0; i < 80; i++)
+        report(id, "iterations",
+               "{\"attempt\":%d,\"lease_token\":\"%s\",\"seq\":%d,\"latency_ns\":%d,\"correct\":true,"
+               "\"params\":{\"TILE\":%d,\"pad\":\"%s\"}}",
+               l.attempt, l.token, i, 5000 - i, i, big);
+    free(big);
+    cr_assert(sse_wait_closed(&s, 20000), "the slow client was not closed (%zu bytes came)", s.in.len);
+    cr_assert(strstr(s.in.data, "\n: closed: this client fell "), "no final comment (%zu bytes came)", s.in.len);
+    cr_assert(!strstr(s.in.data, "event: end"));
+    /* The last complete event it got is where it resumes. */
+    *strstr(s.in.data, "\n: closed: this client fell ") = '\0';
+    lastid = s.in.data;
+    for (const char *p = s.in.data; (p = strstr(p, "\nid: ")) != NULL; p += 5)
+        lastid = p + 5;
+    cr_assert(lastid != s.in.data, "no event came before the close");
+    last = strtoll(lastid, NULL, 10);
+    ids = sse_ids(&s);
+    want = db_ids(id, 0);
+    cr_assert(strncmp(want, ids, strlen(ids)) == 0, "what came is the start of the job's events: %s", ids);
+    cr_assert(strlen(ids) < strlen(want), "the slow client got everything: %s", ids);
+    free(ids);
+    free(want);
+    sse_close(&s);
+
+    snprintf(hdr, sizeof(hdr), "Last-Event-ID: %lld\r\n", last);
+    sse_open(&t, path, fx.user, hdr);
+    succeed(id, &l);
+    cr_assert(sse_wait_closed(&t, 20000), "the resumed stream did not end: %zu bytes came", t.in.len);
+    ids = sse_ids(&t);
+    want = db_ids(id, last);
+    cr_assert_str_eq(ids, want, "resumed after the close: got %s, want %s", ids, want);
+    free(ids);
+    free(want);
+    sse_close(&t);
+    free(path);
+    free(id);
 }
 
 /* A move written by another process's connection (the scheduler's, say):
