@@ -94,6 +94,7 @@ bench_sandbox() {
 
 # Queue and pipeline parts (queue_*) live in their own file.
 . bench/queue.sh
+. bench/sse.sh
 # Agent parts (agent_*: quality, search efficiency, loop overhead).
 . bench/agent_bench.sh
 
