@@ -316,8 +316,12 @@ static bool api_stream_row_read(const PGresult *res, int i, api_stream_row *row)
     kf_buf_addf(&row->text, "id: %lld\nevent: %s\ndata: ", row->id,
                 strcmp(row->type, "iteration") == 0 ? "iteration" : "state");
     /* One data: line: JSON text holds no raw line break but as whitespace. */
-    for (const char *p = data; *p; p++)
-        kf_buf_addc(&row->text, (*p == '\n' || *p == '\r') ? ' ' : *p);
+    for (const char *p = data; *p; p++) {
+        char ch = *p;
+        if (ch == '\n' || ch == '\r')
+            ch = ' ';
+        kf_buf_addc(&row->text, ch);
+    }
     kf_buf_adds(&row->text, "\n\n");
     return true;
 }
@@ -837,14 +841,14 @@ static enum MHD_Result api_stream_arg_iter(void *cls, enum MHD_ValueKind kind, c
     return MHD_YES;
 }
 
-/* The query and Last-Event-ID; false after answering 422. */
-static bool api_stream_parse(api_req *r, api_stream_query *q, bool global)
+/* The query and Last-Event-ID into q (made by api_stream_query_init);
+ * false after answering 422. */
+static bool api_stream_parse(api_req *r, api_stream_query *q)
 {
     kf_fields fe;
     api_stream_args a = { q, &fe };
 
     kf_fields_init(&fe);
-    api_stream_query_init(q, global);
     api_stream_query_last_id(q, api_req_header(r, "Last-Event-ID"), &fe);
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_stream_arg_iter, &a);
     if (fe.n == 0)
@@ -922,7 +926,8 @@ void api_h_job_stream(api_req *r)
     const char *params[2];
     PGresult *res;
 
-    if (!api_stream_parse(r, &q, false))
+    api_stream_query_init(&q, false);
+    if (!api_stream_parse(r, &q))
         return;
     if (!kf_uuid_valid(r->param)) {
         api_reply_code(r, KF_NOT_FOUND, "not-found", "no such job (job ids are UUIDs)");
@@ -958,7 +963,8 @@ void api_h_stream(api_req *r)
     api_stream *s;
     cJSON *lab;
 
-    if (!api_stream_parse(r, &q, true))
+    api_stream_query_init(&q, true);
+    if (!api_stream_parse(r, &q))
         return;
     s = kf_calloc(1, sizeof(*s));
     s->global = true;

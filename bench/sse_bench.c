@@ -210,6 +210,8 @@ int main(int argc, char **argv)
     if (ready < streams) {
         fprintf(stderr, "sse_bench: only %d of %d streams opened (KFORGE_MAX_STREAMS, KFORGE_API_CONNS_PER_IP, "
                         "ulimit -n?)\n", ready, streams);
+        free(cl);
+        free(lat);
         return 1;
     }
     rss1 = rss_kb(pid);
@@ -223,6 +225,8 @@ int main(int argc, char **argv)
         snprintf(detail, sizeof(detail), "{\"seq\": %d, \"params\": {\"sent_ns\": %lld}}", e, now_ns());
         if (kf_db_apply(pg, NULL, &mv, NULL, &err) != KF_OK) {
             fprintf(stderr, "sse_bench: %s\n", err.msg);
+            free(cl);
+            free(lat);
             return 1;
         }
         until = now_ns() + interval_ns;
@@ -237,9 +241,11 @@ int main(int argc, char **argv)
     qsort(lat, (size_t)nlat, sizeof(*lat), cmp_ll);
     printf("streams %d, events %d every %lld ms, deliveries %ld, lost %d\n", streams, events, interval_ns / 1000000,
            nlat, lost);
-    if (nlat > 0)
+    if (nlat > 0) {
+        long i50 = nlat / 2, i99 = nlat * 99 / 100;
         printf("delivery latency p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 <= 50 ms)\n",
-               (double)lat[nlat / 2] / 1e6, (double)lat[(nlat * 99) / 100] / 1e6, (double)lat[nlat - 1] / 1e6);
+               (double)lat[i50] / 1e6, (double)lat[i99] / 1e6, (double)lat[nlat - 1] / 1e6);
+    }
     printf("api rss %ld kB before, %ld kB with the streams open: %.1f kB per stream\n", rss0, rss1,
            (double)(rss1 - rss0) / streams);
     for (int i = 0; i < streams; i++) {
