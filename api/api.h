@@ -431,8 +431,6 @@ typedef struct api_stream_hub api_stream_hub;
 api_stream_hub *api_stream_hub_start(const api_server_config *cfg, kf_err *err);
 void api_stream_hub_close_all(api_stream_hub *h);
 void api_stream_hub_free(api_stream_hub *h);
-/* Streams open now. */
-int api_stream_count(api_stream_hub *h);
 api_stream_hub *api_req_stream_hub(const api_req *r);
 void api_h_job_stream(api_req *r);
 void api_h_stream(api_req *r);

@@ -820,11 +820,6 @@ void api_stream_hub_free(api_stream_hub *h)
     free(h);
 }
 
-int api_stream_count(api_stream_hub *h)
-{
-    return atomic_load(&h->open);
-}
-
 /* ---- the routes ---------------------------------------------------------------- */
 
 typedef struct api_stream_args {
