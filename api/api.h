@@ -13,6 +13,8 @@
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
+ *   api_stream.c    live progress: Server-Sent Events fed by PostgreSQL
+ *                   LISTEN/NOTIFY (api_stream_query.c: their query)
  *   api_migrate.c   kforge-api migrate
  *   main.c          subcommands
  *
@@ -172,6 +174,9 @@ typedef struct api_server_config {
     long        max_artifact_bytes;    /* largest artifact upload (decoded bytes) */
     kf_artifact_store *artifacts;      /* where artifact contents live (borrowed) */
     const char *cors_origins;          /* KFORGE_CORS_ORIGINS: exact origins, comma-separated; "" none */
+    int         max_streams;           /* open Server-Sent Event streams at most */
+    int         sse_heartbeat_s;       /* a ": hb" comment on every stream this often */
+    long        sse_buffer_bytes;      /* unsent bytes a stream may hold */
 } api_server_config;
 
 /* The largest body a route takes: max_body, or for API_F_LARGE routes
@@ -227,6 +232,9 @@ struct api_req {
     void             (*resume)(api_req *r);    /* builds the answer once resumed */
     void              *ctx;                    /* the handler's state until then */
     void             (*ctx_free)(void *ctx);   /* frees ctx if the request ends first */
+
+    /* A streamed answer (api_stream.c): sent instead of out, with status. */
+    struct MHD_Response *stream;
 
     /* Internal to api_http.c. */
     bool               too_large;
@@ -428,6 +436,44 @@ extern const api_route api_routes[];
 extern const int api_n_routes;
 /* Appends the request counters in Prometheus text format. */
 void api_metrics_requests(api_server *s, kf_buf *out);
+
+/* ---- live progress (api_stream.c, api_stream_query.c) ----------------------- */
+
+#define API_STREAM_MAX_LABELS      8
+#define API_STREAM_LABEL_KEY_MAX   64
+#define API_STREAM_LABEL_VALUE_MAX 256   /* KF_JOB_MAX_LABEL_VALUE */
+
+/* What a client asked a stream for (docs/runs.md, "Live progress"). */
+typedef struct api_stream_query {
+    bool      global;          /* GET /v1/stream: kind= and label.KEY= are allowed */
+    long long after;           /* resume after this event id; -1: no position given */
+    bool      after_given;     /* after= was in the query */
+    bool      header_given;    /* Last-Event-ID was sent (it wins over after=) */
+    char      kind[16];        /* "" : every kind */
+    int       n_labels;
+    char      label_key[API_STREAM_MAX_LABELS][API_STREAM_LABEL_KEY_MAX + 1];
+    char      label_value[API_STREAM_MAX_LABELS][API_STREAM_LABEL_VALUE_MAX + 1];
+} api_stream_query;
+
+void api_stream_query_init(api_stream_query *q, bool global);
+/* One query argument as MHD decoded it (value NULL: "key" alone); a bad
+ * or unknown one is a field error in fe. */
+void api_stream_query_arg(api_stream_query *q, const char *key, const char *value, kf_fields *fe);
+/* The Last-Event-ID header (NULL or "": none). */
+void api_stream_query_last_id(api_stream_query *q, const char *value, kf_fields *fe);
+/* Whether a job of this kind and labels (a JSON object; NULL: none)
+ * passes the query's filters. */
+bool api_stream_query_match(const api_stream_query *q, const char *kind, const cJSON *labels);
+
+/* The hub: one LISTEN connection and thread per server (api_stream.c).
+ * close_all before MHD_stop_daemon, free after it. */
+typedef struct api_stream_hub api_stream_hub;
+api_stream_hub *api_stream_hub_start(const api_server_config *cfg, kf_err *err);
+void api_stream_hub_close_all(api_stream_hub *h);
+void api_stream_hub_free(api_stream_hub *h);
+api_stream_hub *api_req_stream_hub(const api_req *r);
+void api_h_job_stream(api_req *r);
+void api_h_stream(api_req *r);
 
 /* ---- idempotency (api_idem.c) ---------------------------------------------- */
 

@@ -30,6 +30,8 @@ const api_route api_routes[] = {
     { "POST", "/v1/jobs/{id}/cancel", api_h_job_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
     { "POST", "/v1/jobs/{id}/requeue", api_h_job_requeue, API_ROLE_ADMIN, API_F_JSON_OPT | API_F_IDEM },
     { "GET", "/v1/jobs/{id}/events", api_h_job_events, R_USERS, 0 },
+    { "GET", "/v1/jobs/{id}/stream", api_h_job_stream, R_USERS, 0 },
+    { "GET", "/v1/stream", api_h_stream, R_USERS, 0 },
     { "POST", "/v1/internal/jobs/{id}/start", api_h_internal_start, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/iterations", api_h_internal_iteration, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/result", api_h_internal_result, API_ROLE_WORKER, API_F_JSON },
@@ -51,6 +53,7 @@ struct api_server {
     api_pg_pool       *pg;
     api_qpool         *q;
     api_batcher       *batch;
+    api_stream_hub    *hub;
     atomic_ulong       count[API_MAX_ROUTES + 1][600];
     atomic_ullong      dur_us[API_MAX_ROUTES + 1];
     atomic_ulong       seq;
@@ -69,6 +72,11 @@ api_batcher *api_req_batcher(const api_req *r)
 api_qpool *api_req_qpool(const api_req *r)
 {
     return r->srv->q;
+}
+
+api_stream_hub *api_req_stream_hub(const api_req *r)
+{
+    return r->srv->hub;
 }
 
 static long long api_now_ns(void)
@@ -624,11 +632,20 @@ static enum MHD_Result api_send(api_req *r)
     kf_log_level lvl = status >= 500 ? KF_LOG_WARN : status >= 400 ? KF_LOG_INFO : KF_LOG_DEBUG;
 
     r->done = true;
-    resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return MHD_NO;
-    if (r->out.len)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
+    if (r->stream) {
+        /* A stream (api_stream.c): MHD reads it as it goes. */
+        resp = r->stream;
+        r->stream = NULL;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    } else {
+        resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
+        if (!resp)
+            return MHD_NO;
+        if (r->out.len)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                    r->content_type ? r->content_type : "application/json");
+    }
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control ? r->cache_control : "no-store");
     if (r->etag[0])
@@ -959,6 +976,8 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     api_req_pg_put(r);
     if (r->ctx && r->ctx_free)
         r->ctx_free(r->ctx);
+    if (r->stream)
+        MHD_destroy_response(r->stream);   /* never queued */
     cJSON_Delete(r->json);
     kf_buf_release(&r->body);
     kf_buf_release(&r->out);
@@ -1033,6 +1052,11 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
         api_server_stop(s);
         return NULL;
     }
+    s->hub = api_stream_hub_start(cfg, err);
+    if (!s->hub) {
+        api_server_stop(s);
+        return NULL;
+    }
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                                 MHD_USE_ERROR_LOG, 0, NULL, NULL,
                             api_access, s,
@@ -1061,8 +1085,11 @@ void api_server_stop(api_server *s)
      * MHD stops (it refuses to stop with a suspended connection); what
      * arrives meanwhile gets 503. */
     api_batch_stop(s->batch);
+    /* Streams end too: their suspended connections are resumed first. */
+    api_stream_hub_close_all(s->hub);
     if (s->d)
         MHD_stop_daemon(s->d);
+    api_stream_hub_free(s->hub);
     api_qpool_free(s->q);
     api_pg_pool_free(s->pg);
     free(s->listen);

@@ -396,18 +396,30 @@ void api_h_internal_start(api_req *r)
  * "latency_ns", "correct"} (null where the report left a field out), the
  * job's attempt raised to the report's and its best iteration updated.
  * False after answering. */
+/* The iteration event's detail: seq, params, latency_ns, correct and
+ * fraction_of_bound (the report's profile.floor_ns over its latency; null
+ * when either is missing or not positive).  kf_db_apply adds
+ * best_so_far_ns. */
 static bool api_iteration_event(api_req *r, int attempt, int64_t seq, const double *lat, const bool *correct)
 {
     cJSON *o = cJSON_CreateObject();
     kf_db_move mv = { .move = KF_MOVE_ITERATION, .job_id = r->param, .attempt = attempt };
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(r->json, "params");
+    const cJSON *floor_ns = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r->json, "profile"),
+                                                             "floor_ns");
     char *detail;
     bool ok;
 
     cJSON_AddNumberToObject(o, "seq", (double)seq);
+    cJSON_AddItemToObject(o, "params", cJSON_IsObject(params) ? cJSON_Duplicate(params, true) : cJSON_CreateObject());
     if (lat)
         cJSON_AddNumberToObject(o, "latency_ns", *lat);
     else
         cJSON_AddNullToObject(o, "latency_ns");
+    if (lat && *lat > 0 && cJSON_IsNumber(floor_ns) && floor_ns->valuedouble > 0)
+        cJSON_AddNumberToObject(o, "fraction_of_bound", floor_ns->valuedouble / *lat);
+    else
+        cJSON_AddNullToObject(o, "fraction_of_bound");
     if (correct)
         cJSON_AddBoolToObject(o, "correct", *correct);
     else

@@ -250,6 +250,9 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kforge-api: %s\n", e.msg);
         return 1;
     }
+    cfg.max_streams = (int)kf_config_int(KF_CFG_MAX_STREAMS);
+    cfg.sse_heartbeat_s = (int)kf_config_int(KF_CFG_SSE_HEARTBEAT_S);
+    cfg.sse_buffer_bytes = kf_config_int(KF_CFG_SSE_BUFFER_BYTES);
     s = api_server_start(&cfg, &e);
     if (!s) {
         fprintf(stderr, "kforge-api: %s\n", e.msg);

@@ -8,7 +8,12 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
 bench: $(BENCH_BINS)
-# artifact_bench also links the artifact store (libkfdb, zlib, libpq).
+# artifact_bench also links the artifact store (libkfdb, zlib, libpq);
+# sse_bench writes its events through kf_db_apply (the one writer of
+# job_events), so it links libkfdb too.
 $(BUILD)/bench/artifact_bench: $(BUILD)/obj/bench/artifact_bench.o $(BUILD)/lib/libkfdb.a $(BENCH_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
+$(BUILD)/bench/sse_bench: $(BUILD)/obj/bench/sse_bench.o $(BUILD)/lib/libkfdb.a $(BENCH_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)

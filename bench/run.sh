@@ -105,6 +105,7 @@ bench_artifacts() {
   mkdir -p "$TMP/artifacts"
   "$BUILD/bench/artifact_bench" "$KFB_PG_DSN" "$TMP/artifacts" "${ARTIFACT_BENCH_MIB:-8}" 5
 }
+. bench/sse.sh
 # Agent parts (agent_*: quality, search efficiency, loop overhead).
 . bench/agent_bench.sh
 

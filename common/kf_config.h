@@ -40,6 +40,12 @@ enum {
        "Seconds a connection to kforge-api may stay silent, mid-request or between requests, before it is closed.") \
     XX(CORS_ORIGINS,     STR, "",                                       0, 0,            KF_USE_API,                      \
        "Comma-separated browser origins (https://dash.example.com[:PORT]) allowed to call the API cross-origin; empty: no CORS headers at all.") \
+    XX(MAX_STREAMS,      INT, "1000",                                   1, 100000,       KF_USE_API,                      \
+       "Server-Sent Event streams (GET /v1/jobs/{id}/stream, /v1/stream) kforge-api serves at once; more get 503 with Retry-After. Each holds a connection: keep it below the open-file limit, and KFORGE_API_CONNS_PER_IP counts them too.") \
+    XX(SSE_HEARTBEAT_S,  INT, "15",                                     1, 300,          KF_USE_API,                      \
+       "Seconds between the ': hb' comments on every stream (keeps proxies from closing an idle stream; finds clients that left).") \
+    XX(SSE_BUFFER_BYTES, INT, "1048576",                                65536, 67108864, KF_USE_API,                      \
+       "Unsent bytes one stream may hold; a client that falls further behind is closed with a comment and resumes with Last-Event-ID.") \
     XX(MAX_BODY_BYTES,   INT, "1048576",                                1024, 67108864,  KF_USE_API,                      \
        "Largest request body kforge-api accepts; larger bodies get 413.")                                                 \
     XX(PG_DSN,           STR, "postgresql://kforge@127.0.0.1:5432/kforge", 0, 0,         KF_USE_API | KF_USE_SCHED,       \

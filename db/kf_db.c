@@ -98,7 +98,12 @@ static void kf_db_build(const kf_life_def *d, kf_buf *b)
     kf_buf_adds(b, " FROM old WHERE j.id = old.id RETURNING j.id, old.state AS from_state, j.state, j.attempt), "
                    "e AS (" KF_DB_EVENT_INSERT "SELECT id, ");
     kf_buf_adds(b, (f & (KF_LIFE_W_ATTEMPT | KF_LIFE_EV_ATTEMPT)) ? "$5::int" : "attempt");
-    kf_buf_adds(b, ", $3, from_state, state, $6::jsonb, now() FROM u)");
+    /* An iteration's event carries the job's best latency so far (the
+     * iteration row is written before the move, in the same transaction). */
+    kf_buf_adds(b, (f & KF_LIFE_W_BEST) ? ", $3, from_state, state, $6::jsonb || jsonb_build_object('best_so_far_ns', "
+                                          "(SELECT min(i.latency_ns) FROM iterations i WHERE i.job_id = $1::uuid "
+                                          "AND i.correct)), now() FROM u)"
+                                        : ", $3, from_state, state, $6::jsonb, now() FROM u)");
     if (f & KF_LIFE_OUT_DROP)
         kf_buf_adds(b, ", d AS (DELETE FROM outbox WHERE job_id = $1::uuid AND action = 'enqueue' "
                        "AND EXISTS (SELECT 1 FROM u))");

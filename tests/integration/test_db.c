@@ -329,10 +329,14 @@ Test(kf_db, prepared_once_per_connection_and_the_same_as_sent_whole)
     cr_assert_eq(kf_db_apply(pg, NULL, &m, NULL, &e), KF_STALE);
     q1_eq("SELECT string_agg(concat_ws('|', attempt, type, from_state, to_state, detail), ',' ORDER BY id) "
           "FROM job_events WHERE job_id = $1::uuid",
-          a, "1|iteration|running|running|{\"seq\": 1},2|iteration|running|running|{\"seq\": 1}");
+          a,
+          "1|iteration|running|running|{\"seq\": 1, \"best_so_far_ns\": null},"
+          "2|iteration|running|running|{\"seq\": 1, \"best_so_far_ns\": null}");
     q1_eq("SELECT string_agg(concat_ws('|', attempt, type, from_state, to_state, detail), ',' ORDER BY id) "
           "FROM job_events WHERE job_id = $1::uuid",
-          b, "1|iteration|running|running|{\"seq\": 1},2|iteration|running|running|{\"seq\": 1}");
+          b,
+          "1|iteration|running|running|{\"seq\": 1, \"best_so_far_ns\": null},"
+          "2|iteration|running|running|{\"seq\": 1, \"best_so_far_ns\": null}");
     q1_eq("SELECT attempt::text FROM jobs WHERE id = $1::uuid", b, "2");
 }
 
@@ -350,6 +354,8 @@ Test(kf_db, an_iteration_makes_the_fastest_correct_one_the_best)
             "('10000000-0000-0000-0000-0000000000d1', 2, 4, NULL, true)");
     cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT concat_ws('|', state, attempt, best_iteration) FROM jobs WHERE id = $1::uuid", id, "running|2|3");
+    /* The event carries the best correct latency of every attempt so far. */
+    q1_eq("SELECT detail::text FROM job_events WHERE job_id = $1::uuid", id, "{\"seq\": 3, \"best_so_far_ns\": 40}");
     exec_ok("DELETE FROM iterations WHERE job_id = '10000000-0000-0000-0000-0000000000d1'");
     cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
     q1_eq("SELECT best_iteration::text FROM jobs WHERE id = $1::uuid", id, "3");
