@@ -122,20 +122,32 @@ Test(api_edge, query_numbers_that_overflow_are_400_never_500)
     free(id);
 }
 
-/* A GET route's path with {id} filled in. */
-static char *route_path(const char *pattern, const char *id)
+/* A GET route's path with {id} filled in (and {seq} with 0, compare's
+ * list with the job twice over another). */
+static char *route_path(const char *pattern, const char *id, const char *id2)
 {
     const char *brace = strchr(pattern, '{');
+    if (strcmp(pattern, "/v1/compare") == 0)
+        return kf_asprintf("/v1/compare?jobs=%s,%s", id, id2);
     if (!brace)
         return kf_strdup(pattern);
+    if (strstr(pattern, "{seq}"))
+        return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, id, "/iterations/0");
     return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, strstr(pattern, "/v1/internal/workers") ? "w1" : id,
                        strchr(brace, '}') + 1);
 }
 
 Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
 {
-    char *id = fx_submit(&fx, fx.user, NULL);
+    char *id = fx_submit(&fx, fx.user, NULL), *id2 = fx_submit(&fx, fx.user, NULL);
     int gets = 0;
+    PGresult *it;
+
+    /* An iteration for GET /v1/jobs/{id}/iterations/{seq}. */
+    it = PQexecParams(fx.pg, "INSERT INTO iterations (job_id, attempt, seq, source) VALUES ($1::uuid, 1, 0, 'x')", 1,
+                      NULL, (const char *const[]){ id }, NULL, NULL, 0);
+    cr_assert_eq(PQresultStatus(it), PGRES_COMMAND_OK, "%s", PQresultErrorMessage(it));
+    PQclear(it);
 
     for (int i = 0; i < api_n_routes; i++) {
         char *path, *url, *auth;
@@ -146,7 +158,7 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         if (strcmp(api_routes[i].method, "GET") != 0)
             continue;
         gets++;
-        path = route_path(api_routes[i].pattern, id);
+        path = route_path(api_routes[i].pattern, id, id2);
         url = kf_asprintf("%s%s", fx.base, path);
         /* the admin's token where an admin may read; a worker route, the worker's (w1) */
         auth = kf_asprintf("Authorization: Bearer %s",
@@ -176,7 +188,7 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         free(url);
         free(auth);
     }
-    cr_assert_geq(gets, 7);
+    cr_assert_geq(gets, 10);
     /* HEAD is checked like GET: a token, the route's roles. */
     {
         kf_http_resp r;
@@ -209,6 +221,7 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         free(p);
     }
     free(id);
+    free(id2);
 }
 
 /* POST /v1/jobs over a raw socket with the given framing headers. */
