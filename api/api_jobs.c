@@ -509,7 +509,7 @@ void api_h_job_list(api_req *r)
     }
     if (q.op) {
         params[np++] = q.op;
-        kf_buf_addf(&sql, " AND j.spec ? 'op' AND j.spec->>'op' = $%d", np);
+        kf_buf_addf(&sql, " AND j.spec->>'op' = $%d", np);
     }
     if (q.batch) {
         params[np++] = q.batch;

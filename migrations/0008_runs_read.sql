@@ -4,12 +4,18 @@
 --
 -- Indexes.  Every filter of the list reads newest first, so each filter's
 -- index ends in (created_at DESC, id DESC), the list's keyset order: a page
--- is an index range scan that stops after `limit` rows.  Labels are
+-- is an index range scan that stops after `limit` rows.  A user's list
+-- always filters by owner, so op, the most used filter, has an index with
+-- the owner first (users) and one without (admins); with op alone, a user
+-- owning few of an op's jobs would read every job of that op.  Not
+-- partial (WHERE spec ? 'op'): the planner cannot estimate `?` and took
+-- such an index for far more selective than it is.  Labels are
 -- matched by containment (labels @> '{"KEY":"VALUE"}', which the API sends
 -- for label.KEY=VALUE; label values are strings) through a GIN index.  The
 -- best iteration of a job (fastest correct, the order kf_db_apply uses for
 -- best_iteration) is the first entry of iterations_best_idx.
-CREATE INDEX jobs_op_created_idx     ON jobs ((spec->>'op'), created_at DESC, id DESC) WHERE spec ? 'op';
+CREATE INDEX jobs_owner_op_created_idx ON jobs (owner_token_id, (spec->>'op'), created_at DESC, id DESC);
+CREATE INDEX jobs_op_created_idx     ON jobs ((spec->>'op'), created_at DESC, id DESC);
 CREATE INDEX jobs_batch_created_idx  ON jobs (batch_id, created_at DESC, id DESC) WHERE batch_id IS NOT NULL;
 CREATE INDEX jobs_worker_created_idx ON jobs (worker_id, created_at DESC, id DESC) WHERE worker_id IS NOT NULL;
 CREATE INDEX jobs_labels_idx         ON jobs USING gin (labels jsonb_path_ops);
@@ -38,15 +44,20 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                'total_time_ns', profile->'latency_ns', 'floor_ns', profile->'floor_ns',
                'bound', profile->'bound_kind', 'tightest', profile#>'{bounds,tightest}',
                'achieved_fraction', profile#>'{bounds,achieved_fraction}', 'cached', profile->'cached'))
-           || coalesce((SELECT jsonb_object_agg(s.key, s.value)
-                        FROM jsonb_each(CASE WHEN jsonb_typeof(profile->'summary') = 'object'
-                                             THEN profile->'summary' ELSE '{}' END) s
-                        WHERE s.key IN ('total_time', 'mfu_estimated_percent', 'mbu_estimated_percent',
-                                        'tensor_engine_active_time_percent', 'vector_engine_active_time_percent',
-                                        'scalar_engine_active_time_percent', 'gpsimd_engine_active_time_percent',
-                                        'dma_active_time_percent', 'dma_transfer_count',
-                                        'dma_transfer_average_bytes', 'hbm_read_bytes', 'hbm_write_bytes',
-                                        'model_flops')), '{}')
+           || CASE WHEN jsonb_typeof(profile->'summary') = 'object' THEN jsonb_strip_nulls(jsonb_build_object(
+               'total_time', profile#>'{summary,total_time}',
+               'mfu_estimated_percent', profile#>'{summary,mfu_estimated_percent}',
+               'mbu_estimated_percent', profile#>'{summary,mbu_estimated_percent}',
+               'tensor_engine_active_time_percent', profile#>'{summary,tensor_engine_active_time_percent}',
+               'vector_engine_active_time_percent', profile#>'{summary,vector_engine_active_time_percent}',
+               'scalar_engine_active_time_percent', profile#>'{summary,scalar_engine_active_time_percent}',
+               'gpsimd_engine_active_time_percent', profile#>'{summary,gpsimd_engine_active_time_percent}',
+               'dma_active_time_percent', profile#>'{summary,dma_active_time_percent}',
+               'dma_transfer_count', profile#>'{summary,dma_transfer_count}',
+               'dma_transfer_average_bytes', profile#>'{summary,dma_transfer_average_bytes}',
+               'hbm_read_bytes', profile#>'{summary,hbm_read_bytes}',
+               'hbm_write_bytes', profile#>'{summary,hbm_write_bytes}',
+               'model_flops', profile#>'{summary,model_flops}')) ELSE '{}' END
 $$;
 
 -- The validation summary an iteration list shows: status and pass as the
@@ -55,16 +66,15 @@ $$;
 -- error of a kernel or reference that did not run.
 CREATE FUNCTION kforge_validation_summary(v jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    WITH c AS (SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v->'checks') = 'array'
-                                                       THEN v->'checks' ELSE '[]' END) e)
     SELECT jsonb_strip_nulls(jsonb_build_object(
                'status', v->'status', 'pass', v->'pass',
-               'max_abs_err', (SELECT max((e->>'max_abs_err')::numeric) FROM c WHERE jsonb_typeof(e->'max_abs_err') = 'number'),
-               'checked', (SELECT sum((e->>'elements')::numeric) FROM c
-                           WHERE jsonb_typeof(e->'elements') = 'number'),
-               'bad', (SELECT sum((e->>'bad')::numeric) FROM c WHERE jsonb_typeof(e->'bad') = 'number'),
-               'first_failure', (SELECT e->'message' FROM c WHERE e->'pass' = 'false' LIMIT 1),
+               'max_abs_err', max(CASE WHEN jsonb_typeof(e->'max_abs_err') = 'number'
+                                       THEN (e->>'max_abs_err')::numeric END),
+               'checked', sum(CASE WHEN jsonb_typeof(e->'elements') = 'number' THEN (e->>'elements')::numeric END),
+               'bad', sum(CASE WHEN jsonb_typeof(e->'bad') = 'number' THEN (e->>'bad')::numeric END),
+               'first_failure', (array_agg(e->'message') FILTER (WHERE e->'pass' = 'false'))[1],
                'error', v#>'{error,message}', 'ref_error', v->'ref_error', 'reason', v->'reason'))
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v->'checks') = 'array' THEN v->'checks' ELSE '[]' END) e
 $$;
 
 -- The findings an iteration list shows: each one's code (the simulator's
