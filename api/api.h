@@ -421,8 +421,9 @@ void api_idem_finish(api_req *r);
  * query parameter never reaches PostgreSQL out of range. */
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 /* An RFC 3339 date-time ("2026-12-02T10:00:00Z", "...:00.5+01:00"): a real
- * calendar date, years 0001-9999, up to 9 fraction digits; PostgreSQL
- * reads every text it accepts as a timestamptz. */
+ * calendar date, years 0001-9999, up to 9 fraction digits, an offset of at
+ * most 15:59 (PostgreSQL's limit); PostgreSQL reads every text it accepts
+ * as a timestamptz. */
 bool api_parse_rfc3339(const char *s);
 /* Content-Type is application/json, with charset utf-8 if any. */
 bool api_content_type_json(const char *ct);

@@ -363,7 +363,8 @@ bool api_parse_rfc3339(const char *s)
     for (int k = 0; k < 5; k++)
         if (k == 2 ? p[k] != ':' : (p[k] < '0' || p[k] > '9'))
             return false;
-    return p[5] == '\0' && (p[0] - '0') * 10 + (p[1] - '0') <= 23 && (p[3] - '0') * 10 + (p[4] - '0') <= 59;
+    /* PostgreSQL takes offsets up to 15:59. */
+    return p[5] == '\0' && (p[0] - '0') * 10 + (p[1] - '0') <= 15 && (p[3] - '0') * 10 + (p[4] - '0') <= 59;
 }
 
 /* The light list item of a jobs row j with its best iteration's columns

@@ -96,6 +96,8 @@ bench_sandbox() {
 . bench/queue.sh
 # Agent parts (agent_*: quality, search efficiency, loop overhead).
 . bench/agent_bench.sh
+# The runs read side (runs: filtered lists, iteration pages, compare).
+. bench/runs.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

@@ -235,6 +235,7 @@ Test(api_runs, bad_list_filters_are_400_naming_the_field)
         { "/v1/jobs?created_after=2026-12-02", "created_after" },
         { "/v1/jobs?created_before=2026-12-02T10:00:00", "created_before" },
         { "/v1/jobs?created_before=2026-12-02T24:00:00Z", "created_before" },
+        { "/v1/jobs?created_after=2026-12-02T10:00:00%2B16:00", "created_after" },
         { "/v1/jobs?created_before=2026-12-02T10:00:00.1234567890Z", "created_before" },
         { "/v1/jobs?worker=a%20b", "worker" },
         { "/v1/jobs?view=heavy", "view" },
