@@ -74,7 +74,7 @@ static bool kd_eq(const kd_line *x, const kd_line *y)
 static bool kd_myers(const kd_line *a, int n, const kd_line *b, int m, int max_d, kd_op *ops, int *nops)
 {
     int off = max_d + 1;
-    int *v = kf_calloc((size_t)(2 * max_d + 3), sizeof(int));
+    int *v = kf_calloc(2 * (size_t)max_d + 3, sizeof(int));
     int **trace = kf_calloc((size_t)max_d + 1, sizeof(int *));
     int found = -1, x, y, cnt = 0;
 
@@ -372,7 +372,9 @@ kf_code kf_diff_apply(const char *base, const char *diff, char **out, kf_err *er
             if (!*dp)
                 goto short_hunk;
             dp = kd_next_line(dp, &n);
-            mark = n ? line[0] : ' ';
+            mark = ' ';   /* an empty line: context, as some tools write it */
+            if (n)
+                mark = line[0];
             text = n ? line + 1 : line;
             tn = n ? n - 1 : 0;
             if (strncmp(dp, "\\ ", 2) == 0) {
