@@ -10,6 +10,8 @@
  *                   the 429 limit on failed authentications per address
  *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
  *   api_jobs.c      /v1/jobs routes
+ *   api_runs.c      /v1/jobs/{id}/iterations[/{seq}]: a job's iterations
+ *   api_compare.c   /v1/compare: runs side by side
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
@@ -197,6 +199,7 @@ struct api_req {
     const api_route   *route;
     int                route_index;
     char               param[128];    /* the {x} segment of the route, if any */
+    char               param2[128];   /* a second {x} segment ("/v1/jobs/{id}/iterations/{seq}") */
     api_principal      who;
     kf_buf             body;
     cJSON             *json;          /* parsed body (API_F_JSON[_OPT]) or NULL */
@@ -270,6 +273,10 @@ const char *api_req_header(api_req *r, const char *name);
 const char *api_req_query(api_req *r, const char *name);
 /* Record a 400 for each query argument not in allowed; true if all known. */
 bool api_req_query_known(api_req *r, const char *const *allowed);
+/* Without answering: add to fe each query argument neither in allowed nor
+ * starting with prefix (may be NULL; "label." for label.KEY=VALUE), and
+ * each given more than once; true when none was added. */
+bool api_req_query_check(api_req *r, const char *const *allowed, const char *prefix, kf_fields *fe);
 
 /* The request's PostgreSQL connection, acquired on first use; NULL after
  * answering 503 when PostgreSQL is unreachable. */
@@ -409,6 +416,16 @@ void api_h_job_list(api_req *r);
 void api_h_job_cancel(api_req *r);
 void api_h_job_requeue(api_req *r);
 void api_h_job_events(api_req *r);
+/* The runs read side (docs/runs.md): api_runs.c, api_compare.c. */
+void api_h_job_iterations(api_req *r);
+void api_h_job_iteration(api_req *r);
+void api_h_compare(api_req *r);
+/* api_runs.c: the source of iteration seq of a job's attempt, rebuilt from
+ * the worker's reports (a row's source, else its source_diff applied to the
+ * source before it, else the source before it unchanged), into *cur, and
+ * that of the iteration before it into *prev (prev may be NULL); NULL when
+ * unknown.  Caller frees both.  False after answering a PostgreSQL failure. */
+bool api_run_source(api_req *r, const char *job, const char *attempt, const char *seq, char **prev, char **cur);
 void api_h_internal_start(api_req *r);
 void api_h_internal_iteration(api_req *r);
 void api_h_internal_result(api_req *r);
@@ -489,6 +506,11 @@ void api_idem_finish(api_req *r);
  * most max, into *out; false for anything else, overflow included, so a
  * query parameter never reaches PostgreSQL out of range. */
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
+/* An RFC 3339 date-time ("2026-12-02T10:00:00Z", "...:00.5+01:00"): a real
+ * calendar date, years 0001-9999, up to 9 fraction digits, an offset of at
+ * most 15:59 (PostgreSQL's limit); PostgreSQL reads every text it accepts
+ * as a timestamptz. */
+bool api_parse_rfc3339(const char *s);
 /* Content-Type is application/json, with charset utf-8 if any. */
 bool api_content_type_json(const char *ct);
 /* Idempotency-Key value: an sf-string ("...", quotes required, \" and \\

@@ -32,6 +32,10 @@ const api_route api_routes[] = {
     { "GET", "/v1/jobs/{id}/events", api_h_job_events, R_USERS, 0 },
     { "GET", "/v1/jobs/{id}/stream", api_h_job_stream, R_USERS, 0 },
     { "GET", "/v1/stream", api_h_stream, R_USERS, 0 },
+    /* the runs read side (docs/runs.md) */
+    { "GET", "/v1/jobs/{id}/iterations", api_h_job_iterations, R_USERS, 0 },
+    { "GET", "/v1/jobs/{id}/iterations/{seq}", api_h_job_iteration, R_USERS, 0 },
+    { "GET", "/v1/compare", api_h_compare, R_USERS, 0 },
     { "POST", "/v1/internal/jobs/{id}/start", api_h_internal_start, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/iterations", api_h_internal_iteration, API_ROLE_WORKER, API_F_JSON },
     { "POST", "/v1/internal/jobs/{id}/result", api_h_internal_result, API_ROLE_WORKER, API_F_JSON },
@@ -86,19 +90,22 @@ static long long api_now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Match url against a pattern; the {x} segment goes to param. */
-static bool api_route_match(const char *pattern, const char *url, char *param, size_t cap)
+/* Match url against a pattern; the first {x} segment goes to param, a
+ * second to param2 (may be NULL when the pattern has one). */
+static bool api_route_match(const char *pattern, const char *url, char *param, char *param2, size_t cap)
 {
     const char *p = pattern, *u = url;
+    int nth = 0;
 
     while (*p && *u) {
         if (*p == '{') {
             const char *pe = strchr(p, '}');
             size_t n = strcspn(u, "/");
-            if (!pe || n == 0 || n >= cap)
+            char *dst = nth++ == 0 ? param : param2;
+            if (!pe || n == 0 || n >= cap || !dst)
                 return false;
-            memcpy(param, u, n);
-            param[n] = '\0';
+            memcpy(dst, u, n);
+            dst[n] = '\0';
             p = pe + 1;
             u += n;
             continue;
@@ -280,17 +287,37 @@ bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *o
 
 typedef struct api_qcheck {
     const char *const *allowed;
+    const char        *prefix;      /* names starting with it are allowed too (NULL: none) */
     kf_fields         *fe;
+    bool               once;        /* refuse a name given twice */
+    const char        *seen[32];    /* names met so far (MHD's strings), for repeats */
+    int                n_seen;
 } api_qcheck;
 
 static enum MHD_Result api_query_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     api_qcheck *qc = cls;
+    bool known = qc->prefix && strncmp(key, qc->prefix, strlen(qc->prefix)) == 0;
     (void)kind;
     (void)value;
-    for (size_t i = 0; qc->allowed[i]; i++)
-        if (strcmp(qc->allowed[i], key) == 0)
-            return MHD_YES;
+    for (size_t i = 0; !known && qc->allowed[i]; i++)
+        known = strcmp(qc->allowed[i], key) == 0;
+    if (known && qc->once) {
+        char safe[96];
+        api_safe_path(key, safe, sizeof(safe));
+        for (int i = 0; i < qc->n_seen; i++)
+            if (strcmp(qc->seen[i], key) == 0) {
+                kf_fields_add(qc->fe, safe, "count", "given more than once; give each query parameter once");
+                return MHD_YES;
+            }
+        if (qc->n_seen < (int)(sizeof(qc->seen) / sizeof(qc->seen[0])))
+            qc->seen[qc->n_seen++] = key;
+        else
+            kf_fields_add(qc->fe, safe, "count", "more than 32 query parameters; give fewer");
+        return MHD_YES;
+    }
+    if (known)
+        return MHD_YES;
     if (kf_utf8_valid(key, strlen(key), NULL)) {
         kf_fields_add(qc->fe, key, "unknown", "unknown query parameter");
     } else {
@@ -305,7 +332,7 @@ static enum MHD_Result api_query_iter(void *cls, enum MHD_ValueKind kind, const 
 bool api_req_query_known(api_req *r, const char *const *allowed)
 {
     kf_fields fe;
-    api_qcheck qc = { allowed, &fe };
+    api_qcheck qc = { allowed, NULL, &fe, false, { NULL }, 0 };
 
     kf_fields_init(&fe);
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_query_iter, &qc);
@@ -313,6 +340,15 @@ bool api_req_query_known(api_req *r, const char *const *allowed)
         return true;
     api_reply_fields(r, 400, "bad-query", &fe);
     return false;
+}
+
+bool api_req_query_check(api_req *r, const char *const *allowed, const char *prefix, kf_fields *fe)
+{
+    api_qcheck qc = { allowed, prefix, fe, true, { NULL }, 0 };
+    int before = fe->n + fe->dropped;
+
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_query_iter, &qc);
+    return fe->n + fe->dropped == before;
 }
 
 PGconn *api_req_pg(api_req *r)
@@ -534,8 +570,8 @@ static void api_allow_methods(const char *url, char *allow, size_t cap)
 {
     allow[0] = '\0';
     for (int i = 0; i < api_n_routes; i++) {
-        char tmp[128];
-        if (api_route_match(api_routes[i].pattern, url, tmp, sizeof(tmp))) {
+        char tmp[128], tmp2[128];
+        if (api_route_match(api_routes[i].pattern, url, tmp, tmp2, sizeof(tmp))) {
             size_t n = strlen(allow);
             bool get = strcmp(api_routes[i].method, MHD_HTTP_METHOD_GET) == 0;
             snprintf(allow + n, cap - n, "%s%s%s", n ? ", " : "", api_routes[i].method, get ? ", HEAD" : "");
@@ -793,14 +829,15 @@ static void api_first_call(api_req *r)
     if (!api_framing_ok(r) || api_cors_preflight(r))
         return;
     for (int i = 0; i < api_n_routes; i++) {
-        char param[128];
-        if (!api_route_match(api_routes[i].pattern, r->url, param, sizeof(param)))
+        char param[128], param2[128];
+        if (!api_route_match(api_routes[i].pattern, r->url, param, param2, sizeof(param)))
             continue;
         path_known = true;
         if (strcmp(api_routes[i].method, method) == 0) {
             r->route = &api_routes[i];
             r->route_index = i;
             memcpy(r->param, param, sizeof(param));
+            memcpy(r->param2, param2, sizeof(param2));
             break;
         }
     }

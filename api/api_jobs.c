@@ -1,4 +1,4 @@
-/* api_jobs — the /v1/jobs routes: create, get, list, cancel, events.
+/* api_jobs — the /v1/jobs routes: create, get, list (light or full, filtered), cancel, events.
  *
  * Job documents are built by PostgreSQL (API_JOB_JSON, json_build_object)
  * from the row, with one exception: the answer to POST /v1/jobs is built
@@ -324,69 +324,222 @@ bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id)
     return true;
 }
 
+bool api_parse_rfc3339(const char *s)
+{
+    static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    int v[6], lens[6] = { 4, 2, 2, 2, 2, 2 };
+    const char seps[6] = { '-', '-', 'T', ':', ':', '\0' };
+    const char *p = s;
+
+    for (int i = 0; i < 6; i++) {
+        v[i] = 0;
+        for (int k = 0; k < lens[i]; k++, p++) {
+            if (*p < '0' || *p > '9')
+                return false;
+            v[i] = v[i] * 10 + (*p - '0');
+        }
+        if (i < 5) {
+            if (*p != seps[i] && !(i == 2 && *p == 't'))
+                return false;
+            p++;
+        }
+    }
+    if (v[0] < 1 || v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > mdays[v[1] - 1] ||
+        (v[1] == 2 && v[2] == 29 && !(v[0] % 4 == 0 && (v[0] % 100 != 0 || v[0] % 400 == 0))) || v[3] > 23 ||
+        v[4] > 59 || v[5] > 59)
+        return false;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            digits++;
+        if (digits < 1 || digits > 9)
+            return false;
+    }
+    if (*p == 'Z' || *p == 'z')
+        return p[1] == '\0';
+    if (*p != '+' && *p != '-')
+        return false;
+    p++;
+    for (int k = 0; k < 5; k++)
+        if (k == 2 ? p[k] != ':' : (p[k] < '0' || p[k] > '9'))
+            return false;
+    /* PostgreSQL takes offsets up to 15:59. */
+    return p[5] == '\0' && (p[0] - '0') * 10 + (p[1] - '0') <= 15 && (p[3] - '0') * 10 + (p[4] - '0') <= 59;
+}
+
+/* The light list item of a jobs row j with its best iteration's columns
+ * (b): the full document less the kernel texts and the result, with
+ * last_error cut and `best` added (docs/runs.md). */
+#define API_JOB_LIGHT_JSON                                                                                       \
+    "((" API_JOB_JSON ")::jsonb - 'result' || jsonb_build_object('spec', j.spec - 'source' - 'reference', "      \
+    "'last_error', left(j.last_error, 200), 'best', CASE WHEN b.seq IS NOT NULL THEN jsonb_build_object("          \
+    "'attempt', b.attempt, 'seq', b.seq, 'latency_ns', b.latency_ns, 'fraction_of_bound', "                          \
+    "kforge_fraction_of_bound(b.profile, b.latency_ns)) END))::text"
+
+/* The filters of GET /v1/jobs (docs/runs.md), checked; each fills one
+ * PostgreSQL parameter (two for a label) and one condition. */
+typedef struct api_list_q {
+    const char *state, *kind, *target, *op, *batch, *after, *before, *worker, *view, *lim_s, *cursor;
+    const char *label_key[KF_JOB_MAX_LABELS], *label_val[KF_JOB_MAX_LABELS];
+    int         n_labels;
+    kf_fields  *fe;
+} api_list_q;
+
+static enum MHD_Result api_list_label(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    api_list_q *q = cls;
+    const char *name = key + strlen("label.");
+    char field[96];
+
+    (void)kind;
+    if (strncmp(key, "label.", 6) != 0)
+        return MHD_YES;
+    snprintf(field, sizeof(field), "label.%.*s", (int)kf_utf8_cut(name, strnlen(name, 64)), name);
+    if (!kf_utf8_valid(key, strlen(key), NULL) || !kf_ident_valid(name, 63, ".-/")) {
+        kf_fields_add(q->fe, kf_utf8_valid(key, strlen(key), NULL) ? field : "label.?", "pattern",
+                      "a label name is 1-63 bytes of [A-Za-z0-9_.-/] starting with a letter or _");
+    } else if (!value || strlen(value) > KF_JOB_MAX_LABEL_VALUE || !kf_utf8_valid(value, strlen(value), NULL)) {
+        kf_fields_add(q->fe, field, "length", "a label value is UTF-8 text of at most %d bytes", KF_JOB_MAX_LABEL_VALUE);
+    } else if (q->n_labels == KF_JOB_MAX_LABELS) {
+        kf_fields_add(q->fe, field, "count", "at most %d label filters (a job has at most %d labels)",
+                      KF_JOB_MAX_LABELS, KF_JOB_MAX_LABELS);
+    } else {
+        q->label_key[q->n_labels] = name;
+        q->label_val[q->n_labels++] = value;
+    }
+    return MHD_YES;
+}
+
+static void api_list_check(api_req *r, api_list_q *q)
+{
+    static const char *const views[] = { "light", "full", NULL };
+    kf_fields *fe = q->fe;
+    bool ok;
+
+    if (q->state && !kf_job_state_valid(q->state))
+        kf_fields_add(fe, "state", "enum", "must be one of: queued, running, retrying, succeeded, failed, cancelled, dead");
+    if (q->kind && kf_job_kind_parse(q->kind) == KF_KIND_NONE)
+        kf_fields_add(fe, "kind", "enum", "must be one of: generate, optimize, profile, validate, diag");
+    if (q->target) {
+        ok = false;
+        for (int i = 0; kf_job_targets[i]; i++)
+            ok = ok || strcmp(kf_job_targets[i], q->target) == 0;
+        if (!ok)
+            kf_fields_add(fe, "target", "enum", "must be one of: trn1, inf2, trn2, trn3");
+    }
+    if (q->op && !kf_ident_valid(q->op, 64, ".-"))
+        kf_fields_add(fe, "op", "pattern", "an op name is 1-64 bytes of [A-Za-z0-9_.-] starting with a letter or _");
+    if (q->batch && !kf_uuid_valid(q->batch))
+        kf_fields_add(fe, "batch", "format", "a batch id is a UUID");
+    if (q->after && !api_parse_rfc3339(q->after))
+        kf_fields_add(fe, "created_after", "format", "an RFC 3339 time such as 2026-12-02T10:00:00Z");
+    if (q->before && !api_parse_rfc3339(q->before))
+        kf_fields_add(fe, "created_before", "format", "an RFC 3339 time such as 2026-12-02T10:00:00Z");
+    if (q->worker && !api_worker_id_valid(q->worker))
+        kf_fields_add(fe, "worker", "pattern", "a worker id is 1-%d bytes of [A-Za-z0-9_.:-]", API_NAME_MAX);
+    if (q->view) {
+        ok = false;
+        for (int i = 0; views[i]; i++)
+            ok = ok || strcmp(views[i], q->view) == 0;
+        if (!ok)
+            kf_fields_add(fe, "view", "enum", "must be light (the default) or full");
+    }
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_list_label, q);
+}
+
 void api_h_job_list(api_req *r)
 {
-    static const char *const allowed[] = { "state", "kind", "target", "limit", "cursor", NULL };
-    static const char *const kinds[] = { "generate", "optimize", "profile", "validate", "diag", NULL };
-    const char *state = api_req_query(r, "state"), *kind = api_req_query(r, "kind");
-    const char *target = api_req_query(r, "target"), *lim_s = api_req_query(r, "limit");
-    const char *cursor = api_req_query(r, "cursor");
+    static const char *const allowed[] = { "state", "kind", "target", "limit", "cursor", "op", "batch", "created_after",
+                                           "created_before", "worker", "view", NULL };
     char micros[24], cur_id[37], ob[24], lim_buf[24];
-    const char *params[8];
+    const char *params[16 + 2 * KF_JOB_MAX_LABELS];
     int np = 0;
     long limit = 50;
+    bool full;
     kf_fields fe;
+    api_list_q q = { 0 };
     kf_buf sql = KF_BUF_INIT, out = KF_BUF_INIT;
     PGresult *res = NULL;
     int rows;
 
-    if (!api_req_query_known(r, allowed))
-        return;
     kf_fields_init(&fe);
-    if (state && !kf_job_state_valid(state))
-        kf_fields_add(&fe, "state", "enum", "must be one of: queued, running, retrying, succeeded, failed, cancelled, dead");
-    if (kind && kf_job_kind_parse(kind) == KF_KIND_NONE)
-        kf_fields_add(&fe, "kind", "enum", "must be one of: generate, optimize, profile, validate, diag");
-    (void)kinds;
-    if (target) {
-        bool ok = false;
-        for (int i = 0; kf_job_targets[i]; i++)
-            ok = ok || strcmp(kf_job_targets[i], target) == 0;
-        if (!ok)
-            kf_fields_add(&fe, "target", "enum", "must be one of: trn1, inf2, trn2, trn3");
-    }
-    if (lim_s) {
+    q.fe = &fe;
+    q.state = api_req_query(r, "state");
+    q.kind = api_req_query(r, "kind");
+    q.target = api_req_query(r, "target");
+    q.op = api_req_query(r, "op");
+    q.batch = api_req_query(r, "batch");
+    q.after = api_req_query(r, "created_after");
+    q.before = api_req_query(r, "created_before");
+    q.worker = api_req_query(r, "worker");
+    q.view = api_req_query(r, "view");
+    q.lim_s = api_req_query(r, "limit");
+    q.cursor = api_req_query(r, "cursor");
+    if (api_req_query_check(r, allowed, "label.", &fe))
+        api_list_check(r, &q);
+    if (q.lim_s) {
         unsigned long long v = 0;
-        if (!api_parse_uint(lim_s, 200, &v) || v < 1)
+        if (!api_parse_uint(q.lim_s, 200, &v) || v < 1)
             kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 200");
         limit = (long)v;
     }
-    if (cursor && !api_cursor_parse(cursor, micros, sizeof(micros), cur_id))
+    if (q.cursor && !api_cursor_parse(q.cursor, micros, sizeof(micros), cur_id))
         kf_fields_add(&fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
     if (fe.n) {
         api_reply_fields(r, 400, "bad-query", &fe);
         return;
     }
+    full = q.view && strcmp(q.view, "full") == 0;
 
-    kf_buf_adds(&sql, "SELECT " API_JOB_JSON "::text, (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id "
-                      "FROM jobs j WHERE true");
-    if (state) {
-        params[np++] = state;
+    /* The page first (an index range scan in the list's order, stopping
+     * after limit + 1 rows), then each row's best iteration. */
+    kf_buf_adds(&sql, "SELECT ");
+    kf_buf_adds(&sql, full ? API_JOB_JSON "::text" : API_JOB_LIGHT_JSON);
+    kf_buf_adds(&sql, ", (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id FROM (SELECT * FROM jobs j WHERE true");
+    if (q.state) {
+        params[np++] = q.state;
         kf_buf_addf(&sql, " AND j.state = $%d", np);
     }
-    if (kind) {
-        params[np++] = kind;
+    if (q.kind) {
+        params[np++] = q.kind;
         kf_buf_addf(&sql, " AND j.kind = $%d", np);
     }
-    if (target) {
-        params[np++] = target;
+    if (q.target) {
+        params[np++] = q.target;
         kf_buf_addf(&sql, " AND j.target = $%d", np);
+    }
+    if (q.op) {
+        params[np++] = q.op;
+        kf_buf_addf(&sql, " AND j.spec->>'op' = $%d", np);
+    }
+    if (q.batch) {
+        params[np++] = q.batch;
+        kf_buf_addf(&sql, " AND j.batch_id = $%d::uuid", np);
+    }
+    if (q.after) {
+        params[np++] = q.after;
+        kf_buf_addf(&sql, " AND j.created_at > $%d::timestamptz", np);
+    }
+    if (q.before) {
+        params[np++] = q.before;
+        kf_buf_addf(&sql, " AND j.created_at < $%d::timestamptz", np);
+    }
+    if (q.worker) {
+        params[np++] = q.worker;
+        kf_buf_addf(&sql, " AND j.worker_id = $%d", np);
+    }
+    for (int i = 0; i < q.n_labels; i++) {
+        /* Containment, which the GIN index on labels serves; label values
+         * are strings, so it is labels->>KEY = VALUE. */
+        params[np++] = q.label_key[i];
+        params[np++] = q.label_val[i];
+        kf_buf_addf(&sql, " AND j.labels @> jsonb_build_object($%d::text, $%d::text)", np - 1, np);
     }
     if (api_owner_param(r, ob)) {
         params[np++] = ob;
         kf_buf_addf(&sql, " AND j.owner_token_id = $%d::bigint", np);
     }
-    if (cursor) {
+    if (q.cursor) {
         params[np++] = micros;
         params[np++] = cur_id;
         kf_buf_addf(&sql,
@@ -396,7 +549,12 @@ void api_h_job_list(api_req *r)
     }
     snprintf(lim_buf, sizeof(lim_buf), "%ld", limit + 1);
     params[np++] = lim_buf;
-    kf_buf_addf(&sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int", np);
+    kf_buf_addf(&sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int) j", np);
+    if (!full)
+        kf_buf_adds(&sql, " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "
+                          "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "
+                          "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) b ON true");
+    kf_buf_adds(&sql, " ORDER BY j.created_at DESC, j.id DESC");
     res = api_req_sql(r, sql.data, np, params);
     if (!res)
         goto out;

@@ -108,6 +108,8 @@ bench_artifacts() {
 . bench/sse.sh
 # Agent parts (agent_*: quality, search efficiency, loop overhead).
 . bench/agent_bench.sh
+# The runs read side (runs: filtered lists, iteration pages, compare).
+. bench/runs.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

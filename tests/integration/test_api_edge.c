@@ -140,12 +140,17 @@ static const char *edge_artifact(const char *id)
     return sha;
 }
 
-/* A GET route's path with {id} filled in ({sha256}: an artifact of job id). */
-static char *route_path(const char *pattern, const char *id)
+/* A GET route's path with {id} filled in ({sha256}: an artifact of job id;
+ * {seq} with 0; compare's list with the job twice over another). */
+static char *route_path(const char *pattern, const char *id, const char *id2)
 {
     const char *brace = strchr(pattern, '{');
+    if (strcmp(pattern, "/v1/compare") == 0)
+        return kf_asprintf("/v1/compare?jobs=%s,%s", id, id2);
     if (!brace)
         return kf_strdup(pattern);
+    if (strstr(pattern, "{seq}"))
+        return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern, id, "/iterations/0");
     return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern,
                        strstr(pattern, "/v1/internal/workers") ? "w1"
                        : strstr(pattern, "{sha256}")          ? edge_artifact(id)
@@ -153,10 +158,59 @@ static char *route_path(const char *pattern, const char *id)
                        strchr(brace, '}') + 1);
 }
 
+/* A stream route under HEAD: the GET's status and Content-Type, no body.
+ * A stream has no length, and only a job's stream ends by itself (once
+ * the job has ended), so the GET is compared for the job's stream of the
+ * ended job `ended`, and /v1/stream, which never ends, is asked by HEAD
+ * alone. */
+static void edge_head_stream(const char *pattern, const char *ended)
+{
+    char *path = strstr(pattern, "{id}") ? kf_asprintf("/v1/jobs/%s/stream", ended) : kf_strdup(pattern);
+    char *url = kf_asprintf("%s%s", fx.base, path), *auth = kf_asprintf("Authorization: Bearer %s", fx.admin);
+    const char *hdr[2] = { auth, NULL };
+    kf_http_resp h;
+    char *hct;
+
+    cr_assert_eq(kf_http_request("HEAD", url, NULL, hdr, NULL, 0, &h), 200, "HEAD %s", path);
+    cr_assert_eq(h.body_len, 0, "HEAD %s sent a body", path);
+    hct = kf_http_header(&h, "Content-Type");
+    cr_assert(hct && strncmp(hct, "text/event-stream", 17) == 0, "HEAD %s: Content-Type %s", path, hct ? hct : "-");
+    if (strstr(pattern, "{id}")) {
+        kf_http_resp g;
+        char *gct;
+        cr_assert_eq(kf_http_request("GET", url, NULL, hdr, NULL, 0, &g), 200, "GET %s", path);
+        cr_assert(strstr(g.body, "event: end"), "GET %s of an ended job ends: %s", path, g.body);
+        gct = kf_http_header(&g, "Content-Type");
+        cr_assert(gct && strcmp(gct, hct) == 0, "HEAD %s: Content-Type %s vs %s", path, hct, gct ? gct : "-");
+        free(gct);
+        kf_http_resp_release(&g);
+    }
+    free(hct);
+    kf_http_resp_release(&h);
+    free(auth);
+    free(url);
+    free(path);
+}
+
 Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
 {
-    char *id = fx_submit(&fx, fx.user, NULL);
+    char *id = fx_submit(&fx, fx.user, NULL), *id2 = fx_submit(&fx, fx.user, NULL);
     int gets = 0;
+    PGresult *it;
+
+    /* An iteration for GET /v1/jobs/{id}/iterations/{seq}. */
+    it = PQexecParams(fx.pg, "INSERT INTO iterations (job_id, attempt, seq, source) VALUES ($1::uuid, 1, 0, 'x')", 1,
+                      NULL, (const char *const[]){ id }, NULL, NULL, 0);
+    cr_assert_eq(PQresultStatus(it), PGRES_COMMAND_OK, "%s", PQresultErrorMessage(it));
+    PQclear(it);
+    /* An ended job, whose stream ends after its history. */
+    {
+        kf_http_resp c;
+        char *p = kf_asprintf("/v1/jobs/%s/cancel", id2);
+        cr_assert_eq(fx_req(&fx, "POST", p, fx.user, NULL, &c), 200, "%s", c.body);
+        kf_http_resp_release(&c);
+        free(p);
+    }
 
     for (int i = 0; i < api_n_routes; i++) {
         char *path, *url, *auth;
@@ -167,7 +221,11 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         if (strcmp(api_routes[i].method, "GET") != 0)
             continue;
         gets++;
-        path = route_path(api_routes[i].pattern, id);
+        if (strstr(api_routes[i].pattern, "stream")) {
+            edge_head_stream(api_routes[i].pattern, id2);
+            continue;
+        }
+        path = route_path(api_routes[i].pattern, id, id2);
         url = kf_asprintf("%s%s", fx.base, path);
         /* the admin's token where an admin may read; a worker route, the worker's (w1) */
         auth = kf_asprintf("Authorization: Bearer %s",
@@ -197,7 +255,7 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         free(url);
         free(auth);
     }
-    cr_assert_geq(gets, 7);
+    cr_assert_geq(gets, 10);
     /* HEAD is checked like GET: a token, the route's roles. */
     {
         kf_http_resp r;
@@ -230,6 +288,7 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         free(p);
     }
     free(id);
+    free(id2);
 }
 
 /* POST /v1/jobs over a raw socket with the given framing headers. */

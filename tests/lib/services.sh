@@ -4,7 +4,8 @@
 #                             noeviction, data in DIR, on 127.0.0.1:PORT.
 # kf_start_pg DIR PORT [durable]
 #                           — a PostgreSQL cluster in DIR on 127.0.0.1:PORT
-#                             with a database "kforge" and a role "kforge".
+#                             with a database "kforge", a role "kforge" and
+#                             the NOLOGIN role "kforge_reader" (migration 0008).
 #                             As root the server runs as the "postgres" user
 #                             (initdb refuses root).  Without "durable" (the
 #                             tests, the benchmarks) it runs with fsync,
@@ -94,6 +95,9 @@ kf_start_pg() { # DIR PORT [durable]
   "$KF_PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAt -v ON_ERROR_STOP=1 <<SQL >/dev/null
 DO \$\$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kforge') THEN CREATE ROLE kforge LOGIN; END IF;
+  -- migration 0008's read-only role for analysts: made here because the
+  -- role kforge, which migrates, may not create roles.
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kforge_reader') THEN CREATE ROLE kforge_reader NOLOGIN; END IF;
 END \$\$;
 SELECT 'CREATE DATABASE kforge OWNER kforge' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'kforge')\gexec
 SQL

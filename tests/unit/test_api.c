@@ -228,6 +228,27 @@ Test(api_parsers, unsigned_query_numbers)
     cr_assert_eq(v, 7, "untouched on failure");
 }
 
+Test(api_parsers, rfc3339_times_are_real_dates_and_nothing_else)
+{
+    static const char *const good[] = {
+        "2026-12-02T10:00:00Z", "2026-12-02t10:00:00z", "2026-12-02T10:00:00.5Z", "2026-12-02T10:00:00.123456789Z",
+        "2026-12-02T10:00:00+01:00", "2026-12-02T10:00:00-15:59", "2024-02-29T23:59:59Z", "2000-02-29T00:00:00Z",
+        "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+    };
+    static const char *const bad[] = {
+        "", "2026-12-02", "2026-12-02T10:00:00", "2026-12-02 10:00:00Z", "2026-13-01T00:00:00Z",
+        "2026-00-01T00:00:00Z", "2026-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2026-04-31T00:00:00Z",
+        "2026-12-02T24:00:00Z", "2026-12-02T10:60:00Z", "2026-12-02T10:00:60Z", "2026-12-02T10:00:00.Z",
+        "2026-12-02T10:00:00.1234567890Z", "2026-12-02T10:00:00+24:00", "2026-12-02T10:00:00-16:00", "2026-12-02T10:00:00+01:60",
+        "2026-12-02T10:00:00+0100", "2026-12-02T10:00:00Zjunk", "0000-01-01T00:00:00Z", "+2026-12-02T10:00:00Z",
+        "2026-1-02T10:00:00Z", "2026-12-02T10:00:00 Z",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        cr_assert(api_parse_rfc3339(good[i]), "refused %s", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert(!api_parse_rfc3339(bad[i]), "took %s", bad[i]);
+}
+
 Test(api_jobs, created_at_is_postgres_json_text_and_always_later)
 {
     char prev[40] = "", t[40];
