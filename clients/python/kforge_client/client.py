@@ -168,8 +168,9 @@ class Client:
         return Job(self._t.json("GET", "/v1/jobs/" + _job_id(job), retry=True))
 
     def jobs(self, labels=None, limit=None, **filters):
-        """Iterate over the token's jobs, newest first, in the light shape,
-        following next_cursor page after page.
+        """An iterator over the token's jobs, newest first, in the light
+        shape, following next_cursor page after page (each page is asked
+        for when the iteration reaches it).
 
         filters: state, kind, target, op, batch, worker, created_after,
         created_before (RFC 3339 strings or aware datetimes), view
@@ -183,8 +184,7 @@ class Client:
             query.append(("label." + key, value))
         if limit is not None:
             query.append(("limit", limit))
-        for item in self._pages("/v1/jobs", query, "jobs"):
-            yield Job(item)
+        return (Job(item) for item in self._pages("/v1/jobs", query, "jobs"))
 
     def _pages(self, path, query, legacy_key=None):
         """The items of every page of a paged route.  legacy_key: the list's
