@@ -233,6 +233,9 @@ class Client:
             headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
             if last_id:
                 headers["Last-Event-ID"] = last_id
+            # a read waits at most this long: past the deadline, or past a
+            # stream silent for longer than its heartbeat, it times out and
+            # the stream is opened again (or the wait ends)
             read_s = _STREAM_READ_S if deadline is None else max(0.05, min(_STREAM_READ_S, deadline - time.monotonic()))
             _, _, (conn, resp) = self._t.open("GET", "/v1/jobs/%s/stream" % jid, headers=headers, retry=True,
                                               timeout=read_s, stream=True)
@@ -241,13 +244,9 @@ class Client:
             ended = False
             try:
                 while not ended:
-                    if deadline is not None:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise errors.WaitTimeout(title="Wait timed out",
-                                                     detail="job %s did not end within %g s" % (jid, timeout))
-                        if conn.sock is not None:
-                            conn.sock.settimeout(min(_STREAM_READ_S, left))
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise errors.WaitTimeout(title="Wait timed out",
+                                                 detail="job %s did not end within %g s" % (jid, timeout))
                     try:
                         chunk = resp.read1(65536)
                     except (OSError, ValueError, http.client.HTTPException):
@@ -268,11 +267,11 @@ class Client:
                 return self.get(jid)
             if parser.retry_ms is not None:
                 delay = parser.retry_ms / 1000.0
-            quiet = 0 if got else quiet + 1
+            quiet = 0 if got or parser.comments else quiet + 1
             if quiet > self._t.retries:
                 raise errors.Unavailable(title="Stream closed",
                                          detail="the event stream of job %s closed %d times in a row without an "
-                                         "event; check kforge-api's log" % (jid, quiet))
+                                         "event or a heartbeat; check kforge-api's log" % (jid, quiet))
             if deadline is not None and time.monotonic() + delay >= deadline:
                 raise errors.WaitTimeout(title="Wait timed out",
                                          detail="job %s did not end within %g s" % (jid, timeout))

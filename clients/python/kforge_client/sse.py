@@ -4,8 +4,9 @@ standard's "event stream interpretation"), fed bytes as they arrive.
 The parser owns its buffers and nothing else: feed() takes any split of the
 stream (a CR at the end of one chunk and the LF opening the next are one
 line end) and returns the events completed so far.  It keeps what a
-reconnecting client needs: ``last_event_id`` (sent back as Last-Event-ID)
-and ``retry_ms`` (the reconnection delay the server asked for).
+reconnecting client needs: ``last_event_id`` (sent back as Last-Event-ID),
+``retry_ms`` (the reconnection delay the server asked for) and
+``comments`` (how many comment lines, the server's heartbeats, came).
 
 Failure behaviour: the stream is untrusted.  A line or an event's data
 longer than its limit raises StreamError (the caller drops the
@@ -67,6 +68,7 @@ class SSEParser:
         self._id_buf = last_event_id
         self.last_event_id = last_event_id
         self.retry_ms = None
+        self.comments = 0          # comment lines seen (a server's heartbeats)
 
     def feed(self, chunk):
         """Parse the bytes of chunk; returns the list of events completed."""
@@ -105,6 +107,7 @@ class SSEParser:
             self._dispatch(events)
             return
         if line[0] == ":":
+            self.comments += 1
             return
         field, sep, value = line.partition(":")
         if sep and value.startswith(" "):

@@ -352,10 +352,22 @@ class WaitTest(unittest.TestCase):
 
     def test_a_stream_that_keeps_closing_empty_gives_up(self):
         with FakeServer(lambda req: Reply(200, headers={"Content-Type": "text/event-stream"},
-                                          chunks=[b"retry: 1\n: hb\n\n"])) as srv:
+                                          chunks=[b"retry: 1\n\n"])) as srv:
             with self.assertRaisesRegex(kc.Unavailable, "closed 3 times"):
                 client(srv, retries=2).wait(A, timeout=10)
         self.assertEqual(len(srv.requests), 3)
+
+    def test_a_stream_closed_after_heartbeats_is_alive(self):
+        streams = [[b"retry: 1\n: hb\n"]] * 4 + [sse((9, "end", {"job_id": A, "state": "failed"}))]
+
+        def h(req):
+            if req.path.endswith("/stream"):
+                return Reply(200, chunks=streams.pop(0))
+            return json_reply(200, job_doc(state="failed"))
+
+        with FakeServer(h) as srv:
+            self.assertEqual(client(srv, retries=2).wait(A, timeout=10).state, "failed")
+        self.assertEqual(len(srv.requests), 6)
 
     def test_errors_of_the_stream(self):
         with FakeServer(lambda req: problem(404, "not-found", "Not found", "no such job")) as srv:

@@ -29,8 +29,9 @@ class SSEParserTest(unittest.TestCase):
         self.assertEqual(ev[0].event, "message")
 
     def test_comments_and_unknown_fields_are_ignored(self):
-        _, ev = parse(b": hb\n:\nfoo: bar\ndata: x\n: between\n\n: hb\n\n")
+        p, ev = parse(b": hb\n:\nfoo: bar\ndata: x\n: between\n\n: hb\n\n")
         self.assertEqual(ev, [Event("message", "x", "")])
+        self.assertEqual(p.comments, 4)
 
     def test_every_line_ending_and_splits_between_chunks(self):
         text = b"event: a\r\ndata: 1\r\n\r\nevent: b\rdata: 2\r\rdata: 3\n\n"
