@@ -59,11 +59,11 @@ def problem(status, slug, title, detail, retry_after=None, **more):
 
 class FakeServer:
     """with FakeServer(handler) as srv: srv.url, srv.requests.  handler(req)
-    returns a Reply; an unauthenticated request is answered 401 first."""
+    returns a Reply; a request without one of `tokens` is answered 401 first."""
 
-    def __init__(self, handler, token=TOKEN):
+    def __init__(self, handler, tokens=(TOKEN,)):
         self.handler = handler
-        self.token = token
+        self.tokens = tokens
         self.requests = []
         outer = self
 
@@ -78,7 +78,7 @@ class FakeServer:
                 req = Request(self.command, parts.path, urllib.parse.parse_qsl(parts.query, keep_blank_values=True),
                               {k.lower(): v for k, v in self.headers.items()}, body)
                 outer.requests.append(req)
-                if req.headers.get("authorization") != "Bearer " + outer.token:
+                if req.headers.get("authorization") not in ["Bearer " + t for t in outer.tokens]:
                     rep = problem(401, "unauthorized", "Missing or invalid token", "no valid token")
                 else:
                     rep = outer.handler(req)
