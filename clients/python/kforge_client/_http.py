@@ -171,7 +171,7 @@ class Transport:
         _, _, payload = self.open(method, path, query, body, headers, retry)
         try:
             return json.loads(payload.decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise errors.KforgeError(title="Bad response",
                                      detail="%s %s answered with a body that is not JSON" % (method, path)) from None
 

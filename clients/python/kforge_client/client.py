@@ -228,7 +228,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         last_id = ""
         delay = _RECONNECT_S
-        quiet = 0    # connections in a row that ended without an event
+        quiet = 0    # connections in a row that ended with neither an event nor a heartbeat
         while True:
             headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
             if last_id:
@@ -284,7 +284,7 @@ class Client:
             return False
         try:
             data = json.loads(ev.data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise errors.KforgeError(title="Bad event stream",
                                      detail="job %s: a %s event whose data is not JSON" % (jid, ev.event)) from None
         if not isinstance(data, dict):

@@ -373,8 +373,12 @@ class WaitTest(unittest.TestCase):
         with FakeServer(lambda req: problem(404, "not-found", "Not found", "no such job")) as srv:
             with self.assertRaises(kc.NotFound):
                 client(srv).wait(B, timeout=10)
-        with FakeServer(lambda req: Reply(200, chunks=[b"event: state\ndata: {oops\n\n"])) as srv:
-            with self.assertRaisesRegex(kc.KforgeError, "not JSON"):
+        for bad in (b"{oops", b"[" * 100000):
+            with FakeServer(lambda req: Reply(200, chunks=[b"event: state\ndata: " + bad + b"\n\n"])) as srv:
+                with self.assertRaisesRegex(kc.KforgeError, "not JSON"):
+                    client(srv).wait(A, timeout=10)
+        with FakeServer(lambda req: Reply(200, chunks=[b"event: iteration\ndata: [1]\n\n"])) as srv:
+            with self.assertRaisesRegex(kc.KforgeError, "not an object"):
                 client(srv).wait(A, timeout=10)
 
         def boom(data):
