@@ -7,9 +7,11 @@
 # a sanitizer build (`make SANITIZE=1 ...`) never mixes with a normal one.
 #
 #   make            build every library and binary
-#   make test       install packages (scripts/deps.sh), build, start Redis +
-#                   PostgreSQL on free loopback ports, run every test
-#                   binary, print "N passed, N failed"
+#   make test       install packages (scripts/deps.sh), build, run the
+#                   Python client's unit tests, start Redis + PostgreSQL on
+#                   free loopback ports, run every test binary, print
+#                   "N passed, N failed"
+#   make test-python   the Python client's unit tests alone
 #   make run        install packages, build, the whole stack on
 #                   127.0.0.1:8080 with a durable PostgreSQL (see README.md)
 #   make lint       cppcheck + clang-tidy over the sources, Redocly's OpenAPI
@@ -107,7 +109,16 @@ tests: $(BINS) $(UNIT_TESTS) $(INT_TESTS)
 # see what was just installed.
 test: deps
 	$(MAKE) tests
+	$(MAKE) test-python
 	BUILD=$(BUILD) tests/run.sh $(UNIT_TESTS) -- $(INT_TESTS)
+
+# The Python client's unit tests (clients/python/tests: stdlib unittest
+# against a scripted server, no Redis or PostgreSQL needed), with Debian's
+# Python, the one the simulator embeds.  Its end-to-end test against a
+# whole stack is tests/integration/test_pyclient.
+PYTHON ?= /usr/bin/python3
+test-python:
+	timeout -k 10 300 $(PYTHON) -m unittest discover -s clients/python/tests
 
 run: deps
 	$(MAKE) all
@@ -148,7 +159,7 @@ fuzz-bins: $(FUZZ_BINS)
 clean:
 	rm -rf build build-asan build-fuzz
 
-.PHONY: all tests test run deps lint bench install clean fuzz fuzz-bins
+.PHONY: all tests test test-python run deps lint bench install clean fuzz fuzz-bins
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

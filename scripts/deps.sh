@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages kforge needs to build, test and run.
+# Install the Debian 12 packages kforge needs to build, test and run
+# (python3-pandas: only for the Python client's to_dataframe() test).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ PKGS=(
   libmicrohttpd-dev libhiredis-dev libcjson-dev libcurl4-openssl-dev
   libpq-dev libssl-dev libcriterion-dev libseccomp-dev uidmap zlib1g-dev
   python3-dev python3-numpy libopenblas0-pthread libopenblas-dev
+  python3-pandas
   redis-server redis-tools postgresql postgresql-contrib
   curl cppcheck clang-tidy valgrind wrk
   clang libclang-rt-14-dev
