@@ -438,8 +438,12 @@ static kf_code ka_tunable_from(ka_tunable *t, const char *name, const cJSON *val
         char shown[sizeof(t->name)];
         size_t k = 0;
         /* The name as far as it is printable ASCII, the rest as '?'. */
-        for (; name && name[k] && k + 1 < sizeof(shown); k++)
-            shown[k] = name[k] > 0x20 && name[k] < 0x7f ? name[k] : '?';
+        for (; name && name[k] && k + 1 < sizeof(shown); k++) {
+            char c = name[k];
+            if (c <= 0x20 || c >= 0x7f)
+                c = '?';
+            shown[k] = c;
+        }
         shown[k] = '\0';
         return kf_err_set(err, KF_INVALID, "tunable '%s%s' is not a keyword argument name: use 1 to %zu ASCII "
                           "letters, digits and underscores, not starting with a digit", shown,

@@ -140,7 +140,10 @@ Test(sse_client, long_ids_fail_and_ids_with_nul_are_ignored)
     cr_assert_eq(kf_sse_feed(p, nul_type, sizeof(nul_type) - 1, on_event, &g, &e), KF_OK);
     cr_assert_str_eq(g.log.data, "message|5|d\nmessage|5|d\n");
     memset(longid, 'a', sizeof(longid));
-    memcpy(longid, "id: ", 4);
+    longid[0] = 'i';   /* "id: " then 'a's, no NUL: a line over the id limit */
+    longid[1] = 'd';
+    longid[2] = ':';
+    longid[3] = ' ';
     longid[sizeof(longid) - 1] = '\n';
     cr_assert_eq(kf_sse_feed(p, longid, sizeof(longid), on_event, &g, &e), KF_TOO_LARGE);
     cr_assert_str_eq(kf_sse_last_id(p), "5");
@@ -212,8 +215,11 @@ Test(cli_table, long_cells_are_cut_between_characters)
     cli_table *t = cli_table_new(1, head);
     kf_buf b = KF_BUF_INIT;
 
-    for (int i = 0; i < 70; i++)
-        strcat(cell, "\xC3\xA9");   /* é: 2 bytes, 1 character */
+    for (size_t i = 0; i < 140; i += 2) {   /* é: 2 bytes, 1 character */
+        cell[i] = '\xC3';
+        cell[i + 1] = '\xA9';
+    }
+    cell[140] = '\0';
     cli_table_add(t, row);
     cli_table_render(t, &b);
     /* 57 characters then "..." */
