@@ -386,13 +386,18 @@ int64_t api_job_clock(char out[40]);
 char *api_job_doc(const api_new_job *nj);
 
 /* The group commit (api_batch.c): a writer and a courier thread, owned by
- * the server, which starts it before listening and stops it before MHD
- * (stop writes what was handed over, resumes every request, joins both
- * threads and frees it).  It borrows the server's pools.  NULL with err
+ * the server, which starts it before listening, stops it before MHD (stop
+ * writes what was handed over, resumes every request and joins both
+ * threads; requests still arriving are refused with 503) and frees it
+ * after MHD.  It borrows the server's pools.  NULL with err
  * when a thread cannot be started. */
 typedef struct api_batcher api_batcher;
 api_batcher *api_batch_start(api_pg_pool *pg, api_qpool *q, kf_err *err);
 void api_batch_stop(api_batcher *b);
+/* Free it (stopping it first if need be), once nothing can hand it a job:
+ * after MHD has stopped.  A job handed to a stopped batcher is refused
+ * (api_job_submit), never lost. */
+void api_batch_free(api_batcher *b);
 /* The server's group commit. */
 api_batcher *api_req_batcher(const api_req *r);
 

@@ -633,14 +633,26 @@ api_batcher *api_batch_start(api_pg_pool *pg, api_qpool *q, kf_err *err)
 
 void api_batch_stop(api_batcher *b)
 {
+    bool was;
+
     if (!b)
         return;
     pthread_mutex_lock(&b->mu);
+    was = b->stopping;
     b->stopping = true;
     pthread_cond_signal(&b->writer_cv);
     pthread_mutex_unlock(&b->mu);
+    if (was)
+        return;
     pthread_join(b->writer, NULL);   /* it tells the courier it is done */
     pthread_join(b->courier, NULL);
+}
+
+void api_batch_free(api_batcher *b)
+{
+    if (!b)
+        return;
+    api_batch_stop(b);
     api_batcher_free(b);
 }
 

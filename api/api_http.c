@@ -1127,6 +1127,7 @@ void api_server_stop(api_server *s)
     if (s->d)
         MHD_stop_daemon(s->d);
     api_stream_hub_free(s->hub);
+    api_batch_free(s->batch);
     api_qpool_free(s->q);
     api_pg_pool_free(s->pg);
     free(s->listen);
