@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kf_alloc.h"
 #include "test_cli_fixture.h"
@@ -220,6 +221,9 @@ Test(cli_runs, wait_resumes_after_the_api_restarts_without_repeating_iterations)
         char *env[] = { url, tok, NULL };
         pid = kf_test_spawn(argv, env, log);
     }
+    /* the spawned child opens its log itself: wait for it to exist */
+    for (int i = 0; i < 100 && access(log, F_OK) != 0; i++)
+        kf_test_sleep_ms(50);
     /* the first iteration shows, then the API goes away and comes back */
     for (int i = 0; i < 1200; i++) {
         text = kf_test_read_file(log);
