@@ -54,7 +54,9 @@ static void s_usage(FILE *out)
             "dead), promotes due retries, and records each move in PostgreSQL.  It\n"
             "re-queues jobs Redis lost (on taking the lead, when the kf:epoch marker is gone,\n"
             "when Redis restarted, and every 60 s), trims dead letters older than KFORGE_IDEMPOTENCY_TTL_S and\n"
-            "expired idempotency keys, and drops registry entries of vanished workers.\n"
+            "expired idempotency keys, drops registry entries of vanished workers, and\n"
+            "(with KFORGE_ARTIFACT_RETENTION_DAYS > 0, every 10 min) deletes the best-so-far\n"
+            "artifacts of jobs finished longer ago, keeping each job's final set.\n"
             "SIGTERM/SIGINT: give the lock up and exit 0.\n");
     kf_config_print_help(out, KF_USE_SCHED);
 }
