@@ -383,7 +383,14 @@ typedef struct api_list_q {
     const char *label_key[KF_JOB_MAX_LABELS], *label_val[KF_JOB_MAX_LABELS];
     int         n_labels;
     kf_fields  *fe;
+    /* Filled once the query is checked: the owner's token id (NULL for an
+     * admin) and the cursor's position (NULL without a cursor). */
+    const char *owner, *cur_micros, *cur_id;
 } api_list_q;
+
+/* How many of a label's jobs, newest first, the label-driven list reads
+ * before it gives the query to the planner (api_h_job_list). */
+#define API_LIST_LABEL_WINDOW "500"
 
 static enum MHD_Result api_list_label(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
@@ -447,6 +454,142 @@ static void api_list_check(api_req *r, api_list_q *q)
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, api_list_label, q);
 }
 
+/* Appends to sql the conditions of the list's filters on the jobs row j,
+ * labels from the first_label-th on, each value a parameter; the owner,
+ * time window and cursor unless by_label (they are the label window's
+ * then, api_list_window). */
+static void api_list_where(const api_list_q *q, int first_label, bool by_label, kf_buf *sql, const char **params,
+                           int *np)
+{
+    const struct {
+        const char *v, *cond;
+    } eq[] = {
+        { q->state, " AND j.state = $%d" },
+        { q->kind, " AND j.kind = $%d" },
+        { q->target, " AND j.target = $%d" },
+        { q->op, " AND j.spec->>'op' = $%d" },
+        { q->batch, " AND j.batch_id = $%d::uuid" },
+        { q->worker, " AND j.worker_id = $%d" },
+        { by_label ? NULL : q->after, " AND j.created_at > $%d::timestamptz" },
+        { by_label ? NULL : q->before, " AND j.created_at < $%d::timestamptz" },
+        { by_label ? NULL : q->owner, " AND j.owner_token_id = $%d::bigint" },
+    };
+
+    for (size_t i = 0; i < sizeof(eq) / sizeof(eq[0]); i++) {
+        if (eq[i].v) {
+            params[(*np)++] = eq[i].v;
+            kf_buf_addf(sql, eq[i].cond, *np);
+        }
+    }
+    for (int i = first_label; i < q->n_labels; i++) {
+        /* Containment, which the GIN index on labels serves; label values
+         * are strings, so it is labels->>KEY = VALUE. */
+        params[(*np)++] = q->label_key[i];
+        params[(*np)++] = q->label_val[i];
+        kf_buf_addf(sql, " AND j.labels @> jsonb_build_object($%d::text, $%d::text)", *np - 1, *np);
+    }
+    if (q->cur_micros && !by_label) {
+        params[(*np)++] = q->cur_micros;
+        params[(*np)++] = q->cur_id;
+        kf_buf_addf(sql,
+                    " AND (j.created_at, j.id) < ('epoch'::timestamptz + $%d::bigint * interval '1 microsecond', "
+                    "$%d::uuid)",
+                    *np - 1, *np);
+    }
+}
+
+/* Appends the label window: the first label's job_labels rows l (job_id,
+ * created_at) in the owner's jobs, time window and cursor, newest first,
+ * at most API_LIST_LABEL_WINDOW (migration 0011's indexes serve it). */
+static void api_list_window(const api_list_q *q, kf_buf *sql, const char **params, int *np)
+{
+    params[(*np)++] = q->label_key[0];
+    params[(*np)++] = q->label_val[0];
+    kf_buf_addf(sql, "SELECT l.job_id, l.created_at FROM job_labels l WHERE l.key = $%d AND l.value = $%d", *np - 1,
+                *np);
+    if (q->owner) {
+        params[(*np)++] = q->owner;
+        kf_buf_addf(sql, " AND l.owner_token_id = $%d::bigint", *np);
+    }
+    if (q->after) {
+        params[(*np)++] = q->after;
+        kf_buf_addf(sql, " AND l.created_at > $%d::timestamptz", *np);
+    }
+    if (q->before) {
+        params[(*np)++] = q->before;
+        kf_buf_addf(sql, " AND l.created_at < $%d::timestamptz", *np);
+    }
+    if (q->cur_micros) {
+        params[(*np)++] = q->cur_micros;
+        params[(*np)++] = q->cur_id;
+        kf_buf_addf(sql,
+                    " AND (l.created_at, l.job_id) < ('epoch'::timestamptz + $%d::bigint * interval '1 microsecond', "
+                    "$%d::uuid)",
+                    *np - 1, *np);
+    }
+    kf_buf_adds(sql, " ORDER BY l.created_at DESC, l.job_id DESC LIMIT " API_LIST_LABEL_WINDOW);
+}
+
+/* The list's SQL into sql (reset first) and params (np set): a page of
+ * limit + 1 (lim) jobs rows in the list's order with each row's best
+ * iteration.  by_label: the jobs come from the first label's window
+ * (api_list_window) and the other filters are checked on each; otherwise
+ * the planner picks an index for all the filters at once. */
+static void api_list_sql(const api_list_q *q, bool full, bool by_label, const char *lim, kf_buf *sql,
+                         const char **params, int *np)
+{
+    kf_buf_reset(sql);
+    *np = 0;
+    kf_buf_adds(sql, "SELECT ");
+    kf_buf_adds(sql, full ? API_JOB_JSON "::text" : API_JOB_LIGHT_JSON);
+    kf_buf_adds(sql, ", (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id FROM ");
+    if (by_label) {
+        /* Ordered by the window's columns (equal to the job's), so the
+         * join keeps the window's order and stops after a page. */
+        kf_buf_adds(sql, "(SELECT j.* FROM (");
+        api_list_window(q, sql, params, np);
+        kf_buf_adds(sql, ") c JOIN jobs j ON j.id = c.job_id WHERE true");
+        api_list_where(q, 1, true, sql, params, np);
+        params[(*np)++] = lim;
+        kf_buf_addf(sql, " ORDER BY c.created_at DESC, c.job_id DESC LIMIT $%d::int) j", *np);
+    } else {
+        /* An index range scan in the list's order, stopping after limit +
+         * 1 rows, or (for filters no such index serves) a bitmap scan and
+         * a sort of the matches. */
+        kf_buf_adds(sql, "(SELECT * FROM jobs j WHERE true");
+        api_list_where(q, 0, false, sql, params, np);
+        params[(*np)++] = lim;
+        kf_buf_addf(sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int) j", *np);
+    }
+    if (!full)
+        kf_buf_adds(sql, " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "
+                         "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "
+                         "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) b ON true");
+    kf_buf_adds(sql, " ORDER BY j.created_at DESC, j.id DESC");
+}
+
+/* 1 when the label window of q (api_list_window) is full, so matches may
+ * lie past it; 0 when it holds every job of the label; -1 when the query
+ * failed (answered). */
+static int api_list_window_full(api_req *r, const api_list_q *q)
+{
+    const char *params[8];
+    int np = 0, full;
+    kf_buf sql = KF_BUF_INIT;
+    PGresult *res;
+
+    kf_buf_adds(&sql, "SELECT count(*) = " API_LIST_LABEL_WINDOW " FROM (");
+    api_list_window(q, &sql, params, &np);
+    kf_buf_adds(&sql, ") c");
+    res = api_req_sql(r, sql.data, np, params);
+    kf_buf_release(&sql);
+    if (!res)
+        return -1;
+    full = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    return full;
+}
+
 void api_h_job_list(api_req *r)
 {
     static const char *const allowed[] = { "state", "kind", "target", "limit", "cursor", "op", "batch", "created_after",
@@ -490,74 +633,37 @@ void api_h_job_list(api_req *r)
         return;
     }
     full = q.view && strcmp(q.view, "full") == 0;
-
-    /* The page first (an index range scan in the list's order, stopping
-     * after limit + 1 rows), then each row's best iteration. */
-    kf_buf_adds(&sql, "SELECT ");
-    kf_buf_adds(&sql, full ? API_JOB_JSON "::text" : API_JOB_LIGHT_JSON);
-    kf_buf_adds(&sql, ", (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id FROM (SELECT * FROM jobs j WHERE true");
-    if (q.state) {
-        params[np++] = q.state;
-        kf_buf_addf(&sql, " AND j.state = $%d", np);
-    }
-    if (q.kind) {
-        params[np++] = q.kind;
-        kf_buf_addf(&sql, " AND j.kind = $%d", np);
-    }
-    if (q.target) {
-        params[np++] = q.target;
-        kf_buf_addf(&sql, " AND j.target = $%d", np);
-    }
-    if (q.op) {
-        params[np++] = q.op;
-        kf_buf_addf(&sql, " AND j.spec->>'op' = $%d", np);
-    }
-    if (q.batch) {
-        params[np++] = q.batch;
-        kf_buf_addf(&sql, " AND j.batch_id = $%d::uuid", np);
-    }
-    if (q.after) {
-        params[np++] = q.after;
-        kf_buf_addf(&sql, " AND j.created_at > $%d::timestamptz", np);
-    }
-    if (q.before) {
-        params[np++] = q.before;
-        kf_buf_addf(&sql, " AND j.created_at < $%d::timestamptz", np);
-    }
-    if (q.worker) {
-        params[np++] = q.worker;
-        kf_buf_addf(&sql, " AND j.worker_id = $%d", np);
-    }
-    for (int i = 0; i < q.n_labels; i++) {
-        /* Containment, which the GIN index on labels serves; label values
-         * are strings, so it is labels->>KEY = VALUE. */
-        params[np++] = q.label_key[i];
-        params[np++] = q.label_val[i];
-        kf_buf_addf(&sql, " AND j.labels @> jsonb_build_object($%d::text, $%d::text)", np - 1, np);
-    }
-    if (api_owner_param(r, ob)) {
-        params[np++] = ob;
-        kf_buf_addf(&sql, " AND j.owner_token_id = $%d::bigint", np);
-    }
-    if (q.cursor) {
-        params[np++] = micros;
-        params[np++] = cur_id;
-        kf_buf_addf(&sql,
-                    " AND (j.created_at, j.id) < ('epoch'::timestamptz + $%d::bigint * interval '1 microsecond', "
-                    "$%d::uuid)",
-                    np - 1, np);
-    }
     snprintf(lim_buf, sizeof(lim_buf), "%ld", limit + 1);
-    params[np++] = lim_buf;
-    kf_buf_addf(&sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int) j", np);
-    if (!full)
-        kf_buf_adds(&sql, " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "
-                          "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "
-                          "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) b ON true");
-    kf_buf_adds(&sql, " ORDER BY j.created_at DESC, j.id DESC");
-    res = api_req_sql(r, sql.data, np, params);
-    if (!res)
-        goto out;
+    q.owner = api_owner_param(r, ob) ? ob : NULL;
+    if (q.cursor) {
+        q.cur_micros = micros;
+        q.cur_id = cur_id;
+    }
+    if (q.n_labels) {
+        /* A label's jobs newest first from job_labels, at most
+         * API_LIST_LABEL_WINDOW of them; when those hold fewer than a
+         * page and the window was full, the matches may go on past it:
+         * then the whole query, for the planner to choose. */
+        api_list_sql(&q, full, true, lim_buf, &sql, params, &np);
+        res = api_req_sql(r, sql.data, np, params);
+        if (!res)
+            goto out;
+        if (PQntuples(res) <= limit) {
+            int full_window = api_list_window_full(r, &q);
+            if (full_window < 0)
+                goto out;
+            if (full_window) {
+                PQclear(res);
+                res = NULL;
+            }
+        }
+    }
+    if (!res) {
+        api_list_sql(&q, full, false, lim_buf, &sql, params, &np);
+        res = api_req_sql(r, sql.data, np, params);
+        if (!res)
+            goto out;
+    }
     rows = PQntuples(res);
     kf_buf_adds(&out, "{\"jobs\":[");
     for (int i = 0; i < rows && i < limit; i++) {

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+#include "kf_buf.h"
 #include "test_api_fixture.h"
 #include "tests/lib/kf_test.h"
 
@@ -221,6 +222,61 @@ Test(api_runs, the_list_filters_combine_with_and)
     free(b);
     free(c);
     free(other);
+}
+
+/* A label filter reads the label's jobs newest first, a window of 500 at a
+ * time (api/api_jobs.c); matches past a full window come from the query
+ * the planner plans, and pages go on across both. */
+Test(api_runs, label_filters_find_matches_past_the_label_window, .timeout = 180)
+{
+    char *a = job_with(fx.user, "{\"team\":\"big\"}", "{\"op\":\"matmul\"}");
+    kf_buf seen = KF_BUF_INIT;
+    char last[64] = "~";
+    int total = 0;
+
+    /* 700 newer softmax jobs of the same label, and 10 of another user's. */
+    sql_exec("INSERT INTO jobs (id, kind, state, target, backend, spec, labels, owner_token_id, created_at, "
+             "updated_at) SELECT gen_random_uuid(), kind, state, target, backend, '{\"op\":\"softmax\"}', labels, "
+             "owner_token_id + CASE WHEN g > 700 THEN 1 ELSE 0 END, created_at + g * interval '1 ms', updated_at "
+             "FROM jobs, generate_series(1, 710) g WHERE id = $1::uuid",
+             1, a, NULL, NULL, NULL);
+    cr_assert_eq(count_jobs(fx.user, "label.team=big&op=matmul"), 1, "the one match lies past the window");
+    cr_assert_eq(count_jobs(fx.user, "label.team=big&op=softmax&limit=200"), 200);
+    cr_assert_eq(count_jobs(fx.user, "label.team=big&op=add"), 0);
+    cr_assert_eq(count_jobs(fx.user, "label.team=big&created_before=2000-01-01T00:00:00Z"), 0);
+    /* Pages of 200 through all 701 of the user's, each once, newest first. */
+    {
+        char *cur = NULL;
+        do {
+            cJSON *v = cur ? get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=200&cursor=%s", cur)
+                           : get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=200");
+            cJSON *it;
+            cJSON_ArrayForEach(it, cJSON_GetObjectItem(v, "jobs")) {
+                const char *id = fx_str(it, "id"), *at = fx_str(it, "created_at");
+                char key[48];
+                snprintf(key, sizeof(key), "|%s|", id);
+                cr_assert(!seen.data || !strstr(seen.data, key), "job %s listed twice", id);
+                cr_assert(at && strcmp(at, last) <= 0, "newest first: %s after %s", at, last);
+                snprintf(last, sizeof(last), "%s", at);
+                kf_buf_adds(&seen, key);
+                total++;
+            }
+            free(cur);
+            cur = cJSON_IsString(cJSON_GetObjectItem(v, "next_cursor")) ? kf_strdup(fx_str(v, "next_cursor")) : NULL;
+            cJSON_Delete(v);
+        } while (cur);
+    }
+    cr_assert_eq(total, 701);
+    cr_assert_eq(count_jobs(fx.admin, "label.team=big&limit=200"), 200);
+    /* An operator's fix of created_at moves the job in the list too. */
+    sql_exec("UPDATE jobs SET created_at = now() + interval '1 day' WHERE id = $1::uuid", 1, a, NULL, NULL, NULL);
+    {
+        cJSON *v = get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=1");
+        cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "jobs"), 0), "id"), a);
+        cJSON_Delete(v);
+    }
+    kf_buf_release(&seen);
+    free(a);
 }
 
 Test(api_runs, bad_list_filters_are_400_naming_the_field)
