@@ -839,14 +839,20 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     const ka_space *sp = t->sp;
     double t0 = ka_now(), wall_eval = 0, wall_val = 0, sim = 0;
     char *kwargs = ka_space_kwargs(sp, c->idx, t->pb->fixed_kwargs);
-    cJSON *timing = NULL, *val = NULL, *it = cJSON_CreateObject(), *compile, *tm, *tr;
+    cJSON *timing = NULL, *val = NULL, *tr;
+    ka_iter it;
     bool cached = false, better = false, correct = false, validated = false, cancel_mid = false;
     double lat = 0, floor_ns = 0;
-    char reason[1024], params_txt[512];
+    char *const reason = it.reason;
+    const size_t reason_len = sizeof(it.reason);
+    char params_txt[512];
     ka_seen *s;
     kf_code rc;
 
+    memset(&it, 0, sizeof(it));
+    it.compile_cached = -1;
     t->iter++;
+    it.iteration = t->iter;
     ka_fmt_params(sp, c->idx, params_txt, sizeof(params_txt));
     if (t->iter == 1 && t->h && t->h->status) {
         char what[700];
@@ -858,26 +864,23 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         goto out;
     sim += jnum(timing, "sim_seconds", 0) * (cached ? 0 : 1);
     if (t->iter == 1 && t->source)
-        cJSON_AddStringToObject(it, "source", t->source);
-    cJSON_AddItemToObject(it, "params", ka_space_params(sp, c->idx));
-    compile = cJSON_AddObjectToObject(it, "compile");
+        it.source = t->source;
+    it.params = ka_space_params(sp, c->idx);
     if (!jbool(timing, "ok")) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(timing, "error");
-        cJSON_AddBoolToObject(compile, "ok", false);
-        cJSON_AddItemToObject(compile, "error", cJSON_Duplicate(e, true));
+        it.compiled = false;
+        it.compile_error = e ? cJSON_Duplicate(e, true) : NULL;
         (void)ka_seen_add(t, c->idx, 1);
         t->compile_errors++;
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
-        cJSON_AddItemToObject(it, "validation", cJSON_CreateObject());
-        cJSON_AddItemToObject(it, "profile", cJSON_CreateObject());
-        cJSON_AddItemToObject(it, "findings", cJSON_CreateArray());
-        cJSON_AddStringToObject(it, "action", "reject");
-        cJSON_AddBoolToObject(it, "correct", false);
+        snprintf(reason, reason_len, "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
+        it.action = "reject";
+        it.has_correct = true;
+        it.correct = false;
         goto record;
     }
-    cJSON_AddBoolToObject(compile, "ok", true);
-    cJSON_AddBoolToObject(compile, "cached", cached);
+    it.compiled = true;
+    it.compile_cached = cached;
     lat = jnum(timing, "latency_ns", 0);
     floor_ns = jnum(timing, "floor_ns", 0);
     s = ka_seen_add(t, c->idx, 2);
@@ -905,20 +908,20 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         s->valid = correct ? 1 : 0;
         ka_trim_checks(val);
     }
+    it.validation = val ? cJSON_Duplicate(val, true) : NULL;
+    it.verdict = validated ? (correct ? KA_VERDICT_PASS : KA_VERDICT_FAIL) : KA_VERDICT_SKIPPED;
+    if (!validated)
+        it.skip_reason = cancel_mid ? "the job was cancelled before validation"
+                                    : "not faster than the best: explored timing-only, not validated";
+    it.profile = ka_profile_part(timing, cached);
     {
-        cJSON *v = val ? cJSON_Duplicate(val, true) : cJSON_CreateObject();
-        cJSON_AddStringToObject(v, "status", validated ? (correct ? "pass" : "fail") : "skipped");
-        if (!validated)
-            cJSON_AddStringToObject(v, "reason", cancel_mid ? "the job was cancelled before validation"
-                                                            : "not faster than the best: explored timing-only, not validated");
-        cJSON_AddItemToObject(it, "validation", v);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(timing, "findings");
+        it.findings = f ? cJSON_Duplicate(f, true) : NULL;
     }
-    cJSON_AddItemToObject(it, "profile", ka_profile_part(timing, cached));
-    cJSON_AddItemToObject(it, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(timing, "findings"), true));
     if (cancel_mid) {
-        snprintf(reason, sizeof(reason), "%s; %.1f us, but the job was cancelled before it could be validated",
+        snprintf(reason, reason_len, "%s; %.1f us, but the job was cancelled before it could be validated",
                  c->reason, ka_us(lat));
-        cJSON_AddStringToObject(it, "action", "explore");
+        it.action = "explore";
     } else if (better && correct) {
         int prev[KA_MAX_TUNABLES];
         bool had = t->have_best;
@@ -933,19 +936,19 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         t->best_iter = t->iter;
         t->since_improve = 0;
         if (had)
-            snprintf(reason, sizeof(reason), "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
+            snprintf(reason, reason_len, "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
                      c->reason, ka_us(lat), 100.0 * (prev_lat - lat) / prev_lat, ka_us(prev_lat));
         else
-            snprintf(reason, sizeof(reason), "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
+            snprintf(reason, reason_len, "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
                      ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0);
-        cJSON_AddStringToObject(it, "action", had ? "accept" : "baseline");
+        it.action = had ? "accept" : "baseline";
         if (t->o->artifacts) {
             cJSON *params = ka_space_params(sp, c->idx), *arts = NULL;
             rc = ka_artifacts(t->pb, kwargs, params, 0, &arts, err);
             cJSON_Delete(params);
             if (rc)
                 goto out;
-            cJSON_AddItemToObject(it, "artifacts", arts);
+            it.artifacts = arts;
         }
         {
             cJSON *pe = cJSON_CreateObject();
@@ -983,14 +986,14 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     } else if (better && !correct) {
         t->rejected++;
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
+        snprintf(reason, reason_len, "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
                  ka_us(lat), ka_first_failure(val));
-        cJSON_AddStringToObject(it, "action", "reject");
+        it.action = "reject";
     } else {
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; %.1f us is not faster than the best (%.1f us)", c->reason, ka_us(lat),
+        snprintf(reason, reason_len, "%s; %.1f us is not faster than the best (%.1f us)", c->reason, ka_us(lat),
                  ka_us(t->best_lat));
-        cJSON_AddStringToObject(it, "action", "explore");
+        it.action = "explore";
     }
     /* `default` is the template's default setting; until it is evaluated
      * (exhaustive and random order may never reach it) the first setting */
@@ -1005,19 +1008,19 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         cJSON_AddBoolToObject(t->default_info, "correct", correct);
         cJSON_AddBoolToObject(t->default_info, "validated", validated);
     }
-    cJSON_AddNumberToObject(it, "latency_ns", lat);
-    if (validated)
-        cJSON_AddBoolToObject(it, "correct", correct);
+    it.has_latency = true;
+    it.latency_ns = lat;
+    it.has_correct = validated;
+    it.correct = correct;
 record:
-    cJSON_AddStringToObject(it, "reason", reason);
     {
         double total = ka_now() - t0;
-        tm = cJSON_AddObjectToObject(it, "timings");
-        cJSON_AddNumberToObject(tm, "eval_ms", wall_eval * 1e3);
-        cJSON_AddNumberToObject(tm, "validate_ms", wall_val * 1e3);
-        cJSON_AddNumberToObject(tm, "sim_ms", sim * 1e3);
-        cJSON_AddNumberToObject(tm, "overhead_ms", (total - wall_eval - wall_val) * 1e3);
-        cJSON_AddNumberToObject(tm, "total_ms", total * 1e3);
+        it.has_timings = true;
+        it.eval_ms = wall_eval * 1e3;
+        it.validate_ms = wall_val * 1e3;
+        it.sim_ms = sim * 1e3;
+        it.overhead_ms = (total - wall_eval - wall_val) * 1e3;
+        it.total_ms = total * 1e3;
         t->eval_s += wall_eval + wall_val;
         t->sim_s += sim;
     }
@@ -1027,12 +1030,12 @@ record:
     cJSON_AddNumberToObject(tr, "latency_ns", lat);
     cJSON_AddNumberToObject(tr, "best_ns", t->have_best ? t->best_lat : 0);
     cJSON_AddBoolToObject(tr, "cached", cached);
-    cJSON_AddStringToObject(tr, "action", jstr(it, "action", ""));
+    cJSON_AddStringToObject(tr, "action", it.action);
     cJSON_AddItemToArray(t->trace, tr);
     if (t->h && t->h->progress)
-        t->h->progress(t->h->ctx, it);
+        t->h->progress(t->h->ctx, &it);
 out:
-    cJSON_Delete(it);
+    ka_iter_release(&it);
     cJSON_Delete(timing);
     cJSON_Delete(val);
     free(kwargs);
