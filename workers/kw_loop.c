@@ -118,15 +118,16 @@ static void kw_finish(kw_worker *w, const kf_queue_lease *l, bool ok, const char
     long st = 0;
 
     if (plan.report) {
-        kf_finish_body(&body, l->attempt, l->token, ok, result_json, error, plan.retry, w->id);
-        kf_upload_add_provenance(&body, ok ? prov : NULL);
+        kf_finish_report rep = { l->attempt, l->token, ok, result_json, error, plan.retry, w->id, prov };
+        kf_finish_body(&body, &rep);
         st = kw_deliver_final(w, path, body.data);
         if (st < 0)
             goto out;   /* still in the spool: leave the lease to expire (at-least-once) */
         if (kf_finish_answer_of(st, kf_report_problem(w->rep)) == KF_FINISH_REFUSED) {
             char *e = kf_asprintf("the API refused this attempt's result report (HTTP %ld)", st);
+            kf_finish_report refused = { l->attempt, l->token, false, NULL, e, false, w->id, NULL };
             kf_buf_reset(&body);
-            kf_finish_body(&body, l->attempt, l->token, false, NULL, e, false, w->id);
+            kf_finish_body(&body, &refused);
             kf_log_error("%s job=%s", e, l->id);
             plan.retry = false;
             free(e);
