@@ -237,3 +237,25 @@ Test(beat, the_registry_entry_and_the_api_heartbeat)
     cJSON_Delete(doc);
     free(txt);
 }
+
+Test(loop, a_running_job_stops_on_cancel_a_lost_lease_or_the_end_of_the_drain)
+{
+    static kw_worker w;
+
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    w.drain_ms = 60000;
+    cr_assert_not(kw_loop_should_stop(&w));
+    w.cancel_seen = true;
+    cr_assert(kw_loop_should_stop(&w), "cancel");
+    w.cancel_seen = false;
+    w.lease_lost = true;
+    cr_assert(kw_loop_should_stop(&w), "lease lost");
+    w.lease_lost = false;
+    w.term = 1;
+    cr_assert_not(kw_loop_should_stop(&w), "SIGTERM: the job may run out its drain time");
+    w.drain_deadline_ms = kw_now_ms() - 1;
+    cr_assert(kw_loop_should_stop(&w), "drain over");
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+}
