@@ -28,7 +28,8 @@
  * The bound is the op's floor: max(compute bound, necessary-IO bound) of the
  * profile, which no kernel can beat; "fraction" = floor / latency.
  *
- * Result JSON (owned by the caller): best kernel (source with the best
+ * Result JSON (owned by the caller; ka_result_json of the ka_result the
+ * loop fills, ka_result.h): best kernel (source with the best
  * tunables as the entry's defaults, params, metrics, fraction), default
  * setting's metrics, path of improving iterations, stop reason, counts
  * (evaluations, cache hits, pruned, validations, rejected), a per-iteration
