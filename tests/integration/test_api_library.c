@@ -13,7 +13,7 @@
 #include "tests/lib/kf_test.h"
 #include "workers/kf_upload.h"
 
-#define REDIS_DB 13
+#define REDIS_DB 15
 
 static api_fx fx;
 
