@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kf_alloc.h"
+#include "kf_json.h"
 
 bool cli_library_id_ok(const char *id)
 {
@@ -42,12 +43,18 @@ static bool cli_lib_inputs(const cJSON *entry, const cJSON *meta, cJSON *args)
         char spec[512];
         size_t o;
 
-        if (!name || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) < 1)
+        /* names and dtype come from the network: identifiers only, so
+         * one argument stays NAME=shape:...:DTYPE */
+        if (!name || !kf_ident_valid(name, 64, NULL) || !kf_ident_valid(dt, 32, NULL) || !cJSON_IsArray(sh) ||
+            cJSON_GetArraySize(sh) < 1)
             return false;
         o = (size_t)snprintf(spec, sizeof(spec), "%.64s=shape:", name);
         cJSON_ArrayForEach(d, sh)
         {
-            if (!cJSON_IsNumber(d) || d->valuedouble < 1 || o >= sizeof(spec))
+            /* a whole number of 1..2^31 elements (KF_JOB_MAX_DIM); the
+             * network's JSON may hold 1e400, which cJSON reads as inf */
+            if (!cJSON_IsNumber(d) || !(d->valuedouble >= 1 && d->valuedouble <= 2147483648.0) ||
+                (double)(long long)d->valuedouble != d->valuedouble || o >= sizeof(spec))
                 return false;
             o += (size_t)snprintf(spec + o, sizeof(spec) - o, "%s%.0f", d == sh->child ? "" : "x", d->valuedouble);
         }

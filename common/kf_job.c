@@ -265,7 +265,7 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
 /* A generate spec's warm_start, which the API adds from the kernel library
  * (docs/library.md): {"entry": an entry id (1..200 of [A-Za-z0-9_.-]),
  * "params": at most KF_JOB_MAX_TUNABLES identifiers to a number, boolean or
- * string of at most 64 bytes, "latency_ns": a positive number}. */
+ * string of at most 64 bytes, "latency_ns": a number >= 0}. */
 static void kf_job_check_warm(const cJSON *spec, const char *parent, kf_fields *fe)
 {
     static const char *const allowed[] = { "entry", "params", "latency_ns", NULL };
