@@ -299,8 +299,11 @@ static void kf_job_check_warm(const cJSON *spec, const char *parent, kf_fields *
     }
     cJSON_ArrayForEach(v, p)
     {
+        /* finite: an overflowing number (1e400) reads as inf and would
+         * print as null in the payload, which the worker then refuses */
         bool ok = kf_ident_valid(v->string, 64, NULL) &&
-                  (cJSON_IsNumber(v) || cJSON_IsBool(v) || (cJSON_IsString(v) && strlen(v->valuestring) <= 64));
+                  ((cJSON_IsNumber(v) && isfinite(v->valuedouble)) || cJSON_IsBool(v) ||
+                   (cJSON_IsString(v) && strlen(v->valuestring) <= 64));
         if (!ok) {
             char pp[112];
             kf_field_path(pp, sizeof(pp), path, "params");

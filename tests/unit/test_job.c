@@ -113,6 +113,7 @@ static const bad_case bad_cases[] = {
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\"}}", "warm_start.params", "required" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"T\":[1]}}}", "warm_start.params", "type" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"2T\":1}}}", "warm_start.params", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"T\":1e400}}}", "warm_start.params", "type" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{},\"latency_ns\":-1}}", "warm_start.latency_ns", "range" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{},\"why\":1}}", "warm_start.why", "unknown" },
     { "{\"kind\":\"profile\",\"target\":\"trn2\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "source", "required" },
