@@ -431,6 +431,19 @@ Test(api_library, a_user_kernel_is_its_owners_and_the_source_is_rebuilt_from_dif
     cr_assert_eq(kf_http_request("GET", url, fx.user, NULL, NULL, 0, &r), 200, "%s", r.body);
     cr_assert(strstr(r.body, "\ndef mykern(x, T=2):\n    return x\n"), "rebuilt from the diff: %s", r.body);
     kf_http_resp_release(&r);
+    /* the rebuilt source is a content no artifact link names: retention
+     * (no grace) keeps it because the entry names it */
+    {
+        kf_artifact_store *st = NULL;
+        long links = 0, blobs = 0;
+        cr_assert_eq(kf_artifact_store_open("pg", &st, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_artifact_retain(st, fx.pg, 1, 0, &links, &blobs, &e), KF_OK, "%s", e.msg);
+        kf_artifact_store_free(st);
+        cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM artifact_blobs b JOIN kernel_library l "
+                                     "ON l.source_sha256 = b.sha256", NULL), 1);
+        cr_assert_eq(kf_http_request("GET", url, fx.user, NULL, NULL, 0, &r), 200, "%s", r.body);
+        kf_http_resp_release(&r);
+    }
     /* bob neither lists nor reads alice's kernel; an admin does */
     cr_assert_eq(kf_http_request("GET", url, fx.user2, NULL, NULL, 0, &r), 404, "%s", r.body);
     kf_http_resp_release(&r);
