@@ -60,7 +60,7 @@ static void api_lib_filter(api_req *r, const char *name, bool dotted, kf_fields 
     *out = NULL;
     if (!v)
         return;
-    if (dotted && strncmp(v, "user.", 5) == 0 ? !kf_ident_valid(v + 5, 64, NULL) : !kf_ident_valid(v, 64, NULL)) {
+    if ((dotted && strncmp(v, "user.", 5) == 0) ? !kf_ident_valid(v + 5, 64, NULL) : !kf_ident_valid(v, 64, NULL)) {
         kf_fields_add(fe, name, "pattern", "must be a name such as \"rmsnorm\" ([A-Za-z_][A-Za-z0-9_]*%s)",
                       dotted ? ", or user.NAME for a user kernel" : "");
         return;

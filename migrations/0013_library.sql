@@ -143,3 +143,7 @@ CREATE VIEW kforge_library AS
 SELECT id, kernel, shape::jsonb AS shape, dtype, target, backend, owner_token_id, entry, params, latency_ns,
        fraction_of_bound, provenance, job_id, attempt, seq, source_sha256, job_finished_at, updated_at, created_at
 FROM kernel_library;
+
+-- Analysts (the kforge_reader role of 0008) read the library and its
+-- history with plain SQL.
+GRANT SELECT ON kforge_library, kernel_library_history TO kforge_reader;

@@ -227,6 +227,11 @@ Test(api_library, an_entry_appears_when_a_job_succeeds_with_its_kernel)
     free(path);
     /* one offer per success: the job's events and the entry agree */
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM kernel_library_history", NULL), 1);
+    /* analysts read it with plain SQL */
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM kforge_library WHERE kernel = 'add'", NULL), 1);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT has_table_privilege('kforge_reader', 'kforge_library', 'SELECT')::int",
+                            NULL),
+                 1);
     cJSON_Delete(one);
     cJSON_Delete(list);
     free(job);
