@@ -515,3 +515,39 @@ Test(api_library, a_second_generate_of_the_same_op_and_shape_gets_a_warm_start)
     free(second);
     free(other);
 }
+
+Test(api_library, a_tie_keeps_the_entry_and_a_job_without_a_correct_kernel_offers_nothing)
+{
+    char *a = run_job(fx.user, ADD_TRN2, 1024, 2000, PROV_A), *tie = run_job(fx.user, ADD_TRN2, 512, 2000, PROV_A);
+    char *wrong;
+    cJSON *list;
+    const cJSON *it;
+    lease l;
+
+    it = only_item(fx.user, "", &list);
+    cr_assert_str_eq(fx_str(it, "job_id"), a, "an equal latency is not faster");
+    cJSON_Delete(list);
+    /* a job whose only iteration is wrong succeeds, and offers nothing */
+    wrong = leased(fx.user, "\"op\":\"add\",\"shapes\":[[64,64],[64,64]],\"dtype\":\"bfloat16\",\"target\":\"trn2\"",
+                   &l);
+    report_iteration(wrong, &l, 1, "\"source\":\"def add(a, b):\\n    return a\\n\"", "{}", 10, false);
+    succeed(wrong, &l, PROV_A);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE state = 'succeeded'", NULL), 3);
+    it = only_item(fx.user, "", &list);
+    cr_assert_str_eq(fx_str(it, "job_id"), a);
+    cJSON_Delete(list);
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM kernel_library_history", NULL), 1);
+    /* another provenance that is not newer (the entry's job finished later, as when a result of
+     * the old build arrives late) does not replace it, even faster */
+    cr_assert_eq(fx_sql_int(&fx, "WITH u AS (UPDATE kernel_library SET job_finished_at = now() + interval '1 hour' "
+                                 "RETURNING 1) SELECT count(*) FROM u", NULL),
+                 1);
+    free(tie);
+    tie = run_job(fx.user, ADD_TRN2, 2048, 100, PROV_B);
+    it = only_item(fx.user, "", &list);
+    cr_assert_str_eq(fx_str(it, "job_id"), a);
+    cJSON_Delete(list);
+    free(a);
+    free(tie);
+    free(wrong);
+}
