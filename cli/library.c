@@ -18,6 +18,7 @@
 #include "cli/cli_out.h"
 #include "kf_alloc.h"
 #include "kf_config.h"
+#include "kf_fs.h"
 #include "kf_num.h"
 
 enum { LIB_OK = 0, LIB_REFUSED = 1, LIB_USAGE = 2, LIB_UNREACHABLE = 3 };
@@ -54,7 +55,8 @@ static void lib_usage(FILE *out)
             "           Files are written to a temporary name and renamed; manifest.json comes last.\n"
             "           A DIR that exists and is not empty is refused unless --force.\n"
             "\n"
-            "Options of every command: --json (the API's JSON as it came), --quiet, --help.\n"
+            "Options of every command: --json (the API's JSON; list: every page read, in one document),\n"
+            "--quiet, --help.\n"
             "Exit status: 0 ok, 1 refused by the server or a file not written, 2 usage, 3 API unreachable.\n");
 }
 
@@ -337,7 +339,7 @@ static int lib_export(const lib_opts *o, const char *dir)
                 dir);
         return LIB_USAGE;
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (kf_mkdir_p(dir, 0755) != 0) {
         fprintf(stderr, "kforge: cannot create %s: %s\n", dir, strerror(errno));
         return LIB_REFUSED;
     }
