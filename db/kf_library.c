@@ -31,7 +31,8 @@ static const char kf_lib_candidate[] =
     "  WHERE i.job_id = j.id AND i.correct AND i.latency_ns > 0 AND i.latency_ns < 'Infinity' "
     "  ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) b ON true "
     "WHERE j.id = $1::uuid AND j.state = 'succeeded' AND j.kind IN ('generate', 'optimize') "
-    "  AND CASE WHEN j.kind = 'generate' THEN j.spec->>'op' ELSE j.spec->>'entry' END ~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$'";
+    "  AND CASE WHEN j.kind = 'generate' THEN j.spec->>'op' ELSE j.spec->>'entry' END "
+    "  ~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$'";
 
 enum { C_KERNEL, C_SHAPE, C_DTYPE, C_TARGET, C_BACKEND, C_OWNER, C_ENTRY, C_PARAMS, C_LAT, C_FRAC, C_ATTEMPT, C_SEQ,
        C_PROV, C_FINISHED, C_SHA };
