@@ -257,6 +257,10 @@ typedef struct ka_tuner {
     int               def_idx[KA_MAX_TUNABLES];
     bool              have_def, default_due;
     int               default_info_idx[KA_MAX_TUNABLES];   /* the setting res.def describes */
+    /* the warm start (ka_opts.warm_params): whether the search started
+     * from it, and why not when it did not */
+    bool              warm_used;
+    char              warm_note[200];
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -685,9 +689,53 @@ static kf_code ka_prior(ka_tuner *t, int *idx, bool tiles, kf_err *err)
     return KF_OK;
 }
 
-/* The first setting of the guided planner: the fixed-cost prior applied to
- * the template's default (t->def_idx, set by ka_tune).  Defaults that break
- * a constraint are counted as pruned. */
+/* The warm start's setting: each tunable's value in o->warm_params, found
+ * in its declared list; false with t->warm_note saying why not. */
+static kf_code ka_warm_setting(ka_tuner *t, int *idx, bool *found, kf_err *err)
+{
+    const ka_space *sp = t->sp;
+    const char *why = NULL;
+    bool ok = false;
+    kf_code rc;
+
+    *found = false;
+    if (!cJSON_IsObject(t->o->warm_params)) {
+        snprintf(t->warm_note, sizeof(t->warm_note), "its params are not an object");
+        return KF_OK;
+    }
+    for (int i = 0; i < sp->n; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(t->o->warm_params, sp->t[i].name), *c;
+        int k = 0;
+        idx[i] = -1;
+        cJSON_ArrayForEach(c, sp->t[i].values)
+        {
+            if (v && cJSON_Compare(v, c, true)) {
+                idx[i] = k;
+                break;
+            }
+            k++;
+        }
+        if (idx[i] < 0) {
+            snprintf(t->warm_note, sizeof(t->warm_note), "%s %s", sp->t[i].name,
+                     v ? "has a value the template does not declare" : "is missing from its params");
+            return KF_OK;
+        }
+    }
+    rc = ka_space_legal(sp, idx, &ok, &why, err);
+    if (rc)
+        return rc;
+    if (!ok) {
+        snprintf(t->warm_note, sizeof(t->warm_note), "its params break the constraint \"%.150s\"", why ? why : "");
+        return KF_OK;
+    }
+    *found = true;
+    return KF_OK;
+}
+
+/* The first setting of the guided planner: the warm start's when it
+ * applies, else the fixed-cost prior applied to the template's default
+ * (t->def_idx, set by ka_tune).  Defaults that break a constraint are
+ * counted as pruned. */
 static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
 {
     const ka_space *sp = t->sp;
@@ -696,6 +744,22 @@ static kf_code ka_start(ka_tuner *t, ka_prop *out, bool *have, kf_err *err)
     kf_code rc;
     memset(out, 0, sizeof(*out));
     out->moved = -1;
+    if (t->o->warm_entry) {
+        bool found = false;
+        kf_code wrc = ka_warm_setting(t, out->idx, &found, err);
+        if (wrc)
+            return wrc;
+        if (found) {
+            char params[300];
+            ka_fmt_params(sp, out->idx, params, sizeof(params));
+            t->warm_used = true;
+            snprintf(out->reason, sizeof(out->reason),
+                     "warm start from library entry %.200s (%.100s), the best known params for this op and shape",
+                     t->o->warm_entry, sp->n ? params : "no tunables");
+            *have = true;
+            return KF_OK;
+        }
+    }
     for (int i = 0; i < sp->n; i++) {
         out->idx[i] = sp->t[i].def;
         legal = legal && t->def_idx[i] == sp->t[i].def;
@@ -1111,6 +1175,12 @@ static void ka_report(ka_tuner *t, const char *stop_msg)
         kf_buf_addf(&md, " %s", sim_dtype_name(pb->inputs[i].dtype));
     }
     kf_buf_addf(&md, ". Planner: %s.\n\n", ka_planner_name(t->o->planner));
+    if (t->o->warm_entry && t->warm_used)
+        kf_buf_addf(&md, "Warm start from library entry %s: the search started from its params.\n\n",
+                    t->o->warm_entry);
+    else if (t->o->warm_entry)
+        kf_buf_addf(&md, "Warm start from library entry %s not used: %s.\n\n", t->o->warm_entry,
+                    t->o->planner != KA_PLAN_GUIDED ? "only the guided planner starts from one" : t->warm_note);
     if (!t->have_best) {
         kf_buf_addf(&md, "**No correct kernel**: no candidate passed validation. %s\n", stop_msg);
     } else {
@@ -1210,6 +1280,8 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
         rc = ka_next(&t, &c, &have, err);
     } else {
         rc = ka_start(&t, &c, &have, err);
+        if (t.warm_used && patience > 0)
+            patience = patience / 2 > 2 ? patience / 2 : 2;
     }
     if (rc)
         goto out;
@@ -1267,6 +1339,15 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
         rc = ka_iterate(&t, &c, err);
         if (rc)
             goto out;
+    }
+    if (o->warm_entry) {
+        t.res.warm_entry = o->warm_entry;
+        t.res.warm_params = o->warm_params ? cJSON_Duplicate(o->warm_params, true) : NULL;
+        t.res.warm_used = t.warm_used;
+        snprintf(t.res.warm_note, sizeof(t.res.warm_note), "%s",
+                 t.warm_used                      ? "the search started from the entry's params"
+                 : o->planner != KA_PLAN_GUIDED ? "only the guided planner starts from one"
+                                                  : t.warm_note);
     }
     t.res.op = pb->op;
     t.res.entry = pb->entry;

@@ -31,7 +31,8 @@
  * Result JSON (owned by the caller; ka_result_json of the ka_result the
  * loop fills, ka_result.h): best kernel (source with the best
  * tunables as the entry's defaults, params, metrics, fraction), default
- * setting's metrics, path of improving iterations, stop reason, counts
+ * setting's metrics, "warm_start" {entry, params, used, note} when one was
+ * given, path of improving iterations, stop reason, counts
  * (evaluations, cache hits, pruned, validations, rejected), a per-iteration
  * trace, timings (loop overhead outside the sandboxed evaluations) and a
  * Markdown report.
@@ -78,6 +79,19 @@ typedef struct ka_opts {
     bool       validate_each;       /* validate every candidate, not only new bests */
     bool       artifacts;           /* attach ka_artifacts() to each new best's iteration */
     ka_cache  *cache;               /* NULL: a private one */
+    /* A warm start (docs/library.md): the params of a kernel library
+     * entry for the same op and shape, and its id.  The guided planner
+     * starts from them (instead of the template's default and the
+     * fixed-cost prior) when every tunable has one of its declared values
+     * there and the constraints hold; the first iteration's reason and the
+     * report then say "warm start from library entry <id>", the search
+     * checks their neighbourhood with half the patience (at least 2: they
+     * were already a local optimum of an earlier search) and the default
+     * is not evaluated afterwards.  Otherwise the search starts as usual
+     * and the result says why the warm start was not used.  Borrowed; NULL:
+     * none.  Other planners ignore it. */
+    const cJSON *warm_params;
+    const char  *warm_entry;
 } ka_opts;
 
 enum { KA_DEF_ITERATIONS = 40 };   /* ka_opts.max_iterations when 0 */

@@ -58,6 +58,13 @@ cJSON *ka_result_json(const ka_result *r)
 {
     cJSON *res = cJSON_CreateObject(), *arr, *st, *tm;
 
+    if (r->warm_entry) {
+        cJSON *w = cJSON_AddObjectToObject(res, "warm_start");
+        cJSON_AddStringToObject(w, "entry", r->warm_entry);
+        cJSON_AddItemToObject(w, "params", r->warm_params ? cJSON_Duplicate(r->warm_params, true) : cJSON_CreateNull());
+        cJSON_AddBoolToObject(w, "used", r->warm_used);
+        cJSON_AddStringToObject(w, "note", r->warm_note);
+    }
     cJSON_AddStringToObject(res, "op", r->op ? r->op : "");
     cJSON_AddStringToObject(res, "entry", r->entry ? r->entry : "");
     cJSON_AddStringToObject(res, "target", r->target ? r->target : "");
@@ -130,6 +137,7 @@ void ka_result_release(ka_result *r)
 {
     if (!r)
         return;
+    cJSON_Delete(r->warm_params);
     cJSON_Delete(r->best.params);
     cJSON_Delete(r->best.kwargs);
     cJSON_Delete(r->best.bounds);

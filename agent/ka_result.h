@@ -52,6 +52,14 @@ typedef struct ka_setting {       /* "default": the template's default setting *
 typedef struct ka_result {
     const char *op, *entry, *target, *planner;   /* borrowed */
 
+    /* "warm_start", when the job carried one (ka_opts.warm_entry): the
+     * library entry, its params (owned), whether the search started from
+     * them, and a note saying why or why not. */
+    const char *warm_entry;       /* borrowed; NULL: no warm start */
+    cJSON      *warm_params;
+    bool        warm_used;
+    char        warm_note[200];
+
     bool        correct;          /* a validated best exists: the members of best are set */
     struct {
         cJSON  *params, *kwargs;
@@ -84,7 +92,8 @@ typedef struct ka_result {
 ka_step *ka_result_add_step(ka_result *r);
 ka_trace_row *ka_result_add_trace(ka_result *r);
 
-/* The result document (the caller owns it): op, entry, target, planner,
+/* The result document (the caller owns it): warm_start? {entry, params,
+ * used, note}, op, entry, target, planner,
  * correct, best? {params, kwargs, iteration, latency_ns, floor_ns,
  * fraction_of_bound, bound_kind, bounds, summary, findings, validated,
  * source}, latency_ns?, fraction_of_bound?, default?, path, stop {reason,

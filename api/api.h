@@ -14,6 +14,7 @@
  *   api_compare.c   /v1/compare: runs side by side
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
+ *   api_library.c   /v1/library: the kernel library registry, and warm starts
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
  *   api_stream.c    live progress: Server-Sent Events fed by PostgreSQL
  *                   LISTEN/NOTIFY (api_stream_query.c: their query)
@@ -439,6 +440,16 @@ void api_h_internal_whoami(api_req *r);
 void api_h_internal_artifact(api_req *r);
 void api_h_job_artifacts(api_req *r);
 void api_h_artifact_get(api_req *r);
+/* The kernel library (api_library.c, docs/library.md). */
+void api_h_library_list(api_req *r);
+void api_h_library_get(api_req *r);
+void api_h_library_kernel(api_req *r);
+/* A generate job's warm start: when the library holds a shared entry for
+ * the spec's op, shapes and dtype on target and backend, add
+ * "warm_start": {"entry", "params", "latency_ns"} to spec (owned by the
+ * caller).  True when done (with or without an entry); false after
+ * answering a PostgreSQL failure. */
+bool api_library_warm(api_req *r, cJSON *spec, const char *target, const char *backend);
 
 /* api_internal.c, for a job report handled in another file (an artifact
  * upload): the checks every report makes, in their order (docs/protocol.md:

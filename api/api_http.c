@@ -45,6 +45,10 @@ const api_route api_routes[] = {
     { "POST", "/v1/internal/jobs/{id}/artifacts", api_h_internal_artifact, API_ROLE_WORKER, API_F_JSON | API_F_LARGE },
     { "GET", "/v1/jobs/{id}/artifacts", api_h_job_artifacts, R_USERS, 0 },
     { "GET", "/v1/artifacts/{sha256}", api_h_artifact_get, R_USERS, 0 },
+    /* the kernel library (api_library.c, docs/library.md) */
+    { "GET", "/v1/library", api_h_library_list, R_USERS, 0 },
+    { "GET", "/v1/library/{entry}", api_h_library_get, R_USERS, 0 },
+    { "GET", "/v1/library/{entry}/kernel", api_h_library_kernel, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 64

@@ -19,8 +19,9 @@
  * blindly.  A refused report changes nothing.
  *
  * A result may carry the attempt's provenance (a bounded object of short
- * strings: api_provenance_check), stored in jobs.provenance in the
- * result's transaction.  api_report_lease() gives another file's report
+ * strings: api_provenance_check), stored in jobs.provenance by the final
+ * move itself; a success also offers the job's best kernel to the kernel
+ * library in that move (kf_db_apply, db/kf_library.h).  api_report_lease() gives another file's report
  * route (api_artifacts.c) the same lease checks.
  *
  * Reports are idempotent: a repeat is answered 200 and changes nothing.
@@ -657,14 +658,15 @@ void api_h_internal_result(api_req *r)
         kf_db_move mv = { .move = strcmp(new_state, "succeeded") == 0 ? KF_MOVE_SUCCEED
                                   : strcmp(new_state, "cancelled") == 0 ? KF_MOVE_FINISH_CANCELLED
                                                                          : KF_MOVE_FAIL,
-                          .job_id = r->param, .attempt = c.attempt, .error = error, .result = result_s };
+                          .job_id = r->param, .attempt = c.attempt, .error = error, .result = result_s,
+                          .provenance = prov, .store = api_req_config(r)->artifacts };
 
+        /* The move writes the provenance and, for a success, offers the
+         * job's best kernel to the library (db/kf_library.h), all in this
+         * transaction. */
         detail = api_result_detail(error, state);
         mv.detail = detail;
         if (!api_move(r, &mv, NULL))
-            goto out;
-        if (prov && !api_exec(r, "UPDATE jobs SET provenance = $2::jsonb WHERE id = $1::uuid", 2,
-                              (const char *const[]){ r->param, prov }))
             goto out;
     }
     if (!api_req_commit(r))

@@ -179,6 +179,21 @@ void api_h_job_create(api_req *r)
         free(c);
         return;
     }
+    if (c->jr.kind == KF_KIND_GENERATE) {
+        /* warm_start is the API's to set, from the kernel library. */
+        if (cJSON_GetObjectItemCaseSensitive(c->jr.spec, "warm_start")) {
+            kf_fields_add(&fe, "spec.warm_start", "unknown",
+                          "is set by kforge from the kernel library (docs/library.md); leave it out");
+            api_reply_fields(r, 422, "validation", &fe);
+            api_create_free(c);
+            return;
+        }
+        if (!api_library_warm(r, c->jr.spec, c->jr.target, c->jr.backend)) {
+            api_create_free(c);
+            return;
+        }
+        api_req_pg_put(r);
+    }
     if (!kf_uuid_v7(nj->id)) {
         api_create_free(c);
         api_reply_code(r, KF_UNAVAILABLE, "unavailable",

@@ -377,6 +377,113 @@ void cli_render_artifacts(const cJSON *list, kf_buf *out)
     cli_table_free(t);
 }
 
+/* ---- the kernel library ------------------------------------------------------- */
+
+void cli_render_library(const cJSON *page, kf_buf *out)
+{
+    static const char *const head[] = { "ENTRY", "OP", "TARGET", "DTYPE", "SHAPE", "LATENCY", "FRACTION", "PARAMS",
+                                        "UPDATED" };
+    cli_table *t = cli_table_new(9, head);
+    const cJSON *it;
+
+    cJSON_ArrayForEach(it, jget(page, "items"))
+    {
+        char lat[32], fr[32], shape[256], params[256], updated[20] = "";
+        const char *u = jstr(it, "updated_at");
+        const char *row[9];
+
+        if (u)
+            snprintf(updated, sizeof(updated), "%.19s", u);
+        cli_params(jget(it, "params"), params, sizeof(params));
+        row[0] = jstr(it, "id");
+        row[1] = jstr(it, "op");
+        row[2] = jstr(it, "target");
+        row[3] = jstr(it, "dtype");
+        row[4] = cli_val(jget(it, "shape"), shape, sizeof(shape));
+        row[5] = cli_lat(it, "latency_ns", lat, sizeof(lat));
+        row[6] = cli_frac(it, "fraction_of_bound", fr, sizeof(fr));
+        row[7] = params;
+        row[8] = updated;
+        cli_table_add(t, row);
+    }
+    if (cli_table_rows(t) == 0)
+        kf_buf_adds(out, "no library entries\n");
+    else
+        cli_table_render(t, out);
+    cli_table_free(t);
+    cli_more(page, "kforge library list", out);
+}
+
+/* The members of two provenance objects that differ, "k: a -> b; ...". */
+static void cli_prov_diff(const cJSON *a, const cJSON *b, char *buf, size_t cap)
+{
+    const cJSON *v;
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *walk = pass ? a : b, *other = pass ? b : a;
+        cJSON_ArrayForEach(v, walk)
+        {
+            const cJSON *w = jget(other, v->string);
+            char x[256], y[256];
+            if (!v->string || strcmp(v->string, "worker") == 0 || (pass && w) || (w && cJSON_Compare(v, w, true)))
+                continue;
+            if (o + 2 >= cap)
+                break;
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s: %s -> %s", o ? "; " : "", v->string,
+                                  cli_val(pass ? v : w, x, sizeof(x)), cli_val(pass ? w : v, y, sizeof(y)));
+        }
+    }
+    if (o >= cap)
+        buf[kf_utf8_cut(buf, cap - 1)] = '\0';
+}
+
+void cli_render_library_entry(const cJSON *e, kf_buf *out)
+{
+    static const char *const head[] = { "AT", "WHY", "BEFORE", "AFTER", "JOB", "PROVENANCE CHANGED" };
+    cli_table *t = cli_table_new(6, head);
+    const cJSON *h;
+    char lat[32], fr[32], shape[256], params[256], prov[256];
+    double seq = 0, att = 0;
+
+    jnum(e, "iteration", &seq);
+    jnum(e, "attempt", &att);
+    cli_params(jget(e, "params"), params, sizeof(params));
+    kf_buf_addf(out, "entry %s: %s (%s) on %s, %s, %s\n", jstr(e, "id") ? jstr(e, "id") : "?",
+                jstr(e, "op") ? jstr(e, "op") : "?", jstr(e, "entry") ? jstr(e, "entry") : "?",
+                jstr(e, "target") ? jstr(e, "target") : "?", jstr(e, "dtype") ? jstr(e, "dtype") : "?",
+                jstr(e, "backend") ? jstr(e, "backend") : "?");
+    kf_buf_addf(out, "shape: %s\n", cli_val(jget(e, "shape"), shape, sizeof(shape)));
+    kf_buf_addf(out, "best: %s, %s of the bound, params %s\n", cli_lat(e, "latency_ns", lat, sizeof(lat)),
+                cli_frac(e, "fraction_of_bound", fr, sizeof(fr)), params[0] ? params : "(none)");
+    kf_buf_addf(out, "from: job %s attempt %.0f iteration %.0f\n", jstr(e, "job_id") ? jstr(e, "job_id") : "?", att,
+                seq);
+    kf_buf_addf(out, "provenance: %s\n", cli_val(jget(e, "provenance"), prov, sizeof(prov)));
+    kf_buf_addf(out, "shared: %s; kernel: %s\n\n", cJSON_IsTrue(jget(e, "shared")) ? "yes (every user reads it)"
+                                                                                 : "no (its owner and admins)",
+                jstr(e, "kernel_url") ? jstr(e, "kernel_url") : "-");
+    cJSON_ArrayForEach(h, jget(e, "history"))
+    {
+        char before[32], after[32], at[20] = "", diff[256];
+        const char *a = jstr(h, "at");
+        const char *row[6];
+        if (a)
+            snprintf(at, sizeof(at), "%.19s", a);
+        cli_prov_diff(jget(h, "old_provenance"), jget(h, "new_provenance"), diff, sizeof(diff));
+        row[0] = at;
+        row[1] = jstr(h, "reason");
+        row[2] = cli_lat(h, "old_latency_ns", before, sizeof(before));
+        row[3] = cli_lat(h, "new_latency_ns", after, sizeof(after));
+        row[4] = jstr(h, "new_job_id");
+        row[5] = cJSON_IsObject(jget(h, "old_provenance")) ? (diff[0] ? diff : "(same)") : "-";
+        cli_table_add(t, row);
+    }
+    kf_buf_adds(out, "history:\n");
+    cli_table_render(t, out);
+    cli_table_free(t);
+}
+
 /* ---- compare ---------------------------------------------------------------- */
 
 /* A table of FIELD then one column per job, from {"field": [vA, vB, ...]}

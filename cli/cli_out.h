@@ -1,6 +1,7 @@
 /*
  * cli_out — what `kforge` prints for people: aligned tables for list-like
- * answers (jobs, events, iterations, artifacts, compare), one iteration's
+ * answers (jobs, events, iterations, artifacts, compare, the kernel
+ * library), one iteration's
  * details, the progress line of `kforge wait` and the final summary.
  *
  * Every renderer reads an API document (the shapes of docs/runs.md and
@@ -51,6 +52,12 @@ void cli_render_artifacts(const cJSON *list, kf_buf *out);
  * findings only in one, provenance differences; with_diff adds the
  * unified diffs of the best sources. */
 void cli_render_compare(const cJSON *cmp, bool with_diff, kf_buf *out);
+/* GET /v1/library's page: one row per entry (id, op, target, dtype,
+ * shape, latency, fraction, params, updated). */
+void cli_render_library(const cJSON *page, kf_buf *out);
+/* GET /v1/library/{entry}: its fields, then its history as a table (when,
+ * why, latency before and after, the provenance members that changed). */
+void cli_render_library_entry(const cJSON *entry, kf_buf *out);
 /* A job's one-screen summary (GET /v1/jobs/{id}): state, attempt, best
  * latency and fraction, the error of a job that did not succeed. */
 void cli_render_job(const cJSON *job, kf_buf *out);

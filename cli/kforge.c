@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli_http.h"
+#include "cli/cli_library.h"
 #include "cli/cli_out.h"
 #include "cli_tune.h"
 #include "kf_alloc.h"
@@ -91,6 +92,8 @@ static const cli_cmd_help cli_helps[] = {
       "Submit a diag health-check job and wait for it as `kforge wait` does." },
     { "health", "health [--json]", "GET /readyz: whether the API reaches PostgreSQL and Redis." },
     { "tune", "tune OP|KERNEL.py ...", "Tune a kernel locally, no service (kforge tune --help)." },
+    { "library", "library list|show ENTRY|export DIR ...",
+      "The kernel library: best kernel per op, shape, dtype and target (kforge library --help)." },
 };
 
 static const cli_cmd_help *cli_help_of(const char *cmd)
@@ -832,6 +835,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "tune") == 0)
         return cli_tune_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "library") == 0)
+        return cli_library_main(argc - 1, argv + 1);
     memset(&o, 0, sizeof(o));
     o.timeout_s = 600;
     o.sleep_ms = 100;

@@ -30,7 +30,7 @@ static const char *const kf_job_kind_inputs[] = { "generate", "optimize", "profi
 
 /* The kind's own fields, per kind (NULL-terminated). */
 static const char *const kf_job_fields_diag[] = { "sleep_ms", "fail", "crash", "exit_code", NULL };
-static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", NULL };
+static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", "warm_start", NULL };
 static const char *const kf_job_fields_optimize[] = { "source", "entry", "reference", "inputs", "tunables", NULL };
 static const char *const kf_job_fields_profile[] = { "source", "entry", "inputs", NULL };
 static const char *const kf_job_fields_validate[] = { "source", "entry", "reference", "inputs", NULL };
@@ -262,6 +262,58 @@ static void kf_job_check_inputs(const cJSON *spec, const char *parent, bool requ
     }
 }
 
+/* A generate spec's warm_start, which the API adds from the kernel library
+ * (docs/library.md): {"entry": an entry id (1..200 of [A-Za-z0-9_.-]),
+ * "params": at most KF_JOB_MAX_TUNABLES identifiers to a number, boolean or
+ * string of at most 64 bytes, "latency_ns": a number >= 0}. */
+static void kf_job_check_warm(const cJSON *spec, const char *parent, kf_fields *fe)
+{
+    static const char *const allowed[] = { "entry", "params", "latency_ns", NULL };
+    const cJSON *w = NULL, *p = NULL, *v;
+    const char *entry = NULL;
+    char path[96];
+    double lat = 0;
+
+    if (!kf_fields_obj(fe, spec, parent, "warm_start", false, false, &w) || !w)
+        return;
+    kf_field_path(path, sizeof(path), parent, "warm_start");
+    kf_fields_refuse_unknown(fe, w, path, allowed);
+    if (kf_fields_str(fe, w, path, "entry", true, 1, 200, &entry)) {
+        for (const char *q = entry; *q; q++)
+            if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+                  *q == '.' || *q == '-')) {
+                char ep[112];
+                kf_field_path(ep, sizeof(ep), path, "entry");
+                kf_fields_add(fe, ep, "pattern", "a library entry id is 1 to 200 of [A-Za-z0-9_.-]");
+                break;
+            }
+    }
+    kf_fields_num(fe, w, path, "latency_ns", false, 0, 1e300, &lat);
+    if (!kf_fields_obj(fe, w, path, "params", true, false, &p) || !p)
+        return;
+    if (cJSON_GetArraySize(p) > KF_JOB_MAX_TUNABLES) {
+        char pp[112];
+        kf_field_path(pp, sizeof(pp), path, "params");
+        kf_fields_add(fe, pp, "count", "at most %d params", KF_JOB_MAX_TUNABLES);
+        return;
+    }
+    cJSON_ArrayForEach(v, p)
+    {
+        /* finite: an overflowing number (1e400) reads as inf and would
+         * print as null in the payload, which the worker then refuses */
+        bool ok = kf_ident_valid(v->string, 64, NULL) &&
+                  ((cJSON_IsNumber(v) && isfinite(v->valuedouble)) || cJSON_IsBool(v) ||
+                   (cJSON_IsString(v) && strlen(v->valuestring) <= 64));
+        if (!ok) {
+            char pp[112];
+            kf_field_path(pp, sizeof(pp), path, "params");
+            kf_fields_add(fe, pp, "type",
+                          "each param is an identifier naming a number, boolean or string of at most 64 bytes");
+            break;
+        }
+    }
+}
+
 static void kf_job_check_tunables(const cJSON *spec, const char *parent, kf_fields *fe)
 {
     const cJSON *tun = NULL, *t;
@@ -371,6 +423,7 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
                     kf_job_add_bytes(&total, bytes, p, fe);
             }
         }
+        kf_job_check_warm(spec, parent, fe);
         break;
     case KF_KIND_OPTIMIZE:
         kf_job_check_source(spec, parent, true, true, fe);

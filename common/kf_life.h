@@ -73,6 +73,8 @@ enum {
     KF_LIFE_OUT_DROP      = 1 << 12,  /* pending outbox enqueue rows go */
     KF_LIFE_EV_ATTEMPT    = 1 << 13,  /* the event carries the move's attempt, the row keeps its own */
     KF_LIFE_W_BEST        = 1 << 14,  /* best_iteration = the fastest correct iteration recorded */
+    KF_LIFE_W_PROVENANCE  = 1 << 15,  /* provenance = the move's provenance (NULL keeps it) */
+    KF_LIFE_W_LIBRARY     = 1 << 16,  /* the job's best kernel is offered to the library (db/kf_library.h) */
 };
 
 /*
@@ -95,13 +97,14 @@ enum {
        KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR,                                                \
        "worker: POST /v1/internal/jobs/{id}/result, failed with retry")                                     \
     XX(SUCCEED, "succeeded", KF_STATES_LIVE, SUCCEEDED, KF_QOP_ACK,                                         \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT | KF_LIFE_W_PROVENANCE |      \
+           KF_LIFE_W_LIBRARY,                                                                               \
        "worker: POST /v1/internal/jobs/{id}/result, succeeded")                                             \
     XX(FAIL, "failed", KF_STATES_LIVE, FAILED, KF_QOP_ACK,                                                  \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT | KF_LIFE_W_PROVENANCE,      \
        "worker: POST /v1/internal/jobs/{id}/result, failed")                                                \
     XX(FINISH_CANCELLED, "cancelled", KF_STATES_LIVE, CANCELLED, KF_QOP_ACK,                                \
-       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT,                             \
+       KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_ERROR | KF_LIFE_W_RESULT | KF_LIFE_W_PROVENANCE,      \
        "worker: a final result after a cancel was asked for")                                               \
     XX(CANCEL, "cancelled", KF_ST(QUEUED) | KF_ST(RETRYING), CANCELLED, KF_QOP_CANCEL,                      \
        KF_LIFE_OUT_CANCEL | KF_LIFE_OUT_DROP, "user: POST /v1/jobs/{id}/cancel of a job not running")       \

@@ -399,7 +399,8 @@ kf_code kf_artifact_retain(kf_artifact_store *s, PGconn *c, int days, int grace_
         ap[0] = arr.data;
         o = PQexecParams(c,
                          "SELECT DISTINCT s FROM unnest($1::text[]) s "
-                         "WHERE NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = s)",
+                         "WHERE NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = s) "
+                         "AND NOT EXISTS (SELECT 1 FROM kernel_library l WHERE l.source_sha256 = s)",
                          1, NULL, ap, NULL, NULL, 0);
         kf_buf_release(&arr);
         if (PQresultStatus(o) != PGRES_TUPLES_OK) {
@@ -416,7 +417,8 @@ kf_code kf_artifact_retain(kf_artifact_store *s, PGconn *c, int days, int grace_
         return KF_OK;
     r = PQexecParams(c,
                      "DELETE FROM artifact_blobs b WHERE touched_at < now() - make_interval(secs => $1::int) "
-                     "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = b.sha256)",
+                     "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = b.sha256) "
+                     "AND NOT EXISTS (SELECT 1 FROM kernel_library l WHERE l.source_sha256 = b.sha256)",
                      1, NULL, p + 1, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
         return kf_art_pg_fail(c, r, err);

@@ -22,7 +22,9 @@
  * finished more than `days` ago except the final set (final = true: the
  * kernel and documents of the job's result stay), then the content no link
  * references any more and that was not touched within grace_s (an upload
- * in flight writes its content before its link).
+ * in flight writes its content before its link).  A content a kernel
+ * library entry names (kernel_library.source_sha256, migration 0013) is
+ * referenced too and stays.
  *
  * Ownership: a store is made by open() and freed by kf_artifact_store_free()
  * (NULL-safe); it holds only its settings, so one store may serve many

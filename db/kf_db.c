@@ -3,6 +3,7 @@
 #include "kf_db.h"
 
 #include "kf_buf.h"
+#include "kf_library.h"
 #include "kf_num.h"
 
 #include <limits.h>
@@ -56,7 +57,7 @@ _Static_assert(KF_MOVE__COUNT <= 32, "kf_db_prepared holds a bit per move");
 
 /* Parameters of a move's statement, in this order; all are sent as text
  * and cast where used, so a move's statement may leave some unused. */
-enum { P_ID, P_FROM, P_TYPE, P_TO, P_ATTEMPT, P_DETAIL, P_ERROR, P_RESULT, P_WORKER, P_LEASE, P_EXTRA, P__N };
+enum { P_ID, P_FROM, P_TYPE, P_TO, P_ATTEMPT, P_DETAIL, P_ERROR, P_RESULT, P_WORKER, P_LEASE, P_EXTRA, P_PROV, P__N };
 
 /* The statement of move d: lock the row if the move may start from its
  * state, update it, write the event and the outbox row; then report the
@@ -83,6 +84,8 @@ static void kf_db_build(const kf_life_def *d, kf_buf *b)
         kf_buf_adds(b, ", last_error = $7");
     if (f & KF_LIFE_W_RESULT)
         kf_buf_adds(b, ", result = $8::jsonb");
+    if (f & KF_LIFE_W_PROVENANCE)
+        kf_buf_adds(b, ", provenance = coalesce($12::jsonb, j.provenance)");
     if (f & KF_LIFE_W_LEASE)
         kf_buf_adds(b, ", worker_id = $9, lease_token_hash = $10::bytea, started_at = coalesce(j.started_at, now())");
     if (f & KF_LIFE_W_REVIVE)
@@ -116,7 +119,7 @@ static void kf_db_build(const kf_life_def *d, kf_buf *b)
 }
 
 /* A caller's bug, caught before PostgreSQL is asked. */
-static kf_code kf_db_misuse(const kf_db_move *m, const kf_life_def *d, kf_states from, kf_err *err)
+static kf_code kf_db_misuse(PGconn *c, const kf_db_move *m, const kf_life_def *d, kf_states from, kf_err *err)
 {
     char want[96], have[96];
 
@@ -135,6 +138,12 @@ static kf_code kf_db_misuse(const kf_db_move *m, const kf_life_def *d, kf_states
     }
     if ((d->flags & KF_LIFE_W_LEASE) && (!m->worker_id || !m->lease_hash))
         return kf_err_set(err, KF_INVALID, "move %s needs the worker id and the lease token's hash", d->name);
+    if ((d->flags & KF_LIFE_W_LIBRARY) && !m->store)
+        return kf_err_set(err, KF_INVALID, "move %s needs the artifact store for the kernel library", d->name);
+    if ((d->flags & KF_LIFE_W_LIBRARY) && PQtransactionStatus(c) != PQTRANS_INTRANS)
+        return kf_err_set(err, KF_INVALID,
+                          "move %s offers the job to the kernel library in the same transaction: BEGIN one first",
+                          d->name);
     if ((d->flags & KF_LIFE_W_REVIVE) && m->extra_attempts < 1)
         return kf_err_set(err, KF_INVALID, "move %s needs extra_attempts >= 1, got %d", d->name, m->extra_attempts);
     return KF_OK;
@@ -229,7 +238,7 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
     if (!d)
         return kf_err_set(err, KF_INVALID, "no such job move (%d); this is a bug in the caller", (int)m->move);
     from = m->from ? m->from : d->from;
-    if ((rc = kf_db_misuse(m, d, from, err)) != KF_OK)
+    if ((rc = kf_db_misuse(c, m, d, from, err)) != KF_OK)
         return rc;
     kf_states_pg_array(from, from_s, sizeof(from_s));
     snprintf(att, sizeof(att), "%d", m->attempt);
@@ -245,6 +254,7 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
     p[P_WORKER] = m->worker_id;
     p[P_LEASE] = m->lease_hash;
     p[P_EXTRA] = extra;
+    p[P_PROV] = m->provenance;
     for (int i = 0; i < P__N; i++)
         types[i] = 25;   /* text: every parameter is cast where it is used */
     r = kf_db_run(c, prep, d, m->move, p, types);
@@ -289,6 +299,8 @@ kf_code kf_db_apply(PGconn *c, kf_db_prepared *prep, const kf_db_move *m, kf_db_
         out->outbox_id = outbox;
     }
     PQclear(r);
+    if (d->flags & KF_LIFE_W_LIBRARY)
+        return kf_library_record(c, m->store, m->job_id, NULL, err);
     return KF_OK;
 }
 

@@ -14,7 +14,10 @@
  * API's batch writer is the set form of the table's CREATE row:
  * kf_db_sql_create_batch below.  No other code writes job_events, and
  * the one job-row write that is not a move (a lease's takeover) is here
- * too.
+ * too.  A move with KF_LIFE_W_LIBRARY (SUCCEED) also offers the job's best
+ * kernel to the kernel library (db/kf_library.h) in the same transaction,
+ * which the caller must have BEGUN (KF_INVALID otherwise); an offer that
+ * cannot be written is rolled back alone and logged, never the move.
  *
  * Ownership: the caller owns the connection and every string in
  * kf_db_move; kf_db_apply() keeps nothing after it returns.  Not
@@ -41,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kf_artifact.h"
 #include "kf_error.h"
 #include "kf_life.h"
 #include "kf_pg.h"
@@ -57,6 +61,8 @@ typedef struct kf_db_move {
     const char  *worker_id;       /* KF_LIFE_W_LEASE */
     const char  *lease_hash;      /* KF_LIFE_W_LEASE: the lease token's hash, bytea text (\x...) */
     int          extra_attempts;  /* KF_LIFE_W_REVIVE: attempts added to the ones made, >= 1 */
+    const char  *provenance;      /* KF_LIFE_W_PROVENANCE: a JSON object; NULL keeps the row's */
+    kf_artifact_store *store;     /* KF_LIFE_W_LIBRARY: where the library keeps kernel sources (borrowed) */
 } kf_db_move;
 
 /* What a move did, or (when refused) what the job was. */

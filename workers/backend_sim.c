@@ -256,6 +256,15 @@ static void bs_opts(const kf_job_payload *job, ka_opts *o)
     o->seed = 0;
     for (const char *p = job->id; *p; p++)
         o->seed = o->seed * 131 + (unsigned char)*p;
+    /* A generate job's warm start, which the API attached from the kernel
+     * library (docs/library.md); the payload parser checked its shape. */
+    if (job->kind == KF_KIND_GENERATE) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(job->spec, "warm_start");
+        if (cJSON_IsObject(w) && bs_str(w, "entry")) {
+            o->warm_entry = bs_str(w, "entry");
+            o->warm_params = cJSON_GetObjectItemCaseSensitive(w, "params");
+        }
+    }
 }
 
 /* Why the first iteration failed for good, or NULL when it did not. */

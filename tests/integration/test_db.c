@@ -10,6 +10,7 @@
 
 #include "api/api.h"
 #include "kf_alloc.h"
+#include "kf_artifact.h"
 #include "kf_db.h"
 #include "kf_life.h"
 #include "tests/lib/kf_test.h"
@@ -266,13 +267,25 @@ Test(kf_db, requeue_revives_a_dead_job)
 Test(kf_db, a_final_result_sets_result_and_finished_at)
 {
     const char *id = "10000000-0000-0000-0000-000000000009";
-    kf_db_move m = { .move = KF_MOVE_SUCCEED, .job_id = id, .attempt = 2, .result = "{\"best\":1}",
-                     .detail = "{\"error\":null,\"reported\":\"succeeded\"}" };
+    kf_artifact_store *store = NULL;
     kf_err e = KF_ERR_INIT;
+    kf_db_move m = { .move = KF_MOVE_SUCCEED, .job_id = id, .attempt = 2, .result = "{\"best\":1}",
+                     .detail = "{\"error\":null,\"reported\":\"succeeded\"}",
+                     .provenance = "{\"backend\":\"diag\"}" };
 
+    cr_assert_eq(kf_artifact_store_open("pg", &store, &e), KF_OK, "%s", e.msg);
     job(id, "running", 1, false);
     exec_ok("UPDATE jobs SET last_error = 'old' WHERE id = '10000000-0000-0000-0000-000000000009'");
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_INVALID, "a success offers to the library: needs the store");
+    m.store = store;
+    cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_INVALID, "and the caller's transaction");
+    q1_eq("SELECT state FROM jobs WHERE id = $1::uuid", id, "running");
+    exec_ok("BEGIN");
     cr_assert_eq(kf_db_apply(pg, &prep, &m, NULL, &e), KF_OK, "%s", e.msg);
+    exec_ok("COMMIT");
+    kf_artifact_store_free(store);
+    q1_eq("SELECT provenance->>'backend' FROM jobs WHERE id = $1::uuid", id, "diag");
+    q1_eq("SELECT count(*) FROM kernel_library WHERE job_id = $1::uuid", id, "0");
     q1_eq("SELECT concat_ws('|', state, attempt, result->>'best', last_error IS NULL, finished_at IS NOT NULL) "
           "FROM jobs WHERE id = $1::uuid",
           id, "succeeded|2|1|t|t");

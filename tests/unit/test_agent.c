@@ -850,3 +850,62 @@ Test(agent, report_findings_never_advise_what_the_setting_rules_out)
     ka_space_release(&sp);
     ka_problem_release(&pb);
 }
+
+/* A warm start from a library entry (docs/library.md): a second tune of
+ * the same op and shape starting from the first one's best evaluates fewer
+ * candidates, finds a kernel as fast, and says it was warm-started, in its
+ * first iteration's reason, its result and its report.  Params the
+ * template does not declare are not used, and the result says why. */
+Test(agent, a_warm_start_from_the_library_evaluates_fewer_candidates)
+{
+    ka_opts o = { 0 };
+    cJSON *cold, *warm, *params, *bad;
+    const cJSON *w, *first;
+    double cold_iters, warm_iters;
+
+    o.max_iterations = 40;
+    o.seed = 3;
+    cold = tune("matmul", "512x512 512x1024", &o);
+    cold_iters = num(cold, "iterations");
+    params = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cold, "best"), "params"),
+                             true);
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(cold, "warm_start"));
+
+    o.warm_params = params;
+    o.warm_entry = "matmul-trn2-bfloat16-sim-0123456789ab";
+    iters = cJSON_CreateArray();
+    warm = tune("matmul", "512x512 512x1024", &o);
+    warm_iters = num(warm, "iterations");
+    cr_assert_lt(warm_iters, cold_iters, "warm %g evaluations, cold %g", warm_iters, cold_iters);
+    cr_log_info("matmul 512x512x1024 trn2: %g iterations cold, %g warm-started", cold_iters, warm_iters);
+    cr_assert_leq(num(cJSON_GetObjectItemCaseSensitive(warm, "best"), "latency_ns"),
+                  num(cJSON_GetObjectItemCaseSensitive(cold, "best"), "latency_ns"));
+    first = cJSON_GetArrayItem(iters, 0);
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(first, "reason")->valuestring,
+                     "warm start from library entry matmul-trn2-bfloat16-sim-0123456789ab"),
+              "%s", cJSON_GetObjectItemCaseSensitive(first, "reason")->valuestring);
+    cr_assert(cJSON_Compare(cJSON_GetObjectItemCaseSensitive(first, "params"), params, true),
+              "the first candidate is the entry's params");
+    w = cJSON_GetObjectItemCaseSensitive(warm, "warm_start");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "used")));
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(warm, "report")->valuestring,
+                     "Warm start from library entry matmul-trn2-bfloat16-sim-0123456789ab"));
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(warm);
+
+    /* a value the template does not declare: an ordinary start, and why */
+    bad = cJSON_Duplicate(params, true);
+    cJSON_ReplaceItemInObject(bad, cJSON_GetArrayItem(bad, 0)->string, cJSON_CreateNumber(7777));
+    o.warm_params = bad;
+    o.max_iterations = 1;
+    warm = tune("matmul", "512x512 512x1024", &o);
+    w = cJSON_GetObjectItemCaseSensitive(warm, "warm_start");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(w, "used")));
+    cr_assert(strstr(cJSON_GetObjectItemCaseSensitive(w, "note")->valuestring, "does not declare"), "%s",
+              cJSON_GetObjectItemCaseSensitive(w, "note")->valuestring);
+    cJSON_Delete(warm);
+    cJSON_Delete(bad);
+    cJSON_Delete(params);
+    cJSON_Delete(cold);
+}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_library.h"
 #include "cli/cli_out.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
@@ -307,6 +308,75 @@ Test(cli_render, artifacts_table)
                      "\"seq\":7,\"final\":true}]}");
     cr_assert(strstr(s, "trace.json  7    1        final  123456  0123456789ab  application/json\n"), "%s", s);
     free(s);
+}
+
+Test(cli_render, library_list_and_entry_with_its_history)
+{
+    char *s = render(cli_render_library,
+                     "{\"items\":[{\"id\":\"add-trn2-bfloat16-sim-0123456789ab\",\"op\":\"add\",\"target\":\"trn2\","
+                     "\"dtype\":\"bfloat16\",\"shape\":[[200,700],[200,700]],\"latency_ns\":12345,"
+                     "\"fraction_of_bound\":0.8123,\"params\":{\"TILE_F\":1024},\"updated_at\":\"2026-12-02T07:00:00.123Z\"}],"
+                     "\"next_cursor\":\"add-trn2-bfloat16-sim-0123456789ab\"}");
+    cr_assert(strstr(s, "ENTRY") && strstr(s, "add-trn2-bfloat16-sim-0123456789ab  add  trn2"), "%s", s);
+    cr_assert(strstr(s, "12.3 us") && strstr(s, "0.81") && strstr(s, "TILE_F=1024") && strstr(s, "[[200,700],[200,700]]"),
+              "%s", s);
+    cr_assert(strstr(s, "more: kforge library list --cursor add-trn2-bfloat16-sim-0123456789ab"), "%s", s);
+    free(s);
+    s = render(cli_render_library, "{\"items\":[],\"next_cursor\":null}");
+    cr_assert_str_eq(s, "no library entries\n");
+    free(s);
+    s = render(cli_render_library_entry,
+               "{\"id\":\"add-x\",\"op\":\"add\",\"entry\":\"add\",\"target\":\"trn2\",\"dtype\":\"bfloat16\","
+               "\"backend\":\"sim\",\"shape\":[[4,4]],\"latency_ns\":900,\"params\":{},\"shared\":true,"
+               "\"job_id\":\"J2\",\"attempt\":1,\"iteration\":3,\"provenance\":{\"sim_build\":\"b2\"},\"history\":["
+               "{\"reason\":\"created\",\"new_latency_ns\":1000,\"new_job_id\":\"J1\",\"old_provenance\":null,"
+               "\"new_provenance\":{\"sim_build\":\"b1\"},\"at\":\"2026-12-01T00:00:00Z\"},"
+               "{\"reason\":\"provenance\",\"old_latency_ns\":1000,\"new_latency_ns\":900,\"new_job_id\":\"J2\","
+               "\"old_provenance\":{\"sim_build\":\"b1\",\"worker\":\"w1\",\"compiler\":\"c\"},"
+               "\"new_provenance\":{\"sim_build\":\"b2\",\"worker\":\"w2\"},\"at\":\"2026-12-02T00:00:00Z\"}]}");
+    cr_assert(strstr(s, "entry add-x: add (add) on trn2, bfloat16, sim\n"), "%s", s);
+    cr_assert(strstr(s, "best: 900 ns, - of the bound, params (none)"), "%s", s);
+    cr_assert(strstr(s, "from: job J2 attempt 1 iteration 3"), "%s", s);
+    cr_assert(strstr(s, "created     -       1.0 us  J1"), "%s", s);
+    cr_assert(strstr(s, "sim_build: b1 -> b2; compiler: c -> -"), "the worker does not count: %s", s);
+    cr_assert(!strstr(s, "worker:"), "%s", s);
+    free(s);
+}
+
+/* The manifest record of an exported kernel: the entry's fields, the file,
+ * and for a library op the kforge-sim arguments that validate it. */
+Test(cli_library, manifest_records_say_how_to_check_a_kernel)
+{
+    cJSON *e = cJSON_Parse("{\"id\":\"add-trn2-bfloat16-sim-0123456789ab\",\"op\":\"add\",\"entry\":\"add\","
+                           "\"target\":\"trn2\",\"dtype\":\"bfloat16\",\"shape\":[[200,700],[200,700]],"
+                           "\"params\":{\"TILE_F\":1024},\"latency_ns\":5,\"provenance\":{}}");
+    cJSON *meta = cJSON_Parse("{\"reference\":\"add_ref\",\"inputs\":[{\"name\":\"a\"},{\"name\":\"b\"}]}");
+    cJSON *m = cli_library_manifest_item(e, meta, "add.py", "ff", 42), *bad;
+    char *check = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "check"));
+
+    cr_assert_str_eq(check,
+                     "[\"run\",\"add.py\",\"--entry\",\"add\",\"--target\",\"trn2\",\"--input\","
+                     "\"a=shape:200x700:bf16\",\"--input\",\"b=shape:200x700:bf16\",\"--kwargs\",\"{\\\"TILE_F\\\":1024}\","
+                     "\"--check\",\"add.py\",\"--ref-entry\",\"add_ref\"]");
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "sha256")->valuestring, "ff");
+    cr_assert_eq(cJSON_GetObjectItem(m, "bytes")->valuedouble, 42);
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "id")->valuestring, "add-trn2-bfloat16-sim-0123456789ab");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(m, "fraction_of_bound")), "absent fields are null");
+    free(check);
+    cJSON_Delete(m);
+    /* no reference (a user kernel), or shapes that do not line up with the inputs: no check */
+    m = cli_library_manifest_item(e, NULL, "add.py", "ff", 42);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(m, "check")));
+    cJSON_Delete(m);
+    bad = cJSON_Parse("{\"reference\":\"add_ref\",\"inputs\":[{\"name\":\"a\"}]}");
+    m = cli_library_manifest_item(e, bad, "add.py", "ff", 42);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(m, "check")));
+    cJSON_Delete(m);
+    cJSON_Delete(bad);
+    cr_assert(cli_library_id_ok("add-trn2-bfloat16-sim-0123456789ab"));
+    cr_assert(!cli_library_id_ok("..") && !cli_library_id_ok("-x") && !cli_library_id_ok("a/b") && !cli_library_id_ok(""));
+    cJSON_Delete(meta);
+    cJSON_Delete(e);
 }
 
 Test(cli_render, compare_sections)

@@ -106,6 +106,16 @@ static const bad_case bad_cases[] = {
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[0]]}", "shapes[0][0]", "range" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[1,2,3,4,5,6,7,8,9]]}", "shapes[0]", "count" },
     { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"source\":\"x\"}", "source", "unknown" },
+    /* warm_start, which the API adds from the kernel library (docs/library.md) */
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":[]}", "warm_start", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"params\":{}}}", "warm_start.entry", "required" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"a/b\",\"params\":{}}}", "warm_start.entry", "pattern" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\"}}", "warm_start.params", "required" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"T\":[1]}}}", "warm_start.params", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"2T\":1}}}", "warm_start.params", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{\"T\":1e400}}}", "warm_start.params", "type" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{},\"latency_ns\":-1}}", "warm_start.latency_ns", "range" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"warm_start\":{\"entry\":\"e\",\"params\":{},\"why\":1}}", "warm_start.why", "unknown" },
     { "{\"kind\":\"profile\",\"target\":\"trn2\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "source", "required" },
     { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"s\",\"entry\":\"2k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "entry", "pattern" },
     { "{\"kind\":\"profile\",\"target\":\"trn2\",\"source\":\"\",\"entry\":\"k\",\"inputs\":{\"x\":{\"shape\":[1],\"dtype\":\"float32\"}}}", "source", "length" },
@@ -529,4 +539,33 @@ Test(kf_job, shapes_are_bounded_in_total_bytes)
     cr_assert(!kf_job_request_parse(v, 3, &jr, &fe));
     cr_assert(strstr(fe.e[0].detail, "274877906944"), "%s", fe.e[0].detail);
     cJSON_Delete(v);
+}
+
+/* A generate spec's warm_start (set by the API from the kernel library)
+ * passes the request parser and the worker's payload parser alike. */
+Test(kf_job, a_warm_start_travels_in_the_payload)
+{
+    cJSON *v = parse_ok("{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"add\",\"dtype\":\"bfloat16\","
+                        "\"shapes\":[[200,700],[200,700]],\"warm_start\":{\"entry\":\"add-trn2-bfloat16-sim-0123456789ab\","
+                        "\"params\":{\"TILE_F\":1024,\"ENGINE\":\"vector\",\"FUSE\":true},\"latency_ns\":1200}}");
+    kf_job_request jr;
+    kf_job_payload p;
+    kf_fields fe;
+    kf_err e = KF_ERR_INIT;
+    char *spec, *s;
+
+    kf_fields_init(&fe);
+    cr_assert(kf_job_request_parse(v, 3, &jr, &fe), "%s", fe.n ? fe.e[0].field : "");
+    spec = kf_json_print(jr.spec);
+    s = kf_job_payload_build("5bd35d24-a80d-4ced-9c48-7d25c358dfdb", "generate", "trn2", "sim", spec, "{}", "{}", &e);
+    cr_assert_not_null(s, "%s", e.msg);
+    cr_assert_eq(kf_job_payload_parse(s, &p, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(p.spec, "warm_start"), "params"), "TILE_F")
+                     ->valuedouble,
+                 1024);
+    kf_job_payload_release(&p);
+    kf_job_request_release(&jr);
+    cJSON_Delete(v);
+    free(spec);
+    free(s);
 }

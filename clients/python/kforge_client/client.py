@@ -3,7 +3,7 @@ Job, one job's document.
 
 The routes and shapes are those of docs/runs.md and the README's HTTP API
 (POST/GET /v1/jobs, /v1/jobs/{id}/stream, /iterations, /artifacts,
-/v1/artifacts/{sha256}, /v1/compare).  A Client holds a URL and a token and
+/v1/artifacts/{sha256}, /v1/compare, /v1/library).  A Client holds a URL and a token and
 no connection between calls; it may be shared by threads.  Every call
 returns new objects the caller owns.
 
@@ -383,6 +383,46 @@ class Client:
                                      detail="artifact %s (%s) arrived as %d bytes whose SHA-256 does not match; "
                                      "try again, and report it if it persists" % (sha, item.get("name"), len(data)))
         return data
+
+
+    # ---- the kernel library ---------------------------------------------------
+
+    def library(self, limit=None, **filters):
+        """The kernel library's entries this token reads (docs/library.md),
+        in id order, every page: dicts of id, op, shape, dtype, target,
+        backend, shared, entry, params, latency_ns, fraction_of_bound,
+        source_sha256, job_id, attempt, iteration, provenance, ...
+
+        filters: op (a library op, or "user.NAME"), target, dtype, backend."""
+        unknown = sorted(set(filters) - {"op", "target", "dtype", "backend"})
+        if unknown:
+            raise ValueError("unknown library filter(s): %s (op, target, dtype, backend)" % ", ".join(unknown))
+        query = [(k, v) for k, v in sorted(filters.items()) if v is not None]
+        if limit is not None:
+            query.append(("limit", _positive("limit", limit)))
+        return list(self._pages("/v1/library", query))
+
+    def library_entry(self, entry):
+        """One library entry with its "history" (every change, oldest first)."""
+        return self._t.json("GET", "/v1/library/" + _entry_id(entry), retry=True)
+
+    def library_kernel(self, entry):
+        """The entry's kernel as text: a header comment naming the entry,
+        params, latency and provenance, then the source (a .py to drop into
+        a model)."""
+        _, _, data = self._t.open("GET", "/v1/library/%s/kernel" % _entry_id(entry), headers={"Accept": "*/*"},
+                                  retry=True, max_bytes=_MAX_ARTIFACT_BYTES)
+        return data.decode("utf-8")
+
+
+_ENTRY_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+
+
+def _entry_id(entry):
+    value = entry.get("id") if isinstance(entry, dict) else entry
+    if not isinstance(value, str) or not _ENTRY_ID.match(value):
+        raise ValueError("%r is not a library entry id (Client.library() lists them)" % (value,))
+    return value
 
 
 def _positive(name, value):

@@ -391,3 +391,32 @@ class WaitTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LibraryTest(unittest.TestCase):
+    def test_library_pages_entry_and_kernel(self):
+        entries = [{"id": "add-trn2-bfloat16-sim-%012d" % i, "op": "add", "latency_ns": 100.0 + i} for i in range(3)]
+
+        def h(req):
+            if req.path == "/v1/library":
+                start = int(req.arg("cursor")[-1]) + 1 if req.arg("cursor") else 0
+                nxt = entries[start + 1]["id"] if start + 2 < len(entries) else None
+                return json_reply(200, {"items": entries[start:start + 2], "next_cursor": nxt})
+            if req.path.endswith("/kernel"):
+                return Reply(200, b"# kforge kernel library entry x\n", {"Content-Type": "text/x-python; charset=utf-8"})
+            return json_reply(200, dict(entries[0], history=[{"reason": "created"}]))
+
+        with FakeServer(h) as srv:
+            c = client(srv)
+            got = c.library(op="add", target="trn2")
+            one = c.library_entry(got[0])
+            text = c.library_kernel(got[0]["id"])
+        self.assertEqual([e["id"] for e in got], [e["id"] for e in entries])
+        self.assertEqual(srv.requests[0].arg("op"), "add")
+        self.assertEqual(srv.requests[0].arg("target"), "trn2")
+        self.assertEqual(one["history"][0]["reason"], "created")
+        self.assertTrue(text.startswith("# kforge kernel library entry"))
+        with self.assertRaises(ValueError):
+            c.library_entry("../etc")
+        with self.assertRaises(ValueError):
+            c.library(colour="red")
