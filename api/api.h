@@ -12,6 +12,7 @@
  *   api_jobs.c      /v1/jobs routes
  *   api_runs.c      /v1/jobs/{id}/iterations[/{seq}]: a job's iterations
  *   api_compare.c   /v1/compare: runs side by side
+ *   api_batches.c   /v1/batches: many jobs at once, roll-up, cancel, reports
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
@@ -179,6 +180,8 @@ typedef struct api_server_config {
     int         max_streams;           /* open Server-Sent Event streams at most */
     int         sse_heartbeat_s;       /* a ": hb" comment on every stream this often */
     long        sse_buffer_bytes;      /* unsent bytes a stream may hold */
+    long        max_batch_jobs;        /* KFORGE_MAX_BATCH_JOBS; 0: 10000 */
+    int         max_open_batches;      /* KFORGE_MAX_OPEN_BATCHES; 0: 20 */
 } api_server_config;
 
 /* The largest body a route takes: max_body, or for API_F_LARGE routes
@@ -438,6 +441,21 @@ void api_h_internal_heartbeat(api_req *r);
 void api_h_internal_whoami(api_req *r);
 void api_h_internal_artifact(api_req *r);
 void api_h_job_artifacts(api_req *r);
+/* Batches (api_batches.c, docs/batches.md). */
+void api_h_batch_create(api_req *r);
+void api_h_batch_list(api_req *r);
+void api_h_batch_get(api_req *r);
+void api_h_batch_cancel(api_req *r);
+void api_h_batch_report(api_req *r);
+void api_h_batch_stream(api_req *r);
+/* A report entry's verdict (docs/batches.md, "Verdicts"): "missing" (no
+ * entry in this batch), "pending" (its job not finished), "failed" (not
+ * succeeded, or no correct latency), "new" (no baseline latency), else by
+ * the ratio new/old (set in *ratio, NaN otherwise) against threshold:
+ * "improved" below 1 - threshold, "regressed" above 1 + threshold,
+ * "unchanged" between. */
+const char *api_report_verdict(bool has_new, const char *new_state, double new_ns, bool has_old, double old_ns,
+                               double threshold, double *ratio);
 void api_h_artifact_get(api_req *r);
 
 /* api_internal.c, for a job report handled in another file (an artifact

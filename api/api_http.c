@@ -45,6 +45,13 @@ const api_route api_routes[] = {
     { "POST", "/v1/internal/jobs/{id}/artifacts", api_h_internal_artifact, API_ROLE_WORKER, API_F_JSON | API_F_LARGE },
     { "GET", "/v1/jobs/{id}/artifacts", api_h_job_artifacts, R_USERS, 0 },
     { "GET", "/v1/artifacts/{sha256}", api_h_artifact_get, R_USERS, 0 },
+    /* batches (api_batches.c, docs/batches.md) */
+    { "POST", "/v1/batches", api_h_batch_create, R_USERS, API_F_JSON | API_F_IDEM },
+    { "GET", "/v1/batches", api_h_batch_list, R_USERS, 0 },
+    { "GET", "/v1/batches/{id}", api_h_batch_get, R_USERS, 0 },
+    { "POST", "/v1/batches/{id}/cancel", api_h_batch_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
+    { "GET", "/v1/batches/{id}/report", api_h_batch_report, R_USERS, 0 },
+    { "GET", "/v1/batches/{id}/stream", api_h_batch_stream, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 64
