@@ -1,13 +1,14 @@
 # cli/ — `kforge`, the command-line client of the API (libcurl).  What the
 # tests reach without a service (output, HTTP helpers) is libkfcli.a; the
-# commands (kforge.c) and `kforge tune` (tune.c) are the binary's own.
+# commands (kforge.c), `kforge tune` (tune.c) and `kforge batch` (batch.c)
+# are the binary's own.
 CLI_LIB_SRCS := $(wildcard cli/cli_*.c)
 CLI_LIB      := $(BUILD)/lib/libkfcli.a
 $(CLI_LIB): $(CLI_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 LIBS += $(CLI_LIB)
-$(BUILD)/bin/kforge: $(BUILD)/obj/cli/kforge.o $(BUILD)/obj/cli/tune.o $(LIBS)
+$(BUILD)/bin/kforge: $(BUILD)/obj/cli/kforge.o $(BUILD)/obj/cli/tune.o $(BUILD)/obj/cli/batch.o $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge
