@@ -34,6 +34,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,13 @@
 #define API_BATCH_CANCEL_CHUNK_S "500"
 /* The report's default threshold (docs/batches.md, "Verdicts"). */
 #define API_REPORT_THRESHOLD 0.03
+
+static double api_batches_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static const char *api_batches_owner(api_req *r, char buf[24])
 {
@@ -222,6 +230,7 @@ void api_h_batch_create(api_req *r)
     PGresult *res = NULL;
     int fail = 0;
     long open = 0, max_open = cfg->max_open_batches > 0 ? cfg->max_open_batches : 20;
+    double t0 = api_batches_ms(), t_parsed = 0, t_written = 0;
 
     kf_fields_init(&fe);
     if (cJSON_GetObjectItemCaseSensitive(r->json, "library")) {
@@ -241,6 +250,7 @@ void api_h_batch_create(api_req *r)
                        "the kernel gave no random bytes for an id; retry after the number of seconds in Retry-After");
         goto out;
     }
+    t_parsed = api_batches_ms();
     keys = kf_batchspec_keys(&bs);
     kf_artifact_sha256_hex(keys, strlen(keys), hash);
     tmpl = kf_json_print(bs.tmpl);
@@ -309,12 +319,15 @@ void api_h_batch_create(api_req *r)
     }
     if (!api_req_commit(r))
         goto out;
+    t_written = api_batches_ms();
     doc = api_batch_doc(batch_id, &bs, hash, created);
     api_reply_json_text(r, 202, doc);
     snprintf(r->location, sizeof(r->location), "/v1/batches/%s", batch_id);
-    kf_log_info("batch created batch=%s jobs=%d source=%s priority=%d by=%lld req=%s", batch_id, bs.n,
-                bs.library ? "library" : "matrix", bs.priority, (long long)r->who.token_id, r->request_id);
     api_batch_enqueue(r, &bs, &cols, res);
+    kf_log_info("batch created batch=%s jobs=%d source=%s priority=%d by=%lld parse_ms=%.0f write_ms=%.0f "
+                "queue_ms=%.0f req=%s", batch_id, bs.n, bs.library ? "library" : "matrix", bs.priority,
+                (long long)r->who.token_id, t_parsed - t0, t_written - t_parsed, api_batches_ms() - t_written,
+                r->request_id);
 out:
     PQclear(res);
     api_req_rollback(r);
