@@ -502,8 +502,9 @@ void api_h_batch_list(api_req *r)
 
 /* Cancel one chunk of the batch's unfinished jobs in one transaction:
  * CANCEL for queued and retrying ones, CANCEL_ASK for running ones whose
- * cancel was not asked yet.  *n the rows moved (0: none left), cancelled
- * ids appended to ids for Redis.  False after answering. */
+ * cancel was not asked yet.  *n the rows moved (0: none left); each moved
+ * job's id and its outbox cancel row's id go to ids ("<job> <outbox>\n")
+ * for Redis.  False after answering. */
 static bool api_batch_cancel_chunk(api_req *r, const char *detail, int *n_cancel, int *n_ask, kf_buf *ids, int *n)
 {
     const char *params[1] = { r->param };
@@ -523,48 +524,64 @@ static bool api_batch_cancel_chunk(api_req *r, const char *detail, int *n_cancel
         bool running = strcmp(PQgetvalue(res, i, 1), "running") == 0;
         kf_db_move mv = { .move = running ? KF_MOVE_CANCEL_ASK : KF_MOVE_CANCEL, .job_id = PQgetvalue(res, i, 0),
                           .detail = detail };
-        if (!api_move(r, &mv, NULL)) {
+        kf_db_moved moved;
+        if (!api_move(r, &mv, &moved)) {
             PQclear(res);
             return false;
         }
-        if (running) {
+        if (running)
             (*n_ask)++;
-        } else {
+        else
             (*n_cancel)++;
-            kf_buf_adds(ids, PQgetvalue(res, i, 0));
-            kf_buf_addc(ids, '\n');
-        }
+        kf_buf_addf(ids, "%s %lld\n", PQgetvalue(res, i, 0), moved.outbox_id);
         (*n)++;
     }
     PQclear(res);
     return api_req_commit(r);
 }
 
-/* Redis after the commits: a cancelled job leaves its waiting set (the
- * relay sends the same cancel from the outbox if this fails). */
+/* Redis after the commits, as POST /v1/jobs/{id}/cancel does for one job:
+ * a queued job leaves its waiting set, a running one's holder is told;
+ * the outbox cancel rows of those Redis took are deleted.  What fails is
+ * left to the relay, which sends the same cancels from the outbox. */
 static void api_batch_cancel_redis(api_req *r, const kf_buf *ids)
 {
     kf_err e = KF_ERR_INIT;
     kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
     const char *p = ids->data;
+    kf_pg_array done;
     int failed = 0;
 
+    kf_pg_array_init(&done, KF_PG_INT8, 0);
     while (q && p && *p) {
         const char *nl = strchr(p, '\n');
         char id[37];
+        long long outbox = 0;
         kf_queue_cancel_result cr;
-        if (!nl || nl - p != 36)
+        if (!nl || nl - p < 38 || p[36] != ' ')
             break;
         memcpy(id, p, 36);
         id[36] = '\0';
+        outbox = strtoll(p + 37, NULL, 10);
         if (kf_queue_cancel(q, id, &cr, &e) != KF_OK)
             failed++;
+        else if (outbox > 0)
+            kf_pg_array_int8(&done, outbox);
         p = nl + 1;
     }
     api_qpool_put(api_req_qpool(r), q);
     if (!q || failed)
         kf_log_warn("batch cancel recorded but not all sent to the queue yet; the relay will batch=%s msg=\"%s\"",
                     r->param, e.msg);
+    if (done.n > 0 && kf_pg_array_done(&done)) {
+        const char *pp[1] = { done.buf.data };
+        int len[1] = { (int)done.buf.len }, fmt[1] = { 1 };
+        PGresult *d = PQexecParams(r->pg, "DELETE FROM outbox WHERE id = ANY($1::bigint[])", 1, NULL, pp, len, fmt, 0);
+        if (PQresultStatus(d) != PGRES_COMMAND_OK)
+            kf_log_warn("sent outbox cancel rows stay for the relay msg=\"%s\"", PQresultErrorMessage(d));
+        PQclear(d);
+    }
+    kf_pg_array_release(&done);
 }
 
 void api_h_batch_cancel(api_req *r)

@@ -432,6 +432,8 @@ Test(batches, the_roll_up_counts_move_as_jobs_finish_and_cancel_ends_the_rest)
     cJSON_Delete(b);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND type = "
                                  "'cancel_requested' AND detail->>'reason' = 'done here'", j2), 1);
+    /* The running job's holder was told through Redis, so its outbox cancel row is gone. */
+    cr_assert_eq(fx_sql_int_soon(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1::uuid", j2, 0), 0);
     /* Again: nothing more to do, still 200. */
     cr_assert_eq(post(path, fx.user, NULL, NULL, &r), 200, "%s", r.body);
     b = fx_json(&r);
@@ -468,6 +470,7 @@ Test(batches, cancel_moves_every_queued_job_through_the_lifecycle)
                                  "j.batch_id = $1::uuid AND e.type = 'cancelled' AND e.detail->>'batch' = j.batch_id::text",
                             bid), 5, "one cancelled event per job, naming the batch");
     cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 0), 0, "the queue let go of them");
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox", NULL), 0, "the cancels Redis took leave no outbox row");
     free(path);
     free(bid);
 }
