@@ -183,3 +183,69 @@ Test(cli_batches, library_submit_and_status_wait_to_the_end)
     free(file);
     free(id);
 }
+
+/* ---- a whole stack: two batches run by a worker, then the report ----------------------- */
+
+#include "tests/lib/kf_test_stack.h"
+
+#define E2E_DB 14
+
+static kf_stack S;
+
+static void e2e_teardown(void)
+{
+    kf_stack_stop(&S);
+}
+
+TestSuite(cli_batches_e2e, .fini = e2e_teardown, .timeout = 600);
+
+/* Two batches over the same matrix, run to the end by a real worker on the
+ * simulator: the second's report takes the first as its baseline and,
+ * nothing having changed (the simulator's timing is deterministic), calls
+ * every entry unchanged with no provenance difference. */
+Test(cli_batches_e2e, a_rerun_with_nothing_changed_reports_every_entry_unchanged)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1, .lease_ms = 10000 };
+    static const char body[] = "{\"name\":\"e2e\",\"template\":{\"kind\":\"generate\",\"backend\":\"sim\",\"max_attempts\":1,"
+                               "\"budget\":{\"iterations\":2}},\"matrix\":{\"op\":[\"softmax\"],\"shapes\":[[[256,512]],"
+                               "[[128,1024]]],\"dtype\":[\"bfloat16\"],\"target\":[\"trn2\"]}}";
+    char *file, *first, *second, *path;
+    cli_out r;
+
+    kf_stack_start(&S, &o);
+    file = kf_asprintf("%s/batch.json", S.dir);
+    kf_test_write_file(file, body);
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "submit", file, "--wait", "--timeout", "400", NULL });
+    cr_assert_eq(r.status, 0, "out:\n%s\nerr:\n%s", r.out, r.err);
+    cr_assert(strstr(r.err, "100%  2/2  succeeded 2"), "the roll-up lines: %s", r.err);
+    first = submitted_id(r.out);
+    cli_out_release(&r);
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "submit", file, "--wait", "--timeout", "400", NULL });
+    cr_assert_eq(r.status, 0, "out:\n%s\nerr:\n%s", r.out, r.err);
+    second = submitted_id(r.out);
+    cli_out_release(&r);
+
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "report", second, "--format", "json", NULL });
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    {
+        cJSON *rep = cJSON_Parse(r.out);
+        const cJSON *e;
+        cr_assert_not_null(rep, "%s", r.out);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "baseline")), first);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "entries")), 2);
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(rep, "entries"))
+        {
+            cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(e, "verdict")), "unchanged", "%s", r.out);
+            cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(e, "provenance_diff")), 0, "%s", r.out);
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "new"), "latency_ns")), "%s", r.out);
+        }
+        cJSON_Delete(rep);
+    }
+    cli_out_release(&r);
+    path = kf_asprintf("SELECT count(*) FROM jobs WHERE batch_id = '%s' AND provenance->>'sim_build' IS NOT NULL", second);
+    cr_assert_eq(kf_stack_sql_long(&S, path, NULL), 2, "the worker recorded each job's provenance");
+    free(path);
+    free(file);
+    free(first);
+    free(second);
+}
