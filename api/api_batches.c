@@ -105,7 +105,7 @@ static bool api_batch_cols_fill(api_req *r, const kf_batchspec *bs, const char *
     for (int i = 0; i < bs->n; i++) {
         const kf_job_request *jr = &bs->entries[i].jr;
         char created[40];
-        char **t = &c->texts[i * 5];
+        char **t = &c->texts[(size_t)i * 5];
         if (!kf_uuid_v7(c->ids[i]))
             return false;
         t[0] = kf_json_print(jr->spec);
@@ -156,7 +156,7 @@ static void api_batch_enqueue(api_req *r, const kf_batchspec *bs, const api_batc
 
         for (int k = 0; k < m && ok; k++) {
             const kf_job_request *jr = &bs->entries[i + k].jr;
-            char *const *t = &c->texts[(i + k) * 5];
+            char *const *t = &c->texts[(size_t)(i + k) * 5];
             payload[k] = kf_job_payload_build(c->ids[i + k], kf_job_kind_name(jr->kind), jr->target, jr->backend,
                                               t[0], t[1], t[2], &e);
             ok = payload[k] != NULL;
