@@ -360,6 +360,16 @@ void api_reply_err(api_req *r, const kf_err *e);
     "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at, "    \
     "'provenance', j.provenance)"
 
+/* A job's best iteration as a lateral join on the jobs row aliased j: the
+ * fastest correct one (ties: the later attempt, then the lower seq), with
+ * attempt, seq, latency_ns and profile, under `alias`; kforge_fraction_of_bound
+ * (migration 0008) turns its profile and latency into the fraction of the
+ * bound.  GET /v1/jobs's light shape and a batch's entries both read it. */
+#define API_JOB_BEST_LATERAL(alias)                                                                         \
+    " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "              \
+    "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "                                     \
+    "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) " alias " ON true"
+
 /* ---- group commit of new jobs (api_batch.c) -------------------------------- */
 
 /* One job to create.  The caller fills the inputs, hands it to

@@ -358,11 +358,10 @@ out:
     "'cancelled', 'dead')) AS done, min(j.started_at) AS started_at, max(j.finished_at) AS finished_at FROM jobs j " \
     "WHERE j.batch_id = b.id) c)"
 
-/* A job's best iteration, as GET /v1/jobs's light shape has it. */
-#define API_BATCH_BEST                                                                                             \
-    "LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, kforge_fraction_of_bound(i.profile, i.latency_ns) " \
-    "AS fob FROM iterations i WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL ORDER BY "          \
-    "i.latency_ns, i.attempt DESC, i.seq LIMIT 1) bi ON true"
+/* A job's best iteration, as GET /v1/jobs's light shape has it (bi), and
+ * its fraction of the bound. */
+#define API_BATCH_BEST API_JOB_BEST_LATERAL("bi")
+#define API_BATCH_FOB "kforge_fraction_of_bound(bi.profile, bi.latency_ns)"
 
 void api_h_batch_get(api_req *r)
 {
@@ -413,8 +412,9 @@ void api_h_batch_get(api_req *r)
                       "j.batch_entry->'dtype', 'target', j.batch_entry->'target', 'state', j.state, 'attempt', "
                       "j.attempt, 'last_error', left(j.last_error, 200), 'best', CASE WHEN bi.seq IS NOT NULL THEN "
                       "json_build_object('attempt', bi.attempt, 'seq', bi.seq, 'latency_ns', bi.latency_ns, "
-                      "'fraction_of_bound', bi.fob) END)::text, (extract(epoch FROM j.created_at) * 1000000)::bigint, "
-                      "j.id FROM jobs j " API_BATCH_BEST " WHERE j.batch_id = $1::uuid AND ($2::bigint IS NULL OR "
+                      "'fraction_of_bound', " API_BATCH_FOB ") END)::text, "
+                      "(extract(epoch FROM j.created_at) * 1000000)::bigint, j.id FROM jobs j" API_BATCH_BEST
+                      " WHERE j.batch_id = $1::uuid AND ($2::bigint IS NULL OR "
                       "(j.created_at, j.id) > ('epoch'::timestamptz + $2::bigint * interval '1 microsecond', "
                       "$3::uuid)) ORDER BY j.created_at, j.id LIMIT $4::int",
                       4, params);
@@ -823,8 +823,8 @@ static void api_report_text(const cJSON *rep, bool csv, kf_buf *b)
                 api_csv_field(b, cells[i]);
                 kf_buf_addc(b, ',');
             }
-            kf_buf_addf(b, "%s,%s,%s,%s,%s,%s,", ons, nns, rs, api_report_str(e, "verdict"), api_report_str(nw, "job_id"),
-                        api_report_str(old, "job_id"));
+            kf_buf_addf(b, "%s,%s,%s,%s,%s,%s,", ons, nns, rs, api_report_str(e, "verdict"),
+                        api_report_str(nw, "job_id"), api_report_str(old, "job_id"));
             api_csv_field(b, prov.len ? prov.data : "");
             kf_buf_adds(b, "\r\n");
         } else {
@@ -844,8 +844,8 @@ static void api_report_text(const cJSON *rep, bool csv, kf_buf *b)
 
 /* The side of one batch in the report's join. */
 #define API_REPORT_SIDE(p)                                                                                        \
-    "SELECT j.batch_entry AS e, j.batch_entry->>'key' AS key, j.id, j.state, j.provenance, bi.latency_ns, bi.fob "   \
-    "FROM jobs j " API_BATCH_BEST " WHERE j.batch_id = " p "::uuid"
+    "SELECT j.batch_entry AS e, j.batch_entry->>'key' AS key, j.id, j.state, j.provenance, bi.latency_ns, "          \
+    API_BATCH_FOB " AS fob FROM jobs j" API_BATCH_BEST " WHERE j.batch_id = " p "::uuid"
 
 void api_h_batch_report(api_req *r)
 {
