@@ -1,5 +1,6 @@
 /* ka_loop — the tuning loop and its planners (see ka_loop.h). */
 #include "ka_loop.h"
+#include "ka_result.h"
 
 #include <math.h>
 #include <openssl/evp.h>
@@ -249,14 +250,13 @@ typedef struct ka_tuner {
     /* counts */
     int               iter, evals, pruned, validations, rejected, compile_errors, since_improve;
     double            t_start, eval_s, sim_s;
-    cJSON            *path, *trace;
-    cJSON            *default_info;
+    ka_result         res;          /* path, trace, default: the result as it grows (ka_result.h) */
     /* the template's default setting (or the nearest legal one), and
      * whether the guided planner still owes it an evaluation because the
      * fixed-cost prior started elsewhere */
     int               def_idx[KA_MAX_TUNABLES];
     bool              have_def, default_due;
-    int               default_info_idx[KA_MAX_TUNABLES];   /* the setting default_info describes */
+    int               default_info_idx[KA_MAX_TUNABLES];   /* the setting res.def describes */
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -839,14 +839,21 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     const ka_space *sp = t->sp;
     double t0 = ka_now(), wall_eval = 0, wall_val = 0, sim = 0;
     char *kwargs = ka_space_kwargs(sp, c->idx, t->pb->fixed_kwargs);
-    cJSON *timing = NULL, *val = NULL, *it = cJSON_CreateObject(), *compile, *tm, *tr;
+    cJSON *timing = NULL, *val = NULL;
+    ka_trace_row *tr;
+    ka_iter it;
     bool cached = false, better = false, correct = false, validated = false, cancel_mid = false;
     double lat = 0, floor_ns = 0;
-    char reason[1024], params_txt[512];
+    char *const reason = it.reason;
+    const size_t reason_len = sizeof(it.reason);
+    char params_txt[512];
     ka_seen *s;
     kf_code rc;
 
+    memset(&it, 0, sizeof(it));
+    it.compile_cached = -1;
     t->iter++;
+    it.iteration = t->iter;
     ka_fmt_params(sp, c->idx, params_txt, sizeof(params_txt));
     if (t->iter == 1 && t->h && t->h->status) {
         char what[700];
@@ -858,26 +865,23 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         goto out;
     sim += jnum(timing, "sim_seconds", 0) * (cached ? 0 : 1);
     if (t->iter == 1 && t->source)
-        cJSON_AddStringToObject(it, "source", t->source);
-    cJSON_AddItemToObject(it, "params", ka_space_params(sp, c->idx));
-    compile = cJSON_AddObjectToObject(it, "compile");
+        it.source = t->source;
+    it.params = ka_space_params(sp, c->idx);
     if (!jbool(timing, "ok")) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(timing, "error");
-        cJSON_AddBoolToObject(compile, "ok", false);
-        cJSON_AddItemToObject(compile, "error", cJSON_Duplicate(e, true));
+        it.compiled = false;
+        it.compile_error = e ? cJSON_Duplicate(e, true) : NULL;
         (void)ka_seen_add(t, c->idx, 1);
         t->compile_errors++;
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
-        cJSON_AddItemToObject(it, "validation", cJSON_CreateObject());
-        cJSON_AddItemToObject(it, "profile", cJSON_CreateObject());
-        cJSON_AddItemToObject(it, "findings", cJSON_CreateArray());
-        cJSON_AddStringToObject(it, "action", "reject");
-        cJSON_AddBoolToObject(it, "correct", false);
+        snprintf(reason, reason_len, "%s; it does not compile: %s", c->reason, jstr(e, "message", "error"));
+        it.action = "reject";
+        it.has_correct = true;
+        it.correct = false;
         goto record;
     }
-    cJSON_AddBoolToObject(compile, "ok", true);
-    cJSON_AddBoolToObject(compile, "cached", cached);
+    it.compiled = true;
+    it.compile_cached = cached;
     lat = jnum(timing, "latency_ns", 0);
     floor_ns = jnum(timing, "floor_ns", 0);
     s = ka_seen_add(t, c->idx, 2);
@@ -905,20 +909,20 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         s->valid = correct ? 1 : 0;
         ka_trim_checks(val);
     }
+    it.validation = val ? cJSON_Duplicate(val, true) : NULL;
+    it.verdict = validated ? (correct ? KA_VERDICT_PASS : KA_VERDICT_FAIL) : KA_VERDICT_SKIPPED;
+    if (!validated)
+        it.skip_reason = cancel_mid ? "the job was cancelled before validation"
+                                    : "not faster than the best: explored timing-only, not validated";
+    it.profile = ka_profile_part(timing, cached);
     {
-        cJSON *v = val ? cJSON_Duplicate(val, true) : cJSON_CreateObject();
-        cJSON_AddStringToObject(v, "status", validated ? (correct ? "pass" : "fail") : "skipped");
-        if (!validated)
-            cJSON_AddStringToObject(v, "reason", cancel_mid ? "the job was cancelled before validation"
-                                                            : "not faster than the best: explored timing-only, not validated");
-        cJSON_AddItemToObject(it, "validation", v);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(timing, "findings");
+        it.findings = f ? cJSON_Duplicate(f, true) : NULL;
     }
-    cJSON_AddItemToObject(it, "profile", ka_profile_part(timing, cached));
-    cJSON_AddItemToObject(it, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(timing, "findings"), true));
     if (cancel_mid) {
-        snprintf(reason, sizeof(reason), "%s; %.1f us, but the job was cancelled before it could be validated",
+        snprintf(reason, reason_len, "%s; %.1f us, but the job was cancelled before it could be validated",
                  c->reason, ka_us(lat));
-        cJSON_AddStringToObject(it, "action", "explore");
+        it.action = "explore";
     } else if (better && correct) {
         int prev[KA_MAX_TUNABLES];
         bool had = t->have_best;
@@ -933,28 +937,27 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         t->best_iter = t->iter;
         t->since_improve = 0;
         if (had)
-            snprintf(reason, sizeof(reason), "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
+            snprintf(reason, reason_len, "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
                      c->reason, ka_us(lat), 100.0 * (prev_lat - lat) / prev_lat, ka_us(prev_lat));
         else
-            snprintf(reason, sizeof(reason), "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
+            snprintf(reason, reason_len, "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
                      ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0);
-        cJSON_AddStringToObject(it, "action", had ? "accept" : "baseline");
+        it.action = had ? "accept" : "baseline";
         if (t->o->artifacts) {
             cJSON *params = ka_space_params(sp, c->idx), *arts = NULL;
             rc = ka_artifacts(t->pb, kwargs, params, 0, &arts, err);
             cJSON_Delete(params);
             if (rc)
                 goto out;
-            cJSON_AddItemToObject(it, "artifacts", arts);
+            it.artifacts = arts;
         }
         {
-            cJSON *pe = cJSON_CreateObject();
-            cJSON_AddNumberToObject(pe, "iteration", t->iter);
-            cJSON_AddItemToObject(pe, "params", ka_space_params(sp, c->idx));
-            cJSON_AddNumberToObject(pe, "latency_ns", lat);
-            cJSON_AddNumberToObject(pe, "fraction_of_bound", floor_ns > 0 ? floor_ns / lat : 0);
-            cJSON_AddStringToObject(pe, "reason", c->reason);
-            cJSON_AddItemToArray(t->path, pe);
+            ka_step *st = ka_result_add_step(&t->res);
+            st->iteration = t->iter;
+            st->params = ka_space_params(sp, c->idx);
+            st->latency_ns = lat;
+            st->fraction_of_bound = floor_ns > 0 ? floor_ns / lat : 0;
+            snprintf(st->reason, sizeof(st->reason), "%s", c->reason);
         }
         if (t->o->planner == KA_PLAN_GUIDED) {
             ka_plan_from_best(t);
@@ -983,56 +986,56 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     } else if (better && !correct) {
         t->rejected++;
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
+        snprintf(reason, reason_len, "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
                  ka_us(lat), ka_first_failure(val));
-        cJSON_AddStringToObject(it, "action", "reject");
+        it.action = "reject";
     } else {
         t->since_improve++;
-        snprintf(reason, sizeof(reason), "%s; %.1f us is not faster than the best (%.1f us)", c->reason, ka_us(lat),
+        snprintf(reason, reason_len, "%s; %.1f us is not faster than the best (%.1f us)", c->reason, ka_us(lat),
                  ka_us(t->best_lat));
-        cJSON_AddStringToObject(it, "action", "explore");
+        it.action = "explore";
     }
     /* `default` is the template's default setting; until it is evaluated
      * (exhaustive and random order may never reach it) the first setting */
-    if (t->default_info == NULL || ka_is_default(t, c->idx)) {
-        cJSON_Delete(t->default_info);
+    if (!t->res.has_default || ka_is_default(t, c->idx)) {
+        ka_setting *d = &t->res.def;
+        ka_setting_release(d);
         memcpy(t->default_info_idx, c->idx, sizeof(t->default_info_idx));
-        t->default_info = cJSON_CreateObject();
-        cJSON_AddItemToObject(t->default_info, "params", ka_space_params(sp, c->idx));
-        cJSON_AddNumberToObject(t->default_info, "latency_ns", lat);
-        cJSON_AddNumberToObject(t->default_info, "floor_ns", floor_ns);
-        cJSON_AddNumberToObject(t->default_info, "fraction_of_bound", floor_ns > 0 ? floor_ns / lat : 0);
-        cJSON_AddBoolToObject(t->default_info, "correct", correct);
-        cJSON_AddBoolToObject(t->default_info, "validated", validated);
+        t->res.has_default = true;
+        d->params = ka_space_params(sp, c->idx);
+        d->latency_ns = lat;
+        d->floor_ns = floor_ns;
+        d->fraction_of_bound = floor_ns > 0 ? floor_ns / lat : 0;
+        d->correct = correct;
+        d->validated = validated;
     }
-    cJSON_AddNumberToObject(it, "latency_ns", lat);
-    if (validated)
-        cJSON_AddBoolToObject(it, "correct", correct);
+    it.has_latency = true;
+    it.latency_ns = lat;
+    it.has_correct = validated;
+    it.correct = correct;
 record:
-    cJSON_AddStringToObject(it, "reason", reason);
     {
         double total = ka_now() - t0;
-        tm = cJSON_AddObjectToObject(it, "timings");
-        cJSON_AddNumberToObject(tm, "eval_ms", wall_eval * 1e3);
-        cJSON_AddNumberToObject(tm, "validate_ms", wall_val * 1e3);
-        cJSON_AddNumberToObject(tm, "sim_ms", sim * 1e3);
-        cJSON_AddNumberToObject(tm, "overhead_ms", (total - wall_eval - wall_val) * 1e3);
-        cJSON_AddNumberToObject(tm, "total_ms", total * 1e3);
+        it.has_timings = true;
+        it.eval_ms = wall_eval * 1e3;
+        it.validate_ms = wall_val * 1e3;
+        it.sim_ms = sim * 1e3;
+        it.overhead_ms = (total - wall_eval - wall_val) * 1e3;
+        it.total_ms = total * 1e3;
         t->eval_s += wall_eval + wall_val;
         t->sim_s += sim;
     }
-    tr = cJSON_CreateObject();
-    cJSON_AddNumberToObject(tr, "iteration", t->iter);
-    cJSON_AddStringToObject(tr, "params", params_txt);
-    cJSON_AddNumberToObject(tr, "latency_ns", lat);
-    cJSON_AddNumberToObject(tr, "best_ns", t->have_best ? t->best_lat : 0);
-    cJSON_AddBoolToObject(tr, "cached", cached);
-    cJSON_AddStringToObject(tr, "action", jstr(it, "action", ""));
-    cJSON_AddItemToArray(t->trace, tr);
+    tr = ka_result_add_trace(&t->res);
+    tr->iteration = t->iter;
+    snprintf(tr->params, sizeof(tr->params), "%s", params_txt);
+    tr->latency_ns = lat;
+    tr->best_ns = t->have_best ? t->best_lat : 0;
+    tr->cached = cached;
+    tr->action = it.action;
     if (t->h && t->h->progress)
-        t->h->progress(t->h->ctx, it);
+        t->h->progress(t->h->ctx, &it);
 out:
-    cJSON_Delete(it);
+    ka_iter_release(&it);
     cJSON_Delete(timing);
     cJSON_Delete(val);
     free(kwargs);
@@ -1090,14 +1093,13 @@ void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, k
         kf_buf_addf(out, "%s\n", jstr(finding, "message", ""));
 }
 
-static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *stop_msg)
+/* The Markdown report, from the result's fields, into t->res.report. */
+static void ka_report(ka_tuner *t, const char *stop_msg)
 {
     kf_buf md;
     const ka_problem *pb = t->pb;
-    const cJSON *pe;
+    const ka_result *r = &t->res;
     char params[512];
-    /* the result owns it by now */
-    const cJSON *di = cJSON_GetObjectItemCaseSensitive(res, "default");
 
     kf_buf_init(&md);
     kf_buf_addf(&md, "# kforge tune: %s on %s\n\n", pb->op[0] ? pb->op : pb->entry, pb->target);
@@ -1112,7 +1114,7 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
     if (!t->have_best) {
         kf_buf_addf(&md, "**No correct kernel**: no candidate passed validation. %s\n", stop_msg);
     } else {
-        double dl = jnum(di, "latency_ns", 0);
+        double dl = r->has_default ? r->def.latency_ns : 0;
         ka_fmt_params(t->sp, t->best, params, sizeof(params));
         kf_buf_addf(&md, "**Best**: %.1f us, %.2f of the %s bound (%.1f us); profiler: %.2f of its tightest bound (%s).\n\n",
                     ka_us(t->best_lat), t->best_floor > 0 ? t->best_floor / t->best_lat : 0,
@@ -1125,23 +1127,23 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
             ka_fmt_params(t->sp, t->default_info_idx, dp, sizeof(dp));
             kf_buf_addf(&md, "%s (`%s`): %.1f us (%.2f of the bound); speed-up %.2fx.\n\n",
                         ka_is_default(t, t->default_info_idx) ? "The template's default" : "Starting point",
-                        t->sp->n ? dp : "(none)", ka_us(dl), jnum(di, "fraction_of_bound", 0),
+                        t->sp->n ? dp : "(none)", ka_us(dl), r->def.fraction_of_bound,
                         dl / t->best_lat);
         }
         kf_buf_addf(&md, "## Path\n\n| iteration | tunables | latency (us) | fraction of bound | why |\n|---|---|---|---|---|\n");
-        cJSON_ArrayForEach(pe, path)
-        {
-            const cJSON *pp = cJSON_GetObjectItemCaseSensitive(pe, "params"), *v;
+        for (size_t i = 0; i < r->n_path; i++) {
+            const ka_step *pe = &r->path[i];
+            const cJSON *v;
             kf_buf ptxt;
             kf_buf_init(&ptxt);
-            cJSON_ArrayForEach(v, pp)
+            cJSON_ArrayForEach(v, pe->params)
             {
                 char vb[96];
                 ka_fmt_value(v, vb, sizeof(vb));
                 kf_buf_addf(&ptxt, "%s%s=%s", ptxt.len ? " " : "", v->string, vb);
             }
-            kf_buf_addf(&md, "| %d | `%s` | %.1f | %.2f | %s |\n", (int)jnum(pe, "iteration", 0), ptxt.data,
-                        ka_us(jnum(pe, "latency_ns", 0)), jnum(pe, "fraction_of_bound", 0), jstr(pe, "reason", ""));
+            kf_buf_addf(&md, "| %d | `%s` | %.1f | %.2f | %s |\n", pe->iteration, ptxt.data ? ptxt.data : "",
+                        ka_us(pe->latency_ns), pe->fraction_of_bound, pe->reason);
             kf_buf_release(&ptxt);
         }
         kf_buf_addf(&md, "\n## What still limits it\n\n");
@@ -1164,8 +1166,7 @@ static void ka_report(ka_tuner *t, cJSON *res, const cJSON *path, const char *st
                      "Stopped: %s\n",
                 t->iter, t->evals, ka_cache_hits(t->cache), t->pruned, t->validations, t->rejected, t->compile_errors,
                 stop_msg);
-    cJSON_AddStringToObject(res, "report", md.data);
-    kf_buf_release(&md);
+    t->res.report = kf_buf_detach(&md);
 }
 
 kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, const ka_hooks *h, cJSON **result,
@@ -1178,7 +1179,6 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
     int patience = o->patience == 0 ? KA_DEF_PATIENCE : o->patience;
     const char *stop = "exhausted";
     char stop_msg[256];
-    cJSON *res = NULL;
     kf_code rc = KF_OK;
 
     *result = NULL;
@@ -1188,8 +1188,6 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
     t.o = o;
     t.h = h;
     t.cache = own_cache ? ka_cache_new() : o->cache;
-    t.path = cJSON_CreateArray();
-    t.trace = cJSON_CreateArray();
     t.t_start = ka_now();
     t.source = ka_slurp(pb->source_path);
     if (!t.source) {
@@ -1270,72 +1268,44 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
         if (rc)
             goto out;
     }
-    res = cJSON_CreateObject();
-    cJSON_AddStringToObject(res, "op", pb->op);
-    cJSON_AddStringToObject(res, "entry", pb->entry);
-    cJSON_AddStringToObject(res, "target", pb->target);
-    cJSON_AddStringToObject(res, "planner", ka_planner_name(o->planner));
-    cJSON_AddBoolToObject(res, "correct", t.have_best);
+    t.res.op = pb->op;
+    t.res.entry = pb->entry;
+    t.res.target = pb->target;
+    t.res.planner = ka_planner_name(o->planner);
+    t.res.correct = t.have_best;
     if (t.have_best) {
-        cJSON *b = cJSON_AddObjectToObject(res, "best");
-        cJSON *params = ka_space_params(sp, t.best);
-        char *src = ka_specialize_source(pb->source_path, pb->entry, params);
         char *kw = ka_space_kwargs(sp, t.best, pb->fixed_kwargs);
-        cJSON_AddItemToObject(b, "params", params);
-        cJSON_AddItemToObject(b, "kwargs", cJSON_Parse(kw));
+        t.res.best.params = ka_space_params(sp, t.best);
+        t.res.best.source = ka_specialize_source(pb->source_path, pb->entry, t.res.best.params);
+        t.res.best.kwargs = cJSON_Parse(kw);
         free(kw);
-        cJSON_AddNumberToObject(b, "iteration", t.best_iter);
-        cJSON_AddNumberToObject(b, "latency_ns", t.best_lat);
-        cJSON_AddNumberToObject(b, "floor_ns", t.best_floor);
-        cJSON_AddNumberToObject(b, "fraction_of_bound", t.best_floor / t.best_lat);
-        cJSON_AddStringToObject(b, "bound_kind", jstr(t.best_timing, "bound_kind", ""));
-        cJSON_AddItemToObject(b, "bounds", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "bounds"), true));
-        cJSON_AddItemToObject(b, "summary", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "summary"), true));
-        cJSON_AddItemToObject(b, "findings", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "findings"), true));
-        cJSON_AddBoolToObject(b, "validated", true);
-        cJSON_AddStringToObject(b, "source", src ? src : "");
-        free(src);
-        cJSON_AddNumberToObject(res, "latency_ns", t.best_lat);
-        cJSON_AddNumberToObject(res, "fraction_of_bound", t.best_floor / t.best_lat);
+        t.res.best.iteration = t.best_iter;
+        t.res.best.latency_ns = t.best_lat;
+        t.res.best.floor_ns = t.best_floor;
+        snprintf(t.res.best.bound_kind, sizeof(t.res.best.bound_kind), "%s", jstr(t.best_timing, "bound_kind", ""));
+        t.res.best.bounds = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "bounds"), true);
+        t.res.best.summary = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "summary"), true);
+        t.res.best.findings = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t.best_timing, "findings"), true);
     }
-    if (t.default_info) {
-        cJSON_AddItemToObject(res, "default", t.default_info);
-        t.default_info = NULL;
-    }
-    cJSON_AddItemToObject(res, "path", t.path);
-    t.path = NULL;
-    {
-        cJSON *st = cJSON_AddObjectToObject(res, "stop");
-        cJSON_AddStringToObject(st, "reason", stop);
-        cJSON_AddStringToObject(st, "message", stop_msg);
-    }
-    cJSON_AddNumberToObject(res, "iterations", t.iter);
-    cJSON_AddNumberToObject(res, "evaluations", t.evals);
-    cJSON_AddNumberToObject(res, "cache_hits", (double)ka_cache_hits(t.cache));
-    cJSON_AddNumberToObject(res, "pruned", t.pruned);
-    cJSON_AddNumberToObject(res, "validations", t.validations);
-    cJSON_AddNumberToObject(res, "rejected", t.rejected);
-    cJSON_AddNumberToObject(res, "compile_errors", t.compile_errors);
-    {
-        double wall = ka_now() - t.t_start;
-        cJSON *tm = cJSON_AddObjectToObject(res, "timings");
-        cJSON_AddNumberToObject(tm, "wall_s", wall);
-        cJSON_AddNumberToObject(tm, "eval_s", t.eval_s);
-        cJSON_AddNumberToObject(tm, "sim_s", t.sim_s);
-        cJSON_AddNumberToObject(tm, "loop_overhead_fraction", wall > 0 ? (wall - t.eval_s) / wall : 0);
-        cJSON_AddNumberToObject(tm, "outside_sim_fraction", wall > 0 ? (wall - t.sim_s) / wall : 0);
-    }
-    ka_report(&t, res, cJSON_GetObjectItemCaseSensitive(res, "path"), stop_msg);
-    cJSON_AddItemToObject(res, "trace", t.trace);
-    t.trace = NULL;
-    *result = res;
+    t.res.stop_reason = stop;
+    snprintf(t.res.stop_message, sizeof(t.res.stop_message), "%s", stop_msg);
+    t.res.iterations = t.iter;
+    t.res.evaluations = t.evals;
+    t.res.cache_hits = ka_cache_hits(t.cache);
+    t.res.pruned = t.pruned;
+    t.res.validations = t.validations;
+    t.res.rejected = t.rejected;
+    t.res.compile_errors = t.compile_errors;
+    t.res.wall_s = ka_now() - t.t_start;
+    t.res.eval_s = t.eval_s;
+    t.res.sim_s = t.sim_s;
+    ka_report(&t, stop_msg);
+    *result = ka_result_json(&t.res);
 out:
     if (own_cache)
         ka_cache_free(t.cache);
-    cJSON_Delete(t.path);
-    cJSON_Delete(t.trace);
+    ka_result_release(&t.res);
     cJSON_Delete(t.best_timing);
-    cJSON_Delete(t.default_info);
     free(t.seen);
     free(t.q);
     free(t.order);

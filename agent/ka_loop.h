@@ -20,14 +20,16 @@
  *      without running; when no finding explains the remaining gap to the
  *      bound it tries the neighbours of the best setting, then pairs of
  *      moves.  Exhaustive and random planners exist for comparison (bench);
- *   4. record: one iteration JSON (docs/protocol.md fields) to the progress
- *      hook; with opts.artifacts, the iteration of a new best also carries
- *      "artifacts" (ka_artifacts: kernel.py and the profile documents, one
- *      more sandboxed timing evaluation), which the worker uploads.
+ *   4. record: one iteration (ka_iter.h: a C value, serialized only at a
+ *      process edge by ka_iter_json) to the progress hook; with
+ *      opts.artifacts, the iteration of a new best also carries artifacts
+ *      (ka_artifacts: kernel.py and the profile documents, one more
+ *      sandboxed timing evaluation), which the worker uploads.
  * The bound is the op's floor: max(compute bound, necessary-IO bound) of the
  * profile, which no kernel can beat; "fraction" = floor / latency.
  *
- * Result JSON (owned by the caller): best kernel (source with the best
+ * Result JSON (owned by the caller; ka_result_json of the ka_result the
+ * loop fills, ka_result.h): best kernel (source with the best
  * tunables as the entry's defaults, params, metrics, fraction), default
  * setting's metrics, path of improving iterations, stop reason, counts
  * (evaluations, cache hits, pruned, validations, rejected), a per-iteration
@@ -50,6 +52,7 @@
 #include <stdint.h>
 
 #include "ka_cache.h"
+#include "ka_iter.h"
 #include "ka_lib.h"
 #include "kf_buf.h"
 
@@ -81,7 +84,7 @@ enum { KA_DEF_ITERATIONS = 40 };   /* ka_opts.max_iterations when 0 */
 
 typedef struct ka_hooks {
     void *ctx;
-    void (*progress)(void *ctx, const cJSON *iteration);
+    void (*progress)(void *ctx, const ka_iter *iteration);   /* borrowed for the call */
     bool (*cancelled)(void *ctx);
     /* NULL or told what the loop starts before each step that may be long
      * (the first simulation, every validation on full-size inputs). */

@@ -165,28 +165,23 @@ typedef struct tune_ctx {
     FILE *jsonl;
 } tune_ctx;
 
-static void tune_progress(void *vctx, const cJSON *it)
+static void tune_progress(void *vctx, const ka_iter *it)
 {
     tune_ctx *c = vctx;
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "params"), *v;
-    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(it, "profile");
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(it, "action");
-    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(it, "reason");
-    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(it, "latency_ns");
-    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(prof, "floor_ns");
-    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(it, "timings");
+    const cJSON *v;
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(it->profile, "floor_ns");
     char params[512] = "";
     size_t o = 0;
 
     c->n++;
     if (c->jsonl) {
-        char *txt = cJSON_PrintUnformatted(it);
-        fprintf(c->jsonl, "%s\n", txt);
+        char *txt = ka_iter_json(it);   /* the --jsonl file is this iteration's one edge */
+        fprintf(c->jsonl, "%s\n", txt ? txt : "{}");
         free(txt);
     }
     if (c->quiet)
         return;
-    cJSON_ArrayForEach(v, p)
+    cJSON_ArrayForEach(v, it->params)
     {
         char *val = cJSON_PrintUnformatted(v);
         if (o + 8 < sizeof(params))
@@ -194,10 +189,9 @@ static void tune_progress(void *vctx, const cJSON *it)
         free(val);
     }
     fprintf(stderr, "[%3d] %-8s %9.1f us  %4.2f of bound  %5.1f s  %s\n      %s\n", c->n,
-            cJSON_IsString(act) ? act->valuestring : "?", cJSON_IsNumber(lat) ? lat->valuedouble / 1e3 : 0,
-            cJSON_IsNumber(fl) && cJSON_IsNumber(lat) && lat->valuedouble > 0 ? fl->valuedouble / lat->valuedouble : 0,
-            cJSON_GetObjectItemCaseSensitive(tm, "total_ms") ? cJSON_GetObjectItemCaseSensitive(tm, "total_ms")->valuedouble / 1e3 : 0,
-            params, cJSON_IsString(reason) ? reason->valuestring : "");
+            it->action ? it->action : "?", it->has_latency ? it->latency_ns / 1e3 : 0,
+            cJSON_IsNumber(fl) && it->has_latency && it->latency_ns > 0 ? fl->valuedouble / it->latency_ns : 0,
+            it->has_timings ? it->total_ms / 1e3 : 0, params, it->reason);
 }
 
 /* The loop says what long step it starts (ka_hooks.status). */

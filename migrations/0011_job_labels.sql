@@ -71,3 +71,6 @@ SELECT j.id, l.key, l.value, j.owner_token_id, j.created_at
 -- against 3 once merged).  A job's few labels go straight into the tree.
 ALTER INDEX jobs_labels_idx SET (fastupdate = off);
 SELECT gin_clean_pending_list('jobs_labels_idx');
+
+-- Analysts may read it as they read jobs.labels (0008's role).
+GRANT SELECT ON job_labels TO kforge_reader;

@@ -109,12 +109,17 @@ static void bs_provenance(const ka_problem *pb, cJSON *res)
         cJSON_AddStringToObject(p, "template_hash", h);
 }
 
-static void bs_progress(void *vctx, const cJSON *it)
+/* The job process's edge: an iteration becomes JSON here, once
+ * (ka_iter_json), for the pipe to the worker. */
+static void bs_progress(const kf_backend_hooks *hooks, const ka_iter *it)
 {
-    bs_ctx *c = vctx;
-    char *txt = cJSON_PrintUnformatted(it);
-    if (c->hooks->progress)
-        c->hooks->progress(c->hooks->ctx, txt);
+    char *txt;
+
+    if (!hooks->progress)
+        return;
+    txt = ka_iter_json(it);
+    if (txt)
+        hooks->progress(hooks->ctx, txt);
     free(txt);
 }
 
@@ -276,23 +281,21 @@ typedef struct bs_relay {
 } bs_relay;
 
 /* Progress relay that remembers why the first iteration failed. */
-static void bs_relay_progress(void *vctx, const cJSON *it)
+static void bs_relay_progress(void *vctx, const ka_iter *it)
 {
     bs_relay *r = vctx;
     if (r->n++ == 0) {
-        const cJSON *comp = cJSON_GetObjectItemCaseSensitive(it, "compile");
-        const cJSON *val = cJSON_GetObjectItemCaseSensitive(it, "validation");
-        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "ok"))) {
-            const cJSON *e = cJSON_GetObjectItemCaseSensitive(comp, "error");
-            snprintf(r->first->error, sizeof(r->first->error), "the kernel does not compile: %s",
-                     bs_str(e, "message") ? bs_str(e, "message") : "error");
+        if (!it->compiled) {
+            const char *msg = bs_str(it->compile_error, "message");
+            snprintf(r->first->error, sizeof(r->first->error), "the kernel does not compile: %s", msg ? msg : "error");
             r->first->failed = true;
-        } else if (bs_str(val, "ref_error")) {
-            snprintf(r->first->error, sizeof(r->first->error), "the reference does not run: %s", bs_str(val, "ref_error"));
+        } else if (bs_str(it->validation, "ref_error")) {
+            snprintf(r->first->error, sizeof(r->first->error), "the reference does not run: %s",
+                     bs_str(it->validation, "ref_error"));
             r->first->failed = true;
         }
     }
-    bs_progress(&r->c, it);
+    bs_progress(r->c.hooks, it);
 }
 
 static bool bs_relay_cancelled(void *vctx)
@@ -436,19 +439,19 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
     if (job->kind == KF_KIND_PROFILE || job->kind == KF_KIND_VALIDATE ||
         (job->kind == KF_KIND_OPTIMIZE && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")) == 0)) {
         /* one evaluation: profile and/or validate */
-        cJSON *out = cJSON_CreateObject(), *it = cJSON_CreateObject(), *prof = NULL, *val = NULL;
+        cJSON *out = cJSON_CreateObject(), *prof = NULL, *val = NULL;
+        ka_iter it;
         bool want_prof = job->kind != KF_KIND_VALIDATE, want_val = job->kind != KF_KIND_PROFILE;
         double t0 = bs_now();   /* the evaluations of this job share budget.seconds */
         unsigned lim_prof = bs_eval_limit(job, 0), lim_val = 0;
+        memset(&it, 0, sizeof(it));
         if (want_val && !pb.ref_path[0]) {
             cJSON_Delete(out);
-            cJSON_Delete(it);
             rc = kf_err_set(err, KF_UNPROCESSABLE, "validate needs a NumPy reference (spec.reference)");
             goto out;
         }
         if (hooks->cancelled && hooks->cancelled(hooks->ctx)) {
             cJSON_Delete(out);
-            cJSON_Delete(it);
             *retryable = true;
             rc = kf_err_set(err, KF_UNAVAILABLE, "the job stopped before its evaluation (cancelled or lease lost)");
             goto out;
@@ -468,7 +471,6 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
         if (rc) {
             *retryable = rc == KF_INTERNAL;
             cJSON_Delete(out);
-            cJSON_Delete(it);
             cJSON_Delete(prof);
             cJSON_Delete(val);
             goto out;
@@ -477,26 +479,24 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
             const cJSON *perr = prof ? cJSON_GetObjectItemCaseSensitive(prof, "error") : NULL;
             const cJSON *verr = val ? cJSON_GetObjectItemCaseSensitive(val, "error") : NULL;
             const cJSON *e = perr ? perr : verr;
-            cJSON *comp = cJSON_AddObjectToObject(it, "compile");
-            cJSON_AddBoolToObject(comp, "ok", e == NULL);
-            if (e)
-                cJSON_AddItemToObject(comp, "error", cJSON_Duplicate(e, true));
-            cJSON_AddStringToObject(it, "source", bs_str(job->spec, "source"));
-            cJSON_AddItemToObject(it, "params", cJSON_CreateObject());
-            cJSON_AddItemToObject(it, "validation", val ? cJSON_Duplicate(val, true) : cJSON_CreateObject());
-            cJSON_AddItemToObject(it, "profile", prof && !perr ? cJSON_Duplicate(prof, true) : cJSON_CreateObject());
-            cJSON_AddItemToObject(it, "findings", prof && cJSON_GetObjectItemCaseSensitive(prof, "findings")
-                                                      ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(prof, "findings"), true)
-                                                      : cJSON_CreateArray());
-            cJSON_AddStringToObject(it, "action", job->kind == KF_KIND_PROFILE ? "profile"
-                                                  : job->kind == KF_KIND_VALIDATE ? "validate" : "diagnose");
-            cJSON_AddStringToObject(it, "reason", e && bs_timed_out(e) ? "the evaluation reached its time limit"
-                                                  : e ? "the kernel does not compile or run"
-                                                      : "one evaluation: no tunables to search");
-            if (prof && !perr)
-                cJSON_AddNumberToObject(it, "latency_ns", bs_num(prof, "latency_ns"));
-            if (val && !e)
-                cJSON_AddBoolToObject(it, "correct", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")));
+            const cJSON *findings = prof ? cJSON_GetObjectItemCaseSensitive(prof, "findings") : NULL;
+            it.iteration = 1;
+            it.compiled = e == NULL;
+            it.compile_cached = -1;
+            it.compile_error = e ? cJSON_Duplicate(e, true) : NULL;
+            it.source = bs_str(job->spec, "source");
+            it.validation = val ? cJSON_Duplicate(val, true) : NULL;
+            it.verdict = KA_VERDICT_NONE;   /* the evaluation's own "pass" says it */
+            it.profile = prof && !perr ? cJSON_Duplicate(prof, true) : NULL;
+            it.findings = findings ? cJSON_Duplicate(findings, true) : NULL;
+            it.action = job->kind == KF_KIND_PROFILE ? "profile" : job->kind == KF_KIND_VALIDATE ? "validate" : "diagnose";
+            snprintf(it.reason, sizeof(it.reason), "%s", e && bs_timed_out(e) ? "the evaluation reached its time limit"
+                                                         : e ? "the kernel does not compile or run"
+                                                             : "one evaluation: no tunables to search");
+            it.has_latency = prof && !perr;
+            it.latency_ns = it.has_latency ? bs_num(prof, "latency_ns") : 0;
+            it.has_correct = val && !e;
+            it.correct = it.has_correct && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass"));
             if (prof && !e && (!val || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")))) {
                 /* the one evaluated candidate is the best and the final one */
                 cJSON *arts = NULL, *none = cJSON_CreateObject();
@@ -505,19 +505,15 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
                 if (rc) {
                     *retryable = rc == KF_INTERNAL;
                     cJSON_Delete(out);
-                    cJSON_Delete(it);
+                    ka_iter_release(&it);
                     cJSON_Delete(prof);
                     cJSON_Delete(val);
                     goto out;
                 }
-                cJSON_AddItemToObject(it, "artifacts", arts);
+                it.artifacts = arts;
             }
-            {
-                char *txt = cJSON_PrintUnformatted(it);
-                if (hooks->progress)
-                    hooks->progress(hooks->ctx, txt);
-                free(txt);
-            }
+            bs_progress(hooks, &it);
+            ka_iter_release(&it);
             if (e && bs_timed_out(e)) {
                 rc = kf_err_set(err, KF_UNPROCESSABLE,
                                 "the %s stopped at its time limit of %u s (budget.seconds, or KFORGE_SIM_TIMEOUT_S "
@@ -544,7 +540,6 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
             }
         }
         cJSON_Delete(out);
-        cJSON_Delete(it);
         cJSON_Delete(prof);
         cJSON_Delete(val);
         goto out;

@@ -33,17 +33,19 @@ kf_finish_settle kf_finish_settle_of(kf_finish_plan plan, long status)
     return KF_FINISH_ACK;
 }
 
-void kf_finish_body(kf_buf *b, int attempt, const char *lease_token, bool ok, const char *result_json,
-                    const char *error, bool retry, const char *worker)
+void kf_finish_body(kf_buf *b, const kf_finish_report *r)
 {
-    kf_buf_addf(b, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"%s\",\"result\":%s", attempt, lease_token,
-                ok ? "succeeded" : "failed", ok && result_json ? result_json : "{}");
-    if (!ok) {
-        cJSON *v = cJSON_CreateString(error ? error : "");
+    kf_buf_addf(b, "{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"%s\",\"result\":%s", r->attempt,
+                r->lease_token, r->ok ? "succeeded" : "failed", r->ok && r->result_json ? r->result_json : "{}");
+    if (!r->ok) {
+        cJSON *v = cJSON_CreateString(r->error ? r->error : "");
         char *e = cJSON_PrintUnformatted(v);
         kf_buf_addf(b, ",\"error\":%s", e ? e : "\"\"");
         free(e);
         cJSON_Delete(v);
     }
-    kf_buf_addf(b, ",\"retry\":%s,\"worker\":\"%s\"}", retry ? "true" : "false", worker);
+    kf_buf_addf(b, ",\"retry\":%s,\"worker\":\"%s\"", r->retry ? "true" : "false", r->worker);
+    if (r->ok && r->provenance_json)
+        kf_buf_addf(b, ",\"provenance\":%s", r->provenance_json);
+    kf_buf_addc(b, '}');
 }

@@ -23,7 +23,8 @@
  *                                      PostgreSQL would keep the job running
  *   anything else (1xx, 3xx)           elsewhere
  *
- * Ownership: pure functions; kf_finish_body appends to the caller's buffer.
+ * Ownership: pure functions; kf_finish_body appends to the caller's buffer
+ * and borrows the report's strings.
  * Failure: none; every input has an answer.
  */
 #ifndef KF_FINISH_H
@@ -59,11 +60,24 @@ typedef enum kf_finish_settle {
  * pass the plan with retry cleared). */
 kf_finish_settle kf_finish_settle_of(kf_finish_plan plan, long status);
 
-/* The result report's JSON body (docs/protocol.md, "Worker → API"):
- * {"attempt","lease_token","state","result"[,"error"],"retry","worker"}.
- * result_json is a JSON object's text (NULL or a failure: {}); error is
- * plain text, escaped here, sent only for a failure. */
-void kf_finish_body(kf_buf *b, int attempt, const char *lease_token, bool ok, const char *result_json,
-                    const char *error, bool retry, const char *worker);
+/* The result report (docs/protocol.md, "Finish report"), and its one
+ * serializer.  result_json is the backend's result, a JSON object's text
+ * as the job process sent it (NULL, or any failure: {}); error is plain
+ * text, escaped here, sent only for a failure; provenance_json is the
+ * result's provenance object's text (kf_upload_take_provenance), sent only
+ * for a success.  Strings are borrowed. */
+typedef struct kf_finish_report {
+    int         attempt;
+    const char *lease_token;
+    bool        ok;
+    const char *result_json;
+    const char *error;
+    bool        retry;
+    const char *worker;
+    const char *provenance_json;
+} kf_finish_report;
 
+/* {"attempt","lease_token","state","result"[,"error"],"retry","worker"
+ *  [,"provenance"]}, appended to b. */
+void kf_finish_body(kf_buf *b, const kf_finish_report *r);
 #endif

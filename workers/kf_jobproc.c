@@ -90,22 +90,21 @@ bool kf_jobproc_env_allowed(const char *e)
     return false;
 }
 
+/* The payload for the job process's fd 4: the queue's document again,
+ * made by its one serializer (kf_job_payload_build); NULL only when a
+ * member is not an object, which kf_job_payload_parse never yields. */
 static char *jp_payload_json(const kf_job_payload *job)
 {
-    cJSON *o = cJSON_CreateObject();
-    char *s;
-    cJSON_AddStringToObject(o, "id", job->id);
-    cJSON_AddStringToObject(o, "kind", kf_job_kind_name(job->kind));
-    cJSON_AddStringToObject(o, "target", job->target);
-    cJSON_AddStringToObject(o, "backend", job->backend);
-    if (job->spec)
-        cJSON_AddItemToObject(o, "spec", cJSON_Duplicate(job->spec, true));
-    if (job->budget)
-        cJSON_AddItemToObject(o, "budget", cJSON_Duplicate(job->budget, true));
-    if (job->goal)
-        cJSON_AddItemToObject(o, "goal", cJSON_Duplicate(job->goal, true));
-    s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *spec = job->spec ? cJSON_PrintUnformatted(job->spec) : NULL;
+    char *budget = job->budget ? cJSON_PrintUnformatted(job->budget) : NULL;
+    char *goal = job->goal ? cJSON_PrintUnformatted(job->goal) : NULL;
+    kf_err err = KF_ERR_INIT;
+    char *s = kf_job_payload_build(job->id, kf_job_kind_name(job->kind), job->target, job->backend, spec, budget,
+                                   goal, &err);
+
+    free(spec);
+    free(budget);
+    free(goal);
     return s;
 }
 
@@ -123,7 +122,11 @@ static kf_code jp_exec(const kf_backend *self, const kf_job_payload *job, const 
 
     (void)hooks; (void)result_json;
     *retryable = true;
-    if (!json || !jp_exe[0]) {
+    if (!json) {
+        *retryable = false;
+        return kf_err_set(err, KF_INVALID, "job %s: its spec, budget and goal must be JSON objects", job->id);
+    }
+    if (!jp_exe[0]) {
         free(json);
         return kf_err_set(err, KF_INTERNAL, "the job process cannot start: kf_jobproc_init() was not called");
     }

@@ -88,12 +88,3 @@ char *kf_upload_take_provenance(cJSON *result, const char *worker)
     return s;
 }
 
-void kf_upload_add_provenance(kf_buf *body, const char *prov_json)
-{
-    if (!prov_json || body->len == 0 || body->data[body->len - 1] != '}')
-        return;
-    body->len--;
-    kf_buf_adds(body, ",\"provenance\":");
-    kf_buf_adds(body, prov_json);
-    kf_buf_adds(body, "}");
-}

@@ -10,7 +10,7 @@
  * the bytes in base64, so it travels through the same spool as every other
  * report and nothing is lost while the API is away), and the provenance
  * as the result report's "provenance" member, its "worker" set to this
- * worker (kf_upload_add_provenance).
+ * worker (kf_finish_report.provenance_json, kf_finish.h).
  *
  * Ownership: take_* detach from the caller's object and hand the caller
  * what they took (cJSON_Delete / free); the bodies are heap strings the
@@ -36,9 +36,6 @@ char *kf_upload_artifact_body(int attempt, const char *lease_token, const char *
 /* result["provenance"] detached, with "worker" set to worker, as JSON
  * text; NULL when absent or not an object. */
 char *kf_upload_take_provenance(cJSON *result, const char *worker);
-/* Add "provenance": prov_json to a report body made by kf_finish_body
- * (a JSON object's text ending in '}'); no-op for a NULL prov_json. */
-void kf_upload_add_provenance(kf_buf *body, const char *prov_json);
 /* Standard base64 with padding (RFC 4648) of n bytes, appended to out. */
 void kf_upload_base64(const void *data, size_t n, kf_buf *out);
 

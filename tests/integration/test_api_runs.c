@@ -625,7 +625,7 @@ Test(api_runs, kforge_reader_reads_the_views_and_nothing_secret)
                   "(SELECT fraction_of_bound FROM kforge_best), (SELECT shape::text FROM kforge_op_history), "
                   "(SELECT best_to_date_ns FROM kforge_op_history), (SELECT count(*) FROM iterations), "
                   "(SELECT count(*) FROM job_events), (SELECT count(name) FROM api_tokens), "
-                  "(SELECT max(op) FROM kforge_iterations)");
+                  "(SELECT max(op) FROM kforge_iterations), (SELECT value FROM job_labels WHERE key = 'team')");
     cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQresultErrorMessage(r));
     cr_assert_str_eq(PQgetvalue(r, 0, 0), "2");
     cr_assert_str_eq(PQgetvalue(r, 0, 1), "1");
@@ -634,6 +634,7 @@ Test(api_runs, kforge_reader_reads_the_views_and_nothing_secret)
     cr_assert_str_eq(PQgetvalue(r, 0, 4), "500");
     cr_assert_str_eq(PQgetvalue(r, 0, 5), "2");
     cr_assert_str_eq(PQgetvalue(r, 0, 8), "softmax");
+    cr_assert_str_eq(PQgetvalue(r, 0, 9), "llm", "job_labels is readable like jobs.labels");
     PQclear(r);
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         r = PQexec(c, refused[i]);

@@ -415,12 +415,21 @@ Test(agent, an_input_shape_that_overflows_is_refused_before_evaluation)
 static int n_progress;
 static cJSON *iters;
 
-static void on_progress(void *ctx, const cJSON *it)
+/* Each iteration as the worker would receive it: through its serializer. */
+static void on_progress(void *ctx, const ka_iter *it)
 {
+    char *txt = ka_iter_json(it);
+    cJSON *doc = cJSON_Parse(txt);
+
     (void)ctx;
     n_progress++;
+    cr_assert(cJSON_IsObject(doc), "an iteration serializes to a JSON object: %s", txt ? txt : "(null)");
+    cr_assert_geq(it->iteration, 1, "iterations are numbered from 1");
     if (iters)
-        cJSON_AddItemToArray(iters, cJSON_Duplicate(it, true));
+        cJSON_AddItemToArray(iters, doc);
+    else
+        cJSON_Delete(doc);
+    free(txt);
 }
 
 static cJSON *tune(const char *op, const char *shapes, ka_opts *o)

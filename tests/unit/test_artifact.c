@@ -15,6 +15,7 @@
 #include "kf_artifact.h"
 #include "kf_buf.h"
 #include "tests/lib/kf_test.h"
+#include "workers/kf_finish.h"
 #include "workers/kf_upload.h"
 
 /* ---- codec -------------------------------------------------------------------- */
@@ -232,8 +233,7 @@ Test(worker_upload, provenance_moves_from_the_result_to_the_report)
 
     cr_assert_not_null(p);
     cr_assert_null(cJSON_GetObjectItemCaseSensitive(res, "provenance"));
-    kf_buf_adds(&body, "{\"attempt\":1,\"state\":\"succeeded\"}");
-    kf_upload_add_provenance(&body, p);
+    kf_finish_body(&body, &(kf_finish_report){ 1, "tok", true, "{}", NULL, false, "w-1", p });
     b = cJSON_Parse(body.data);
     cr_assert_not_null(b, "%s", body.data);
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "provenance"), "worker")
@@ -247,9 +247,8 @@ Test(worker_upload, provenance_moves_from_the_result_to_the_report)
     res = cJSON_Parse("{\"provenance\":[1]}");
     cr_assert_null(kf_upload_take_provenance(res, "w-1"));
     kf_buf_reset(&body);
-    kf_buf_adds(&body, "{}");
-    kf_upload_add_provenance(&body, NULL);
-    cr_assert_str_eq(body.data, "{}");
+    kf_finish_body(&body, &(kf_finish_report){ 1, "tok", true, "{}", NULL, false, "w-1", NULL });
+    cr_assert_null(strstr(body.data, "provenance"), "%s", body.data);
     cJSON_Delete(res);
     kf_buf_release(&body);
 }

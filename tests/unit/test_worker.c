@@ -452,21 +452,27 @@ Test(finish, result_report_bodies)
 {
     kf_buf b = KF_BUF_INIT;
 
-    kf_finish_body(&b, 2, "tok", true, "{\"latency_ns\":5}", "ignored", false, "w-1");
+    kf_finish_body(&b, &(kf_finish_report){ 2, "tok", true, "{\"latency_ns\":5}", "ignored", false, "w-1", NULL });
     cr_assert_str_eq(b.data, "{\"attempt\":2,\"lease_token\":\"tok\",\"state\":\"succeeded\","
                              "\"result\":{\"latency_ns\":5},\"retry\":false,\"worker\":\"w-1\"}");
     kf_buf_reset(&b);
-    kf_finish_body(&b, 1, "tok", true, NULL, NULL, false, "w-1");
+    kf_finish_body(&b, &(kf_finish_report){ 1, "tok", true, NULL, NULL, false, "w-1", NULL });
     cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"succeeded\",\"result\":{},"
                              "\"retry\":false,\"worker\":\"w-1\"}");
     kf_buf_reset(&b);
-    kf_finish_body(&b, 1, "tok", false, "{\"x\":1}", "bad \"quote\"\n", true, "w-1");
+    kf_finish_body(&b, &(kf_finish_report){ 1, "tok", false, "{\"x\":1}", "bad \"quote\"\n", true, "w-1",
+                                           "{\"backend\":\"sim\"}" });
     cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"failed\",\"result\":{},"
                              "\"error\":\"bad \\\"quote\\\"\\n\",\"retry\":true,\"worker\":\"w-1\"}");
     kf_buf_reset(&b);
-    kf_finish_body(&b, 1, "tok", false, NULL, NULL, false, "w-1");
+    kf_finish_body(&b, &(kf_finish_report){ 1, "tok", false, NULL, NULL, false, "w-1", NULL });
     cr_assert_str_eq(b.data, "{\"attempt\":1,\"lease_token\":\"tok\",\"state\":\"failed\",\"result\":{},"
                              "\"error\":\"\",\"retry\":false,\"worker\":\"w-1\"}");
+    kf_buf_reset(&b);
+    /* the provenance goes with a success only, last */
+    kf_finish_body(&b, &(kf_finish_report){ 3, "tok", true, "{}", NULL, false, "w-1", "{\"backend\":\"sim\"}" });
+    cr_assert_str_eq(b.data, "{\"attempt\":3,\"lease_token\":\"tok\",\"state\":\"succeeded\",\"result\":{},"
+                             "\"retry\":false,\"worker\":\"w-1\",\"provenance\":{\"backend\":\"sim\"}}");
     kf_buf_release(&b);
 }
 

@@ -1,0 +1,32 @@
+/*
+ * kw_beat — the worker's liveness documents and its API heartbeat thread
+ * (libkfworker.a).
+ *
+ * Two documents say this worker is alive (docs/protocol.md, "Heartbeats"):
+ * the Redis registry entry kw_beat_registry_json (written by the lease
+ * thread, kw_lease.h, with a TTL of three heartbeats) and the body of
+ * POST /v1/internal/workers/{id}/heartbeat, kw_beat_api_body, which the
+ * heartbeat thread sends every KFORGE_HEARTBEAT_MS with a 2 s timeout.
+ *
+ * Ownership: the serializers return heap strings the caller frees.  The
+ * thread owns its own API handle and body.
+ * Failure behaviour: an API that does not take the heartbeat is warned
+ * about once and retried on the next beat, never fatal; the thread ends
+ * when w->quit is set.
+ */
+#ifndef KW_BEAT_H
+#define KW_BEAT_H
+
+#include "kw_worker.h"
+
+/* {"id","host","pid","targets":[...],"backends":[...],"job":string|null,
+ *  "started_ms","sandbox":"strict"|"unconfined"}; job "" or NULL: null. */
+char *kw_beat_registry_json(const kw_worker *w, const char *job);
+
+/* {"targets":[...],"backends":[...],"host","sandbox"} */
+char *kw_beat_api_body(const kw_worker *w);
+
+/* The thread's body (pthread_create argument: the kw_worker). */
+void *kw_beat_thread(void *worker);
+
+#endif
