@@ -14,180 +14,38 @@
 #include "kf_job.h"
 #include "kf_buf.h"
 #include "kf_config.h"
+#include "kf_libmeta.h"
 #include "ka_expr.h"
 #include "sim_profile.h"
 #include "sim_input.h"
 #include "sim_target.h"
 
-enum { KA_LIB_MAX_FILE = 1 << 20 };
-
-static bool ka_is_dir(const char *p)
+/* The library folder and its KFORGE blocks are read by common/kf_libmeta
+ * (kforge-api lists the library's ops without the simulator); these are
+ * the agent's names for them. */
+static char *ka_read_file(const char *path, kf_err *err)
 {
-    struct stat st;
-    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    return kf_libmeta_read_file(path, err);
 }
 
 const char *ka_lib_dir(void)
 {
-    static char buf[PATH_MAX];
-    const char *cfg = kf_config_str(KF_CFG_KERNELS_DIR);
-    char exe[PATH_MAX - 64];
-    ssize_t n;
-
-    if (cfg && *cfg)
-        return cfg;
-    if (ka_is_dir("kernels"))
-        return "kernels";
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, sizeof(buf), "%s/../../kernels", exe);
-            if (ka_is_dir(buf))
-                return buf;
-            snprintf(buf, sizeof(buf), "%s/../share/kforge/kernels", exe);
-            if (ka_is_dir(buf))
-                return buf;
-        }
-    }
-    return NULL;
-}
-
-static char *ka_read_file(const char *path, kf_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n;
-
-    if (!f) {
-        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    buf = kf_malloc(KA_LIB_MAX_FILE + 1);
-    n = fread(buf, 1, KA_LIB_MAX_FILE + 1, f);
-    fclose(f);
-    if (n > KA_LIB_MAX_FILE) {
-        free(buf);
-        kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %d bytes", path, KA_LIB_MAX_FILE);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
+    return kf_libmeta_dir();
 }
 
 kf_code ka_lib_meta_from_text(const char *text, const char *what, cJSON **meta, kf_err *err)
 {
-    const char *p = text, *start = NULL;
-    int depth = 0;
-    char q = 0;
-
-    *meta = NULL;
-    while ((p = strstr(p, "KFORGE")) != NULL) {
-        bool line_start = p == text || p[-1] == '\n';
-        const char *s = p + 6;
-        p = s;
-        if (!line_start)
-            continue;
-        while (*s == ' ')
-            s++;
-        if (*s != '=')
-            continue;
-        s++;
-        while (*s == ' ')
-            s++;
-        if (*s == '{') {
-            start = s;
-            break;
-        }
-    }
-    if (!start)
-        return kf_err_set(err, KF_NOT_FOUND, "%s has no module-level KFORGE = {...} block", what);
-    for (p = start; *p; p++) {
-        if (q) {
-            if (*p == '\\' && p[1])
-                p++;
-            else if (*p == q)
-                q = 0;
-            continue;
-        }
-        if (*p == '"' || *p == '\'')
-            q = *p;
-        else if (*p == '{' || *p == '[')
-            depth++;
-        else if (*p == '}' || *p == ']') {
-            if (--depth == 0)
-                break;
-        }
-    }
-    if (!*p)
-        return kf_err_set(err, KF_INVALID, "%s: the KFORGE block is not closed", what);
-    *meta = cJSON_ParseWithLength(start, (size_t)(p - start + 1));
-    if (!*meta || !cJSON_IsObject(*meta)) {
-        cJSON_Delete(*meta);
-        *meta = NULL;
-        return kf_err_set(err, KF_INVALID,
-                          "%s: the KFORGE block must be a JSON-compatible dict (double-quoted strings, "
-                          "numbers, lists, dicts; no trailing commas)", what);
-    }
-    return KF_OK;
+    return kf_libmeta_from_text(text, what, meta, err);
 }
 
 kf_code ka_lib_read_meta(const char *path, cJSON **meta, kf_err *err)
 {
-    char *text = ka_read_file(path, err);
-    kf_code rc;
-    if (!text)
-        return err->code;
-    rc = ka_lib_meta_from_text(text, path, meta, err);
-    free(text);
-    return rc;
-}
-
-static int ka_cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return kf_libmeta_read(path, meta, err);
 }
 
 kf_code ka_lib_index(const char *dir, cJSON **index, kf_err *err)
 {
-    DIR *d;
-    struct dirent *de;
-    char *names[256];
-    size_t n = 0;
-    cJSON *arr;
-
-    *index = NULL;
-    if (!dir)
-        dir = ka_lib_dir();
-    if (!dir)
-        return kf_err_set(err, KF_NOT_FOUND, "kforge's kernel library was not found: set KFORGE_KERNELS_DIR "
-                                             "to the kernels/ folder");
-    d = opendir(dir);
-    if (!d)
-        return kf_err_set(err, KF_IO, "cannot list the kernel library '%s': %s", dir, strerror(errno));
-    while ((de = readdir(d)) != NULL && n < 256) {
-        size_t len = strlen(de->d_name);
-        if (len > 3 && strcmp(de->d_name + len - 3, ".py") == 0 && de->d_name[0] != '.')
-            names[n++] = kf_strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, n, sizeof(names[0]), ka_cmp_str);
-    arr = cJSON_CreateArray();
-    for (size_t i = 0; i < n; i++) {
-        char path[PATH_MAX];
-        cJSON *meta = NULL;
-        kf_err e2 = { 0 };
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        free(names[i]);
-        if (ka_lib_read_meta(path, &meta, &e2) != KF_OK)
-            continue;
-        cJSON_AddStringToObject(meta, "path", path);
-        cJSON_AddItemToArray(arr, meta);
-    }
-    *index = arr;
-    return KF_OK;
+    return kf_libmeta_index(dir, index, err);
 }
 
 kf_code ka_lib_find(const char *dir, const char *op, cJSON **meta, char *path, size_t path_len, kf_err *err)

@@ -12,6 +12,7 @@
  *   api_jobs.c      /v1/jobs routes
  *   api_runs.c      /v1/jobs/{id}/iterations[/{seq}]: a job's iterations
  *   api_compare.c   /v1/compare: runs side by side
+ *   api_batches.c   /v1/batches: many jobs at once, roll-up, cancel, reports
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_library.c   /v1/library: the kernel library registry, and warm starts
@@ -180,6 +181,8 @@ typedef struct api_server_config {
     int         max_streams;           /* open Server-Sent Event streams at most */
     int         sse_heartbeat_s;       /* a ": hb" comment on every stream this often */
     long        sse_buffer_bytes;      /* unsent bytes a stream may hold */
+    long        max_batch_jobs;        /* KFORGE_MAX_BATCH_JOBS; 0: 10000 */
+    int         max_open_batches;      /* KFORGE_MAX_OPEN_BATCHES; 0: 20 */
 } api_server_config;
 
 /* The largest body a route takes: max_body, or for API_F_LARGE routes
@@ -358,6 +361,16 @@ void api_reply_err(api_req *r, const kf_err *e);
     "j.created_at, 'updated_at', j.updated_at, 'started_at', j.started_at, 'finished_at', j.finished_at, "    \
     "'provenance', j.provenance)"
 
+/* A job's best iteration as a lateral join on the jobs row aliased j: the
+ * fastest correct one (ties: the later attempt, then the lower seq), with
+ * attempt, seq, latency_ns and profile, under `alias`; kforge_fraction_of_bound
+ * (migration 0008) turns its profile and latency into the fraction of the
+ * bound.  GET /v1/jobs's light shape and a batch's entries both read it. */
+#define API_JOB_BEST_LATERAL(alias)                                                                         \
+    " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "              \
+    "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "                                     \
+    "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) " alias " ON true"
+
 /* ---- group commit of new jobs (api_batch.c) -------------------------------- */
 
 /* One job to create.  The caller fills the inputs, hands it to
@@ -439,6 +452,21 @@ void api_h_internal_heartbeat(api_req *r);
 void api_h_internal_whoami(api_req *r);
 void api_h_internal_artifact(api_req *r);
 void api_h_job_artifacts(api_req *r);
+/* Batches (api_batches.c, docs/batches.md). */
+void api_h_batch_create(api_req *r);
+void api_h_batch_list(api_req *r);
+void api_h_batch_get(api_req *r);
+void api_h_batch_cancel(api_req *r);
+void api_h_batch_report(api_req *r);
+void api_h_batch_stream(api_req *r);
+/* A report entry's verdict (docs/batches.md, "Verdicts"): "missing" (no
+ * entry in this batch), "pending" (its job not finished), "failed" (not
+ * succeeded, or no correct latency), "new" (no baseline latency), else by
+ * the ratio new/old (set in *ratio, NaN otherwise) against threshold:
+ * "improved" below 1 - threshold, "regressed" above 1 + threshold,
+ * "unchanged" between. */
+const char *api_report_verdict(bool has_new, const char *new_state, double new_ns, bool has_old, double old_ns,
+                               double threshold, double *ratio);
 void api_h_artifact_get(api_req *r);
 /* The kernel library (api_library.c, docs/library.md). */
 void api_h_library_list(api_req *r);

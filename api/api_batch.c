@@ -105,11 +105,11 @@ struct api_batcher {
  * idempotency join. */
 
 static const api_stmt api_st_batch_create = {
-    3, "kf_job_create_batch_v5", kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS,
+    3, "kf_job_create_batch_v6", kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 static const api_stmt api_st_batch_create_idem = {
-    5, "kf_job_create_batch_idem_v5", kf_db_sql_create_batch_idem, KF_DB_CREATE_BATCH_PARAMS,
+    5, "kf_job_create_batch_idem_v6", kf_db_sql_create_batch_idem, KF_DB_CREATE_BATCH_PARAMS,
 };
 
 /* Delivered: the outbox rows go.  Losing this commit in a crash only makes
@@ -179,6 +179,8 @@ static bool api_batch_arrays(api_new_job *batch, int n, kf_pg_array col[KF_DB_CO
         kf_pg_array_text(&col[KF_DB_COL_IDEM_KEY], p->idem_key);
         kf_pg_array_timestamptz(&col[KF_DB_COL_CREATED_AT], p->created_us);
         kf_pg_array_text(&col[KF_DB_COL_DOC], p->idem_key ? p->doc : NULL);
+        kf_pg_array_null(&col[KF_DB_COL_BATCH]);         /* POST /v1/jobs: in no batch */
+        kf_pg_array_null(&col[KF_DB_COL_BATCH_ENTRY]);
         if (p->idem_key)
             *idem = true;
     }

@@ -49,6 +49,13 @@ const api_route api_routes[] = {
     { "GET", "/v1/library", api_h_library_list, R_USERS, 0 },
     { "GET", "/v1/library/{entry}", api_h_library_get, R_USERS, 0 },
     { "GET", "/v1/library/{entry}/kernel", api_h_library_kernel, R_USERS, 0 },
+    /* batches (api_batches.c, docs/batches.md) */
+    { "POST", "/v1/batches", api_h_batch_create, R_USERS, API_F_JSON | API_F_IDEM },
+    { "GET", "/v1/batches", api_h_batch_list, R_USERS, 0 },
+    { "GET", "/v1/batches/{id}", api_h_batch_get, R_USERS, 0 },
+    { "POST", "/v1/batches/{id}/cancel", api_h_batch_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
+    { "GET", "/v1/batches/{id}/report", api_h_batch_report, R_USERS, 0 },
+    { "GET", "/v1/batches/{id}/stream", api_h_batch_stream, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 64

@@ -577,9 +577,7 @@ static void api_list_sql(const api_list_q *q, bool full, bool by_label, const ch
         kf_buf_addf(sql, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int) j", *np);
     }
     if (!full)
-        kf_buf_adds(sql, " LEFT JOIN LATERAL (SELECT i.attempt, i.seq, i.latency_ns, i.profile FROM iterations i "
-                         "WHERE i.job_id = j.id AND i.correct AND i.latency_ns IS NOT NULL "
-                         "ORDER BY i.latency_ns, i.attempt DESC, i.seq LIMIT 1) b ON true");
+        kf_buf_adds(sql, API_JOB_BEST_LATERAL("b"));
     kf_buf_adds(sql, " ORDER BY j.created_at DESC, j.id DESC");
 }
 

@@ -1,6 +1,9 @@
 /* api_stream — live progress as Server-Sent Events (docs/runs.md, "Live
  * progress"): GET /v1/jobs/{id}/stream and GET /v1/stream, fed by one
- * PostgreSQL LISTEN connection (the hub).
+ * PostgreSQL LISTEN connection (the hub); and a batch's progress, GET
+ * /v1/batches/{id}/stream (docs/batches.md): its jobs' events plus a
+ * "batch" roll-up event (counts by state, progress) after each batch of
+ * state events, until every job of the batch is finished.
  *
  * How an event reaches a client: kf_db_apply inserts a job_events row; its
  * trigger (migration 0010) notifies channel kf_job_events with "<event id>
@@ -96,7 +99,8 @@ struct api_stream {
 
     /* Set at open, read-only after. */
     bool             global;
-    char             job_id[37];
+    bool             batch;               /* a batch's stream: its jobs' events and roll-ups */
+    char             job_id[37];          /* the job's, or (batch) the batch's id */
     long long        owner;               /* 0: every job (admin) */
     api_stream_query q;
     char            *labels_json;         /* the label filter as a JSON object (global) */
@@ -106,6 +110,7 @@ struct api_stream {
     long long  ring[API_STREAM_RING];
     int        ring_pos;
     atomic_bool catchup;                  /* reading job_events before live rows */
+    bool       rollup_due;                /* batch: a state event went out since the last roll-up */
 
     /* mu */
     pthread_mutex_t mu;
@@ -279,7 +284,7 @@ static void api_stream_prune_locked(api_stream_hub *h)
 /* ---- rows into events ------------------------------------------------------------ */
 
 /* The columns every statement below returns, in this order. */
-enum { C_ID, C_JOB, C_TYPE, C_TO, C_DATA, C_OWNER, C_KIND, C_LABELS, C__N };
+enum { C_ID, C_JOB, C_TYPE, C_TO, C_DATA, C_OWNER, C_KIND, C_LABELS, C_BATCH, C__N };
 #define API_STREAM_COLS                                                                                        \
     "e.id, e.job_id::text, e.type, e.to_state, "                                                               \
     "(CASE WHEN e.type = 'iteration' THEN json_build_object('job_id', e.job_id, 'attempt', e.attempt, 'seq', "  \
@@ -287,11 +292,11 @@ enum { C_ID, C_JOB, C_TYPE, C_TO, C_DATA, C_OWNER, C_KIND, C_LABELS, C__N };
     "'fraction_of_bound', e.detail->'fraction_of_bound', 'correct', e.detail->'correct', 'best_so_far_ns', "    \
     "e.detail->'best_so_far_ns', 'at', e.created_at) ELSE json_build_object('job_id', e.job_id, 'type', e.type, " \
     "'from', e.from_state, 'to', e.to_state, 'attempt', e.attempt, 'at', e.created_at) END)::text, "          \
-    "j.owner_token_id, j.kind, j.labels::text"
+    "j.owner_token_id, j.kind, j.labels::text, coalesce(j.batch_id::text, '')"
 
 typedef struct api_stream_row {
     long long   id;
-    const char *job_id, *type, *to, *kind, *labels;
+    const char *job_id, *type, *to, *kind, *labels, *batch;
     long long   owner;
     kf_buf      text;      /* "id: ...\nevent: ...\ndata: ...\n\n" */
     cJSON      *labels_v;  /* parsed on first need */
@@ -310,6 +315,7 @@ static bool api_stream_row_read(const PGresult *res, int i, api_stream_row *row)
     row->owner = strtoll(PQgetvalue(res, i, C_OWNER), NULL, 10);
     row->kind = PQgetvalue(res, i, C_KIND);
     row->labels = PQgetvalue(res, i, C_LABELS);
+    row->batch = PQgetvalue(res, i, C_BATCH);
     row->labels_v = NULL;
     data = PQgetvalue(res, i, C_DATA);
     kf_buf_init(&row->text);
@@ -353,9 +359,11 @@ static void api_stream_ring_add(api_stream *s, long long id)
     s->ring_pos = (s->ring_pos + 1) % API_STREAM_RING;
 }
 
-/* Whether an all-jobs stream may see the row's job. */
+/* Whether an all-jobs (or a batch's) stream may see the row's job. */
 static bool api_stream_wants(const api_stream *s, api_stream_row *row)
 {
+    if (s->batch)
+        return strcmp(s->job_id, row->batch) == 0;
     if (s->owner && s->owner != row->owner)
         return false;
     if (s->q.n_labels && !row->labels_v)
@@ -367,7 +375,7 @@ static bool api_stream_wants(const api_stream *s, api_stream_row *row)
  * what the stream already has. */
 static void api_stream_give(api_stream *s, api_stream_row *row, bool live)
 {
-    if (s->global) {
+    if (s->global || s->batch) {
         if (live && api_stream_ring_has(s, row->id))
             return;
         if (!api_stream_wants(s, row))
@@ -380,8 +388,10 @@ static void api_stream_give(api_stream *s, api_stream_row *row, bool live)
     if (api_stream_push_locked(s, row->text.data, row->text.len)) {
         if (row->id > s->last_id)
             s->last_id = row->id;
-        if (s->global)
+        if (s->global || s->batch)
             api_stream_ring_add(s, row->id);
+        if (s->batch && strcmp(row->type, "iteration") != 0)
+            s->rollup_due = true;
         else if (live && api_stream_row_final(row))
             api_stream_end_locked(s, row->to);
     }
@@ -583,7 +593,16 @@ static bool api_stream_catchup_one(api_stream_hub *h, api_stream_conn *c, api_st
     snprintf(owner, sizeof(owner), "%lld", s->owner);
     snprintf(limit, sizeof(limit), "%d", API_STREAM_PAGE);
     snprintf(bytes, sizeof(bytes), "%zu", h->cap / 2);
-    if (s->global) {
+    if (s->batch) {
+        const char *p[4] = { after, s->job_id, limit, bytes };
+        res = PQexecParams(c->pg,
+                           "SELECT " API_STREAM_COLS ", e.page FROM (SELECT e.*, count(*) OVER () AS page, "
+                           "sum(pg_column_size(e.detail)) OVER (ORDER BY e.id) - pg_column_size(e.detail) "
+                           "AS before FROM (SELECT e.* FROM jobs j JOIN job_events e ON e.job_id = j.id "
+                           "WHERE j.batch_id = $2::uuid AND e.id > $1::bigint ORDER BY e.id LIMIT $3::int) e) e "
+                           "JOIN jobs j ON j.id = e.job_id WHERE e.before < $4::bigint ORDER BY e.id",
+                           4, NULL, p, NULL, NULL, 0);
+    } else if (s->global) {
         const char *p[6] = { after, owner, s->q.kind, s->labels_json, limit, bytes };
         res = PQexecParams(c->pg,
                            "SELECT " API_STREAM_COLS ", e.page FROM (SELECT e.*, count(*) OVER () AS page, "
@@ -637,7 +656,7 @@ static bool api_stream_catchup_one(api_stream_hub *h, api_stream_conn *c, api_st
         s->wants_room = s->buf.len - s->off > 0;
         pthread_mutex_unlock(&s->mu);
     }
-    if (!s->global) {
+    if (!s->global && !s->batch) {
         pthread_mutex_lock(&s->mu);
         if (rows == 0)
             api_stream_end_locked(s, NULL);   /* the job is gone */
@@ -645,8 +664,11 @@ static bool api_stream_catchup_one(api_stream_hub *h, api_stream_conn *c, api_st
             api_stream_end_locked(s, PQgetvalue(res, 0, C__N + 1));
         pthread_mutex_unlock(&s->mu);
     }
-    if (done)
+    if (done) {
         atomic_store(&s->catchup, false);
+        if (s->batch)
+            s->rollup_due = true;   /* where the catch-up left the batch */
+    }
     PQclear(res);
     return true;
 }
@@ -698,6 +720,72 @@ static bool api_stream_catchup_pending(api_stream_hub *h)
     return any;
 }
 
+/* The roll-up of one batch stream: an event "batch" with its counts by
+ * state and progress (no id: Last-Event-ID stays the last job event's);
+ * when no job is left unfinished, the end.  False when the connection
+ * failed. */
+static bool api_stream_rollup_one(api_stream_conn *c, api_stream *s)
+{
+    const char *p[1] = { s->job_id };
+    PGresult *res = PQexecParams(c->pg,
+                                 "SELECT json_build_object('batch_id', $1::uuid, 'n_jobs', count(*), 'counts', "
+                                 "json_build_object('queued', count(*) FILTER (WHERE state = 'queued'), 'running', "
+                                 "count(*) FILTER (WHERE state = 'running'), 'retrying', count(*) FILTER (WHERE "
+                                 "state = 'retrying'), 'succeeded', count(*) FILTER (WHERE state = 'succeeded'), "
+                                 "'failed', count(*) FILTER (WHERE state = 'failed'), 'cancelled', count(*) FILTER "
+                                 "(WHERE state = 'cancelled'), 'dead', count(*) FILTER (WHERE state = 'dead')), "
+                                 "'progress', round((count(*) FILTER (WHERE state IN ('succeeded', 'failed', "
+                                 "'cancelled', 'dead')))::numeric / greatest(count(*), 1), 4))::text, count(*) "
+                                 "FILTER (WHERE state IN ('queued', 'running', 'retrying')) FROM jobs WHERE "
+                                 "batch_id = $1::uuid",
+                                 1, NULL, p, NULL, NULL, 0);
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        api_stream_disconnect(c, PQerrorMessage(c->pg));
+        PQclear(res);
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!s->closing) {
+        kf_buf_addf(&s->buf, "event: batch\ndata: %s\n\n", PQgetvalue(res, 0, 0));
+        api_stream_kick(s);
+        if (strcmp(PQgetvalue(res, 0, 1), "0") == 0) {
+            kf_buf_addf(&s->buf, "event: end\ndata: {\"batch_id\":\"%s\",\"state\":\"finished\"}\n\n", s->job_id);
+            s->closing = true;
+            api_stream_kick(s);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    PQclear(res);
+    return true;
+}
+
+/* Roll-ups for every batch stream that sent a state event since its last
+ * one (at most one statement per stream per pass of the hub). */
+static void api_stream_rollups(api_stream_hub *h, api_stream_conn *c)
+{
+    enum { MAX_AT_ONCE = 64 };
+    api_stream *todo[MAX_AT_ONCE];
+    int n = 0;
+
+    pthread_mutex_lock(&h->mu);
+    for (api_stream *s = h->head; s && n < MAX_AT_ONCE; s = s->next) {
+        if (!s->batch || !s->rollup_due || atomic_load(&s->catchup))
+            continue;
+        s->rollup_due = false;
+        atomic_fetch_add(&s->refs, 1);
+        todo[n++] = s;
+    }
+    pthread_mutex_unlock(&h->mu);
+    for (int i = 0; i < n; i++) {
+        if (c->pg && !api_stream_rollup_one(c, todo[i]))
+            todo[i]->rollup_due = true;   /* again once PostgreSQL is back */
+        api_stream_unref(todo[i]);
+    }
+    if (n == MAX_AT_ONCE)
+        api_stream_wake(h);
+}
+
 static void api_stream_heartbeat(api_stream_hub *h)
 {
     static const char hb[] = ": hb\n\n";
@@ -734,6 +822,8 @@ static void *api_stream_main(void *arg)
             api_stream_catchup(h, &c);
         if (c.pg)
             api_stream_notifications(h, &c);
+        if (c.pg)
+            api_stream_rollups(h, &c);
         now = api_stream_now_ms();
         if (now >= next_hb) {
             api_stream_heartbeat(h);
@@ -760,8 +850,11 @@ static void *api_stream_main(void *arg)
             ssize_t rd = read(h->wake_fd, &v, sizeof(v));
             (void)rd;
         }
-        if (nfds == 2 && c.pg && (fds[1].revents & (POLLIN | POLLERR | POLLHUP)))
+        if (nfds == 2 && c.pg && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
             api_stream_notifications(h, &c);
+            if (c.pg)
+                api_stream_rollups(h, &c);
+        }
     }
     if (c.pg)
         PQfinish(c.pg);
@@ -1009,4 +1102,49 @@ void api_h_stream(api_req *r)
         atomic_init(&s->catchup, true);
     }
     api_stream_answer(r, s);
+}
+
+void api_h_batch_stream(api_req *r)
+{
+    api_stream_query q;
+    api_stream *s;
+    char owner[24];
+    const char *params[2];
+    PGresult *res;
+
+    api_stream_query_init(&q, false);
+    if (!api_stream_parse(r, &q))
+        return;
+    if (!kf_uuid_valid(r->param)) {
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no such batch (batch ids are UUIDs)");
+        return;
+    }
+    snprintf(owner, sizeof(owner), "%lld", api_stream_owner(r));
+    params[0] = r->param;
+    params[1] = owner;
+    res = api_req_sql(r,
+                      "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('job_events', 'id')), 0) FROM "
+                      "batches WHERE id = $1::uuid AND ($2::bigint = 0 OR owner_token_id = $2::bigint)",
+                      2, params);
+    if (!res)
+        return;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no batch with id %s", r->param);
+        return;
+    }
+    s = kf_calloc(1, sizeof(*s));
+    s->batch = true;
+    memcpy(s->job_id, r->param, 37);
+    s->owner = api_stream_owner(r);
+    s->q = q;
+    /* With a position: the batch's events after it, then live ones.
+     * Without: from now on.  Either way the hub's thread catches up from
+     * there first (so nothing committed meanwhile is lost), then sends a
+     * roll-up of where the batch stands and takes events live. */
+    s->last_id = q.after >= 0 ? q.after : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    atomic_init(&s->catchup, true);
+    PQclear(res);
+    api_stream_answer(r, s);
+    api_stream_wake(api_req_stream_hub(r));
 }

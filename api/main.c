@@ -251,6 +251,8 @@ static int cmd_serve(int argc, char **argv)
         return 1;
     }
     cfg.max_streams = (int)kf_config_int(KF_CFG_MAX_STREAMS);
+    cfg.max_batch_jobs = kf_config_int(KF_CFG_MAX_BATCH_JOBS);
+    cfg.max_open_batches = (int)kf_config_int(KF_CFG_MAX_OPEN_BATCHES);
     cfg.sse_heartbeat_s = (int)kf_config_int(KF_CFG_SSE_HEARTBEAT_S);
     cfg.sse_buffer_bytes = kf_config_int(KF_CFG_SSE_BUFFER_BYTES);
     s = api_server_start(&cfg, &e);

@@ -110,6 +110,8 @@ bench_artifacts() {
 . bench/agent_bench.sh
 # The runs read side (runs: filtered lists, iteration pages, compare).
 . bench/runs.sh
+# Batches (batches: a 10,000-job batch, interactive dispatch beside it).
+. bench/batches.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

@@ -115,6 +115,15 @@ static void rb_load(PGconn *c, long owner)
     double t0 = rb_now_ms();
 
     rb_sql(c, "SET synchronous_commit = off");
+    {
+        /* The batches the jobs point at (jobs.batch_id is a key, 0012). */
+        char *batches = kf_asprintf(
+            "INSERT INTO batches (id, owner_token_id, source, template, matrix, matrix_hash, priority, n_jobs) "
+            "SELECT ('00000000-0000-4000-9000-' || lpad(to_hex(b), 12, '0'))::uuid, %ld, 'matrix', '{}', '{}', "
+            "'bench', 2, 100 FROM generate_series(0, 1000) b", owner);
+        rb_sql(c, batches);
+        free(batches);
+    }
     rb_sql(c, jobs);
     free(jobs);
     rb_sql(c,

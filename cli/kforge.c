@@ -25,6 +25,7 @@
 #include "cli/cli_http.h"
 #include "cli/cli_library.h"
 #include "cli/cli_out.h"
+#include "cli_batch.h"
 #include "cli_tune.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
@@ -91,6 +92,9 @@ static const cli_cmd_help cli_helps[] = {
     { "diag", "diag [--sleep-ms N] [--fail] [--target T] [--timeout S] [--json]",
       "Submit a diag health-check job and wait for it as `kforge wait` does." },
     { "health", "health [--json]", "GET /readyz: whether the API reaches PostgreSQL and Redis." },
+    { "batch", "batch submit|status|list|cancel|report ...",
+      "Batches of jobs: a template x matrix or every library op, their progress and reports\n"
+      "(kforge batch --help)." },
     { "tune", "tune OP|KERNEL.py ...", "Tune a kernel locally, no service (kforge tune --help)." },
     { "library", "library list|show ENTRY|export DIR ...",
       "The kernel library: best kernel per op, shape, dtype and target (kforge library --help)." },
@@ -837,6 +841,16 @@ int main(int argc, char **argv)
         return cli_tune_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "library") == 0)
         return cli_library_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "batch") == 0) {
+        if (kf_config_load(&err) != KF_OK) {
+            fprintf(stderr, "kforge: %s\n", err.msg);
+            return EXIT_USAGE;
+        }
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        code = cli_batch_main(argc - 1, argv + 1);
+        curl_global_cleanup();
+        return code;
+    }
     memset(&o, 0, sizeof(o));
     o.timeout_s = 600;
     o.sleep_ms = 100;

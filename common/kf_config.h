@@ -100,8 +100,12 @@ enum {
        "Unprivileged uid that user code runs as when kforge runs as root (otherwise the user's first subordinate uid).") \
     XX(SANDBOX_GID,      INT, "65534",                                  1, 4294967294L,  KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \
        "Unprivileged gid that user code runs as when kforge runs as root (otherwise the user's first subordinate gid).") \
-    XX(KERNELS_DIR,      STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
-       "Folder of kforge's kernel library (<op>.py templates); empty: kernels/ here or next to the binary.")             \
+    XX(KERNELS_DIR,      STR, "",                                       0, 0,            KF_USE_API | KF_USE_CLI | KF_USE_WORKER, \
+       "Folder of kforge's kernel library (<op>.py templates); empty: kernels/ here or next to the binary.  kforge-api reads it for POST /v1/batches {\"library\": \"all\"}.") \
+    XX(MAX_BATCH_JOBS,   INT, "10000",                                  1, 100000,       KF_USE_API,                      \
+       "Most jobs one batch (POST /v1/batches) may hold; a larger matrix gets 422 before anything is built.")            \
+    XX(MAX_OPEN_BATCHES, INT, "20",                                     1, 100000,       KF_USE_API,                      \
+       "Batches one token may have open (some job not finished) at once; one more gets 422.")                            \
     XX(CACHE_DIR,        STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,      \
        "Folder of the agent's evaluation cache on disk (timing-only results, reused across runs and jobs); empty: memory only, per run.") \
     XX(CACHE_MAX_ENTRIES, INT, "10000",                                 100, 10000000,   KF_USE_CLI | KF_USE_WORKER,      \

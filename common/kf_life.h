@@ -85,7 +85,7 @@ enum {
  */
 #define KF_LIFE_MAP(XX)                                                                                     \
     XX(CREATE, "created", KF_ST(NONE), QUEUED, KF_QOP_ENQUEUE, KF_LIFE_OUT_ENQUEUE,                         \
-       "api: POST /v1/jobs (the batch writer)")                                                             \
+       "api: POST /v1/jobs (the batch writer), POST /v1/batches")                                           \
     XX(START, "started", KF_ST(QUEUED) | KF_ST(RUNNING), RUNNING, KF_QOP_LEASE,                             \
        KF_LIFE_FENCED | KF_LIFE_W_ATTEMPT | KF_LIFE_W_LEASE, "worker: POST /v1/internal/jobs/{id}/start")   \
     XX(START_REQUEUE, "requeued", KF_ST(RETRYING), QUEUED, KF_QOP_PROMOTE, 0,                               \

@@ -24,18 +24,18 @@
     "WITH input AS (SELECT * FROM unnest($1::uuid[]" KF_DB_CREATE_COLS(KF_DB_UNNEST_ARG) ") "                 \
     "  AS t(id" KF_DB_CREATE_COLS(KF_DB_UNNEST_COL) ")), "                                                     \
     "j AS (INSERT INTO jobs (id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, "   \
-    "  owner_token_id, idempotency_key, created_at, updated_at) "                                             \
+    "  owner_token_id, idempotency_key, created_at, updated_at, batch_id, batch_entry) "                         \
     "  SELECT id, kind, target, backend, priority, spec, budget, goal, labels, max_attempts, owner, ikey, ts, " \
-    "  ts FROM input), "                                                                                       \
+    "  ts, batch, bentry FROM input), "                                                                                       \
     "e AS (" KF_DB_EVENT_INSERT "SELECT id, 0, 'created', NULL, 'queued', '{}'::jsonb, ts FROM input), "        \
-    "d AS (DELETE FROM outbox WHERE id = ANY($15::bigint[])) "
+    "d AS (DELETE FROM outbox WHERE id = ANY($17::bigint[])) "
 
 /* Each column's number is its parameter's: $n is KF_DB_COL_NAME + 1. */
 #define KF_DB_CHECK_COL(n, NAME, col, type, oid) \
     _Static_assert(KF_DB_COL_##NAME + 1 == (n), "KF_DB_CREATE_COLS numbers its columns in order");
 KF_DB_CHECK_COL(1, ID, id, "uuid", KF_PG_UUID)
 KF_DB_CREATE_COLS(KF_DB_CHECK_COL)
-_Static_assert(KF_DB_COL_DELIVERED + 1 == 15, "the delivered outbox ids are $15");
+_Static_assert(KF_DB_COL_DELIVERED + 1 == 17, "the delivered outbox ids are $17");
 
 #define KF_DB_COL_TYPE(n, NAME, col, type, oid) [KF_DB_COL_##NAME] = (oid),
 const uint32_t kf_db_create_batch_types[KF_DB_COL__COUNT] = {

@@ -105,7 +105,9 @@ kf_code kf_db_num(const PGresult *r, int row, int col, long lo, long hi, long *o
  * ids, uuid[]), then the outbox ids delivered earlier, to delete
  * (bigint[]).  Writes each job, its 'created' event and its outbox
  * enqueue row; returns (job_id, outbox id) per job.  The _idem form also
- * stores the answers (doc) of jobs that carry an Idempotency-Key.
+ * stores the answers (doc) of jobs that carry an Idempotency-Key.  BATCH
+ * and BATCH_ENTRY are NULL for POST /v1/jobs; POST /v1/batches sets them
+ * (api/api_batches.c), in the transaction that wrote the batch's row.
  *
  * KF_DB_CREATE_COLS lists the columns after the id, numbered as their
  * parameters ($n), with the name the statement gives them, their SQL
@@ -125,7 +127,9 @@ kf_code kf_db_num(const PGresult *r, int row, int col, long lo, long hi, long *o
     X(11, OWNER, owner, "bigint", KF_PG_INT8)                   \
     X(12, IDEM_KEY, ikey, "text", KF_PG_TEXT)                   \
     X(13, CREATED_AT, ts, "timestamptz", KF_PG_TIMESTAMPTZ)     \
-    X(14, DOC, doc, "text", KF_PG_TEXT)
+    X(14, DOC, doc, "text", KF_PG_TEXT)                         \
+    X(15, BATCH, batch, "uuid", KF_PG_UUID)                     \
+    X(16, BATCH_ENTRY, bentry, "jsonb", KF_PG_JSONB)
 
 #define KF_DB_COL_ENUM(n, NAME, col, type, oid) KF_DB_COL_##NAME,
 typedef enum kf_db_create_col {

@@ -256,7 +256,7 @@ __attribute__((unused)) static long fx_sql_int_soon(api_fx *f, const char *sql, 
 }
 
 /* POST a diag job as `token`; returns its id (caller frees). */
-static char *fx_submit(api_fx *f, const char *token, const char *body)
+__attribute__((unused)) static char *fx_submit(api_fx *f, const char *token, const char *body)
 {
     kf_http_resp r;
     cJSON *j;

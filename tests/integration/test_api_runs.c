@@ -185,6 +185,9 @@ Test(api_runs, the_list_filters_combine_with_and)
     char *other = job_with(fx.user2, "{\"team\":\"llm\"}", "{\"op\":\"softmax\"}");
     char *q;
 
+    sql_exec("INSERT INTO batches (id, owner_token_id, source, template, matrix, matrix_hash, priority, n_jobs) "
+             "SELECT '0190a000-0000-7000-8000-000000000001', owner_token_id, 'matrix', '{}', '{}', 'h', 2, 1 FROM jobs "
+             "WHERE id = $1::uuid", 1, a, NULL, NULL, NULL);
     sql_exec("UPDATE jobs SET batch_id = '0190a000-0000-7000-8000-000000000001', worker_id = 'w1' WHERE id = $1::uuid",
              1, a, NULL, NULL, NULL);
     sql_exec("UPDATE jobs SET created_at = '2026-01-01T00:00:00Z' WHERE id = $1::uuid", 1, c, NULL, NULL, NULL);

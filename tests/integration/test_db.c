@@ -303,7 +303,7 @@ Test(kf_db, the_batch_statement_creates_jobs_with_events_and_outbox_rows)
         "{10000000-0000-0000-0000-00000000000a,10000000-0000-0000-0000-00000000000b}",
         "{diag,diag}", "{trn2,trn2}", "{diag,diag}", "{5,5}", "{\"{}\",\"{}\"}", "{\"{}\",\"{}\"}",
         "{\"{}\",\"{}\"}", "{\"{}\",\"{}\"}", "{3,3}", "{1,1}", "{NULL,NULL}",
-        "{\"2026-01-01 00:00:00+00\",\"2026-01-01 00:00:01+00\"}", "{\"{}\",\"{}\"}", "{}",
+        "{\"2026-01-01 00:00:00+00\",\"2026-01-01 00:00:01+00\"}", "{\"{}\",\"{}\"}", "{NULL,NULL}", "{NULL,NULL}", "{}",
     };
     PGresult *r = PQexecParams(pg, kf_db_sql_create_batch, KF_DB_CREATE_BATCH_PARAMS, NULL, p, NULL, NULL, 0);
 

@@ -2,6 +2,7 @@
  * table, tokens, and the small parsers of headers and cursors. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -403,4 +404,28 @@ Test(api_reply, err_derives_the_slug_from_the_code)
     cr_assert_str_eq(cJSON_GetObjectItem(p, "detail")->valuestring, "job x is on attempt 3");
     cJSON_Delete(p);
     kf_buf_release(&r.out);
+}
+
+Test(api, report_verdicts_follow_the_ratio_and_the_threshold)
+{
+    double ratio;
+
+    cr_assert_str_eq(api_report_verdict(false, "", 0, true, 100, 0.03, &ratio), "missing");
+    cr_assert_str_eq(api_report_verdict(true, "running", 0, true, 100, 0.03, &ratio), "pending");
+    cr_assert_str_eq(api_report_verdict(true, "queued", 90, true, 100, 0.03, &ratio), "pending");
+    cr_assert_str_eq(api_report_verdict(true, "failed", 90, true, 100, 0.03, &ratio), "failed");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 0, true, 100, 0.03, &ratio), "failed",
+                     "succeeded without a correct latency");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 90, false, 0, 0.03, &ratio), "new");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 90, true, 0, 0.03, &ratio), "new",
+                     "the baseline's job had no latency");
+    cr_assert(isnan(ratio));
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 96, true, 100, 0.03, &ratio), "improved");
+    cr_assert_float_eq(ratio, 0.96, 1e-12);
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 97, true, 100, 0.03, &ratio), "unchanged",
+                     "exactly at the threshold is unchanged");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 103, true, 100, 0.03, &ratio), "unchanged");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 103.5, true, 100, 0.03, &ratio), "regressed");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 100, true, 100, 0, &ratio), "unchanged");
+    cr_assert_str_eq(api_report_verdict(true, "succeeded", 100.001, true, 100, 0, &ratio), "regressed");
 }

@@ -81,6 +81,7 @@ Test(fuzz_corpus, every_harness_has_a_corpus)
     Test(fuzz_corpus, name) { replay(#name); }
 
 REPLAY(job_request)
+REPLAY(batchspec)
 REPLAY(payload)
 REPLAY(npy)
 REPLAY(input_spec)
