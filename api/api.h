@@ -44,6 +44,7 @@
 #include "kf_buf.h"
 #include "kf_db.h"
 #include "kf_error.h"
+#include "kf_job.h"
 #include "kf_json.h"
 #include "kf_queue.h"
 
@@ -478,6 +479,10 @@ void api_h_library_kernel(api_req *r);
  * caller).  True when done (with or without an entry); false after
  * answering a PostgreSQL failure. */
 bool api_library_warm(api_req *r, cJSON *spec, const char *target, const char *backend);
+/* The same for the n jobs of a batch in one query: each generate job
+ * reqs[i] (spec, target, backend) gets its warm start.  True when done,
+ * false after answering a PostgreSQL failure. */
+bool api_library_warm_all(api_req *r, kf_job_request *const *reqs, int n);
 
 /* api_internal.c, for a job report handled in another file (an artifact
  * upload): the checks every report makes, in their order (docs/protocol.md:

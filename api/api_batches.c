@@ -216,6 +216,35 @@ static char *api_batch_doc(const char *id, const kf_batchspec *bs, const char *h
     return s;
 }
 
+/* Each generate job's warm start from the kernel library, as POST
+ * /v1/jobs gives one (docs/library.md), in one query for the batch; a
+ * template that sets spec.warm_start itself is refused.  False when
+ * answered. */
+static bool api_batch_warm(api_req *r, const kf_batchspec *bs)
+{
+    kf_job_request **reqs;
+    bool ok;
+
+    for (int i = 0; i < bs->n; i++) {
+        if (cJSON_GetObjectItemCaseSensitive(bs->entries[i].jr.spec, "warm_start")) {
+            kf_fields fe;
+            kf_fields_init(&fe);
+            kf_fields_add(&fe, "template.warm_start", "unknown",
+                          "is set by kforge from the kernel library (docs/library.md); leave it out");
+            api_reply_fields(r, 422, "validation", &fe);
+            return false;
+        }
+    }
+    reqs = kf_calloc((size_t)bs->n, sizeof(*reqs));
+    for (int i = 0; i < bs->n; i++)
+        reqs[i] = &bs->entries[i].jr;
+    ok = api_library_warm_all(r, reqs, bs->n);
+    free(reqs);
+    if (ok)
+        api_req_pg_put(r);
+    return ok;
+}
+
 void api_h_batch_create(api_req *r)
 {
     const api_server_config *cfg = api_req_config(r);
@@ -245,6 +274,8 @@ void api_h_batch_create(api_req *r)
         return;
     }
     cJSON_Delete(index);
+    if (!api_batch_warm(r, &bs))
+        goto out;
     if (!kf_uuid_v7(batch_id) || !api_batch_cols_fill(r, &bs, batch_id, &cols)) {
         api_reply_code(r, KF_UNAVAILABLE, "unavailable",
                        "the kernel gave no random bytes for an id; retry after the number of seconds in Retry-After");

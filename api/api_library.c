@@ -281,3 +281,60 @@ bool api_library_warm(api_req *r, cJSON *spec, const char *target, const char *b
     PQclear(res);
     return true;
 }
+
+bool api_library_warm_all(api_req *r, kf_job_request *const *reqs, int n)
+{
+    cJSON *keys = cJSON_CreateArray();
+    char *text;
+    const char *params[1];
+    PGresult *res;
+    int asked = 0;
+
+    /* One key per generate job that names an op, dtype and shapes, in
+     * order; "i" says which job it is. */
+    for (int i = 0; i < n; i++) {
+        const kf_job_request *jr = reqs[i];
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(jr->spec, "op");
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(jr->spec, "dtype");
+        const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(jr->spec, "shapes");
+        cJSON *k;
+        if (jr->kind != KF_KIND_GENERATE || !cJSON_IsString(op) || !cJSON_IsString(dtype) || !cJSON_IsArray(shapes))
+            continue;
+        k = cJSON_CreateObject();
+        cJSON_AddNumberToObject(k, "i", i);
+        cJSON_AddStringToObject(k, "k", op->valuestring);
+        cJSON_AddStringToObject(k, "t", jr->target);
+        cJSON_AddStringToObject(k, "d", dtype->valuestring);
+        cJSON_AddStringToObject(k, "b", jr->backend);
+        cJSON_AddItemToObject(k, "s", cJSON_Duplicate(shapes, true));
+        cJSON_AddItemToArray(keys, k);
+        asked++;
+    }
+    if (asked == 0) {
+        cJSON_Delete(keys);
+        return true;
+    }
+    text = kf_json_print(keys);
+    cJSON_Delete(keys);
+    params[0] = text;
+    /* As api_library_warm, per key: the shape compared as jsonb prints it. */
+    res = api_req_sql(r,
+                      "SELECT (k->>'i')::int, json_build_object('entry', l.id, 'params', l.params, 'latency_ns', "
+                      "l.latency_ns)::text FROM jsonb_array_elements($1::jsonb) k JOIN kernel_library l ON "
+                      "l.kernel = k->>'k' AND l.target = k->>'t' AND l.dtype = k->>'d' AND l.backend = k->>'b' AND "
+                      "l.shape = (k->'s')::text AND l.owner_token_id IS NULL",
+                      1, params);
+    free(text);
+    if (!res)
+        return false;
+    for (int row = 0; row < PQntuples(res); row++) {
+        long i = strtol(PQgetvalue(res, row, 0), NULL, 10);
+        cJSON *w = cJSON_Parse(PQgetvalue(res, row, 1));
+        if (i >= 0 && i < n && cJSON_IsObject(w) && !cJSON_GetObjectItemCaseSensitive(reqs[i]->spec, "warm_start"))
+            cJSON_AddItemToObject(reqs[i]->spec, "warm_start", w);
+        else
+            cJSON_Delete(w);
+    }
+    PQclear(res);
+    return true;
+}

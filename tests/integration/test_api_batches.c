@@ -260,6 +260,42 @@ Test(batches, a_matrix_becomes_one_job_per_entry_written_with_its_events_and_que
     cJSON_Delete(b);
 }
 
+/* A batch's generate jobs get the kernel library's warm start as single
+ * POST /v1/jobs do (docs/library.md), looked up once for the batch. */
+Test(batches, generate_jobs_of_a_batch_start_warm_from_the_library)
+{
+    cJSON *b;
+    kf_http_resp r;
+
+    sql_exec("INSERT INTO kernel_library (id, kernel, shape, dtype, target, backend, entry, params, source_sha256, "
+             "latency_ns, job_id, attempt, seq, job_finished_at) VALUES ('rmsnorm.e1', 'rmsnorm', "
+             "'[[256, 512], [512]]', 'bfloat16', 'trn2', 'sim', 'rmsnorm_kernel', '{\"TILE\": 128}', "
+             "repeat('a', 64), 900, gen_random_uuid(), 1, 3, now())",
+             NULL, NULL);
+    b = create(fx.user, "{\"template\":{\"kind\":\"generate\"},\"matrix\":{\"op\":[\"rmsnorm\"],"
+                        "\"shapes\":[[[256,512],[512]],[[128,64],[64]]],\"dtype\":[\"bfloat16\"],"
+                        "\"target\":[\"trn2\",\"trn3\"]}}");
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE batch_id = $1::uuid AND "
+                                 "spec->'warm_start'->>'entry' = 'rmsnorm.e1' AND "
+                                 "spec->'warm_start'->'params'->>'TILE' = '128' AND "
+                                 "batch_entry->>'key' = 'rmsnorm|256x512,512|bfloat16|trn2'",
+                            fx_str(b, "id")),
+                 1, "the entry's shape and target start warm");
+    cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE batch_id = $1::uuid AND spec ? 'warm_start'",
+                            fx_str(b, "id")),
+                 1, "other shapes and targets do not");
+    cJSON_Delete(b);
+    /* A template may not carry one. */
+    cr_assert_eq(post("/v1/batches", fx.user, NULL,
+                      "{\"template\":{\"kind\":\"generate\",\"warm_start\":{\"entry\":\"x\","
+                      "\"params\":{}}},\"matrix\":{\"op\":[\"rmsnorm\"],\"shapes\":[[[256,512],[512]]],"
+                      "\"dtype\":[\"bfloat16\"],\"target\":[\"trn2\"]}}",
+                      &r),
+                 422, "%s", r.body);
+    cr_assert(strstr(r.body, "warm_start"), "%s", r.body);
+    kf_http_resp_release(&r);
+}
+
 Test(batches, the_library_form_makes_every_op_at_its_declared_shapes)
 {
     cJSON *b = create(fx.user, "{\"library\":\"all\",\"targets\":[\"trn2\",\"trn3\"]}"), *g;

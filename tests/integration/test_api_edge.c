@@ -140,8 +140,50 @@ static const char *edge_artifact(const char *id)
     return sha;
 }
 
+/* A finished batch of the user's (one diag job, cancelled), for
+ * /v1/batches/{id}...; its id, in a static buffer. */
+static const char *edge_batch(void)
+{
+    static char id[37];
+    kf_http_resp r;
+    cJSON *v;
+    char *p;
+
+    if (id[0])
+        return id;
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/batches", fx.user,
+                        "{\"template\":{\"kind\":\"diag\"},\"matrix\":{\"target\":[\"inf2\"]}}", &r),
+                 202, "%s", r.body);
+    v = fx_json(&r);
+    snprintf(id, sizeof(id), "%s", fx_str(v, "id"));
+    cJSON_Delete(v);
+    kf_http_resp_release(&r);
+    p = kf_asprintf("/v1/batches/%s/cancel", id);
+    cr_assert_eq(fx_req(&fx, "POST", p, fx.user, NULL, &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(p);
+    return id;
+}
+
+/* A shared kernel library entry whose source is job id's artifact, for
+ * /v1/library/{entry}...; its id. */
+static const char *edge_library(const char *id)
+{
+    const char *p[2] = { edge_artifact(id), id };
+    PGresult *r = PQexecParams(fx.pg,
+                               "INSERT INTO kernel_library (id, kernel, shape, dtype, target, backend, entry, params, "
+                               "source_sha256, latency_ns, job_id, attempt, seq, job_finished_at) VALUES ('edge.add', "
+                               "'add', '[[128, 512], [128, 512]]', 'bfloat16', 'trn2', 'sim', 'add', '{}', $1, 1000, "
+                               "$2::uuid, 1, 0, now()) ON CONFLICT DO NOTHING",
+                               2, NULL, p, NULL, NULL, 0);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(fx.pg));
+    PQclear(r);
+    return "edge.add";
+}
+
 /* A GET route's path with {id} filled in ({sha256}: an artifact of job id;
- * {seq} with 0; compare's list with the job twice over another). */
+ * {seq} with 0; compare's list with the job twice over another; a batch's
+ * routes: a finished batch; {entry}: a library entry). */
 static char *route_path(const char *pattern, const char *id, const char *id2)
 {
     const char *brace = strchr(pattern, '{');
@@ -154,18 +196,22 @@ static char *route_path(const char *pattern, const char *id, const char *id2)
     return kf_asprintf("%.*s%s%s", (int)(brace - pattern), pattern,
                        strstr(pattern, "/v1/internal/workers") ? "w1"
                        : strstr(pattern, "{sha256}")          ? edge_artifact(id)
+                       : strstr(pattern, "{entry}")           ? edge_library(id)
+                       : strstr(pattern, "/v1/batches/")      ? edge_batch()
                                                                : id,
                        strchr(brace, '}') + 1);
 }
 
 /* A stream route under HEAD: the GET's status and Content-Type, no body.
- * A stream has no length, and only a job's stream ends by itself (once
- * the job has ended), so the GET is compared for the job's stream of the
- * ended job `ended`, and /v1/stream, which never ends, is asked by HEAD
- * alone. */
+ * A stream has no length, and only a job's or a batch's stream ends by
+ * itself (once the job or every job of the batch has ended), so the GET is
+ * compared for the stream of the ended job `ended` and of a finished batch,
+ * and /v1/stream, which never ends, is asked by HEAD alone. */
 static void edge_head_stream(const char *pattern, const char *ended)
 {
-    char *path = strstr(pattern, "{id}") ? kf_asprintf("/v1/jobs/%s/stream", ended) : kf_strdup(pattern);
+    char *path = strstr(pattern, "/v1/batches/") ? kf_asprintf("/v1/batches/%s/stream", edge_batch())
+                 : strstr(pattern, "{id}")         ? kf_asprintf("/v1/jobs/%s/stream", ended)
+                                                   : kf_strdup(pattern);
     char *url = kf_asprintf("%s%s", fx.base, path), *auth = kf_asprintf("Authorization: Bearer %s", fx.admin);
     const char *hdr[2] = { auth, NULL };
     kf_http_resp h;
@@ -179,7 +225,7 @@ static void edge_head_stream(const char *pattern, const char *ended)
         kf_http_resp g;
         char *gct;
         cr_assert_eq(kf_http_request("GET", url, NULL, hdr, NULL, 0, &g), 200, "GET %s", path);
-        cr_assert(strstr(g.body, "event: end"), "GET %s of an ended job ends: %s", path, g.body);
+        cr_assert(strstr(g.body, "event: end"), "GET %s of an ended job or batch ends: %s", path, g.body);
         gct = kf_http_header(&g, "Content-Type");
         cr_assert(gct && strcmp(gct, hct) == 0, "HEAD %s: Content-Type %s vs %s", path, hct, gct ? gct : "-");
         free(gct);

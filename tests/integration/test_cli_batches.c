@@ -5,6 +5,7 @@
  * the --help text naming what the commands do. */
 #include <cjson/cJSON.h>
 
+#include "kf_buf.h"
 #include "test_api_fixture.h"
 #include "test_cli_fixture.h"
 
@@ -248,4 +249,101 @@ Test(cli_batches_e2e, a_rerun_with_nothing_changed_reports_every_entry_unchanged
     free(file);
     free(first);
     free(second);
+}
+
+/* Copies kernels/NAME.py into dir with its reference_shapes replaced by
+ * shapes (the test's small library: the same templates, shapes a test can
+ * run in seconds). */
+static void small_template(const char *dir, const char *name, const char *from, const char *shapes)
+{
+    char *src = kf_asprintf("kernels/%s.py", name), *dst = kf_asprintf("%s/%s.py", dir, name);
+    char *text = kf_test_read_file(src), *at;
+    kf_buf out = KF_BUF_INIT;
+
+    cr_assert_not_null(text, "read %s", src);
+    at = strstr(text, from);
+    cr_assert_not_null(at, "%s has %s", src, from);
+    kf_buf_add(&out, text, (size_t)(at - text));
+    kf_buf_adds(&out, shapes);
+    kf_buf_adds(&out, at + strlen(from));
+    kf_test_write_file(dst, out.data);
+    kf_buf_release(&out);
+    free(text);
+    free(src);
+    free(dst);
+}
+
+/* The issue's done-when, on a library of two templates: `--library all`
+ * runs every op, the report lists each; a second run after one template
+ * changed reports exactly that op's entries with a changed template_hash
+ * (the other op: no provenance difference), against the first run. */
+Test(cli_batches_e2e, a_rerun_after_one_template_changed_reports_exactly_that_op)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1, .lease_ms = 10000 };
+    char *dir = kf_test_tmpdir("lib2"), *file, *first, *second, *path;
+    static const char body[] = "{\"library\":\"all\",\"targets\":[\"trn2\"],\"budget\":{\"iterations\":2},"
+                               "\"max_attempts\":1,\"name\":\"lib2\"}";
+    cli_out r;
+
+    small_template(dir, "add", "\"reference_shapes\": [[4096, 8192], [4096, 8192]]",
+                   "\"reference_shapes\": [[256, 512], [256, 512]]");
+    small_template(dir, "softmax", "\"reference_shapes\": [[4096, 8192]]", "\"reference_shapes\": [[256, 512]]");
+    setenv("KFORGE_KERNELS_DIR", dir, 1);   /* the API's library and the worker's templates */
+    kf_stack_start(&S, &o);
+    file = kf_asprintf("%s/batch.json", S.dir);
+    kf_test_write_file(file, body);
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "submit", file, "--wait", "--timeout", "400", NULL });
+    cr_assert_eq(r.status, 0, "out:\n%s\nerr:\n%s", r.out, r.err);
+    first = submitted_id(r.out);
+    cli_out_release(&r);
+
+    /* A change to softmax's template (its text: a new line), nothing else. */
+    path = kf_asprintf("%s/softmax.py", dir);
+    {
+        char *text = kf_test_read_file(path), *changed = kf_asprintf("%s\n# retuned after a template edit\n", text);
+        kf_test_write_file(path, changed);
+        free(changed);
+        free(text);
+    }
+    free(path);
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "submit", file, "--wait", "--timeout", "400", NULL });
+    cr_assert_eq(r.status, 0, "out:\n%s\nerr:\n%s", r.out, r.err);
+    second = submitted_id(r.out);
+    cli_out_release(&r);
+
+    r = cli_run(S.api_url, S.user, NULL, (const char *const[]){ "batch", "report", second, "--format", "json", NULL });
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    {
+        cJSON *rep = cJSON_Parse(r.out);
+        const cJSON *e;
+        int n_add = 0, n_softmax = 0;
+        cr_assert_not_null(rep, "%s", r.out);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "baseline")), first, "%s", r.out);
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(rep, "entries"))
+        {
+            const char *op = cJSON_GetStringValue(cJSON_GetObjectItem(e, "op"));
+            const cJSON *diff = cJSON_GetObjectItem(e, "provenance_diff");
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "new"), "latency_ns")), "%s", r.out);
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "old"), "latency_ns")), "%s", r.out);
+            if (strcmp(op, "softmax") == 0) {
+                n_softmax++;
+                cr_assert_eq(cJSON_GetArraySize(diff), 1, "only the template changed: %s", r.out);
+                cr_assert_not_null(cJSON_GetObjectItem(diff, "template_hash"), "%s", r.out);
+            } else {
+                n_add++;
+                cr_assert_str_eq(op, "add", "%s", r.out);
+                cr_assert_eq(cJSON_GetArraySize(diff), 0, "add did not change: %s", r.out);
+                cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(e, "verdict")), "unchanged", "%s", r.out);
+            }
+        }
+        cr_assert_eq(n_add, 1, "every op of the library is in the report: %s", r.out);
+        cr_assert_eq(n_softmax, 1, "%s", r.out);
+        cJSON_Delete(rep);
+    }
+    cli_out_release(&r);
+    unsetenv("KFORGE_KERNELS_DIR");
+    free(file);
+    free(first);
+    free(second);
+    free(dir);
 }
