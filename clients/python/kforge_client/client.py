@@ -98,6 +98,18 @@ def _rfc3339(value):
     return value
 
 
+def _idempotency(key):
+    """The Idempotency-Key header (a quoted sf-string) of key, {} for None."""
+    if key is None:
+        return {}
+    if not isinstance(key, str) or not _IDEM_KEY.match(key):
+        raise ValueError("idempotency_key must be 1..253 printable ASCII characters")
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    if len(escaped) > 253:
+        raise ValueError("idempotency_key is too long once its quotes and backslashes are escaped")
+    return {"Idempotency-Key": '"%s"' % escaped}
+
+
 class Client:
     """A kforge-api client.
 
@@ -152,15 +164,8 @@ class Client:
                 body[name] = value
         if spec:
             body["spec"] = spec
-        headers = {}
-        if idempotency_key is not None:
-            if not isinstance(idempotency_key, str) or not _IDEM_KEY.match(idempotency_key):
-                raise ValueError("idempotency_key must be 1..253 printable ASCII characters")
-            escaped = idempotency_key.replace("\\", "\\\\").replace('"', '\\"')
-            if len(escaped) > 253:
-                raise ValueError("idempotency_key is too long once its quotes and backslashes are escaped")
-            headers["Idempotency-Key"] = '"%s"' % escaped
-        doc = self._t.json("POST", "/v1/jobs", body=body, headers=headers, retry=idempotency_key is not None)
+        doc = self._t.json("POST", "/v1/jobs", body=body, headers=_idempotency(idempotency_key),
+                           retry=idempotency_key is not None)
         return Job(doc)
 
     def get(self, job):
@@ -225,6 +230,16 @@ class Client:
         An exception raised by a callback ends the wait and propagates.
         """
         jid = _job_id(job)
+        self._follow("/v1/jobs/%s/stream" % jid, "job " + jid, {"state": on_state, "iteration": on_iteration},
+                     timeout)
+        return self.get(jid)
+
+    def _follow(self, path, what, callbacks, timeout):
+        """Read the event stream at path until its `end` event, reopening it
+        with Last-Event-ID when it drops.  callbacks: event type -> a
+        function of the event's data (a dict) or None; events of another
+        type are skipped (after `end`, none is).  what names the stream in
+        errors ("job ID", "batch ID")."""
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         last_id = ""
         delay = _RECONNECT_S
@@ -237,8 +252,7 @@ class Client:
             # stream silent for longer than its heartbeat, it times out and
             # the stream is opened again (or the wait ends)
             read_s = _STREAM_READ_S if deadline is None else max(0.05, min(_STREAM_READ_S, deadline - time.monotonic()))
-            _, _, (conn, resp) = self._t.open("GET", "/v1/jobs/%s/stream" % jid, headers=headers, retry=True,
-                                              timeout=read_s, stream=True)
+            _, _, (conn, resp) = self._t.open("GET", path, headers=headers, retry=True, timeout=read_s, stream=True)
             parser = SSEParser(last_event_id=last_id)
             got = 0
             ended = False
@@ -246,7 +260,7 @@ class Client:
                 while not ended:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise errors.WaitTimeout(title="Wait timed out",
-                                                 detail="job %s did not end within %g s" % (jid, timeout))
+                                                 detail="%s did not end within %g s" % (what, timeout))
                     try:
                         chunk = resp.read1(65536)
                     except (OSError, ValueError, http.client.HTTPException):
@@ -255,44 +269,44 @@ class Client:
                         break
                     for ev in parser.feed(chunk):
                         got += 1
-                        ended = self._dispatch(jid, ev, on_iteration, on_state)
+                        ended = self._dispatch(what, ev, callbacks)
                         if ended:
                             break
                     last_id = parser.last_event_id
             except StreamError as exc:
-                raise errors.KforgeError(title="Bad event stream", detail="job %s: %s" % (jid, exc)) from None
+                raise errors.KforgeError(title="Bad event stream", detail="%s: %s" % (what, exc)) from None
             finally:
                 conn.close()
             if ended:
-                return self.get(jid)
+                return
             if parser.retry_ms is not None:
                 delay = parser.retry_ms / 1000.0
             quiet = 0 if got or parser.comments else quiet + 1
             if quiet > self._t.retries:
                 raise errors.Unavailable(title="Stream closed",
-                                         detail="the event stream of job %s closed %d times in a row without an "
-                                         "event or a heartbeat; check kforge-api's log" % (jid, quiet))
+                                         detail="the event stream of %s closed %d times in a row without an "
+                                         "event or a heartbeat; check kforge-api's log" % (what, quiet))
             if deadline is not None and time.monotonic() + delay >= deadline:
                 raise errors.WaitTimeout(title="Wait timed out",
-                                         detail="job %s did not end within %g s" % (jid, timeout))
+                                         detail="%s did not end within %g s" % (what, timeout))
             time.sleep(delay)
 
     @staticmethod
-    def _dispatch(jid, ev, on_iteration, on_state):
+    def _dispatch(what, ev, callbacks):
         """One stream event to its callback; True for `end`."""
-        if ev.event not in ("state", "iteration", "end"):
+        if ev.event != "end" and ev.event not in callbacks:
             return False
         try:
             data = json.loads(ev.data)
         except (ValueError, RecursionError):
             raise errors.KforgeError(title="Bad event stream",
-                                     detail="job %s: a %s event whose data is not JSON" % (jid, ev.event)) from None
+                                     detail="%s: a %s event whose data is not JSON" % (what, ev.event)) from None
         if not isinstance(data, dict):
             raise errors.KforgeError(title="Bad event stream",
-                                     detail="job %s: a %s event whose data is not an object" % (jid, ev.event))
+                                     detail="%s: a %s event whose data is not an object" % (what, ev.event))
         if ev.event == "end":
             return True
-        callback = on_iteration if ev.event == "iteration" else on_state
+        callback = callbacks[ev.event]
         if callback is not None:
             callback(data)
         return False
