@@ -3,9 +3,10 @@ Job, one job's document.
 
 The routes and shapes are those of docs/runs.md and the README's HTTP API
 (POST/GET /v1/jobs, /v1/jobs/{id}/stream, /iterations, /artifacts,
-/v1/artifacts/{sha256}, /v1/compare, /v1/library).  A Client holds a URL and a token and
-no connection between calls; it may be shared by threads.  Every call
-returns new objects the caller owns.
+/v1/artifacts/{sha256}, /v1/compare, /v1/library) and of docs/batches.md
+(/v1/batches, /v1/batches/{id}, /cancel, /report, /stream).  A Client
+holds a URL and a token and no connection between calls; it may be shared
+by threads.  Every call returns new objects the caller owns.
 
 Failure behaviour: the service's errors are raised as the typed
 KforgeError subclasses of kforge_client.errors; arguments that could never
@@ -208,13 +209,9 @@ class Client:
                 raise errors.KforgeError(title="Bad response", detail="GET %s: a page without items" % path)
             for item in items:
                 yield item
-            cursor = page.get("next_cursor")
+            cursor = _next_cursor(path, page, seen)
             if cursor is None:
                 return
-            if not isinstance(cursor, str) or cursor in seen:
-                raise errors.KforgeError(title="Bad response",
-                                         detail="GET %s: next_cursor repeats or is not a string" % path)
-            seen.add(cursor)
 
     # ---- live progress ---------------------------------------------------
 
@@ -428,6 +425,145 @@ class Client:
                                   retry=True, max_bytes=_MAX_ARTIFACT_BYTES)
         return data.decode("utf-8")
 
+    # ---- batches ---------------------------------------------------------------
+
+    def submit_batch(self, template=None, matrix=None, *, library=None, targets=None, dtypes=None, name=None,
+                     priority=None, backend=None, budget=None, goal=None, labels=None, max_attempts=None,
+                     idempotency_key=None):
+        """Create a batch and all its jobs (docs/batches.md); returns the
+        batch's document (a dict: id, name, source, priority, n_jobs,
+        matrix_hash, state, counts, progress, ...).
+
+        Either a template times a matrix: template is a submit() body as a
+        dict ({"kind": "generate", "budget": ..., "labels": ...}, without
+        the fields the matrix varies and without priority) and matrix a
+        dict of one to four axes (op, shapes, dtype, target), each a list;
+        every combination is one job.  Or the library form: library="all"
+        or a list of library ops, each run at its declared shapes as a
+        generate job, over targets (a list, required) and dtypes (default
+        ["bfloat16"]), with backend, budget, goal, labels and max_attempts
+        applied to every job.  name: 1..128 characters; priority: 0..4
+        (default 2, below interactive jobs).  idempotency_key: as for
+        submit(): a repeat of the same call returns the first batch instead
+        of making another, and the call is retried on 503/429.
+        """
+        if library is None:
+            if not isinstance(template, dict) or not isinstance(matrix, dict):
+                raise ValueError("a batch is a template (a dict) times a matrix (a dict of op, shapes, dtype, "
+                                 "target lists), or library=\"all\" (or a list of ops) with targets=[...]")
+            per_job = [n for n, v in (("targets", targets), ("dtypes", dtypes), ("backend", backend),
+                                      ("budget", budget), ("goal", goal), ("labels", labels),
+                                      ("max_attempts", max_attempts)) if v is not None]
+            if per_job:
+                raise ValueError("%s: the library form's; a matrix batch takes them in its template "
+                                 "(targets and dtypes as matrix axes)" % ", ".join(per_job))
+            body = {"template": template, "matrix": matrix}
+        else:
+            if template is not None or matrix is not None:
+                raise ValueError("give a template and a matrix, or library=, not both")
+            if isinstance(library, (list, tuple)):
+                library = list(library)
+            elif library != "all":
+                raise ValueError("library is \"all\" or a list of library ops, not %r" % (library,))
+            body = {"library": library, "targets": _names("targets", targets, required=True)}
+            for field, value in (("dtypes", _names("dtypes", dtypes)), ("backend", backend), ("budget", budget),
+                                 ("goal", goal), ("labels", labels), ("max_attempts", max_attempts)):
+                if value is not None:
+                    body[field] = value
+        for field, value in (("name", name), ("priority", priority)):
+            if value is not None:
+                body[field] = value
+        return self._t.json("POST", "/v1/batches", body=body, headers=_idempotency(idempotency_key),
+                            retry=idempotency_key is not None)
+
+    def batch(self, batch, limit=1000):
+        """The batch's roll-up (state, counts, finished, progress,
+        started_at, finished_at, ...) with every entry in matrix order, all
+        pages (limit: entries per page, 1..1000): dicts of job_id, seq,
+        key, op, shape, dtype, target, state, attempt, last_error, best.
+        The roll-up's fields are those of the last page read."""
+        path = "/v1/batches/" + _batch_id(batch)
+        query = [("limit", _positive("limit", limit))]
+        entries = []
+        cursor = None
+        seen = set()
+        while True:
+            page = self._t.json("GET", path, query + [("cursor", cursor)], retry=True)
+            if not isinstance(page, dict) or not isinstance(page.get("entries"), list):
+                raise errors.KforgeError(title="Bad response", detail="GET %s: a roll-up without entries" % path)
+            entries.extend(page["entries"])
+            cursor = _next_cursor(path, page, seen)
+            if cursor is None:
+                page["entries"] = entries
+                return page
+
+    def batches(self, limit=None):
+        """An iterator over the token's batches (an admin's: every batch),
+        newest first, each a dict with its counts and progress but no
+        entries, following next_cursor page after page; limit: the page
+        size (1..200)."""
+        query = [("limit", _positive("limit", limit))] if limit is not None else []
+        return self._pages("/v1/batches", query)
+
+    def cancel_batch(self, batch, reason=None, idempotency_key=None):
+        """Cancel every job of the batch that has not finished (queued and
+        retrying ones at once, running ones between iterations); returns
+        the roll-up plus "cancelled" and "cancel_requested", the jobs this
+        call moved.  Calling it again moves nothing more, so it is retried
+        on 503/429 and lost connections (a retry after a lost answer may
+        report 0 and 0; with an idempotency_key it replays the first
+        answer).  reason: up to 512 characters, kept in each job's event."""
+        body = None
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise ValueError("reason must be a string")
+            body = {"reason": reason}
+        return self._t.json("POST", "/v1/batches/%s/cancel" % _batch_id(batch), body=body,
+                            headers=_idempotency(idempotency_key), retry=True)
+
+    def batch_report(self, batch, baseline=None, threshold=None, format="json"):
+        """What changed since a baseline batch, entry by entry (matched by
+        op|shape|dtype|target): old and new latency, ratio, verdict
+        (improved, regressed, unchanged, failed, new, missing, pending) and
+        the provenance that differs.  format "json": a dict (batch,
+        baseline, threshold, summary, entries); "md": Markdown text; "csv":
+        CSV text (RFC 4180, CRLF line ends).  baseline: a batch (default:
+        the newest earlier finished batch of yours over the same matrix);
+        threshold: 0 <= t < 1 (default 0.03: ratios within 1 +- 3% are
+        unchanged)."""
+        path = "/v1/batches/%s/report" % _batch_id(batch)
+        if format not in _REPORT_TYPES:
+            raise ValueError("format is json, md or csv, not %r" % (format,))
+        query = []
+        if baseline is not None:
+            query.append(("baseline", _batch_id(baseline)))
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+                raise ValueError("threshold must be a number from 0 up to (not including) 1, e.g. 0.03")
+            query.append(("threshold", repr(float(threshold))))
+        if format == "json":
+            return self._t.json("GET", path, query, retry=True)
+        query.append(("format", format))
+        _, _, data = self._t.open("GET", path, query, headers={"Accept": _REPORT_TYPES[format]}, retry=True)
+        return data.decode("utf-8")
+
+    def wait_batch(self, batch, on_batch=None, on_state=None, on_iteration=None, timeout=None):
+        """Follow the batch's event stream until it ends (every job
+        finished); returns the final roll-up (batch()).
+
+        on_batch(event): each roll-up ({"batch_id", "n_jobs", "counts",
+        "progress"}), once when the stream opens and after each round of
+        state changes; on_state(event), on_iteration(event): the batch's
+        jobs' events (each with its job_id), as wait() gives them.  A
+        dropped stream is reopened with Last-Event-ID, so no job event is
+        missed or repeated.  timeout: seconds (None: no limit);
+        WaitTimeout when it passes (the batch goes on).  An exception
+        raised by a callback ends the wait and propagates."""
+        bid = _batch_id(batch)
+        self._follow("/v1/batches/%s/stream" % bid, "batch " + bid,
+                     {"batch": on_batch, "state": on_state, "iteration": on_iteration}, timeout)
+        return self.batch(bid)
+
 
 _ENTRY_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 
@@ -448,3 +584,40 @@ def _positive(name, value):
 def _int(value):
     return value if isinstance(value, int) else -1
 
+
+
+_REPORT_TYPES = {"json": "application/json", "md": "text/markdown", "csv": "text/csv"}
+
+
+def _batch_id(batch):
+    """The UUID of a batch's document (a dict with its id) or of an id
+    string; ValueError otherwise."""
+    bid = batch.get("id") if isinstance(batch, dict) else batch
+    if not isinstance(bid, str):
+        raise ValueError("a batch is its document (a dict) or its id (a UUID string), not %s" % type(bid).__name__)
+    try:
+        return str(uuid.UUID(bid))
+    except ValueError:
+        raise ValueError("%r is not a batch id (a UUID; Client.batches() lists them)" % bid) from None
+
+
+def _names(field, values, required=False):
+    """A list of strings (targets, dtypes) as a list; None stays None
+    unless required."""
+    if values is None and not required:
+        return None
+    if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
+        raise ValueError("%s must be a non-empty list, e.g. [\"trn2\", \"trn3\"]" % field)
+    return list(values)
+
+
+def _next_cursor(path, page, seen):
+    """The page's next_cursor (None on the last page), refusing one that
+    repeats (a loop) or is not a string."""
+    cursor = page.get("next_cursor")
+    if cursor is None:
+        return None
+    if not isinstance(cursor, str) or cursor in seen:
+        raise errors.KforgeError(title="Bad response", detail="GET %s: next_cursor repeats or is not a string" % path)
+    seen.add(cursor)
+    return cursor
