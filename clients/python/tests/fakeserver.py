@@ -91,9 +91,12 @@ class FakeServer:
                 if rep.chunks is None:
                     self.wfile.write(rep.body)
                     return
-                for c in rep.chunks:
-                    self.wfile.write(c)
-                    self.wfile.flush()
+                try:
+                    for c in rep.chunks:
+                        self.wfile.write(c)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass    # the client hung up mid-stream (a wait that timed out): what a stream expects
 
             do_GET = _serve
             do_POST = _serve
