@@ -389,10 +389,6 @@ class WaitTest(unittest.TestCase):
                 client(srv).wait(A, on_iteration=boom, timeout=10)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class LibraryTest(unittest.TestCase):
     def test_library_pages_entry_and_kernel(self):
         entries = [{"id": "add-trn2-bfloat16-sim-%012d" % i, "op": "add", "latency_ns": 100.0 + i} for i in range(3)]
@@ -420,3 +416,256 @@ class LibraryTest(unittest.TestCase):
             c.library_entry("../etc")
         with self.assertRaises(ValueError):
             c.library(colour="red")
+
+
+BATCH = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+BASE = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+COUNTS = {"queued": 2, "running": 1, "retrying": 0, "succeeded": 1, "failed": 0, "cancelled": 0, "dead": 0}
+
+
+def batch_doc(bid=BATCH, state="open", **more):
+    d = {"id": bid, "name": "nightly", "source": "library", "priority": 2, "n_jobs": 4, "matrix_hash": "9f2c",
+         "idempotency_key": None, "created_at": "t", "state": state, "counts": COUNTS, "finished": 1,
+         "progress": 0.25, "started_at": "t", "finished_at": None}
+    d.update(more)
+    return d
+
+
+def entry(seq, state="succeeded"):
+    return {"job_id": [A, B, C, A][seq], "seq": seq, "key": "add|4096|bfloat16|trn%d" % (seq + 1), "op": "add",
+            "shape": "4096", "dtype": "bfloat16", "target": "trn%d" % (seq + 1), "state": state, "attempt": 1,
+            "last_error": None, "best": None}
+
+
+class BatchTest(unittest.TestCase):
+    def test_submit_both_forms_with_an_idempotency_key(self):
+        def h(req):
+            return json_reply(202, batch_doc(source="library" if "library" in req.json() else "matrix"),
+                              {"Location": "/v1/batches/" + BATCH})
+
+        template = {"kind": "generate", "budget": {"iterations": 40}, "labels": {"team": "kernels"}}
+        matrix = {"op": ["rmsnorm", "softmax"], "shapes": [[[4096, 8192], [8192]], [[2048, 4096]]],
+                  "target": ["trn2", "trn3"]}
+        with FakeServer(h) as srv:
+            c = client(srv)
+            got = c.submit_batch(template, matrix, name="retune-sdk-2.21", priority=1, idempotency_key='n "1"')
+            lib = c.submit_batch(library="all", targets=("trn1", "trn2"), dtypes=["bfloat16"], backend="sim",
+                                 budget={"iterations": 40}, goal={"fraction_of_bound": 0.9}, name="nightly")
+            c.submit_batch(library=["add", "softmax"], targets=["trn2"], max_attempts=2, labels={"k": "v"})
+        self.assertEqual((got["id"], got["source"], lib["source"]), (BATCH, "matrix", "library"))
+        first, second, third = srv.requests
+        self.assertEqual((first.method, first.path), ("POST", "/v1/batches"))
+        self.assertEqual(first.headers["content-type"], "application/json")
+        self.assertEqual(first.headers["idempotency-key"], '"n \\"1\\""')
+        self.assertEqual(first.json(), {"template": template, "matrix": matrix, "name": "retune-sdk-2.21",
+                                        "priority": 1})
+        self.assertNotIn("idempotency-key", second.headers)
+        self.assertEqual(second.json(), {"library": "all", "targets": ["trn1", "trn2"], "dtypes": ["bfloat16"],
+                                         "backend": "sim", "budget": {"iterations": 40},
+                                         "goal": {"fraction_of_bound": 0.9}, "name": "nightly"})
+        self.assertEqual(third.json(), {"library": ["add", "softmax"], "targets": ["trn2"], "max_attempts": 2,
+                                        "labels": {"k": "v"}})
+
+    def test_a_keyed_batch_is_retried_an_unkeyed_one_is_not(self):
+        answers = [problem(503, "unavailable", "Service unavailable", "db away", retry_after=1),
+                   problem(409, "idempotency-key-in-use", "Conflict", "first still running", retry_after=1),
+                   json_reply(202, batch_doc(), {"Idempotent-Replayed": "true"})]
+        with FakeServer(lambda req: answers.pop(0)) as srv, mock.patch("time.sleep"):
+            got = client(srv).submit_batch(library="all", targets=["trn2"], idempotency_key="nightly-12-02")
+        self.assertEqual(got["id"], BATCH)
+        self.assertEqual(len(srv.requests), 3)
+        self.assertTrue(all(r.headers["idempotency-key"] == '"nightly-12-02"' for r in srv.requests))
+        self.assertEqual(srv.requests[0].body, srv.requests[2].body)
+
+        fields = [{"field": "matrix", "rule": "limit", "detail": "11 op x 1000 shapes x 1 dtype x 1 target"}]
+        answers = [problem(503, "unavailable", "Service unavailable", "db away", retry_after=1),
+                   problem(422, "validation", "Unprocessable request", "matrix: ...", errors=fields)]
+        with FakeServer(lambda req: answers.pop(0)) as srv, mock.patch("time.sleep") as sleep:
+            with self.assertRaises(kc.Unavailable):
+                client(srv).submit_batch(library="all", targets=["trn2"])
+            with self.assertRaises(kc.Unprocessable) as cm:
+                client(srv).submit_batch(library="all", targets=["trn2"], idempotency_key="k")
+        self.assertEqual(len(srv.requests), 2)
+        sleep.assert_not_called()
+        self.assertEqual(cm.exception.errors, fields)
+
+    def test_submit_refuses_what_could_never_be_sent(self):
+        c = kc.Client("http://127.0.0.1:1", TOKEN)
+        t, m = {"kind": "generate"}, {"target": ["trn2"]}
+        bad = [((), {}), ((t,), {}), ((t, ["trn2"]), {}), ((t, m), {"library": "all", "targets": ["trn2"]}),
+               ((t, m), {"targets": ["trn2"]}), ((t, m), {"budget": {"iterations": 1}}),
+               ((), {"library": "some", "targets": ["trn2"]}), ((), {"library": "all"}),
+               ((), {"library": "all", "targets": "trn2"}), ((), {"library": "all", "targets": []}),
+               ((), {"library": "all", "targets": ["trn2"], "dtypes": "bfloat16"}),
+               ((), {"library": "all", "targets": ["trn2"], "idempotency_key": "k\u00e9y"})]
+        for args, kw in bad:
+            with self.assertRaises(ValueError, msg=(args, kw)):
+                c.submit_batch(*args, **kw)
+
+    def test_the_roll_up_with_every_entry_page(self):
+        pages = {None: {"entries": [entry(0), entry(1)], "next_cursor": "e2"},
+                 "e2": {"entries": [entry(2)], "next_cursor": "e3"},
+                 "e3": {"entries": [entry(3, "running")], "next_cursor": None}}
+
+        def h(req):
+            if req.path != "/v1/batches/" + BATCH:
+                return problem(404, "not-found", "Not found", "no batch")
+            return json_reply(200, dict(batch_doc(progress=0.25 * (len(srv.requests))), **pages[req.arg("cursor")]))
+
+        with FakeServer(h) as srv:
+            c = client(srv)
+            got = c.batch(batch_doc(), limit=2)
+            with self.assertRaises(kc.NotFound):
+                c.batch(BASE)
+        self.assertEqual([e["seq"] for e in got["entries"]], [0, 1, 2, 3])
+        self.assertEqual((got["state"], got["n_jobs"], got["next_cursor"]), ("open", 4, None))
+        self.assertEqual(got["progress"], 0.75, "the roll-up of the last page read")
+        self.assertEqual([r.arg("cursor") for r in srv.requests[:3]], [None, "e2", "e3"])
+        self.assertTrue(all(r.arg("limit") == "2" for r in srv.requests[:3]))
+
+        with FakeServer(lambda req: json_reply(200, dict(batch_doc(), entries=[], next_cursor="same"))) as srv:
+            with self.assertRaisesRegex(kc.KforgeError, "next_cursor repeats"):
+                client(srv).batch(BATCH)
+        with FakeServer(lambda req: json_reply(200, batch_doc())) as srv:
+            with self.assertRaisesRegex(kc.KforgeError, "without entries"):
+                client(srv).batch(BATCH)
+        c = kc.Client("http://127.0.0.1:1", TOKEN)
+        for bad in ("../v1/jobs", {"name": "no id"}, 7):
+            with self.assertRaises(ValueError):
+                c.batch(bad)
+        with self.assertRaises(ValueError):
+            c.batch(BATCH, limit=0)
+
+    def test_batches_follow_the_cursor(self):
+        pages = {None: {"items": [batch_doc(BATCH)], "next_cursor": "b1"},
+                 "b1": {"items": [batch_doc(BASE, state="finished")], "next_cursor": None}}
+        with FakeServer(lambda req: json_reply(200, pages[req.arg("cursor")])) as srv:
+            it = client(srv).batches(limit=1)
+            self.assertEqual(srv.requests, [], "a page is asked for when the iteration reaches it")
+            got = list(it)
+        self.assertEqual([(b["id"], b["state"]) for b in got], [(BATCH, "open"), (BASE, "finished")])
+        self.assertEqual([(r.path, r.arg("cursor"), r.arg("limit")) for r in srv.requests],
+                         [("/v1/batches", None, "1"), ("/v1/batches", "b1", "1")])
+
+    def test_cancel(self):
+        answers = [problem(503, "unavailable", "Service unavailable", "db away", retry_after=1),
+                   json_reply(200, batch_doc(cancelled=2, cancel_requested=1)),
+                   json_reply(200, batch_doc(cancelled=0, cancel_requested=0))]
+        with FakeServer(lambda req: answers.pop(0)) as srv, mock.patch("time.sleep"):
+            c = client(srv)
+            first = c.cancel_batch(BATCH, reason="sdk 2.21 withdrawn")
+            again = c.cancel_batch(batch_doc(), idempotency_key="cancel-1")
+        self.assertEqual((first["cancelled"], first["cancel_requested"]), (2, 1))
+        self.assertEqual((again["cancelled"], again["cancel_requested"]), (0, 0))
+        self.assertEqual(len(srv.requests), 3, "a cancel is retried: it moves nothing twice")
+        r0, _, r2 = srv.requests
+        self.assertEqual((r0.method, r0.path), ("POST", "/v1/batches/%s/cancel" % BATCH))
+        self.assertEqual(r0.json(), {"reason": "sdk 2.21 withdrawn"})
+        self.assertNotIn("idempotency-key", r0.headers)
+        self.assertEqual(r2.body, b"")
+        self.assertEqual(r2.headers["idempotency-key"], '"cancel-1"')
+        with self.assertRaises(ValueError):
+            c.cancel_batch(BATCH, reason=3)
+
+    def test_report_as_json_markdown_and_csv(self):
+        report = {"batch": BATCH, "baseline": BASE, "threshold": 0.05,
+                  "summary": {"improved": 1, "regressed": 0, "unchanged": 3, "failed": 0, "new": 0, "missing": 0,
+                              "pending": 0},
+                  "entries": [{"key": "add|4096|bfloat16|trn1", "verdict": "improved", "ratio": 0.9,
+                               "new": {"job_id": A, "state": "succeeded", "latency_ns": 90.0},
+                               "old": {"job_id": B, "state": "succeeded", "latency_ns": 100.0},
+                               "provenance_diff": {"sim_build": {"old": "1.4.0", "new": "1.5.0"}}}]}
+        md = "# Batch %s against %s (threshold 3%%)\n\n| improved | ... |\n" % (BATCH, BASE)
+        csv = ("op,shape,dtype,target,old_latency_ns,new_latency_ns,ratio,verdict,new_job,old_job,"
+               "provenance_changed\r\nadd,4096,bfloat16,trn1,100,90,0.9,improved,%s,%s,sim_build;target_hash\r\n"
+               % (A, B))
+
+        def h(req):
+            fmt = req.arg("format")
+            if req.arg("baseline") == C:
+                return problem(404, "not-found", "Not found", "no batch %s" % C)
+            if fmt == "md":
+                return Reply(200, md.encode(), {"Content-Type": "text/markdown; charset=utf-8"})
+            if fmt == "csv":
+                return Reply(200, csv.encode(), {"Content-Type": "text/csv; charset=utf-8"})
+            return json_reply(200, report)
+
+        with FakeServer(h) as srv:
+            c = client(srv)
+            got = c.batch_report(batch_doc(), baseline=batch_doc(BASE), threshold=0.05)
+            text = c.batch_report(BATCH, format="md")
+            table = c.batch_report(BATCH, baseline=BASE, threshold=0, format="csv")
+            with self.assertRaises(kc.NotFound):
+                c.batch_report(BATCH, baseline=C)
+        self.assertEqual(got, report)
+        self.assertEqual(text, md)
+        self.assertEqual(table, csv, "the CRLF line ends as the API sent them")
+        r0, r1, r2 = srv.requests[:3]
+        self.assertEqual(r0.path, "/v1/batches/%s/report" % BATCH)
+        self.assertEqual(r0.query, [("baseline", BASE), ("threshold", "0.05")])
+        self.assertEqual(r1.query, [("format", "md")])
+        self.assertEqual(r1.headers["accept"], "text/markdown")
+        self.assertEqual(r2.query, [("baseline", BASE), ("threshold", "0.0"), ("format", "csv")])
+        self.assertEqual(r2.headers["accept"], "text/csv")
+        for kw in ({"format": "html"}, {"threshold": 1}, {"threshold": -0.01}, {"threshold": True},
+                   {"threshold": "0.03"}, {"threshold": float("nan")}, {"baseline": "latest"}):
+            with self.assertRaises(ValueError, msg=kw):
+                c.batch_report(BATCH, **kw)
+
+    def test_wait_batch_follows_the_stream_across_drops(self):
+        roll = {"batch_id": BATCH, "n_jobs": 2, "counts": COUNTS, "progress": 0.0}
+        first = [b"retry: 10\n\n", b"event: batch\ndata: " + json.dumps(roll).encode() + b"\n\n"]
+        second = sse((11, "state", {"job_id": A, "type": "created", "to": "queued"}),
+                     (12, "iteration", {"job_id": A, "seq": 0, "latency_ns": 900.0}), comments=True)
+        second += [b"event: batch\ndata: " + json.dumps(dict(roll, progress=0.5)).encode() + b"\n\n",
+                   b"id: 13\nevent: state\ndata: {\"job_id\""]      # cut mid-event: never dispatched
+        third = sse((13, "state", {"job_id": A, "type": "succeeded"}))
+        third += [b"event: batch\ndata: " + json.dumps(dict(roll, progress=1.0)).encode() + b"\n\n",
+                  b"event: end\ndata: " + json.dumps({"batch_id": BATCH, "state": "finished"}).encode() + b"\n\n"]
+        streams = [first, second, third]
+
+        def h(req):
+            if req.path.endswith("/stream"):
+                return Reply(200, headers={"Content-Type": "text/event-stream"}, chunks=streams.pop(0))
+            return json_reply(200, dict(batch_doc(state="finished"), entries=[entry(0)], next_cursor=None))
+
+        seen = []
+        with FakeServer(h) as srv:
+            got = client(srv).wait_batch(BATCH, on_batch=lambda d: seen.append(("batch", d["progress"])),
+                                         on_state=lambda d: seen.append(("state", d["type"])),
+                                         on_iteration=lambda d: seen.append(("it", d["seq"])), timeout=30)
+        self.assertEqual(got["state"], "finished")
+        self.assertEqual(got["entries"], [entry(0)])
+        self.assertEqual(seen, [("batch", 0.0), ("state", "created"), ("it", 0), ("batch", 0.5),
+                                ("state", "succeeded"), ("batch", 1.0)])
+        reqs = [r for r in srv.requests if r.path.endswith("/stream")]
+        self.assertEqual([r.path for r in reqs], ["/v1/batches/%s/stream" % BATCH] * 3)
+        self.assertEqual(reqs[0].headers["accept"], "text/event-stream")
+        self.assertNotIn("last-event-id", reqs[0].headers)
+        self.assertNotIn("last-event-id", reqs[1].headers, "a roll-up has no id: no position yet")
+        self.assertEqual(reqs[2].headers["last-event-id"], "12", "the last job event's, not a roll-up's")
+        self.assertEqual(srv.requests[-1].path, "/v1/batches/" + BATCH)
+
+    def test_wait_batch_errors_and_timeout(self):
+        with FakeServer(lambda req: problem(404, "not-found", "Not found", "no such batch")) as srv:
+            with self.assertRaises(kc.NotFound):
+                client(srv).wait_batch(BATCH, timeout=10)
+        with FakeServer(lambda req: Reply(200, chunks=[b"event: batch\ndata: {oops\n\n"])) as srv:
+            with self.assertRaisesRegex(kc.KforgeError, "batch %s: a batch event whose data is not JSON" % BATCH):
+                client(srv).wait_batch(BATCH, timeout=10)
+
+        def beats():
+            for _ in range(40):
+                yield b": hb\n"
+                time.sleep(0.05)
+
+        with FakeServer(lambda req: Reply(200, headers={"Content-Type": "text/event-stream"}, chunks=beats())) \
+                as srv:
+            with self.assertRaisesRegex(kc.WaitTimeout, "batch %s did not end" % BATCH):
+                client(srv).wait_batch(BATCH, timeout=0.4)
+        with self.assertRaises(ValueError):
+            kc.Client("http://127.0.0.1:1", TOKEN).wait_batch("nightly")
+
+
+if __name__ == "__main__":
+    unittest.main()
