@@ -235,7 +235,7 @@ static bool api_batch_warm(api_req *r, const kf_batchspec *bs)
             return false;
         }
     }
-    reqs = kf_calloc((size_t)bs->n, sizeof(*reqs));
+    reqs = kf_calloc((size_t)bs->n, sizeof(kf_job_request *));
     for (int i = 0; i < bs->n; i++)
         reqs[i] = &bs->entries[i].jr;
     ok = api_library_warm_all(r, reqs, bs->n);
