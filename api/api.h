@@ -568,6 +568,12 @@ bool api_idem_parse_key(const char *h, char *out, size_t cap);
 /* The opaque list cursor for (created_at µs, id), and back.  parse fills
  * micros (digits) and id (37 bytes) and refuses anything make() did not produce. */
 void api_cursor_make(const char *micros, const char *id, char *out, size_t cap);
+/* A keyset page of res (up to lim + 1 rows of: the item's JSON text, its
+ * time in epoch microseconds, its id) appended to out as
+ * `[item,...],"next_cursor":CURSOR` (the first lim items; the cursor of
+ * the lim-th when a row beyond it came back, else null).  The caller
+ * writes the member name before and the closing brace after. */
+void api_page_rows(kf_buf *out, const PGresult *res, int lim);
 bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id);
 
 /* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */

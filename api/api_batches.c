@@ -404,7 +404,6 @@ void api_h_batch_get(api_req *r)
     kf_fields fe;
     PGresult *res = NULL;
     kf_buf out = KF_BUF_INIT;
-    int rows;
 
     if (!api_req_query_known(r, allowed) || !api_batch_id_ok(r, r->param))
         return;
@@ -451,21 +450,9 @@ void api_h_batch_get(api_req *r)
                       4, params);
     if (!res)
         goto out;
-    rows = PQntuples(res);
-    kf_buf_adds(&out, ",\"entries\":[");
-    for (int i = 0; i < rows && i < (int)lim; i++) {
-        if (i)
-            kf_buf_addc(&out, ',');
-        kf_buf_adds(&out, PQgetvalue(res, i, 0));
-    }
-    kf_buf_adds(&out, "],\"next_cursor\":");
-    if (rows > (int)lim) {
-        char enc[128];
-        api_cursor_make(PQgetvalue(res, (int)lim - 1, 1), PQgetvalue(res, (int)lim - 1, 2), enc, sizeof(enc));
-        kf_buf_addf(&out, "\"%s\"}", enc);
-    } else {
-        kf_buf_adds(&out, "null}");
-    }
+    kf_buf_adds(&out, ",\"entries\":");
+    api_page_rows(&out, res, (int)lim);
+    kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
 out:
     PQclear(res);
@@ -482,7 +469,6 @@ void api_h_batch_list(api_req *r)
     kf_fields fe;
     PGresult *res;
     kf_buf out = KF_BUF_INIT;
-    int rows;
 
     if (!api_req_query_known(r, allowed))
         return;
@@ -509,21 +495,9 @@ void api_h_batch_list(api_req *r)
                       4, params);
     if (!res)
         return;
-    rows = PQntuples(res);
-    kf_buf_adds(&out, "{\"items\":[");
-    for (int i = 0; i < rows && i < (int)lim; i++) {
-        if (i)
-            kf_buf_addc(&out, ',');
-        kf_buf_adds(&out, PQgetvalue(res, i, 0));
-    }
-    kf_buf_adds(&out, "],\"next_cursor\":");
-    if (rows > (int)lim) {
-        char enc[128];
-        api_cursor_make(PQgetvalue(res, (int)lim - 1, 1), PQgetvalue(res, (int)lim - 1, 2), enc, sizeof(enc));
-        kf_buf_addf(&out, "\"%s\"}", enc);
-    } else {
-        kf_buf_adds(&out, "null}");
-    }
+    kf_buf_adds(&out, "{\"items\":");
+    api_page_rows(&out, res, (int)lim);
+    kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
     PQclear(res);
     kf_buf_release(&out);

@@ -309,6 +309,26 @@ void api_cursor_make(const char *micros, const char *id, char *out, size_t cap)
     api_b64url_encode(raw, strlen(raw), out, cap);
 }
 
+void api_page_rows(kf_buf *out, const PGresult *res, int lim)
+{
+    int rows = PQntuples(res);
+
+    kf_buf_addc(out, '[');
+    for (int i = 0; i < rows && i < lim; i++) {
+        if (i)
+            kf_buf_addc(out, ',');
+        kf_buf_adds(out, PQgetvalue(res, i, 0));
+    }
+    kf_buf_adds(out, "],\"next_cursor\":");
+    if (rows > lim && lim > 0) {
+        char enc[128];
+        api_cursor_make(PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2), enc, sizeof(enc));
+        kf_buf_addf(out, "\"%s\"", enc);
+    } else {
+        kf_buf_adds(out, "null");
+    }
+}
+
 #define API_CURSOR_MAX_US 253402300799999999ULL   /* 9999-12-31T23:59:59.999999Z */
 
 /* Cursor = base64url("<created_at in µs since the epoch>,<uuid>"). */
@@ -616,7 +636,6 @@ void api_h_job_list(api_req *r)
     api_list_q q = { 0 };
     kf_buf sql = KF_BUF_INIT, out = KF_BUF_INIT;
     PGresult *res = NULL;
-    int rows;
 
     kf_fields_init(&fe);
     q.fe = &fe;
@@ -677,22 +696,9 @@ void api_h_job_list(api_req *r)
         if (!res)
             goto out;
     }
-    rows = PQntuples(res);
-    kf_buf_adds(&out, "{\"jobs\":[");
-    for (int i = 0; i < rows && i < limit; i++) {
-        if (i)
-            kf_buf_addc(&out, ',');
-        kf_buf_adds(&out, PQgetvalue(res, i, 0));
-    }
-    kf_buf_adds(&out, "],\"next_cursor\":");
-    if (rows > limit) {
-        char enc[128];
-        int last = (int)limit - 1;
-        api_cursor_make(PQgetvalue(res, last, 1), PQgetvalue(res, last, 2), enc, sizeof(enc));
-        kf_buf_addf(&out, "\"%s\"}", enc);
-    } else {
-        kf_buf_adds(&out, "null}");
-    }
+    kf_buf_adds(&out, "{\"jobs\":");
+    api_page_rows(&out, res, (int)limit);
+    kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
 out:
     PQclear(res);
