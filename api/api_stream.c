@@ -1022,34 +1022,47 @@ static long long api_stream_owner(const api_req *r)
     return r->who.role == API_ROLE_ADMIN ? 0 : (long long)r->who.token_id;
 }
 
-void api_h_job_stream(api_req *r)
+/* The start of a job's or a batch's stream: the query parsed into q and
+ * r->param (a UUID) looked up by sql, whose parameters are the id and the
+ * caller's owner filter (0 for an admin); what ("job", "batch") names it
+ * in a 404.  The row, for the caller to read and clear, or NULL when
+ * answered. */
+static PGresult *api_stream_lookup(api_req *r, api_stream_query *q, const char *what, const char *sql)
 {
-    api_stream_query q;
-    api_stream *s;
     char owner[24];
     const char *params[2];
     PGresult *res;
 
-    api_stream_query_init(&q, false);
-    if (!api_stream_parse(r, &q))
-        return;
+    api_stream_query_init(q, false);
+    if (!api_stream_parse(r, q))
+        return NULL;
     if (!kf_uuid_valid(r->param)) {
-        api_reply_code(r, KF_NOT_FOUND, "not-found", "no such job (job ids are UUIDs)");
-        return;
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no such %s (%s ids are UUIDs)", what, what);
+        return NULL;
     }
     snprintf(owner, sizeof(owner), "%lld", api_stream_owner(r));
     params[0] = r->param;
     params[1] = owner;
-    res = api_req_sql(r,
-                      "SELECT 1 FROM jobs WHERE id = $1::uuid AND ($2::bigint = 0 OR owner_token_id = $2::bigint)",
-                      2, params);
+    res = api_req_sql(r, sql, 2, params);
     if (!res)
-        return;
+        return NULL;
     if (PQntuples(res) == 0) {
         PQclear(res);
-        api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
-        return;
+        api_reply_code(r, KF_NOT_FOUND, "not-found", "no %s with id %s", what, r->param);
+        return NULL;
     }
+    return res;
+}
+
+void api_h_job_stream(api_req *r)
+{
+    api_stream_query q;
+    api_stream *s;
+    PGresult *res = api_stream_lookup(
+        r, &q, "job", "SELECT 1 FROM jobs WHERE id = $1::uuid AND ($2::bigint = 0 OR owner_token_id = $2::bigint)");
+
+    if (!res)
+        return;
     PQclear(res);
     s = kf_calloc(1, sizeof(*s));
     memcpy(s->job_id, r->param, 37);
@@ -1108,31 +1121,13 @@ void api_h_batch_stream(api_req *r)
 {
     api_stream_query q;
     api_stream *s;
-    char owner[24];
-    const char *params[2];
-    PGresult *res;
+    PGresult *res = api_stream_lookup(
+        r, &q, "batch",
+        "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('job_events', 'id')), 0) FROM batches WHERE "
+        "id = $1::uuid AND ($2::bigint = 0 OR owner_token_id = $2::bigint)");
 
-    api_stream_query_init(&q, false);
-    if (!api_stream_parse(r, &q))
-        return;
-    if (!kf_uuid_valid(r->param)) {
-        api_reply_code(r, KF_NOT_FOUND, "not-found", "no such batch (batch ids are UUIDs)");
-        return;
-    }
-    snprintf(owner, sizeof(owner), "%lld", api_stream_owner(r));
-    params[0] = r->param;
-    params[1] = owner;
-    res = api_req_sql(r,
-                      "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('job_events', 'id')), 0) FROM "
-                      "batches WHERE id = $1::uuid AND ($2::bigint = 0 OR owner_token_id = $2::bigint)",
-                      2, params);
     if (!res)
         return;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        api_reply_code(r, KF_NOT_FOUND, "not-found", "no batch with id %s", r->param);
-        return;
-    }
     s = kf_calloc(1, sizeof(*s));
     s->batch = true;
     memcpy(s->job_id, r->param, 37);
