@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kf_alloc.h"
+#include "kf_job.h"
 #include "kf_json.h"
 
 bool cli_library_id_ok(const char *id)
@@ -67,6 +68,17 @@ static bool cli_lib_inputs(const cJSON *entry, const cJSON *meta, cJSON *args)
     return true;
 }
 
+/* Whether target names a target kforge knows: it becomes an argument of
+ * the check, and the entry comes from the network (fuzz_library: a target
+ * "--input" made the check's arguments malformed). */
+static bool cli_lib_target_ok(const char *target)
+{
+    for (int i = 0; target && kf_job_targets[i]; i++)
+        if (strcmp(target, kf_job_targets[i]) == 0)
+            return true;
+    return false;
+}
+
 cJSON *cli_library_manifest_item(const cJSON *entry, const cJSON *meta, const char *file, const char *sha256,
                                  long long bytes)
 {
@@ -87,7 +99,7 @@ cJSON *cli_library_manifest_item(const cJSON *entry, const cJSON *meta, const ch
         cJSON_AddItemToObject(m, copied[i], v ? cJSON_Duplicate(v, true) : cJSON_CreateNull());
     }
     args = cJSON_CreateArray();
-    if (ref && ent && target && cli_lib_inputs(entry, meta, args)) {
+    if (ref && ent && ent[0] && ent[0] != '-' && cli_lib_target_ok(target) && cli_lib_inputs(entry, meta, args)) {
         char *kw = cJSON_IsObject(params) ? cJSON_PrintUnformatted(params) : kf_strdup("{}");
         cJSON *check = cJSON_CreateArray();
         const char *head[] = { "run", file, "--entry", ent, "--target", target };
