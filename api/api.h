@@ -575,6 +575,11 @@ void api_cursor_make(const char *micros, const char *id, char *out, size_t cap);
  * writes the member name before and the closing brace after. */
 void api_page_rows(kf_buf *out, const PGresult *res, int lim);
 bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id);
+/* A keyset page's `limit` (1..max; *lim keeps its default when absent)
+ * and `cursor` (micros and id filled, empty when absent) checked; a bad
+ * one adds its field error to fe. */
+void api_page_query(const char *lim_s, const char *cursor, unsigned long long max, unsigned long long *lim,
+                    char micros[24], char cur_id[37], kf_fields *fe);
 
 /* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */
 extern const char api_openapi_json[];      /* NUL-terminated */

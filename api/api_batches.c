@@ -408,10 +408,7 @@ void api_h_batch_get(api_req *r)
     if (!api_req_query_known(r, allowed) || !api_batch_id_ok(r, r->param))
         return;
     kf_fields_init(&fe);
-    if (lim_s && (!api_parse_uint(lim_s, 1000, &lim) || lim < 1))
-        kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 1000");
-    if (cursor && !api_cursor_parse(cursor, micros, sizeof(micros), cur_id))
-        kf_fields_add(&fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
+    api_page_query(lim_s, cursor, 1000, &lim, micros, cur_id, &fe);
     if (fe.n) {
         api_reply_fields(r, 400, "bad-query", &fe);
         return;
@@ -473,10 +470,7 @@ void api_h_batch_list(api_req *r)
     if (!api_req_query_known(r, allowed))
         return;
     kf_fields_init(&fe);
-    if (lim_s && (!api_parse_uint(lim_s, 200, &lim) || lim < 1))
-        kf_fields_add(&fe, "limit", "range", "must be an integer between 1 and 200");
-    if (cursor && !api_cursor_parse(cursor, micros, sizeof(micros), cur_id))
-        kf_fields_add(&fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
+    api_page_query(lim_s, cursor, 200, &lim, micros, cur_id, &fe);
     if (fe.n) {
         api_reply_fields(r, 400, "bad-query", &fe);
         return;

@@ -309,6 +309,15 @@ void api_cursor_make(const char *micros, const char *id, char *out, size_t cap)
     api_b64url_encode(raw, strlen(raw), out, cap);
 }
 
+void api_page_query(const char *lim_s, const char *cursor, unsigned long long max, unsigned long long *lim,
+                    char micros[24], char cur_id[37], kf_fields *fe)
+{
+    if (lim_s && (!api_parse_uint(lim_s, max, lim) || *lim < 1))
+        kf_fields_add(fe, "limit", "range", "must be an integer between 1 and %llu", max);
+    if (cursor && !api_cursor_parse(cursor, micros, 24, cur_id))
+        kf_fields_add(fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
+}
+
 void api_page_rows(kf_buf *out, const PGresult *res, int lim)
 {
     int rows = PQntuples(res);
