@@ -1,14 +1,15 @@
 /*
  * ka_cache — the agent's evaluation cache: timing-only simulator results
- * under a SHA-256 hex key that ka_loop builds from the kernel source, the
- * entry, the settings, the inputs (names, dtypes, shapes), the target's
- * description and the simulator build (ka_cache_identity()).
+ * and validation verdicts under a SHA-256 hex key that ka_loop builds from
+ * the kernel source, the entry, the settings, the inputs (names, dtypes,
+ * shapes), the target's description and the simulator build
+ * (ka_cache_identity()); a verdict's key also holds the reference, the
+ * seeds, the inputs' spread and the tolerances.
  *
  * Always in memory.  With a folder (ka_cache_open) also on disk, so later
  * runs, and other processes of the same machine, reuse evaluations: a
- * timing-only result is deterministic, so a stored one is as good as a new
- * run.  Validation results are never cached: correctness is checked on
- * fresh inputs every time (ka_loop does not put them here).
+ * timing-only result and a verdict on seeded inputs are deterministic, so
+ * a stored one is as good as a new run.
  *
  * On disk an entry is <dir>/v1/<first 2 hex>/<key>.json holding
  * {"key": KEY, "result": {...}}, written to a temporary file and renamed,

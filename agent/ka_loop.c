@@ -232,6 +232,7 @@ typedef struct ka_tuner {
     ka_cache         *cache;
     char              src_hash[65];
     char              model_hash[65];   /* simulator build + target file; "" for a memory cache */
+    char              ref_hash[65];     /* the reference file and entry; "" without one */
     char             *source;
     ka_seen          *seen;
     size_t            n_seen, cap_seen;
@@ -864,9 +865,48 @@ static kf_code ka_timing(ka_tuner *t, const char *kwargs, cJSON **res, bool *cac
     return KF_OK;
 }
 
-static kf_code ka_validate(ka_tuner *t, const char *kwargs, int iter, cJSON **res, kf_err *err)
+/* The key of a validation verdict: everything a validation's result is a
+ * function of.  The kernel (source, entry, settings), the inputs (names,
+ * dtypes, shapes, spread) and their seeds, the reference (its file and
+ * entry), the tolerances and the model (simulator build and target file,
+ * for a cache on disk).  The simulator and the reference are deterministic,
+ * so a verdict under this key is the one a new run would give. */
+static void ka_validation_key(const ka_tuner *t, const ka_eval_req *r, char hex[65])
+{
+    kf_buf key;
+
+    kf_buf_init(&key);
+    kf_buf_addf(&key, "%s|%s|%s|%s|%s|%s|%s|%d|%g|%g", t->src_hash, t->pb->entry, r->kwargs_json, t->pb->target,
+                t->model_hash, t->ref_hash, "validate", r->n_seeds, r->rtol, r->atol);
+    for (int s = 0; s < r->n_seeds; s++)
+        kf_buf_addf(&key, "|s%llu", (unsigned long long)r->seeds[s]);
+    for (int i = 0; i < t->pb->n_inputs; i++) {
+        const ka_input *in = &t->pb->inputs[i];
+        kf_buf_addf(&key, "|%s:%d:%.17g", in->name, (int)in->dtype, in->std);
+        for (int d = 0; d < in->ndim; d++)
+            kf_buf_addf(&key, "x%lld", (long long)in->shape[d]);
+    }
+    ka_sha256_hex(key.data, key.len, hex);
+    kf_buf_release(&key);
+}
+
+/* Validate one candidate on n_seeds seeded input sets.  The seeds derive
+ * from the run's seed and the candidate (its settings), not from the
+ * iteration, so one candidate always meets the same inputs and its verdict
+ * can come from the cache: a re-tune of an unchanged kernel on an unchanged
+ * simulator costs no validation (*cached).  Sandbox failures (limits,
+ * crashes) are not cached: they may be transient. */
+static kf_code ka_validate(ka_tuner *t, const char *kwargs, cJSON **res, bool *cached, kf_err *err)
 {
     ka_eval_req r;
+    char hex[65];
+    const cJSON *hit;
+    uint64_t cand = 1469598103934665603ULL;   /* FNV-1a of the settings */
+    kf_code rc;
+
+    *cached = false;
+    for (const char *p = kwargs; *p; p++)
+        cand = (cand ^ (unsigned char)*p) * 1099511628211ULL;
     memset(&r, 0, sizeof(r));
     r.pb = t->pb;
     r.kwargs_json = kwargs;
@@ -876,11 +916,23 @@ static kf_code ka_validate(ka_tuner *t, const char *kwargs, int iter, cJSON **re
     if (r.n_seeds > KA_MAX_SEEDS)
         r.n_seeds = KA_MAX_SEEDS;
     for (int s = 0; s < r.n_seeds; s++) {
-        uint64_t z = t->o->seed * 0x100000001b3ULL + (uint64_t)iter * 131ULL + (uint64_t)s + 1;
+        uint64_t z = t->o->seed * 0x100000001b3ULL + cand * 131ULL + (uint64_t)s + 1;
         r.seeds[s] = ka_rng(&z) & 0xffffffffULL;
     }
+    ka_validation_key(t, &r, hex);
+    hit = ka_cache_get(t->cache, hex);
+    if (hit) {
+        *res = cJSON_Duplicate(hit, true);
+        *cached = true;
+        return KF_OK;
+    }
     t->validations++;
-    return ka_eval_run(&r, res, err);
+    rc = ka_eval_run(&r, res, err);
+    if (rc)
+        return rc;
+    if (jbool(*res, "ok") || cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*res, "error"), "line"))
+        ka_cache_put(t->cache, hex, *res);
+    return KF_OK;
 }
 
 static cJSON *ka_profile_part(const cJSON *timing, bool cached)
@@ -906,7 +958,8 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     cJSON *timing = NULL, *val = NULL;
     ka_trace_row *tr;
     ka_iter it;
-    bool cached = false, better = false, correct = false, validated = false, cancel_mid = false;
+    bool cached = false, better = false, correct = false, validated = false, cancel_mid = false, val_cached = false;
+    const char *val_note = "";
     double lat = 0, floor_ns = 0;
     char *const reason = it.reason;
     const size_t reason_len = sizeof(it.reason);
@@ -963,16 +1016,21 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
                      t->o->n_seeds > 0 ? t->o->n_seeds : KA_DEF_SEEDS);
             t->h->status(t->h->ctx, what);
         }
-        rc = ka_validate(t, kwargs, t->iter, &val, err);
+        rc = ka_validate(t, kwargs, &val, &val_cached, err);
         if (rc)
             goto out;
         wall_val = ka_now() - v0;
-        sim += jnum(val, "sim_seconds", 0);
+        sim += jnum(val, "sim_seconds", 0) * (val_cached ? 0 : 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(val, "cached");
+        cJSON_AddBoolToObject(val, "cached", val_cached);
         validated = true;
         correct = jbool(val, "pass");
         s->valid = correct ? 1 : 0;
         ka_trim_checks(val);
     }
+    /* a verdict from the cache says so, in the iteration and its reason */
+    if (val_cached)
+        val_note = " (the cached verdict of this same kernel, settings, inputs and simulator)";
     it.validation = val ? cJSON_Duplicate(val, true) : NULL;
     it.verdict = validated ? (correct ? KA_VERDICT_PASS : KA_VERDICT_FAIL) : KA_VERDICT_SKIPPED;
     if (!validated)
@@ -1001,11 +1059,11 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         t->best_iter = t->iter;
         t->since_improve = 0;
         if (had)
-            snprintf(reason, reason_len, "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated: accepted",
-                     c->reason, ka_us(lat), 100.0 * (prev_lat - lat) / prev_lat, ka_us(prev_lat));
+            snprintf(reason, reason_len, "%s; %.1f us is %.1f%% faster than the best (%.1f us) and validated%s: accepted",
+                     c->reason, ka_us(lat), 100.0 * (prev_lat - lat) / prev_lat, ka_us(prev_lat), val_note);
         else
-            snprintf(reason, reason_len, "%s; %.1f us (%.2f of the bound), validated: the starting point", c->reason,
-                     ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0);
+            snprintf(reason, reason_len, "%s; %.1f us (%.2f of the bound), validated%s: the starting point", c->reason,
+                     ka_us(lat), floor_ns > 0 ? floor_ns / lat : 0, val_note);
         it.action = had ? "accept" : "baseline";
         if (t->o->artifacts) {
             cJSON *params = ka_space_params(sp, c->idx), *arts = NULL;
@@ -1050,8 +1108,8 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
     } else if (better && !correct) {
         t->rejected++;
         t->since_improve++;
-        snprintf(reason, reason_len, "%s; %.1f us would be the best but it is wrong (%s): rejected", c->reason,
-                 ka_us(lat), ka_first_failure(val));
+        snprintf(reason, reason_len, "%s; %.1f us would be the best but it is wrong (%s%s): rejected", c->reason,
+                 ka_us(lat), ka_first_failure(val), val_note);
         it.action = "reject";
     } else {
         t->since_improve++;
@@ -1269,6 +1327,13 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
      * memory cache needs no model hash (and then skips hashing the binary). */
     if (ka_cache_dir(t.cache))
         ka_model_hash(pb->target, t.model_hash);
+    if (pb->ref_path[0]) {
+        char *ref = ka_slurp(pb->ref_path);
+        char *all = kf_asprintf("%s|%s", pb->ref_entry, ref ? ref : "(unreadable)");
+        ka_sha256_hex(all, strlen(all), t.ref_hash);
+        free(all);
+        free(ref);
+    }
     /* every planner reports the template's default when it evaluates it */
     rc = ka_default_setting(&t, t.def_idx, &t.have_def, err);
     if (rc)

@@ -112,6 +112,8 @@ bench_artifacts() {
 . bench/runs.sh
 # Batches (batches: a 10,000-job batch, interactive dispatch beside it).
 . bench/batches.sh
+# The kernel library re-tuned twice through make run's stack (library).
+. bench/library.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

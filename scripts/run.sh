@@ -8,13 +8,16 @@
 #   kforge-scheduler, and one kforge-worker per core, each with its own
 #   worker token (var/worker-tokens/<worker id>, mode 600)
 #
+# KF_RUN_VAR puts the data somewhere other than var/ (bench/library.sh runs
+# a second stack beside a developer's own this way).
+#
 # Prints the URL and the admin token, then waits; Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 BIN=$ROOT/$BUILD/bin
-VAR=$ROOT/var
+VAR=${KF_RUN_VAR:-$ROOT/var}
 . tests/lib/services.sh
 
 scripts/deps.sh

@@ -608,9 +608,11 @@ Test(agent, evaluations_are_cached_by_source_tunables_shape_and_target)
     a = tune("add", "256x2048 256x2048", &o);
     cr_assert_gt(num(a, "evaluations"), 0);
     cr_assert_eq(num(a, "cache_hits"), 0);
+    cr_assert_gt(num(a, "validations"), 0);
     b = tune("add", "256x2048 256x2048", &o);
     cr_assert_eq(num(b, "evaluations"), 0, "the same candidates come from the cache");
-    cr_assert_eq(num(b, "cache_hits"), num(a, "evaluations"));
+    cr_assert_eq(num(b, "validations"), 0, "and so do their verdicts");
+    cr_assert_eq(num(b, "cache_hits"), num(a, "evaluations") + num(a, "validations"));
     cr_assert_eq(num(b, "latency_ns"), num(a, "latency_ns"), "deterministic timing, same best");
     c = tune("add", "256x1024 256x1024", &o);
     cr_assert_gt(num(c, "evaluations"), 0, "another shape is another key");
@@ -642,7 +644,8 @@ Test(agent, evaluations_persist_in_the_cache_folder)
     cr_assert_not_null(o.cache, "%s", e.msg);
     b = tune("add", "256x2048 256x2048", &o);
     cr_assert_eq(num(b, "evaluations"), 0, "every evaluation comes from the folder");
-    cr_assert_eq(ka_cache_disk_hits(o.cache), (unsigned long)num(a, "evaluations"));
+    cr_assert_eq(num(b, "validations"), 0, "every verdict too");
+    cr_assert_eq(ka_cache_disk_hits(o.cache), (unsigned long)(num(a, "evaluations") + num(a, "validations")));
     cr_assert_eq(num(b, "latency_ns"), num(a, "latency_ns"));
     ka_cache_free(o.cache);
     cJSON_Delete(a);
@@ -766,6 +769,89 @@ Test(agent, a_faster_but_wrong_candidate_is_caught_and_never_best)
     cJSON_Delete(iters);
     iters = NULL;
     variant_done(res, meta, &sp, &pb, path);
+}
+
+/* A verdict is a function of the kernel, its settings, its seeded inputs,
+ * the reference and the simulator: a second run over one cache takes every
+ * verdict from it (the wrong candidate is still caught, and its iteration
+ * says where the verdict came from), and a changed reference file is a new
+ * key, so the candidates are validated again. */
+static int tune_skipping(const char *path, const char *ref_path, ka_opts *o, cJSON **wrong_it)
+{
+    cJSON *meta = NULL, *res = NULL, *it;
+    ka_problem pb;
+    ka_space sp;
+    ka_hooks h = { NULL, on_progress, NULL, NULL };
+    kf_err err = KF_ERR_INIT;
+    int64_t sh[2][KA_MAX_DIMS] = { { 256, 8192 }, { 256, 8192 } };
+    int nd[2] = { 2, 2 }, validations;
+
+    cr_assert_eq(ka_lib_read_meta(path, &meta, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, 2, SIM_DT_BFLOAT16, "trn2", &pb, &sp,
+                             &err), KF_OK, "%s", err.msg);
+    if (ref_path)
+        snprintf(pb.ref_path, sizeof(pb.ref_path), "%s", ref_path);
+    iters = cJSON_CreateArray();
+    cr_assert_eq(ka_tune(&pb, &sp, o, &h, &res, &err), KF_OK, "%s", err.msg);
+    cr_assert_geq(num(res, "rejected"), 1, "the wrong candidate is rejected");
+    *wrong_it = NULL;
+    cJSON_ArrayForEach(it, iters)
+    {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "params");
+        if (cJSON_GetObjectItemCaseSensitive(p, "TILE_F")->valueint == 2048)
+            *wrong_it = cJSON_Duplicate(it, true);
+    }
+    cr_assert_not_null(*wrong_it, "the skipping setting was evaluated");
+    validations = (int)num(res, "validations");
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(res);
+    cJSON_Delete(meta);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    return validations;
+}
+
+Test(agent, verdicts_come_from_the_cache_until_the_reference_changes)
+{
+    char *path = write_skipping_variant();
+    char *ref = kf_asprintf("/tmp/kforge-test-agent-ref-%d.py", (int)getpid());
+    ka_opts o = { 0 };
+    cJSON *w1, *w2, *w3;
+    const cJSON *v;
+
+    o.planner = KA_PLAN_EXHAUSTIVE;
+    o.patience = -1;
+    o.seed = 3;
+    o.cache = ka_cache_new();
+    cr_assert_gt(tune_skipping(path, NULL, &o, &w1), 0);
+    v = cJSON_GetObjectItemCaseSensitive(w1, "validation");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(v, "cached")), "the first verdict ran");
+
+    cr_assert_eq(tune_skipping(path, NULL, &o, &w2), 0, "every verdict of the second run comes from the cache");
+    v = cJSON_GetObjectItemCaseSensitive(w2, "validation");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "cached")));
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(w2, "correct")), "still wrong");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(w2, "action")->valuestring, "reject");
+    cr_assert_not_null(strstr(cJSON_GetObjectItemCaseSensitive(w2, "reason")->valuestring, "cached verdict"),
+                       "the reason says where the verdict came from: %s",
+                       cJSON_GetObjectItemCaseSensitive(w2, "reason")->valuestring);
+
+    /* the same reference function in a file of its own: another reference */
+    kf_test_write_file(ref, "import numpy as np\n\n\ndef add_ref(a, b):\n"
+                            "    return np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)\n");
+    cr_assert_gt(tune_skipping(path, ref, &o, &w3), 0, "a new reference is validated against again");
+    v = cJSON_GetObjectItemCaseSensitive(w3, "validation");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(v, "cached")));
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(w3, "correct")));
+    cJSON_Delete(w1);
+    cJSON_Delete(w2);
+    cJSON_Delete(w3);
+    ka_cache_free(o.cache);
+    unlink(ref);
+    free(ref);
+    unlink(path);
+    free(path);
 }
 
 Test(agent, specialized_source_sets_the_best_defaults)
