@@ -69,12 +69,6 @@ static const char batch_usage_text[] =
 
 /* ---- requests ---------------------------------------------------------------- */
 
-static void batch_unreachable(const cli_resp *r)
-{
-    fprintf(stderr, "kforge: cannot reach %s: %s (is kforge-api running? set KFORGE_API_URL)\n",
-            kf_config_str(KF_CFG_API_URL), r->err);
-}
-
 /* One request; *out (may be NULL) the parsed answer; with --json the
  * answer is printed as it came.  Returns the exit code. */
 static int batch_call(const batch_opts *o, const char *method, const char *path, const char *body, cJSON **out)
@@ -83,7 +77,7 @@ static int batch_call(const batch_opts *o, const char *method, const char *path,
     int code = B_OK;
 
     if (cli_http(method, path, body, o->idem, &r) != 0) {
-        batch_unreachable(&r);
+        cli_print_unreachable(&r);
         code = B_UNREACHABLE;
     } else if (r.status >= 400) {
         cli_print_problem(&r);
@@ -203,50 +197,27 @@ static int batch_wait(const batch_opts *o, const char *id)
     time_t deadline = time(NULL) + o->timeout_s;
     batch_follow f = { isatty(STDERR_FILENO), o->quiet, false, false, NULL };
     cli_stream_io io;
-    int code = B_OK, failures = 0;
+    int code = B_OK;
 
     memset(&io, 0, sizeof(io));
     f.io = &io;
     io.parser = kf_sse_new(0, 0);
     io.cb = batch_follow_event;
     io.ud = &f;
-    io.idle_seconds = 45;
-    while (!f.ended) {
-        cli_resp r = CLI_RESP_INIT;
-        long left = (long)(deadline - time(NULL));
-        int rc;
-
-        if (left <= 0) {
+    io.idle_seconds = 45;   /* three missed heartbeats */
+    {
+        char *what = kf_asprintf("batch %s", id);
+        switch (cli_http_follow(path, what, deadline, &io)) {
+        case CLI_FOLLOW_ENDED: break;
+        case CLI_FOLLOW_TIMEOUT:
             fprintf(stderr, "%skforge: batch %s still open after %d s (--timeout)\n", f.tty && f.drew ? "\n" : "", id,
                     o->timeout_s);
             code = B_TIMEOUT;
             break;
+        case CLI_FOLLOW_REFUSED: code = B_REFUSED; break;
+        case CLI_FOLLOW_UNREACHABLE: code = B_UNREACHABLE; break;
         }
-        io.max_seconds = left;
-        rc = cli_http_stream(path, &io, &r);
-        if (f.ended) {
-            cli_resp_release(&r);
-            break;
-        }
-        if (rc == 0 && r.status >= 400 && r.status != 503) {
-            cli_print_problem(&r);
-            cli_resp_release(&r);
-            code = B_REFUSED;
-            break;
-        }
-        failures = io.events > 0 ? 1 : failures + 1;
-        if (io.rc != KF_OK || failures > 10) {
-            if (rc != 0)
-                batch_unreachable(&r);
-            else
-                fprintf(stderr, "kforge: the event stream of batch %s keeps closing without an end\n", id);
-            cli_resp_release(&r);
-            code = rc != 0 ? B_UNREACHABLE : B_REFUSED;
-            break;
-        }
-        cli_resp_release(&r);
-        usleep((useconds_t)(500000L * (failures < 10 ? failures : 10)));
-        kf_sse_restart(io.parser);
+        free(what);
     }
     if (f.tty && f.drew && !o->quiet)
         fputc('\n', stderr);
@@ -473,7 +444,7 @@ static int batch_report(const batch_opts *o, const char *id)
     if (o->threshold)
         kf_buf_addf(&path, "&threshold=%s", o->threshold);
     if (cli_http("GET", path.data, NULL, NULL, &r) != 0) {
-        batch_unreachable(&r);
+        cli_print_unreachable(&r);
         code = B_UNREACHABLE;
     } else if (r.status >= 400) {
         cli_print_problem(&r);

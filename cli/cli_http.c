@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kf_alloc.h"
 #include "kf_config.h"
@@ -196,6 +197,60 @@ int cli_http_stream(const char *path, cli_stream_io *io, cli_resp *r)
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, io->idle_seconds);
     }
     return cli_perform(c, h, r);
+}
+
+cli_follow_end cli_http_follow(const char *path, const char *what, time_t deadline, cli_stream_io *io)
+{
+    int failures = 0;
+
+    for (;;) {
+        cli_resp r = CLI_RESP_INIT;
+        long left = (long)(deadline - time(NULL)), ms;
+        int rc;
+
+        if (left <= 0)
+            return CLI_FOLLOW_TIMEOUT;
+        io->max_seconds = left;
+        rc = cli_http_stream(path, io, &r);
+        if (io->stop) {
+            cli_resp_release(&r);
+            return CLI_FOLLOW_ENDED;
+        }
+        if (rc == 0 && r.status >= 400 && r.status != 503) {
+            cli_print_problem(&r);
+            cli_resp_release(&r);
+            return CLI_FOLLOW_REFUSED;
+        }
+        if (io->rc != KF_OK) {
+            fprintf(stderr, "kforge: the event stream of %s: %s\n", what, io->err.msg);
+            cli_resp_release(&r);
+            return CLI_FOLLOW_REFUSED;
+        }
+        failures = io->events > 0 ? 1 : failures + 1;
+        if (failures > 10) {
+            if (rc != 0)
+                cli_print_unreachable(&r);
+            else
+                fprintf(stderr, "kforge: the event stream of %s keeps closing without an end (HTTP %ld)\n", what,
+                        r.status);
+            cli_resp_release(&r);
+            return rc != 0 ? CLI_FOLLOW_UNREACHABLE : CLI_FOLLOW_REFUSED;
+        }
+        cli_resp_release(&r);
+        ms = kf_sse_retry_ms(io->parser);
+        if (ms < 0)
+            ms = 500L * (failures < 10 ? failures : 10);
+        if (ms > 30000)
+            ms = 30000;
+        usleep((useconds_t)ms * 1000);
+        kf_sse_restart(io->parser);
+    }
+}
+
+void cli_print_unreachable(const cli_resp *r)
+{
+    fprintf(stderr, "kforge: cannot reach %s: %s (is kforge-api running? set KFORGE_API_URL)\n",
+            kf_config_str(KF_CFG_API_URL), r->err);
 }
 
 void cli_print_problem(const cli_resp *r)

@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "kf_buf.h"
 #include "kf_error.h"
@@ -59,7 +60,25 @@ typedef struct cli_stream_io {
  * io->rc is not KF_OK when the parser or the callback stopped it. */
 int cli_http_stream(const char *path, cli_stream_io *io, cli_resp *r);
 
+/* How cli_http_follow ended. */
+typedef enum cli_follow_end {
+    CLI_FOLLOW_ENDED,               /* the callback set io->stop: the stream's end came */
+    CLI_FOLLOW_TIMEOUT,             /* `deadline` passed first (nothing printed: the caller says what was left) */
+    CLI_FOLLOW_REFUSED,             /* an answer >= 400, a bad stream, or one that keeps closing (printed) */
+    CLI_FOLLOW_UNREACHABLE          /* no answer, ten times running (printed) */
+} cli_follow_end;
+
+/* Follow an event stream until its end: connections of cli_http_stream,
+ * each resumed with Last-Event-ID after a drop, after the server's
+ * `retry:` or a pause growing by 0.5 s per fruitless try (at most 30 s);
+ * a 503 is a drop.  The caller sets io->parser, cb, ud and idle_seconds;
+ * `what` names the stream in messages ("job ID").  Errors go to stderr. */
+cli_follow_end cli_http_follow(const char *path, const char *what, time_t deadline, cli_stream_io *io);
+
 /* A problem+json answer as one line on stderr ("kforge: 404 Not found: ..."). */
 void cli_print_problem(const cli_resp *r);
+
+/* "kforge: cannot reach URL: why (is kforge-api running? ...)" on stderr. */
+void cli_print_unreachable(const cli_resp *r);
 
 #endif

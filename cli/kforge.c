@@ -123,12 +123,6 @@ static void cli_usage(FILE *out)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-static void cli_unreachable(const cli_resp *r)
-{
-    fprintf(stderr, "kforge: cannot reach %s: %s (is kforge-api running? set KFORGE_API_URL)\n",
-            kf_config_str(KF_CFG_API_URL), r->err);
-}
-
 /* One request; *out gets the parsed answer (caller deletes).  With --json
  * (and not --quiet) the answer is printed as it came.  Returns the exit code. */
 static int cli_call(const cli_opts *o, const char *method, const char *path, const char *body, cJSON **out)
@@ -137,7 +131,7 @@ static int cli_call(const cli_opts *o, const char *method, const char *path, con
     int code = 0;
 
     if (cli_http(method, path, body, o->idem, &r) != 0) {
-        cli_unreachable(&r);
+        cli_print_unreachable(&r);
         code = EXIT_UNREACHABLE;
     } else if (r.status >= 400) {
         cli_print_problem(&r);
@@ -235,7 +229,7 @@ static int cli_wait(const cli_opts *o, const char *id)
     time_t deadline = time(NULL) + o->timeout_s;
     cli_follow f;
     cli_stream_io io;
-    int code = 0, failures = 0;
+    int code = 0;
 
     memset(&f, 0, sizeof(f));
     memset(&io, 0, sizeof(io));
@@ -246,56 +240,19 @@ static int cli_wait(const cli_opts *o, const char *id)
     io.cb = cli_follow_event;
     io.ud = &f;
     io.idle_seconds = 45;   /* three missed heartbeats */
-    for (;;) {
-        cli_resp r = CLI_RESP_INIT;
-        long left = (long)(deadline - time(NULL));
-        int rc;
-
-        if (left <= 0) {
+    {
+        char *what = kf_asprintf("job %s", id);
+        switch (cli_http_follow(path, what, deadline, &io)) {
+        case CLI_FOLLOW_ENDED: break;
+        case CLI_FOLLOW_TIMEOUT:
             fprintf(stderr, "%skforge: job %s still %s after %d s (--timeout)\n", f.prog.tty ? "\n" : "", id,
                     f.prog.state, o->timeout_s);
             code = EXIT_TIMEOUT;
             break;
+        case CLI_FOLLOW_REFUSED: code = EXIT_REFUSED; break;
+        case CLI_FOLLOW_UNREACHABLE: code = EXIT_UNREACHABLE; break;
         }
-        io.max_seconds = left;
-        rc = cli_http_stream(path, &io, &r);
-        if (f.ended) {
-            cli_resp_release(&r);
-            break;
-        }
-        if (rc == 0 && r.status >= 400 && r.status != 503) {
-            cli_print_problem(&r);
-            cli_resp_release(&r);
-            code = EXIT_REFUSED;
-            break;
-        }
-        if (io.rc != KF_OK) {
-            fprintf(stderr, "kforge: the event stream of job %s: %s\n", id, io.err.msg);
-            cli_resp_release(&r);
-            code = EXIT_REFUSED;
-            break;
-        }
-        failures = io.events > 0 ? 1 : failures + 1;
-        if (failures > 10) {
-            if (rc != 0)
-                cli_unreachable(&r);
-            else
-                fprintf(stderr, "kforge: the event stream of job %s keeps closing without an end (HTTP %ld)\n", id,
-                        r.status);
-            cli_resp_release(&r);
-            code = rc != 0 ? EXIT_UNREACHABLE : EXIT_REFUSED;
-            break;
-        }
-        cli_resp_release(&r);
-        {
-            long ms = kf_sse_retry_ms(io.parser);
-            if (ms < 0)
-                ms = 500L * (failures < 10 ? failures : 10);
-            if (ms > 30000)
-                ms = 30000;
-            usleep((useconds_t)ms * 1000);
-        }
-        kf_sse_restart(io.parser);
+        free(what);
     }
     if (f.prog.tty && !o->quiet && (f.prog.n_iterations || strcmp(f.prog.state, "waiting") != 0))
         fputc('\n', stderr);
@@ -612,7 +569,7 @@ static int cli_cmd_artifact_get(const cli_opts *o, const char *id, const char *n
     ap = kf_asprintf("/v1/artifacts/%s", sha->valuestring);
     if (cli_http_download(ap, tmp, (long long)size->valuedouble, got, &bytes, &r) != 0 && r.status < 300) {
         if (r.status == 0)
-            cli_unreachable(&r);
+            cli_print_unreachable(&r);
         else
             fprintf(stderr, "kforge: downloading %s: %s\n", name, r.err);
         code = r.status == 0 ? EXIT_UNREACHABLE : EXIT_REFUSED;

@@ -62,12 +62,6 @@ static void lib_usage(FILE *out)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-static void lib_unreachable(const cli_resp *r)
-{
-    fprintf(stderr, "kforge: cannot reach %s: %s (is kforge-api running? set KFORGE_API_URL)\n",
-            kf_config_str(KF_CFG_API_URL), r->err);
-}
-
 /* GET path; *out the parsed answer (caller deletes); with echo the answer
  * is printed as it came.  Returns the exit code. */
 static int lib_get(const char *path, bool echo, cJSON **out)
@@ -77,7 +71,7 @@ static int lib_get(const char *path, bool echo, cJSON **out)
 
     *out = NULL;
     if (cli_http("GET", path, NULL, NULL, &r) != 0) {
-        lib_unreachable(&r);
+        cli_print_unreachable(&r);
         code = LIB_UNREACHABLE;
     } else if (r.status >= 400) {
         cli_print_problem(&r);
@@ -278,7 +272,7 @@ static int lib_export_one(const char *dir, const cJSON *entry, cJSON **item)
     }
     if (cli_http_download(path, f, LIB_MAX_KERNEL, sha, &bytes, &r) != 0 && r.status < 300) {
         if (r.status == 0)
-            lib_unreachable(&r);
+            cli_print_unreachable(&r);
         else
             fprintf(stderr, "kforge: downloading %s: %s\n", id, r.err);
         code = r.status == 0 ? LIB_UNREACHABLE : LIB_REFUSED;
