@@ -104,33 +104,9 @@ static void refused(const char *body, long status, const char *field, const char
     kf_http_resp_release(&r);
 }
 
-static cJSON *get_json(const char *token, long want, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static cJSON *get_json(const char *token, long want, const char *fmt, ...)
-{
-    char path[1024];
-    va_list ap;
-    kf_http_resp r;
-    cJSON *v;
-
-    va_start(ap, fmt);
-    vsnprintf(path, sizeof(path), fmt, ap);
-    va_end(ap);
-    cr_assert_eq(fx_req(&fx, "GET", path, token, NULL, &r), want, "GET %s: %s", path, r.body);
-    v = fx_json(&r);
-    kf_http_resp_release(&r);
-    return v;
-}
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
-    return v->valuedouble;
-}
-
 static int count_of(const cJSON *batch, const char *state)
 {
-    return (int)num(cJSON_GetObjectItem(batch, "counts"), state);
+    return (int)fx_num(cJSON_GetObjectItem(batch, "counts"), state);
 }
 
 /* The job of a batch at matrix position seq. */
@@ -230,8 +206,8 @@ Test(batches, a_matrix_becomes_one_job_per_entry_written_with_its_events_and_que
                                "\"dtype\":[\"bfloat16\"],\"target\":[\"trn2\",\"trn3\"]}}");
     const char *id = fx_str(b, "id");
 
-    cr_assert_eq(num(b, "n_jobs"), 8);
-    cr_assert_eq(num(b, "priority"), 2, "a batch runs below interactive work by default");
+    cr_assert_eq(fx_num(b, "n_jobs"), 8);
+    cr_assert_eq(fx_num(b, "priority"), 2, "a batch runs below interactive work by default");
     cr_assert_str_eq(fx_str(b, "source"), "matrix");
     cr_assert_str_eq(fx_str(b, "state"), "open");
     cr_assert_eq(strlen(fx_str(b, "matrix_hash")), 64);
@@ -305,7 +281,7 @@ Test(batches, the_library_form_makes_every_op_at_its_declared_shapes)
 
     ops = fx_sql_int(&fx, "SELECT count(DISTINCT spec->>'op') FROM jobs WHERE batch_id = $1::uuid", id);
     cr_assert_geq(ops, 10, "every template of kernels/ (%ld ops)", ops);
-    cr_assert_eq(num(b, "n_jobs"), 2 * ops);
+    cr_assert_eq(fx_num(b, "n_jobs"), 2 * ops);
     cr_assert_str_eq(fx_str(b, "source"), "library");
     shape = fx_sql(&fx, "SELECT batch_entry->>'shape' FROM jobs WHERE batch_id = $1::uuid AND spec->>'op' = "
                         "'rmsnorm' AND target = 'trn2'", id);
@@ -313,13 +289,13 @@ Test(batches, the_library_form_makes_every_op_at_its_declared_shapes)
     free(shape);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE batch_id = $1::uuid AND spec->>'dtype' = "
                                  "'bfloat16'", id), 2 * ops, "bfloat16 when no dtype is given");
-    g = get_json(fx.user, 200, "/v1/batches/%s?limit=3", id);
+    g = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s?limit=3", id);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "entries")), 3);
     cJSON_Delete(g);
     cJSON_Delete(b);
 
     b = create(fx.user, "{\"library\":[\"softmax\",\"matmul\"],\"targets\":[\"trn1\"],\"dtypes\":[\"float32\"]}");
-    cr_assert_eq(num(b, "n_jobs"), 2);
+    cr_assert_eq(fx_num(b, "n_jobs"), 2);
     cJSON_Delete(b);
     refused("{\"library\":[\"softmax\",\"no_such_op\"],\"targets\":[\"trn1\"]}", 422, "library[1]", "enum");
     refused("{\"library\":\"some\",\"targets\":[\"trn1\"]}", 422, "library", "enum");
@@ -429,26 +405,26 @@ Test(batches, the_roll_up_counts_move_as_jobs_finish_and_cancel_ends_the_rest)
     char *path = kf_asprintf("/v1/batches/%s/cancel", bid);
     kf_http_resp r;
 
-    b = get_json(fx.user, 200, "/v1/batches/%s", bid);
+    b = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s", bid);
     cr_assert_eq(count_of(b, "queued"), 3);
-    cr_assert_eq(num(b, "progress"), 0);
+    cr_assert_eq(fx_num(b, "progress"), 0);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(b, "started_at")));
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(b, "entries")), 3);
     cJSON_Delete(b);
 
     run_job(j0, "trn1", 2000, 1000, "succeeded");
-    b = get_json(fx.user, 200, "/v1/batches/%s", bid);
+    b = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s", bid);
     cr_assert_eq(count_of(b, "succeeded"), 1);
     cr_assert_eq(count_of(b, "queued"), 2);
-    cr_assert_float_eq(num(b, "progress"), 0.3333, 1e-4);
+    cr_assert_float_eq(fx_num(b, "progress"), 0.3333, 1e-4);
     cr_assert(cJSON_IsString(cJSON_GetObjectItem(b, "started_at")));
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(b, "finished_at")), "not finished while jobs are open");
     e = cJSON_GetArrayItem(cJSON_GetObjectItem(b, "entries"), 0);
     cr_assert_str_eq(fx_str(e, "job_id"), j0);
     cr_assert_str_eq(fx_str(e, "target"), "trn1");
     cr_assert_str_eq(fx_str(e, "state"), "succeeded");
-    cr_assert_eq(num(cJSON_GetObjectItem(e, "best"), "latency_ns"), 2000);
-    cr_assert_float_eq(num(cJSON_GetObjectItem(e, "best"), "fraction_of_bound"), 0.5, 1e-9);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(e, "best"), "latency_ns"), 2000);
+    cr_assert_float_eq(fx_num(cJSON_GetObjectItem(e, "best"), "fraction_of_bound"), 0.5, 1e-9);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "entries"), 1), "best")));
     cJSON_Delete(b);
 
@@ -463,8 +439,8 @@ Test(batches, the_roll_up_counts_move_as_jobs_finish_and_cancel_ends_the_rest)
     cr_assert_eq(post(path, fx.user, NULL, "{\"reason\":\"done here\"}", &r), 200, "%s", r.body);
     b = fx_json(&r);
     kf_http_resp_release(&r);
-    cr_assert_eq(num(b, "cancel_requested"), 1);
-    cr_assert_eq(num(b, "cancelled"), 0);
+    cr_assert_eq(fx_num(b, "cancel_requested"), 1);
+    cr_assert_eq(fx_num(b, "cancelled"), 0);
     cJSON_Delete(b);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE job_id = $1::uuid AND type = "
                                  "'cancel_requested' AND detail->>'reason' = 'done here'", j2), 1);
@@ -474,7 +450,7 @@ Test(batches, the_roll_up_counts_move_as_jobs_finish_and_cancel_ends_the_rest)
     cr_assert_eq(post(path, fx.user, NULL, NULL, &r), 200, "%s", r.body);
     b = fx_json(&r);
     kf_http_resp_release(&r);
-    cr_assert_eq(num(b, "cancel_requested") + num(b, "cancelled"), 0);
+    cr_assert_eq(fx_num(b, "cancel_requested") + fx_num(b, "cancelled"), 0);
     cr_assert_str_eq(fx_str(b, "state"), "open", "the running job has not stopped yet");
     cJSON_Delete(b);
     free(path);
@@ -496,11 +472,11 @@ Test(batches, cancel_moves_every_queued_job_through_the_lifecycle)
     cr_assert_eq(post(path, fx.user, NULL, NULL, &r), 200, "%s", r.body);
     b = fx_json(&r);
     kf_http_resp_release(&r);
-    cr_assert_eq(num(b, "cancelled"), 5);
+    cr_assert_eq(fx_num(b, "cancelled"), 5);
     cr_assert_str_eq(fx_str(b, "state"), "finished");
     cr_assert(cJSON_IsString(cJSON_GetObjectItem(b, "finished_at")));
     cr_assert_eq(count_of(b, "cancelled"), 5);
-    cr_assert_float_eq(num(b, "progress"), 1.0, 1e-9);
+    cr_assert_float_eq(fx_num(b, "progress"), 1.0, 1e-9);
     cJSON_Delete(b);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE "
                                  "j.batch_id = $1::uuid AND e.type = 'cancelled' AND e.detail->>'batch' = j.batch_id::text",
@@ -521,27 +497,27 @@ Test(batches, the_list_pages_newest_first_and_is_owner_scoped)
         ids[i] = create_id(fx.user, DIAG3);
         sql_exec("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE batch_id = $1::uuid", ids[i], NULL);
     }
-    p1 = get_json(fx.user, 200, "/v1/batches?limit=2");
+    p1 = fx_get_json(&fx, fx.user, 200, "/v1/batches?limit=2");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(p1, "items")), 2);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(p1, "items"), 0), "id"), ids[2]);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(p1, "items"), 1), "id"), ids[1]);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(p1, "items"), 0), "state"), "finished");
     cur = fx_str(p1, "next_cursor");
     cr_assert_not_null(cur);
-    p2 = get_json(fx.user, 200, "/v1/batches?limit=2&cursor=%s", cur);
+    p2 = fx_get_json(&fx, fx.user, 200, "/v1/batches?limit=2&cursor=%s", cur);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(p2, "items")), 1);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(p2, "items"), 0), "id"), ids[0]);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(p2, "next_cursor")));
-    all = get_json(fx.user2, 200, "/v1/batches");
+    all = fx_get_json(&fx, fx.user2, 200, "/v1/batches");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "items")), 0, "bob sees none of alice's batches");
     cJSON_Delete(all);
-    all = get_json(fx.admin, 200, "/v1/batches");
+    all = fx_get_json(&fx, fx.admin, 200, "/v1/batches");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "items")), 3, "an admin sees every batch");
     cJSON_Delete(all);
-    cJSON_Delete(get_json(fx.user2, 404, "/v1/batches/%s", ids[0]));
-    cJSON_Delete(get_json(fx.user, 404, "/v1/batches/not-a-uuid"));
-    cJSON_Delete(get_json(fx.user, 400, "/v1/batches?limit=0"));
-    cJSON_Delete(get_json(fx.user, 400, "/v1/batches?cursor=zzz"));
+    cJSON_Delete(fx_get_json(&fx, fx.user2, 404, "/v1/batches/%s", ids[0]));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 404, "/v1/batches/not-a-uuid"));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 400, "/v1/batches?limit=0"));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 400, "/v1/batches?cursor=zzz"));
     cJSON_Delete(p1);
     cJSON_Delete(p2);
     for (int i = 0; i < 3; i++)
@@ -604,11 +580,11 @@ Test(batches, a_report_gives_each_entry_its_verdict_against_the_previous_batch)
     outcome(b2, "e", "succeeded", 500, NEWP);
 
     /* The default baseline: the newest earlier finished batch over the same matrix. */
-    rep = get_json(fx.user, 200, "/v1/batches/%s/report", b2);
+    rep = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s/report", b2);
     cr_assert_str_eq(fx_str(rep, "baseline"), b1);
-    cr_assert_float_eq(num(rep, "threshold"), 0.03, 1e-12);
+    cr_assert_float_eq(fx_num(rep, "threshold"), 0.03, 1e-12);
     cr_assert_str_eq(fx_str(entry(rep, "a"), "verdict"), "improved");
-    cr_assert_float_eq(num(entry(rep, "a"), "ratio"), 0.9, 1e-9);
+    cr_assert_float_eq(fx_num(entry(rep, "a"), "ratio"), 0.9, 1e-9);
     cr_assert_str_eq(fx_str(entry(rep, "b"), "verdict"), "unchanged");
     cr_assert_str_eq(fx_str(entry(rep, "c"), "verdict"), "regressed");
     cr_assert_str_eq(fx_str(entry(rep, "d"), "verdict"), "failed");
@@ -617,24 +593,24 @@ Test(batches, a_report_gives_each_entry_its_verdict_against_the_previous_batch)
     cr_assert_eq(cJSON_GetArraySize(e), 1, "only sim_build differs (worker is not provenance of the number)");
     cr_assert_str_eq(fx_str(cJSON_GetObjectItem(e, "sim_build"), "old"), "s1");
     cr_assert_str_eq(fx_str(cJSON_GetObjectItem(e, "sim_build"), "new"), "s2");
-    cr_assert_eq(num(cJSON_GetObjectItem(entry(rep, "a"), "old"), "latency_ns"), 1000);
-    cr_assert_eq(num(cJSON_GetObjectItem(entry(rep, "a"), "new"), "latency_ns"), 900);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(entry(rep, "a"), "old"), "latency_ns"), 1000);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(entry(rep, "a"), "new"), "latency_ns"), 900);
     sum = cJSON_GetObjectItem(rep, "summary");
-    cr_assert_eq(num(sum, "improved") + num(sum, "regressed") + num(sum, "unchanged") + num(sum, "failed") +
-                     num(sum, "new"), 5);
-    cr_assert_eq(num(sum, "missing"), 0);
+    cr_assert_eq(fx_num(sum, "improved") + fx_num(sum, "regressed") + fx_num(sum, "unchanged") + fx_num(sum, "failed") +
+                     fx_num(sum, "new"), 5);
+    cr_assert_eq(fx_num(sum, "missing"), 0);
     cJSON_Delete(rep);
 
     /* A wider threshold makes the 20% regression unchanged. */
-    rep = get_json(fx.user, 200, "/v1/batches/%s/report?threshold=0.25", b2);
+    rep = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s/report?threshold=0.25", b2);
     cr_assert_str_eq(fx_str(entry(rep, "c"), "verdict"), "unchanged");
     cr_assert_str_eq(fx_str(entry(rep, "a"), "verdict"), "unchanged");
     cJSON_Delete(rep);
 
     /* The first batch has no baseline: every entry is new (or failed). */
-    rep = get_json(fx.user, 200, "/v1/batches/%s/report", b1);
+    rep = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s/report", b1);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(rep, "baseline")));
-    cr_assert_eq(num(cJSON_GetObjectItem(rep, "summary"), "new"), 4);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(rep, "summary"), "new"), 4);
     cJSON_Delete(rep);
 
     /* An explicit baseline over another matrix: entries only there are missing. */
@@ -642,7 +618,7 @@ Test(batches, a_report_gives_each_entry_its_verdict_against_the_previous_batch)
                             "[[[64,64]]],\"dtype\":[\"float32\"],\"target\":[\"trn2\"]}}");
     outcome(b3, "a", "succeeded", 2000, NEWP);
     outcome(b3, "z", "succeeded", 2000, NEWP);
-    rep = get_json(fx.user, 200, "/v1/batches/%s/report?baseline=%s", b2, b3);
+    rep = fx_get_json(&fx, fx.user, 200, "/v1/batches/%s/report?baseline=%s", b2, b3);
     cr_assert_str_eq(fx_str(entry(rep, "z"), "verdict"), "missing");
     cr_assert_str_eq(fx_str(entry(rep, "a"), "verdict"), "improved");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(entry(rep, "a"), "provenance_diff")), 0);
@@ -680,11 +656,11 @@ Test(batches, a_report_gives_each_entry_its_verdict_against_the_previous_batch)
     kf_http_resp_release(&r);
     free(path);
 
-    cJSON_Delete(get_json(fx.user, 400, "/v1/batches/%s/report?threshold=2", b2));
-    cJSON_Delete(get_json(fx.user, 400, "/v1/batches/%s/report?format=xml", b2));
-    cJSON_Delete(get_json(fx.user, 404, "/v1/batches/%s/report?baseline=%s", b2,
+    cJSON_Delete(fx_get_json(&fx, fx.user, 400, "/v1/batches/%s/report?threshold=2", b2));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 400, "/v1/batches/%s/report?format=xml", b2));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 404, "/v1/batches/%s/report?baseline=%s", b2,
                           "00000000-0000-0000-0000-000000000000"));
-    cJSON_Delete(get_json(fx.user2, 404, "/v1/batches/%s/report", b2));
+    cJSON_Delete(fx_get_json(&fx, fx.user2, 404, "/v1/batches/%s/report", b2));
     free(b1);
     free(b2);
     free(b3);
@@ -787,7 +763,7 @@ Test(batches, a_batch_stream_shows_job_events_and_roll_ups_and_resumes)
     sse_open(&s, path, NULL);
     cr_assert(sse_wait(&s, "event: end", 5000), "%s", s.in.data);
     sse_close(&s);
-    cJSON_Delete(get_json(fx.user2, 404, "/v1/batches/%s/stream", bid));
+    cJSON_Delete(fx_get_json(&fx, fx.user2, 404, "/v1/batches/%s/stream", bid));
     free(path);
     free(j0);
     free(j1);

@@ -11,6 +11,7 @@
 #include <hiredis.h>
 #include <libpq-fe.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,33 @@ static cJSON *fx_json(const kf_http_resp *r)
     cJSON *v = cJSON_Parse(r->body);
     cr_assert_not_null(v, "response is not JSON: %s", r->body);
     return v;
+}
+
+/* GET a path (printf-style) as `token`, assert the status, return the
+ * parsed answer (caller deletes). */
+__attribute__((unused, format(printf, 4, 5))) static cJSON *fx_get_json(api_fx *f, const char *token, long want,
+                                                                         const char *fmt, ...)
+{
+    char path[1024];
+    va_list ap;
+    kf_http_resp r;
+    cJSON *v;
+
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    cr_assert_eq(fx_req(f, "GET", path, token, NULL, &r), want, "GET %s: %s", path, r.body);
+    v = fx_json(&r);
+    kf_http_resp_release(&r);
+    return v;
+}
+
+/* A number field of o (asserts that it is one). */
+__attribute__((unused)) static double fx_num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
+    return v->valuedouble;
 }
 
 static const char *fx_str(const cJSON *o, const char *k)

@@ -148,24 +148,6 @@ static char *run_job(const char *tok, const char *spec, int tile, double latency
 
 #define ADD_TRN2 "\"op\":\"add\",\"shapes\":[[200,700],[200,700]],\"dtype\":\"bfloat16\",\"target\":\"trn2\""
 
-static cJSON *get_json(const char *tok, long want, const char *path)
-{
-    kf_http_resp r;
-    cJSON *j;
-
-    cr_assert_eq(fx_req(&fx, "GET", path, tok, NULL, &r), want, "GET %s: %s", path, r.body);
-    j = fx_json(&r);
-    kf_http_resp_release(&r);
-    return j;
-}
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
-    return v->valuedouble;
-}
-
 /* The only item of GET /v1/library?QUERY as `tok` (asserts there is one);
  * caller deletes the list it returns in *list. */
 static const cJSON *only_item(const char *tok, const char *query, cJSON **list)
@@ -173,7 +155,7 @@ static const cJSON *only_item(const char *tok, const char *query, cJSON **list)
     char *path = kf_asprintf("/v1/library%s", query);
     const cJSON *items;
 
-    *list = get_json(tok, 200, path);
+    *list = fx_get_json(&fx, tok, 200, "%s", path);
     free(path);
     items = cJSON_GetObjectItemCaseSensitive(*list, "items");
     cr_assert_eq(cJSON_GetArraySize(items), 1, "want one entry");
@@ -198,16 +180,16 @@ Test(api_library, an_entry_appears_when_a_job_succeeds_with_its_kernel)
     cr_assert_str_eq(fx_str(it, "backend"), "sim");
     cr_assert_str_eq(fx_str(it, "job_id"), job);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "shared")));
-    cr_assert_eq(num(it, "latency_ns"), 2000);
-    cr_assert_float_eq(num(it, "fraction_of_bound"), 0.25, 1e-9);
-    cr_assert_eq(num(cJSON_GetObjectItemCaseSensitive(it, "params"), "TILE_F"), 1024);
+    cr_assert_eq(fx_num(it, "latency_ns"), 2000);
+    cr_assert_float_eq(fx_num(it, "fraction_of_bound"), 0.25, 1e-9);
+    cr_assert_eq(fx_num(cJSON_GetObjectItemCaseSensitive(it, "params"), "TILE_F"), 1024);
     cr_assert_str_eq(fx_str(cJSON_GetObjectItemCaseSensitive(it, "provenance"), "sim_build"), "src-sha256:aaaa");
     kf_artifact_sha256_hex(kernel, strlen(kernel), sha);
     cr_assert_str_eq(fx_str(it, "source_sha256"), sha, "the worker's kernel.py is the entry's source");
     cr_assert(strncmp(fx_str(it, "id"), "add-trn2-bfloat16-sim-", 22) == 0, "%s", fx_str(it, "id"));
 
     path = kf_asprintf("/v1/library/%s", fx_str(it, "id"));
-    one = get_json(fx.user, 200, path);
+    one = fx_get_json(&fx, fx.user, 200, "%s", path);
     hist = cJSON_GetObjectItemCaseSensitive(one, "history");
     cr_assert_eq(cJSON_GetArraySize(hist), 1);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(hist, 0), "reason"), "created");
@@ -247,7 +229,7 @@ Test(api_library, slower_on_the_same_provenance_keeps_faster_or_newer_provenance
 
     it = only_item(fx.user, "", &list);
     cr_assert_str_eq(fx_str(it, "job_id"), a, "a slower job on the same provenance does not replace the entry");
-    cr_assert_eq(num(it, "latency_ns"), 2000);
+    cr_assert_eq(fx_num(it, "latency_ns"), 2000);
     cJSON_Delete(list);
 
     /* the worker id is not part of what makes two provenances the same */
@@ -262,15 +244,15 @@ Test(api_library, slower_on_the_same_provenance_keeps_faster_or_newer_provenance
     newer = run_job(fx.user, ADD_TRN2, 512, 2500, PROV_B);
     it = only_item(fx.user, "", &list);
     cr_assert_str_eq(fx_str(it, "job_id"), newer);
-    cr_assert_eq(num(it, "latency_ns"), 2500);
+    cr_assert_eq(fx_num(it, "latency_ns"), 2500);
     path = kf_asprintf("/v1/library/%s", fx_str(it, "id"));
-    one = get_json(fx.user, 200, path);
+    one = fx_get_json(&fx, fx.user, 200, "%s", path);
     hist = cJSON_GetObjectItemCaseSensitive(one, "history");
     cr_assert_eq(cJSON_GetArraySize(hist), 3, "created, faster, provenance; the slower job wrote nothing");
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(hist, 0), "reason"), "created");
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(hist, 1), "reason"), "faster");
-    cr_assert_eq(num(cJSON_GetArrayItem(hist, 1), "old_latency_ns"), 2000);
-    cr_assert_eq(num(cJSON_GetArrayItem(hist, 1), "new_latency_ns"), 1500);
+    cr_assert_eq(fx_num(cJSON_GetArrayItem(hist, 1), "old_latency_ns"), 2000);
+    cr_assert_eq(fx_num(cJSON_GetArrayItem(hist, 1), "new_latency_ns"), 1500);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(hist, 2), "reason"), "provenance");
     cr_assert_str_eq(fx_str(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(hist, 2), "old_provenance"),
                             "sim_build"),
@@ -313,7 +295,7 @@ Test(api_library, filters_and_paging)
     do {
         const cJSON *items, *nc;
         path = cursor ? kf_asprintf("/v1/library?limit=1&cursor=%s", cursor) : kf_strdup("/v1/library?limit=1");
-        list = get_json(fx.user, 200, path);
+        list = fx_get_json(&fx, fx.user, 200, "%s", path);
         items = cJSON_GetObjectItemCaseSensitive(list, "items");
         cr_assert_eq(cJSON_GetArraySize(items), 1);
         if (cursor)
@@ -337,7 +319,7 @@ Test(api_library, filters_and_paging)
     it = only_item(fx.user, "?op=softmax&backend=sim", &list);
     cr_assert_str_eq(fx_str(it, "job_id"), jobs[3]);
     cJSON_Delete(list);
-    list = get_json(fx.user, 200, "/v1/library?op=matmul");
+    list = fx_get_json(&fx, fx.user, 200, "/v1/library?op=matmul");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(list, "items")), 0);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(list, "next_cursor")));
     cJSON_Delete(list);
@@ -431,7 +413,7 @@ Test(api_library, a_user_kernel_is_its_owners_and_the_source_is_rebuilt_from_dif
     cr_assert_str_eq(fx_str(it, "op"), "user.mykern");
     cr_assert_str_eq(fx_str(it, "dtype"), "float32");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "shared")));
-    cr_assert_eq(num(it, "iteration"), 2);
+    cr_assert_eq(fx_num(it, "iteration"), 2);
     url = kf_asprintf("%s/v1/library/%s/kernel", fx.base, fx_str(it, "id"));
     cr_assert_eq(kf_http_request("GET", url, fx.user, NULL, NULL, 0, &r), 200, "%s", r.body);
     cr_assert(strstr(r.body, "\ndef mykern(x, T=2):\n    return x\n"), "rebuilt from the diff: %s", r.body);
@@ -455,7 +437,7 @@ Test(api_library, a_user_kernel_is_its_owners_and_the_source_is_rebuilt_from_dif
     cr_assert_eq(kf_http_request("GET", url, fx.admin, NULL, NULL, 0, &r), 200, "%s", r.body);
     kf_http_resp_release(&r);
     cJSON_Delete(list);
-    list = get_json(fx.user2, 200, "/v1/library");
+    list = fx_get_json(&fx, fx.user2, 200, "/v1/library");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(list, "items")), 0);
     cJSON_Delete(list);
     free(url);
@@ -473,12 +455,12 @@ Test(api_library, a_second_generate_of_the_same_op_and_shape_gets_a_warm_start)
     /* another user's generate of the same op and shape starts from the shared entry */
     second = fx_submit(&fx, fx.user2, "{\"kind\":\"generate\"," ADD_TRN2 "}");
     path = kf_asprintf("/v1/jobs/%s", second);
-    job = get_json(fx.user2, 200, path);
+    job = fx_get_json(&fx, fx.user2, 200, "%s", path);
     w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "spec"), "warm_start");
     cr_assert(cJSON_IsObject(w), "warm_start attached: %s", cJSON_PrintUnformatted(job));
     cr_assert_str_eq(fx_str(w, "entry"), fx_str(it, "id"));
-    cr_assert_eq(num(cJSON_GetObjectItemCaseSensitive(w, "params"), "TILE_F"), 2048);
-    cr_assert_eq(num(w, "latency_ns"), 1200);
+    cr_assert_eq(fx_num(cJSON_GetObjectItemCaseSensitive(w, "params"), "TILE_F"), 2048);
+    cr_assert_eq(fx_num(w, "latency_ns"), 1200);
     /* and the queue payload the worker reads carries it */
     {
         char key[80];
@@ -500,7 +482,7 @@ Test(api_library, a_second_generate_of_the_same_op_and_shape_gets_a_warm_start)
                       "{\"kind\":\"generate\",\"op\":\"add\",\"shapes\":[[300,700],[300,700]],\"dtype\":\"bfloat16\","
                       "\"target\":\"trn2\"}");
     path = kf_asprintf("/v1/jobs/%s", other);
-    job = get_json(fx.user2, 200, path);
+    job = fx_get_json(&fx, fx.user2, 200, "%s", path);
     cr_assert_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "spec"), "warm_start"));
     cJSON_Delete(job);
     free(path);

@@ -64,23 +64,6 @@ static void iteration(const char *job, int attempt, int seq, const char *source,
     free(sql);
 }
 
-static cJSON *get_json(const char *token, long want, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static cJSON *get_json(const char *token, long want, const char *fmt, ...)
-{
-    char path[1024];
-    va_list ap;
-    kf_http_resp r;
-    cJSON *v;
-
-    va_start(ap, fmt);
-    vsnprintf(path, sizeof(path), fmt, ap);
-    va_end(ap);
-    cr_assert_eq(fx_req(&fx, "GET", path, token, NULL, &r), want, "GET %s: %s", path, r.body);
-    v = fx_json(&r);
-    kf_http_resp_release(&r);
-    return v;
-}
-
 /* A problem answer: status, type slug, and the first error's field. */
 static void expect_problem(const char *token, long status, const char *slug, const char *field, const char *path)
 {
@@ -100,13 +83,6 @@ static void expect_problem(const char *token, long status, const char *slug, con
     kf_http_resp_release(&r);
 }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
-    return v->valuedouble;
-}
-
 /* ---- GET /v1/jobs: light shape and filters ------------------------------------- */
 
 static char *job_with(const char *token, const char *labels, const char *spec_sql)
@@ -122,7 +98,7 @@ static char *job_with(const char *token, const char *labels, const char *spec_sq
 
 static int count_jobs(const char *token, const char *query)
 {
-    cJSON *v = get_json(token, 200, "/v1/jobs?%s", query);
+    cJSON *v = fx_get_json(&fx, token, 200, "/v1/jobs?%s", query);
     int n = cJSON_GetArraySize(cJSON_GetObjectItem(v, "jobs"));
     cJSON_Delete(v);
     return n;
@@ -143,7 +119,7 @@ Test(api_runs, the_list_is_light_and_carries_each_jobs_best)
     iteration(a, 1, 1, NULL, NULL, "{\"T\":2}", 800, 500, true, NULL);
     iteration(a, 1, 2, NULL, NULL, "{\"T\":4}", 100, 500, false, NULL);
 
-    v = get_json(fx.user, 200, "/v1/jobs");
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs");
     item = cJSON_GetArrayItem(cJSON_GetObjectItem(v, "jobs"), 0);
     cr_assert_str_eq(fx_str(item, "id"), a);
     cr_assert_null(cJSON_GetObjectItem(item, "result"), "the light item has no result");
@@ -152,14 +128,14 @@ Test(api_runs, the_list_is_light_and_carries_each_jobs_best)
     cr_assert_str_eq(fx_str(cJSON_GetObjectItem(item, "spec"), "op"), "softmax");
     cr_assert_eq(strlen(fx_str(item, "last_error")), 200);
     best = cJSON_GetObjectItem(item, "best");
-    cr_assert_eq(num(best, "seq"), 1, "the fastest correct iteration, not the faster wrong one");
-    cr_assert_eq(num(best, "attempt"), 1);
-    cr_assert_float_eq(num(best, "latency_ns"), 800, 1e-9);
-    cr_assert_float_eq(num(best, "fraction_of_bound"), 500.0 / 800.0, 1e-9);
+    cr_assert_eq(fx_num(best, "seq"), 1, "the fastest correct iteration, not the faster wrong one");
+    cr_assert_eq(fx_num(best, "attempt"), 1);
+    cr_assert_float_eq(fx_num(best, "latency_ns"), 800, 1e-9);
+    cr_assert_float_eq(fx_num(best, "fraction_of_bound"), 500.0 / 800.0, 1e-9);
     cJSON_Delete(v);
 
     /* view=full: the old shape, result and source included. */
-    v = get_json(fx.user, 200, "/v1/jobs?view=full");
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs?view=full");
     item = cJSON_GetArrayItem(cJSON_GetObjectItem(v, "jobs"), 0);
     cr_assert_not_null(cJSON_GetObjectItem(item, "result"));
     cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(item, "spec"), "source"));
@@ -169,7 +145,7 @@ Test(api_runs, the_list_is_light_and_carries_each_jobs_best)
     /* A job without a correct iteration has best null. */
     free(a);
     a = job_with(fx.user, "{}", NULL);
-    v = get_json(fx.user, 200, "/v1/jobs?limit=1");
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs?limit=1");
     item = cJSON_GetArrayItem(cJSON_GetObjectItem(v, "jobs"), 0);
     cr_assert_str_eq(fx_str(item, "id"), a);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(item, "best")));
@@ -209,12 +185,12 @@ Test(api_runs, the_list_filters_combine_with_and)
     cr_assert_eq(count_jobs(fx.user, "created_after=2026-01-01T00:00:00Z&op=softmax&label.team=vision"), 0);
     /* Filters page like the plain list. */
     {
-        cJSON *v = get_json(fx.user, 200, "/v1/jobs?label.team=llm&limit=1");
+        cJSON *v = fx_get_json(&fx, fx.user, 200, "/v1/jobs?label.team=llm&limit=1");
         const char *cur = fx_str(v, "next_cursor");
         cJSON *w;
         cr_assert_not_null(cur);
         q = kf_asprintf("/v1/jobs?label.team=llm&limit=1&cursor=%s", cur);
-        w = get_json(fx.user, 200, "%s", q);
+        w = fx_get_json(&fx, fx.user, 200, "%s", q);
         cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(w, "jobs"), 0), "id"), a);
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(w, "next_cursor")));
         cJSON_Delete(v);
@@ -251,8 +227,8 @@ Test(api_runs, label_filters_find_matches_past_the_label_window, .timeout = 180)
     {
         char *cur = NULL;
         do {
-            cJSON *v = cur ? get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=200&cursor=%s", cur)
-                           : get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=200");
+            cJSON *v = cur ? fx_get_json(&fx, fx.user, 200, "/v1/jobs?label.team=big&limit=200&cursor=%s", cur)
+                           : fx_get_json(&fx, fx.user, 200, "/v1/jobs?label.team=big&limit=200");
             cJSON *it;
             cJSON_ArrayForEach(it, cJSON_GetObjectItem(v, "jobs")) {
                 const char *id = fx_str(it, "id"), *at = fx_str(it, "created_at");
@@ -274,7 +250,7 @@ Test(api_runs, label_filters_find_matches_past_the_label_window, .timeout = 180)
     /* An operator's fix of created_at moves the job in the list too. */
     sql_exec("UPDATE jobs SET created_at = now() + interval '1 day' WHERE id = $1::uuid", 1, a, NULL, NULL, NULL);
     {
-        cJSON *v = get_json(fx.user, 200, "/v1/jobs?label.team=big&limit=1");
+        cJSON *v = fx_get_json(&fx, fx.user, 200, "/v1/jobs?label.team=big&limit=1");
         cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "jobs"), 0), "id"), a);
         cJSON_Delete(v);
     }
@@ -323,47 +299,47 @@ Test(api_runs, iterations_page_in_attempt_seq_order_with_the_running_best)
     iteration(a, 2, 0, "s\n", NULL, "{\"T\":8}", 700, 500, false, NULL);
     iteration(a, 2, 1, NULL, NULL, "{\"T\":8}", 2000, 500, true, NULL);
 
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations?limit=2", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations?limit=2", a);
     items = cJSON_GetObjectItem(v, "items");
     cr_assert_eq(cJSON_GetArraySize(items), 2);
     it = cJSON_GetArrayItem(items, 0);
-    cr_assert_eq(num(it, "attempt"), 1);
-    cr_assert_eq(num(it, "seq"), 0);
+    cr_assert_eq(fx_num(it, "attempt"), 1);
+    cr_assert_eq(fx_num(it, "seq"), 0);
     cr_assert_str_eq(fx_str(it, "action"), "tune");
     cr_assert_str_eq(fx_str(it, "reason"), "why 0");
-    cr_assert_eq(num(cJSON_GetObjectItem(it, "params"), "T"), 1);
-    cr_assert_float_eq(num(it, "fraction_of_bound"), 0.5, 1e-9);
-    cr_assert_float_eq(num(it, "best_so_far_ns"), 1000, 1e-9);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(it, "params"), "T"), 1);
+    cr_assert_float_eq(fx_num(it, "fraction_of_bound"), 0.5, 1e-9);
+    cr_assert_float_eq(fx_num(it, "best_so_far_ns"), 1000, 1e-9);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(it, "correct")));
-    cr_assert_eq(num(cJSON_GetObjectItem(it, "validation"), "checked"), 64);
-    cr_assert_float_eq(num(cJSON_GetObjectItem(it, "validation"), "max_abs_err"), 0.25, 1e-9);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(it, "validation"), "checked"), 64);
+    cr_assert_float_eq(fx_num(cJSON_GetObjectItem(it, "validation"), "max_abs_err"), 0.25, 1e-9);
     cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(it, "findings"), 0), "code"), "dma_small");
     cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(it, "findings"), 0), "lines"));
-    cr_assert_float_eq(num(cJSON_GetObjectItem(it, "profile"), "total_time_ns"), 1000, 1e-9);
+    cr_assert_float_eq(fx_num(cJSON_GetObjectItem(it, "profile"), "total_time_ns"), 1000, 1e-9);
     cr_assert_str_eq(fx_str(cJSON_GetObjectItem(it, "profile"), "bound"), "io");
-    cr_assert_eq(num(cJSON_GetObjectItem(it, "profile"), "hbm_read_bytes"), 1000);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(it, "profile"), "hbm_read_bytes"), 1000);
     cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(it, "profile"), "lines"), "summary fields only");
     cr_assert_not_null(fx_str(it, "created_at"));
     it = cJSON_GetArrayItem(items, 1);
-    cr_assert_float_eq(num(it, "best_so_far_ns"), 1000, 1e-9, "a slower iteration keeps the best");
+    cr_assert_float_eq(fx_num(it, "best_so_far_ns"), 1000, 1e-9, "a slower iteration keeps the best");
     cur = fx_str(v, "next_cursor");
     cr_assert_not_null(cur);
     {
-        cJSON *w = get_json(fx.user, 200, "/v1/jobs/%s/iterations?limit=2&cursor=%s", a, cur);
+        cJSON *w = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations?limit=2&cursor=%s", a, cur);
         items = cJSON_GetObjectItem(w, "items");
         cr_assert_eq(cJSON_GetArraySize(items), 2);
-        cr_assert_float_eq(num(cJSON_GetArrayItem(items, 0), "best_so_far_ns"), 900, 1e-9);
+        cr_assert_float_eq(fx_num(cJSON_GetArrayItem(items, 0), "best_so_far_ns"), 900, 1e-9);
         it = cJSON_GetArrayItem(items, 1);
-        cr_assert_eq(num(it, "attempt"), 2);
+        cr_assert_eq(fx_num(it, "attempt"), 2);
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(it, "best_so_far_ns")), "a new attempt starts without a best");
         cJSON_Delete(w);
     }
     cJSON_Delete(v);
 
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations?attempt=2", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations?attempt=2", a);
     items = cJSON_GetObjectItem(v, "items");
     cr_assert_eq(cJSON_GetArraySize(items), 2);
-    cr_assert_float_eq(num(cJSON_GetArrayItem(items, 1), "best_so_far_ns"), 2000, 1e-9);
+    cr_assert_float_eq(fx_num(cJSON_GetArrayItem(items, 1), "best_so_far_ns"), 2000, 1e-9);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "next_cursor")));
     cJSON_Delete(v);
     free(a);
@@ -377,7 +353,7 @@ Test(api_runs, iterations_of_anothers_job_are_404_and_bad_queries_422)
     iteration(a, 1, 0, "s\n", NULL, NULL, 1000, 500, true, NULL);
     p = kf_asprintf("/v1/jobs/%s/iterations", a);
     expect_problem(fx.user2, 404, "not-found", NULL, p);
-    cJSON_Delete(get_json(fx.admin, 200, "%s", p));
+    cJSON_Delete(fx_get_json(&fx, fx.admin, 200, "%s", p));
     free(p);
     expect_problem(fx.user, 404, "not-found", NULL, "/v1/jobs/0190a000-0000-7000-8000-00000000dead/iterations");
     expect_problem(fx.user, 404, "not-found", NULL, "/v1/jobs/nope/iterations");
@@ -411,7 +387,7 @@ Test(api_runs, one_iteration_whole_with_its_source_rebuilt_and_its_diff)
     iteration(a, 1, 2, NULL, NULL, "{\"T\":4}", 950, 500, true, NULL);
     iteration(a, 2, 1, "other\n", NULL, "{\"T\":8}", 990, 500, true, NULL);
 
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/0?attempt=1", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/0?attempt=1", a);
     cr_assert_str_eq(fx_str(v, "source"), "import nki\ndef k(T=1):\n    return T\n");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "source_diff")), "the first has no diff");
     cr_assert_not_null(cJSON_GetObjectItem(v, "compile"));
@@ -420,28 +396,28 @@ Test(api_runs, one_iteration_whole_with_its_source_rebuilt_and_its_diff)
     cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(v, "validation"), "checks"), "the whole validation");
     cJSON_Delete(v);
 
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/1?attempt=1", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/1?attempt=1", a);
     cr_assert_str_eq(fx_str(v, "source"), "import nki\ndef k(T=1):\n    return T * 2\n");
     cr_assert_str_eq(fx_str(v, "source_diff"),
                      "--- a/kernel.py (iteration 0)\n+++ b/kernel.py (iteration 1)\n@@ -1,3 +1,3 @@\n import nki\n"
                      " def k(T=1):\n-    return T\n+    return T * 2\n");
-    cr_assert_float_eq(num(v, "best_so_far_ns"), 900, 1e-9);
+    cr_assert_float_eq(fx_num(v, "best_so_far_ns"), 900, 1e-9);
     cJSON_Delete(v);
 
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/2?attempt=1", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/2?attempt=1", a);
     cr_assert_str_eq(fx_str(v, "source"), "import nki\ndef k(T=1):\n    return T * 2\n");
     cr_assert_str_eq(fx_str(v, "source_diff"), "", "the same source: an empty diff");
-    cr_assert_float_eq(num(v, "best_so_far_ns"), 900, 1e-9);
+    cr_assert_float_eq(fx_num(v, "best_so_far_ns"), 900, 1e-9);
     cJSON_Delete(v);
 
     /* Without attempt=: the latest attempt that has the seq. */
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/1", a);
-    cr_assert_eq(num(v, "attempt"), 2);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/1", a);
+    cr_assert_eq(fx_num(v, "attempt"), 2);
     cr_assert_str_eq(fx_str(v, "source"), "other\n");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "source_diff")), "the first of its attempt");
     cJSON_Delete(v);
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/2", a);
-    cr_assert_eq(num(v, "attempt"), 1);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/2", a);
+    cr_assert_eq(fx_num(v, "attempt"), 1);
     cJSON_Delete(v);
     free(a);
 }
@@ -454,11 +430,11 @@ Test(api_runs, a_diff_that_does_not_apply_gives_a_null_source_not_an_error)
     iteration(a, 1, 0, "x\n", NULL, NULL, 1000, 500, true, NULL);
     iteration(a, 1, 1, NULL, "@@ -1 +1 @@\n-not x\n+y\n", NULL, 1000, 500, true, NULL);
     iteration(a, 1, 2, NULL, NULL, NULL, 1000, 500, true, NULL);
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/1", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/1", a);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "source")));
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "source_diff")));
     cJSON_Delete(v);
-    v = get_json(fx.user, 200, "/v1/jobs/%s/iterations/2", a);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s/iterations/2", a);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "source")), "unknown stays unknown");
     cJSON_Delete(v);
     free(a);
@@ -507,18 +483,18 @@ Test(api_runs, compare_puts_two_runs_side_by_side)
     iteration(b, 1, 1, "def k(T):\n    x = 1\n    return T + 1\n", NULL, "{\"T\":4,\"U\":2}", 800, 500, true,
               "[{\"kind\":\"shared\"},{\"kind\":\"psum_spill\"}]");
 
-    v = get_json(fx.user, 200, "/v1/compare?jobs=%s,%s", a, b);
+    v = fx_get_json(&fx, fx.user, 200, "/v1/compare?jobs=%s,%s", a, b);
     jobs = cJSON_GetObjectItem(v, "jobs");
     cr_assert_eq(cJSON_GetArraySize(jobs), 2);
     ja = cJSON_GetArrayItem(jobs, 0);
     cr_assert_str_eq(fx_str(ja, "id"), a);
     cr_assert_str_eq(fx_str(ja, "op"), "softmax");
-    cr_assert_eq(num(cJSON_GetObjectItem(ja, "best"), "seq"), 0);
-    cr_assert_float_eq(num(cJSON_GetObjectItem(ja, "best"), "fraction_of_bound"), 0.5, 1e-9);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(ja, "best"), "seq"), 0);
+    cr_assert_float_eq(fx_num(cJSON_GetObjectItem(ja, "best"), "fraction_of_bound"), 0.5, 1e-9);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(ja, "curve")), 2);
     cr_assert_float_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ja, "curve"), 1), 1)->valuedouble, 1000,
                        1e-9);
-    cr_assert_eq(num(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 1), "best"), "seq"), 1);
+    cr_assert_eq(fx_num(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 1), "best"), "seq"), 1);
 
     o = cJSON_GetObjectItem(v, "params_differ");
     cr_assert_eq(cJSON_GetArraySize(o), 1, "only T differs");
@@ -549,13 +525,13 @@ Test(api_runs, compare_names_unknown_and_foreign_ids_and_refuses_malformed_lists
     kf_http_resp r;
 
     /* Runs without iterations compare too: best null, empty curves. */
-    cJSON_Delete(get_json(fx.user, 200, "/v1/compare?jobs=%s,%s", a, b));
+    cJSON_Delete(fx_get_json(&fx, fx.user, 200, "/v1/compare?jobs=%s,%s", a, b));
     p = kf_asprintf("/v1/compare?jobs=%s,%s", a, c);
     cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 404);
     cr_assert_not_null(strstr(r.body, c), "the 404 names the foreign id: %s", r.body);
     cr_assert_null(strstr(r.body, a), "%s", r.body);
     kf_http_resp_release(&r);
-    cJSON_Delete(get_json(fx.admin, 200, "%s", p));
+    cJSON_Delete(fx_get_json(&fx, fx.admin, 200, "%s", p));
     free(p);
     p = kf_asprintf("/v1/compare?jobs=%s,0190a000-0000-7000-8000-00000000dead", a);
     cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 404);
