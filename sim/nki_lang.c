@@ -89,8 +89,10 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
                 buf[i] = value;
             simc_scatter(&t->v, buf, NULL);
         }
-        nki_emit(SIM_OP_MEMSET, mem == SIM_MEM_SBUF ? SIM_ENG_GPSIMD : SIM_ENG_VECTOR, &t->v,
-                 NULL, NULL, NULL);
+        sim_insn_set_imm(nki_emit(SIM_OP_MEMSET, mem == SIM_MEM_SBUF ? SIM_ENG_GPSIMD
+                                                                      : SIM_ENG_VECTOR,
+                                  &t->v, NULL, NULL, NULL),
+                         value);
     }
     return (PyObject *)t;
 }
