@@ -71,6 +71,14 @@ static int dead_memset(const sim_insn *in, const sim_insn *next)
     return 0;
 }
 
+/* Each partition's elements are one contiguous run (no stride, no
+ * permutation): a copy between two such regions is a plain move. */
+static int dense_rows(const sim_region *r)
+{
+    return (uint64_t)r->contig_bytes >=
+           (uint64_t)r->elems_per_part * sim_dtype_size((sim_dtype)r->dtype);
+}
+
 /* Rule 1: insns[i] writes a fresh tile that insns[i + 1] copies whole into
  * another on-chip tile, and nothing else touches the fresh tile: the
  * legacy `t[...] = nl.load(...)` and `t[...] = <expression>`.  The producer
@@ -96,7 +104,8 @@ static int write_then_copy(const sim_record *r, const acount *cnt, size_t i)
     if (c->opcode != SIM_OP_TENSOR_COPY || c->nsrc != 1 || c->ndst != 1 ||
         (c->flags & SIM_F_ACCUMULATE) || !same_place(&c->src[0], &l->dst[0]) ||
         c->dst[0].mem == SIM_MEM_HBM || c->dst[0].part_count != c->src[0].part_count ||
-        c->dst[0].elems_per_part != c->src[0].elems_per_part)
+        c->dst[0].elems_per_part != c->src[0].elems_per_part || !dense_rows(&c->src[0]) ||
+        !dense_rows(&c->dst[0]))
         return 0;
     return !dma || c->dst[0].mem == SIM_MEM_SBUF;
 }

@@ -11,7 +11,8 @@
  *
  *   1. write into a copy: an instruction writing a fresh tile that nothing
  *      else touches, immediately copied whole (same partitions and element
- *      count) into another on-chip tile — the legacy `t[...] = nl.load(...)`
+ *      count, one contiguous run per partition on both sides: a move, not
+ *      a transpose or a strided gather) into another on-chip tile — the legacy `t[...] = nl.load(...)`
  *      and `t[...] = <expression>` — writes the copy's destination itself;
  *      the copy is dropped.  The writer is a DMA load (into SBUF) or a
  *      Vector/Scalar/GpSimd instruction; a TensorE result is not, as

@@ -64,7 +64,31 @@ Test(sim_lower, a_load_copied_whole_into_a_tile_is_one_dma_into_it)
     cr_assert(total_ps(&lo) < total_ps(&r));
     sim_record_release(&lo);
 
+    /* a strided (transposing) copy of the loaded tile is real work: it stays */
+    sim_record_release(&r);
+    sim_record_init(&r, "trn2");
+    loc = sim_record_loc(&r, "k.py", 3, "k");
+    x = syn_hbm(&r, "x", SIM_DT_BFLOAT16, 128, 512, 1, 0);
+    tmp = syn_tile(&r, SIM_MEM_SBUF, "tmp", SIM_DT_BFLOAT16, 128, 512, 0);
+    t = syn_tile(&r, SIM_MEM_SBUF, "t", SIM_DT_BFLOAT16, 128, 512, 1024);
+    syn_dma(&r, syn_tile_all(&r, tmp), syn_hbm_region(&r, x, 512, 0, 128, 0, 512), loc);
+    sim_region strided = syn_tile_region(&r, tmp, 0, 128, 0, 256, 2);
+    syn_op(&r, SIM_OP_TENSOR_COPY, -1, syn_tile_region(&r, t, 0, 128, 0, 256, 1), strided, NULL,
+           loc);
+    lo = lower(&r, &st);
+    cr_assert_eq(st.fused_copies, 0);
+    cr_assert_eq(lo.n_insns, 2);
+    sim_record_release(&lo);
+
     /* the loaded tile read again elsewhere: both stay */
+    sim_record_release(&r);
+    sim_record_init(&r, "trn2");
+    loc = sim_record_loc(&r, "k.py", 3, "k");
+    x = syn_hbm(&r, "x", SIM_DT_BFLOAT16, 128, 512, 1, 0);
+    tmp = syn_tile(&r, SIM_MEM_SBUF, "tmp", SIM_DT_BFLOAT16, 128, 512, 0);
+    t = syn_tile(&r, SIM_MEM_SBUF, "t", SIM_DT_BFLOAT16, 128, 512, 1024);
+    syn_dma(&r, syn_tile_all(&r, tmp), syn_hbm_region(&r, x, 512, 0, 128, 0, 512), loc);
+    syn_op(&r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(&r, t), syn_tile_all(&r, tmp), NULL, loc);
     syn_op(&r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(&r, t), syn_tile_all(&r, tmp), NULL, loc);
     lo = lower(&r, &st);
     cr_assert_eq(st.fused_copies, 0);
