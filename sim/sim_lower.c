@@ -174,7 +174,35 @@ static void copy_tables(const sim_record *in, sim_record *out)
     out->spmd_programs = in->spmd_programs;
 }
 
-void sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *stats)
+/* The lowered form of insns[i] (before aliasing): rule 1 gives a fused
+ * writer the copy's destination, rule 4 makes a column tensor_tensor a
+ * tensor_scalar.  Returns whether rule 4 applied. */
+static int lowered_form(const sim_record *r, size_t i, int fused, sim_insn *y)
+{
+    int col;
+
+    *y = r->insns[i];
+    if (fused) {
+        const sim_insn *c = &r->insns[i + 1];
+        y->dst[0] = c->dst[0];
+        y->flags = (uint8_t)((y->flags & ~SIM_F_CAST) | (c->flags & SIM_F_MASKED));
+        if (y->nsrc && y->src[0].dtype != y->dst[0].dtype)
+            y->flags |= SIM_F_CAST;
+    }
+    col = column_operand(y);
+    if (col >= 0) {
+        sim_region c = y->src[col];
+        y->src[col] = y->src[1 - col];
+        y->src[1] = c;
+        y->opcode = SIM_OP_TENSOR_SCALAR;
+        y->elems_per_part = y->dst[0].elems_per_part;
+    }
+    return col >= 0;
+}
+
+enum { L_KEEP = 0, L_FUSED = 1, L_DROP = 2 };
+
+int sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *stats)
 {
     size_t n = in->n_insns, na = in->n_allocs;
     acount *cnt = kf_calloc(na ? na : 1, sizeof(acount));
@@ -183,13 +211,11 @@ void sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *st
     uint32_t *last_write = kf_malloc((na ? na : 1) * sizeof(uint32_t));
     uint32_t *alias = kf_malloc((na ? na : 1) * sizeof(uint32_t));
     uint32_t *at_loc = kf_malloc((in->n_locs ? in->n_locs : 1) * sizeof(uint32_t));
-    uint32_t *kept_at = kf_malloc((n ? n : 1) * sizeof(uint32_t));  /* original -> new index */
-    uint32_t *newidx = kf_malloc((n + 1) * sizeof(uint32_t));
-    uint8_t *drop = kf_calloc(n ? n : 1, 1);
+    uint8_t *act = kf_calloc(n ? n : 1, 1);
     sim_lower_stats st = { 0, 0, 0, 0 };
+    int changed;
 
-    sim_record_init(out, in->target);
-    copy_tables(in, out);
+    memset(out, 0, sizeof(*out));
     for (size_t a = 0; a < na; a++) {
         touch[a] = UINT32_MAX;
         last_write[a] = UINT32_MAX;
@@ -210,65 +236,69 @@ void sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *st
         }
     }
 
+    /* decide, without copying */
     for (size_t i = 0; i < n; i++) {
         const sim_insn *x = &in->insns[i];
         sim_insn y;
 
-        newidx[i] = (uint32_t)out->n_insns;
-        kept_at[i] = UINT32_MAX;
-        if (drop[i])
+        if (act[i] == L_DROP)
             continue;
-        y = *x;
         if (write_then_copy(in, cnt, i)) {
-            const sim_insn *c = &in->insns[i + 1];
-            y.dst[0] = c->dst[0];
-            y.flags = (uint8_t)((y.flags & ~SIM_F_CAST) | (c->flags & SIM_F_MASKED));
-            if (y.nsrc && y.src[0].dtype != y.dst[0].dtype)
-                y.flags |= SIM_F_CAST;
-            drop[i + 1] = 1;
+            act[i] = L_FUSED;
+            act[i + 1] = L_DROP;
             st.fused_copies++;
         } else if (x->opcode == SIM_OP_MEMSET && x->ndst == 1 && !(x->flags & SIM_F_MASKED) &&
                    x->dst[0].mem != SIM_MEM_HBM && next_touch[i] != UINT32_MAX &&
                    dead_memset(x, &in->insns[next_touch[i]])) {
+            act[i] = L_DROP;
             st.dead_memsets++;
             continue;
         }
-        {
-            int col = column_operand(&y);
-            if (col >= 0) {
-                sim_region c = y.src[col];
-                y.src[col] = y.src[1 - col];
-                y.src[1] = c;
-                y.opcode = SIM_OP_TENSOR_SCALAR;
-                y.elems_per_part = y.dst[0].elems_per_part;
-                st.column_scalars++;
-            }
-        }
+        st.column_scalars += (size_t)lowered_form(in, i, act[i] == L_FUSED, &y);
         if (hoist_candidate(&y) && y.loc < in->n_locs) {
             uint32_t j = at_loc[y.loc];
-            if (j != UINT32_MAX && kept_at[j] != UINT32_MAX &&
-                repeats(in, cnt, last_write, &y, &out->insns[kept_at[j]], j)) {
-                alias[y.dst[0].alloc] = alias[out->insns[kept_at[j]].dst[0].alloc];
-                st.hoisted++;
-                continue;
+            sim_insn prev;
+            if (j != UINT32_MAX) {
+                (void)lowered_form(in, j, act[j] == L_FUSED, &prev);
+                if (repeats(in, cnt, last_write, &y, &prev, j)) {
+                    alias[y.dst[0].alloc] = alias[prev.dst[0].alloc];
+                    act[i] = L_DROP;
+                    st.hoisted++;
+                    continue;
+                }
             }
             at_loc[y.loc] = (uint32_t)i;
         }
-        for (unsigned k = 0; k < y.nsrc; k++)
-            y.src[k].alloc = alias[y.src[k].alloc];
-        for (unsigned k = 0; k < y.ndst; k++) {
+        for (unsigned k = 0; k < y.ndst; k++)
             last_write[y.dst[k].alloc] = (uint32_t)i;
-            y.dst[k].alloc = alias[y.dst[k].alloc];
-        }
-        kept_at[i] = (uint32_t)out->n_insns;
-        *sim_record_append(out) = y;
     }
-    newidx[n] = (uint32_t)out->n_insns;
-    for (size_t a = 0; a < na; a++) {
-        sim_alloc *al = &out->allocs[a];
-        al->born = al->born <= n ? newidx[al->born] : (uint32_t)out->n_insns;
-        if (al->died != UINT32_MAX)
-            al->died = al->died <= n ? newidx[al->died] : (uint32_t)out->n_insns;
+    changed = st.fused_copies || st.dead_memsets || st.hoisted || st.column_scalars;
+
+    /* build the lowered record only when something changed */
+    if (changed) {
+        uint32_t *newidx = kf_malloc((n + 1) * sizeof(uint32_t));
+        sim_record_init(out, in->target);
+        copy_tables(in, out);
+        out->insns = kf_malloc((n ? n : 1) * sizeof(sim_insn));   /* never more than `in` */
+        out->cap_insns = n ? n : 1;
+        for (size_t i = 0; i < n; i++) {
+            sim_insn *y = &out->insns[out->n_insns];
+            newidx[i] = (uint32_t)out->n_insns;
+            if (act[i] == L_DROP)
+                continue;
+            (void)lowered_form(in, i, act[i] == L_FUSED, y);
+            for (unsigned k = 0; k < y->nsrc; k++)
+                y->src[k].alloc = alias[y->src[k].alloc];
+            out->n_insns++;
+        }
+        newidx[n] = (uint32_t)out->n_insns;
+        for (size_t a = 0; a < na; a++) {
+            sim_alloc *al = &out->allocs[a];
+            al->born = al->born <= n ? newidx[al->born] : (uint32_t)out->n_insns;
+            if (al->died != UINT32_MAX)
+                al->died = al->died <= n ? newidx[al->died] : (uint32_t)out->n_insns;
+        }
+        free(newidx);
     }
     if (stats)
         *stats = st;
@@ -278,7 +308,6 @@ void sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *st
     free(last_write);
     free(alias);
     free(at_loc);
-    free(kept_at);
-    free(newidx);
-    free(drop);
+    free(act);
+    return changed;
 }

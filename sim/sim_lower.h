@@ -39,9 +39,12 @@
  * Everything else is kept as it is, in order.  Allocation lifetimes (born,
  * died) are renumbered to the kept instructions.
  *
- * Ownership: `out` is a new record (sim_record_init'ed by the call) that the
- * caller releases with sim_record_release(); `in` is not changed.  Cannot
- * fail (allocation aborts on OOM).
+ * Returns 1 when a rule applied: `out` is then a new record the caller
+ * releases with sim_record_release().  Returns 0 when nothing applies (no
+ * copy is made: time `in` itself); `out` is then zeroed, and releasing it is
+ * harmless.  `in` is never changed; `stats` (may be NULL) gets the counts.
+ * Cannot fail (allocation aborts on OOM).  Cost: two passes over `in` and,
+ * only when something changed, one copy of it.
  */
 #ifndef SIM_LOWER_H
 #define SIM_LOWER_H
@@ -57,6 +60,6 @@ typedef struct sim_lower_stats {
     size_t column_scalars;      /* rule 4: tensor_tensor with a (P, 1) operand */
 } sim_lower_stats;
 
-void sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *stats);
+int sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *stats);
 
 #endif

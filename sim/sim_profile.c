@@ -878,8 +878,9 @@ kf_code sim_profile_build(const sim_record *rec, const sim_target *tgt, sim_prof
     kf_code rc;
 
     *out = NULL;
-    sim_lower_record(rec, &p->lowered, &p->lower);
-    rec = p->rec = &p->lowered;
+    if (sim_lower_record(rec, &p->lowered, &p->lower))
+        rec = &p->lowered;
+    p->rec = rec;
     p->tgt = *tgt;
     rc = sim_timing_run(rec, tgt, &p->tm, err);
     if (rc) {

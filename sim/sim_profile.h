@@ -14,8 +14,9 @@
  *     source lines that cause it;
  *   - time and stall per source line, and the instruction table.
  *
- * Ownership: the profile keeps its own lowered copy of `rec` (the input
- * record may be released after the call) and copies the target.  sim_profile_free() releases it (NULL-safe).  JSON
+ * Ownership: the profile borrows `rec` (it must outlive the profile); when
+ * the lowering changes something the profile times and keeps its own
+ * lowered copy instead.  It copies the target.  sim_profile_free() releases it (NULL-safe).  JSON
  * strings returned by the *_json functions are heap strings the caller
  * frees.  Failure: whatever sim_timing_run() reports (KF_INVALID for a
  * malformed record); writing functions return KF_IO when the file fails.
@@ -82,9 +83,10 @@ typedef struct sim_bounds {
 } sim_bounds;
 
 typedef struct sim_profile {
-    const sim_record *rec;              /* = &lowered: what is timed and reported */
+    const sim_record *rec;              /* what is timed and reported: &lowered, or the
+                                           borrowed input when nothing was lowered */
     sim_record  lowered;                /* owned: the input record as the compiler emits it
-                                           (sim_lower.h); instruction indexes refer to it */
+                                           (sim_lower.h), empty when nothing changed */
     sim_lower_stats lower;              /* what the lowering removed */
     sim_target  tgt;
     sim_timing  tm;
