@@ -324,3 +324,22 @@ Test(sim_profile_kernels, loop_invariant_loads_and_constants_are_charged_once)
         run_release(&out);
     }
 }
+
+/* A PE transpose of fp32 data runs at the fp32 rate, a quarter of bf16's
+ * (S7; the attention tutorial downcasts before transposing for this). */
+Test(sim_profile_kernels, fp32_pe_transposes_run_at_the_fp32_rate)
+{
+    static const char *const f32[] = { "x=shape:128x4096:fp32:seed=1" };
+    static const char *const b16[] = { "x=shape:128x4096:bf16:seed=1" };
+    run a, b;
+    run_kernel(&a, "trn2", "tests/kernels/timing/pe_transpose.py", "transpose_blocks", NULL, NULL,
+               0, f32, 1);
+    run_kernel(&b, "trn2", "tests/kernels/timing/pe_transpose.py", "transpose_blocks", NULL, NULL,
+               0, b16, 1);
+    double ta = sim_ps_to_ns(a.prof->tm.track_busy_ps[SIM_ENG_TENSOR]);
+    double tb = sim_ps_to_ns(b.prof->tm.track_busy_ps[SIM_ENG_TENSOR]);
+    fprintf(stderr, "PE transposes: fp32 %.2f us, bf16 %.2f us on TensorE\n", ta / 1e3, tb / 1e3);
+    cr_assert(ta > 3.0 * tb && ta < 4.5 * tb, "fp32 %.1f ns vs bf16 %.1f ns", ta, tb);
+    run_release(&a);
+    run_release(&b);
+}
