@@ -222,7 +222,14 @@ static int memset_core(const char *api, nki_tensor *dst, PyObject *value, sim_en
         return -1;
     vals = nki_read_opnd(&o, dst->v.ndim, dst->v.shape, 0);
     nki_write(&dst->v, vals, mask);
-    nki_emit(SIM_OP_MEMSET, eng, &dst->v, NULL, NULL, NULL);
+    {
+        sim_insn *in = nki_emit(SIM_OP_MEMSET, eng, &dst->v, NULL, NULL, NULL);
+        if (mask)
+            in->flags |= SIM_F_MASKED;
+        else
+            sim_insn_set_imm(in, PyFloat_Check(value) ? PyFloat_AsDouble(value)
+                                                      : PyLong_AsDouble(value));
+    }
     return 0;
 }
 

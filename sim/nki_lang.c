@@ -89,8 +89,10 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
                 buf[i] = value;
             simc_scatter(&t->v, buf, NULL);
         }
-        nki_emit(SIM_OP_MEMSET, mem == SIM_MEM_SBUF ? SIM_ENG_GPSIMD : SIM_ENG_VECTOR, &t->v,
-                 NULL, NULL, NULL);
+        sim_insn_set_imm(nki_emit(SIM_OP_MEMSET, mem == SIM_MEM_SBUF ? SIM_ENG_GPSIMD
+                                                                      : SIM_ENG_VECTOR,
+                                  &t->v, NULL, NULL, NULL),
+                         value);
     }
     return (PyObject *)t;
 }
@@ -1212,6 +1214,9 @@ int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine 
             in->mm_m = (uint32_t)F;
             in->mm_n = (uint32_t)P;
             in->flags |= SIM_F_TRANSPOSE;
+            /* fp32 data passes the PE array at the fp32 matmul rate (S7) */
+            if (src->v.dtype == SIM_DT_FLOAT32)
+                in->flags |= SIM_F_FP32_PE;
             in->flops = 2ull * (uint64_t)P * (uint64_t)P * (uint64_t)F;
         }
     }

@@ -878,6 +878,8 @@ kf_code sim_profile_build(const sim_record *rec, const sim_target *tgt, sim_prof
     kf_code rc;
 
     *out = NULL;
+    if (sim_lower_record(rec, &p->lowered, &p->lower))
+        rec = &p->lowered;
     p->rec = rec;
     p->tgt = *tgt;
     rc = sim_timing_run(rec, tgt, &p->tm, err);
@@ -915,6 +917,7 @@ void sim_profile_free(sim_profile *p)
     if (!p)
         return;
     sim_timing_release(&p->tm);
+    sim_record_release(&p->lowered);
     free(p->findings);
     free(p->lines);
     free(p);
@@ -987,6 +990,10 @@ static cJSON *summary_obj(const sim_profile *p)
     cJSON_AddNumberToObject(s, "psum_read_sbuf_write_count", (double)p->psum_to_sbuf_count);
     cJSON_AddNumberToObject(s, "psum_read_sbuf_write_bytes", (double)p->psum_to_sbuf_bytes);
     cJSON_AddNumberToObject(s, "inputs_outputs_weights_size_bytes", (double)p->io_bytes);
+    cJSON_AddNumberToObject(s, "lowered_fused_copies", (double)p->lower.fused_copies);
+    cJSON_AddNumberToObject(s, "lowered_dead_memsets", (double)p->lower.dead_memsets);
+    cJSON_AddNumberToObject(s, "lowered_hoisted", (double)p->lower.hoisted);
+    cJSON_AddNumberToObject(s, "lowered_column_scalars", (double)p->lower.column_scalars);
     return s;
 }
 

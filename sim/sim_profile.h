@@ -1,7 +1,8 @@
 /*
  * sim_profile — why a kernel is slow: summary, bounds, findings, lines.
  *
- * sim_profile_build() times a record (sim_timing.h) on a target and derives
+ * sim_profile_build() lowers a record to what the compiler emits
+ * (sim_lower.h), times that (sim_timing.h) on a target and derives
  *   - a summary whose fields carry neuron-explorer's names where the meaning
  *     is the same (total_time in s, mfu/hfu/mbu_estimated_percent,
  *     <engine>_engine_active_time(_percent), dma_transfer_*, hbm_*_bytes,
@@ -13,8 +14,9 @@
  *     source lines that cause it;
  *   - time and stall per source line, and the instruction table.
  *
- * Ownership: the profile borrows `rec` (it must outlive the profile) and
- * copies the target.  sim_profile_free() releases it (NULL-safe).  JSON
+ * Ownership: the profile borrows `rec` (it must outlive the profile); when
+ * the lowering changes something the profile times and keeps its own
+ * lowered copy instead.  It copies the target.  sim_profile_free() releases it (NULL-safe).  JSON
  * strings returned by the *_json functions are heap strings the caller
  * frees.  Failure: whatever sim_timing_run() reports (KF_INVALID for a
  * malformed record); writing functions return KF_IO when the file fails.
@@ -25,6 +27,7 @@
 #include <stdio.h>
 
 #include "kf_error.h"
+#include "sim_lower.h"
 #include "sim_record.h"
 #include "sim_target.h"
 #include "sim_timing.h"
@@ -80,7 +83,11 @@ typedef struct sim_bounds {
 } sim_bounds;
 
 typedef struct sim_profile {
-    const sim_record *rec;              /* borrowed */
+    const sim_record *rec;              /* what is timed and reported: &lowered, or the
+                                           borrowed input when nothing was lowered */
+    sim_record  lowered;                /* owned: the input record as the compiler emits it
+                                           (sim_lower.h), empty when nothing changed */
+    sim_lower_stats lower;              /* what the lowering removed */
     sim_target  tgt;
     sim_timing  tm;
     /* summary figures */

@@ -93,6 +93,14 @@ void sim_record_free(sim_record *r, uint32_t alloc_id)
         r->allocs[alloc_id].died = (uint32_t)r->n_insns;
 }
 
+void sim_insn_set_imm(sim_insn *in, double value)
+{
+    float f = (float)value;
+
+    memcpy(&in->imm, &f, sizeof(in->imm));
+    in->flags |= SIM_F_IMM;
+}
+
 uint32_t sim_record_str(sim_record *r, const char *s)
 {
     /* Few distinct strings (files, functions, tensor names): a linear scan

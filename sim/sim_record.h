@@ -107,6 +107,8 @@ enum {
     SIM_F_CAST       = 1u << 4,  /* output dtype differs from input (DMA cast) */
     SIM_F_QUEUE      = 1u << 5,  /* DMA: `queue` was chosen by the kernel (otherwise the
                                     timing model assigns queues round-robin) */
+    SIM_F_IMM        = 1u << 6,  /* MEMSET: `imm` holds the fill value (sim_lower compares
+                                    repeats of a constant) */
 };
 
 typedef struct sim_insn {
@@ -123,6 +125,7 @@ typedef struct sim_insn {
     uint32_t  mm_k, mm_m, mm_n; /* matmul: contraction (partitions), stationary free, moving free */
     uint8_t   act_func;       /* activation function id (for table-switch costs); 0 = none */
     uint8_t   pad_[3];
+    uint32_t  imm;            /* SIM_F_IMM: the fill value's float32 bits */
     sim_region src[SIM_INSN_MAX_SRC];
     sim_region dst[SIM_INSN_MAX_DST];
 } sim_insn;
@@ -159,6 +162,9 @@ uint32_t sim_record_alloc(sim_record *r, sim_mem mem, sim_dtype dt, uint32_t par
                           uint64_t bytes_per_part, const char *name);
 /* Mark an allocation released at the current instruction index. */
 void sim_record_free(sim_record *r, uint32_t alloc_id);
+
+/* Give a MEMSET its fill value (sets SIM_F_IMM and `imm`). */
+void sim_insn_set_imm(sim_insn *in, double value);
 
 /* Intern a string / a source location (deduplicated). */
 uint32_t sim_record_str(sim_record *r, const char *s);

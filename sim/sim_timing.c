@@ -366,14 +366,18 @@ static double stream_cycles(const model *m, const sim_insn *in, sim_cost cost, i
     const sim_target *t = m->t;
     double epc16, epc32, n = (double)in->elems_per_part, cyc;
     int fast = 1, strided = 0;
-    unsigned acc = in->nsrc + in->ndst;
+    /* An activation's scale/bias columns (sources after the data) cost
+     * nothing: "activation costs the same with or without scale/bias" (S7). */
+    int act = in->opcode == SIM_OP_ACTIVATION || in->opcode == SIM_OP_ACTIVATION_REDUCE;
+    unsigned nsrc = act && in->nsrc > 1 ? 1 : in->nsrc;
+    unsigned acc = nsrc + in->ndst;
 
     switch (in->engine) {
     case SIM_ENG_SCALAR: epc16 = t->act_epc16; epc32 = t->act_epc32; break;
     case SIM_ENG_GPSIMD: epc16 = t->pool_epc16; epc32 = t->pool_epc32; break;
     default:             epc16 = t->ve_epc16; epc32 = t->ve_epc32; break;
     }
-    for (unsigned i = 0; i < in->nsrc; i++) {
+    for (unsigned i = 0; i < nsrc; i++) {
         const sim_region *r = &in->src[i];
         fast &= region_small_dtype(r) && r->mem == SIM_MEM_SBUF && region_elem_stride_ok(r);
         strided |= region_strided(t, r);

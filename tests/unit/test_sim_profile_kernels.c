@@ -217,3 +217,129 @@ Test(sim_profile_kernels, every_corpus_kernel_has_a_profile)
     cr_assert(profiled >= 20, "profiled %d corpus kernels (both API generations)", profiled);
     cJSON_Delete(root);
 }
+
+/* The same algorithm in the legacy and the current API times alike: every
+ * corpus pair (tests/kernels/{legacy,current}) at a realistic trn2 shape,
+ * timing-only, within 5% — the record lowering (sim/sim_lower.h) charges a
+ * legacy `t[...] = nl.load(...)` as one DMA, drops the PSUM `nl.zeros` an
+ * accumulation overwrites, and so on.  Pairs marked `gap` still differ by
+ * more and are printed, not asserted (docs/profile.md, "Legacy and current
+ * API"): their tiles are placed differently by the functional allocator in
+ * the two generations, so buffer-reuse waits differ (matmul_hoisted,
+ * matmul_optimized, flash_fwd), and the legacy rmsnorm/layernorm broadcast
+ * gamma across partitions with `broadcast_to`, which records no instruction,
+ * where the current kernels pay a TensorE broadcast. */
+Test(sim_profile_kernels, legacy_and_current_pairs_time_within_5_percent, .timeout = 300)
+{
+    static const struct {
+        const char *file, *entry, *kwargs;
+        const char *in[3];
+        int grid[3];
+        int gap;
+    } pairs[] = {
+        { "tensor_add.py", "tensor_add", NULL,
+          { "a_input=shape:2048x4096:fp32:seed=1", "b_input=shape:2048x4096:fp32:seed=2" },
+          { 16, 8, 1 }, 0 },
+        { "transpose2d.py", "transpose2d", "{\"F1\": 32, \"F2\": 64}",
+          { "in_tensor=shape:128x2048:fp32:seed=1" }, { 0 }, 0 },
+        { "matmul.py", "matmul_tiled", NULL,
+          { "lhsT=shape:1024x1024:bf16:seed=1", "rhs=shape:1024x2048:bf16:seed=2" }, { 0 }, 0 },
+        { "matmul.py", "matmul_hoisted", NULL,
+          { "lhsT=shape:1024x1024:bf16:seed=1", "rhs=shape:1024x2048:bf16:seed=2" }, { 0 }, 1 },
+        { "matmul.py", "matmul_blocked", "{\"BLOCK_M\": 4, \"BLOCK_N\": 2}",
+          { "lhsT=shape:1024x1024:bf16:seed=1", "rhs=shape:1024x2048:bf16:seed=2" }, { 0 }, 0 },
+        { "matmul.py", "matmul_optimized", "{\"BLOCK_M\": 4, \"BLOCK_N\": 2, \"BLOCK_K\": 2}",
+          { "lhsT=shape:1024x1024:bf16:seed=1", "rhs=shape:1024x2048:bf16:seed=2" }, { 0 }, 1 },
+        { "softmax.py", "softmax", NULL, { "x=shape:4096x2048:fp32:seed=1" }, { 0 }, 0 },
+        { "rmsnorm.py", "rmsnorm", NULL,
+          { "x=shape:4096x2048:fp32:seed=1", "g=shape:2048:fp32:seed=2" }, { 0 }, 1 },
+        { "layernorm.py", "layernorm", NULL,
+          { "x=shape:4096x2048:fp32:seed=1", "gamma=shape:2048:fp32:seed=2",
+            "beta=shape:2048:fp32:seed=3" }, { 0 }, 1 },
+        { "layernorm.py", "layernorm_bn", NULL,
+          { "x=shape:4096x2048:fp32:seed=1", "gamma=shape:2048:fp32:seed=2",
+            "beta=shape:2048:fp32:seed=3" }, { 0 }, 0 },
+        { "average_pool2d.py", "average_pool2d", NULL,
+          { "in_tensor=shape:128x128x128:fp32:seed=1" }, { 0 }, 0 },
+        { "flash_fwd.py", "flash_fwd", NULL,
+          { "q=shape:128x2048:fp32:seed=1", "k=shape:128x2048:fp32:seed=2",
+            "v=shape:2048x128:fp32:seed=3" }, { 0 }, 1 },
+    };
+    int checked = 0;
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        char lp[128], cp[128];
+        size_t n = 0;
+        run l, c;
+        while (n < 3 && pairs[i].in[n])
+            n++;
+        snprintf(lp, sizeof(lp), "tests/kernels/legacy/%s", pairs[i].file);
+        snprintf(cp, sizeof(cp), "tests/kernels/current/%s", pairs[i].file);
+        const int *g = pairs[i].grid[0] ? pairs[i].grid : NULL;
+        run_kernel(&l, "trn2", lp, pairs[i].entry, pairs[i].kwargs, g, 0, pairs[i].in, n);
+        run_kernel(&c, "trn2", cp, pairs[i].entry, pairs[i].kwargs, g, 0, pairs[i].in, n);
+        double ratio = l.prof->total_ns / c.prof->total_ns;
+        fprintf(stderr, "pair %-16s legacy %9.2f us current %9.2f us  %+5.1f%%%s\n",
+                pairs[i].entry, l.prof->total_ns / 1e3, c.prof->total_ns / 1e3,
+                (ratio - 1) * 100, pairs[i].gap ? "  (gap, not asserted)" : "");
+        if (!pairs[i].gap) {
+            cr_assert(fabs(ratio - 1) <= 0.05, "%s: legacy %.2f us vs current %.2f us",
+                      pairs[i].entry, l.prof->total_ns / 1e3, c.prof->total_ns / 1e3);
+            checked++;
+        }
+        run_release(&l);
+        run_release(&c);
+    }
+    cr_assert_eq(checked, 7);
+}
+
+/* Loop-invariant work the compiler hoists is charged once: a kernel that
+ * reloads the same bias rows and re-makes the same constant in each of its
+ * 16 iterations times like the one that does both before the loop, in both
+ * API generations, and the literal record (no lowering) is slower. */
+Test(sim_profile_kernels, loop_invariant_loads_and_constants_are_charged_once)
+{
+    static const char *const specs[] = { "x=shape:2048x1024:fp32:seed=1",
+                                         "b=shape:128x1024:fp32:seed=2" };
+    static const char *const files[] = { "tests/kernels/timing/hoist_current.py",
+                                         "tests/kernels/timing/hoist_legacy.py" };
+    for (int g = 0; g < 2; g++) {
+        run in, out;
+        sim_target t;
+        sim_timing raw;
+        kf_err e = KF_ERR_INIT;
+        run_kernel(&in, "trn2", files[g], "bias_in_loop", NULL, NULL, 0, specs, 2);
+        run_kernel(&out, "trn2", files[g], "bias_hoisted", NULL, NULL, 0, specs, 2);
+        fprintf(stderr, "%s: in loop %.2f us (%zu hoisted), hoisted by hand %.2f us\n", files[g],
+                in.prof->total_ns / 1e3, in.prof->lower.hoisted, out.prof->total_ns / 1e3);
+        cr_assert_eq(in.prof->lower.hoisted, (size_t)30, "%s: %zu", files[g], in.prof->lower.hoisted);
+        cr_assert_eq(out.prof->lower.hoisted, 0);
+        cr_assert(fabs(in.prof->total_ns / out.prof->total_ns - 1) <= 0.01, "%s: %.2f vs %.2f us",
+                  files[g], in.prof->total_ns / 1e3, out.prof->total_ns / 1e3);
+        cr_assert_eq(sim_target_load("trn2", NULL, &t, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(sim_timing_run(&in.rec, &t, &raw, &e), KF_OK, "%s", e.msg);
+        cr_assert(sim_ps_to_ns(raw.total_ps) > in.prof->total_ns * 1.05,
+                  "%s: the literal record %.2f us", files[g], sim_ps_to_ns(raw.total_ps) / 1e3);
+        sim_timing_release(&raw);
+        run_release(&in);
+        run_release(&out);
+    }
+}
+
+/* A PE transpose of fp32 data runs at the fp32 rate, a quarter of bf16's
+ * (S7; the attention tutorial downcasts before transposing for this). */
+Test(sim_profile_kernels, fp32_pe_transposes_run_at_the_fp32_rate)
+{
+    static const char *const f32[] = { "x=shape:128x4096:fp32:seed=1" };
+    static const char *const b16[] = { "x=shape:128x4096:bf16:seed=1" };
+    run a, b;
+    run_kernel(&a, "trn2", "tests/kernels/timing/pe_transpose.py", "transpose_blocks", NULL, NULL,
+               0, f32, 1);
+    run_kernel(&b, "trn2", "tests/kernels/timing/pe_transpose.py", "transpose_blocks", NULL, NULL,
+               0, b16, 1);
+    double ta = sim_ps_to_ns(a.prof->tm.track_busy_ps[SIM_ENG_TENSOR]);
+    double tb = sim_ps_to_ns(b.prof->tm.track_busy_ps[SIM_ENG_TENSOR]);
+    fprintf(stderr, "PE transposes: fp32 %.2f us, bf16 %.2f us on TensorE\n", ta / 1e3, tb / 1e3);
+    cr_assert(ta > 3.0 * tb && ta < 4.5 * tb, "fp32 %.1f ns vs bf16 %.1f ns", ta, tb);
+    run_release(&a);
+    run_release(&b);
+}

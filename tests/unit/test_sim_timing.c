@@ -224,6 +224,20 @@ Test(sim_timing_cost, vector_scalar_stream_costs_follow_inputs_dtype_and_stride)
     sim_timing_release(&tm);
     sim_record_release(&f.r);
 
+    /* an activation costs the same with or without a bias column (S7) */
+    fx_init(&f, "trn1", SIM_DT_FLOAT32);
+    uint32_t col = syn_tile(&f.r, SIM_MEM_SBUF, "bias", SIM_DT_FLOAT32, 128, 1, 40960);
+    sim_region bias = syn_tile_all(&f.r, col);
+    syn_op(&f.r, SIM_OP_ACTIVATION, -1, syn_tile_all(&f.r, f.v2), syn_tile_all(&f.r, f.v1), NULL,
+           f.loc);
+    syn_op(&f.r, SIM_OP_ACTIVATION, -1, syn_tile_all(&f.r, f.v3), syn_tile_all(&f.r, f.v1), &bias,
+           f.loc);
+    timing(&f.r, &t1, &tm);
+    NEAR(dur_ns(&tm, 0), cyc_ns(512 + 2 * 60, 1.4), 0.01);
+    NEAR(dur_ns(&tm, 1), dur_ns(&tm, 0), 0.001);
+    sim_timing_release(&tm);
+    sim_record_release(&f.r);
+
     /* trn2 VectorE perf mode: 16-bit contiguous SBUF copy at 512 elements/cycle */
     fx_init(&f, "trn2", SIM_DT_BFLOAT16);
     syn_op(&f.r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(&f.r, f.v3), syn_tile_all(&f.r, f.v1), NULL, f.loc);

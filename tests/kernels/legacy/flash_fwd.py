@@ -43,8 +43,10 @@ def flash_fwd(q, k, v, causal=False):
                 s = nisa.affine_select(pred=(q_pos >= k_pos), on_true_tile=s,
                                        on_false_value=NEG, dtype=nl.float32)
             m_new = nl.maximum(m_run, nl.max(s, axis=1, keepdims=True))
-            p = nl.exp(nl.subtract(s, m_new))
-            alpha = nl.exp(m_run - m_new)
+            neg_m = nl.multiply(m_new, -1.0)
+            # exp(x - m) as one ScalarE activation with a per-row bias
+            p = nisa.activation(op=nl.exp, data=s, bias=neg_m)
+            alpha = nisa.activation(op=nl.exp, data=m_run, bias=neg_m)
             l_run[...] = l_run * alpha + nl.sum(p, axis=1, keepdims=True)
             p_t = nl.copy(nl.transpose(p))                                         # (T_k, T_q)
             pv = nl.matmul(p_t, v_tile, transpose_x=True)                          # (T_q, d)
