@@ -228,6 +228,9 @@ struct api_req {
     char               content_range[96];
     bool               accept_ranges;
     bool               preflight;     /* a CORS preflight (OPTIONS) of an allowed origin */
+    /* A dashboard page or asset (api_ui.c): sent with this
+     * Content-Security-Policy and X-Content-Type-Options: nosniff. */
+    const char        *csp;
 
     /* Idempotency-Key state (api_idem.c). */
     char               idem_key[256];
@@ -580,6 +583,30 @@ bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id);
  * one adds its field error to fe. */
 void api_page_query(const char *lim_s, const char *cursor, unsigned long long max, unsigned long long *lim,
                     char micros[24], char cur_id[37], kf_fields *fe);
+
+/* ---- the dashboard (api_ui.c; ui/, embedded by tools/embed.c) ----------- */
+
+/* One file of ui/, as tools/embed.c wrote it into $(BUILD)/gen/ui_assets.c. */
+typedef struct api_asset {
+    const char          *name;           /* "app.js" */
+    const char          *content_type;   /* from the extension */
+    const unsigned char *data;           /* size bytes (and a NUL after) */
+    long                 size;
+    const char          *etag;           /* "\"<sha256 hex>\"" */
+} api_asset;
+extern const api_asset api_ui_assets[];
+extern const int api_n_ui_assets;
+/* The asset of that name or NULL. */
+const api_asset *api_ui_asset(const char *name);
+/* GET / and /ui: 302 to /ui/.  GET /ui/: index.html.  GET /ui/{asset}: one
+ * asset, with its ETag (If-None-Match: 304), Cache-Control: no-cache and
+ * the dashboard's Content-Security-Policy; an unknown name is 404. */
+void api_h_ui_redirect(api_req *r);
+void api_h_ui_index(api_req *r);
+void api_h_ui_asset(api_req *r);
+/* api_artifacts.c: whether an If-None-Match list names etag (or is "*"),
+ * comparing weakly (RFC 9110 13.1.2). */
+bool api_etag_listed(const char *h, const char *etag);
 
 /* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */
 extern const char api_openapi_json[];      /* NUL-terminated */

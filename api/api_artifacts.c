@@ -243,8 +243,8 @@ void api_h_job_artifacts(api_req *r)
 /* ---- GET /v1/artifacts/{sha256} ------------------------------------------------------ */
 
 /* Whether an If-None-Match list names etag (or is "*"); weak tags compare
- * equal too (RFC 9110 13.1.2 uses the weak comparison). */
-static bool api_etag_listed(const char *h, const char *etag)
+ * equal too (RFC 9110 13.1.2 uses the weak comparison).  api_ui.c uses it too. */
+bool api_etag_listed(const char *h, const char *etag)
 {
     size_t n = strlen(etag);
 

@@ -24,6 +24,11 @@ const api_route api_routes[] = {
     { "GET", "/readyz", api_h_readyz, API_PUBLIC, 0 },
     { "GET", "/metrics", api_h_metrics, API_PUBLIC, 0 },
     { "GET", "/v1/openapi.json", api_h_openapi, API_PUBLIC, 0 },
+    /* the dashboard (api_ui.c, docs/dashboard.md): its files hold no data */
+    { "GET", "/", api_h_ui_redirect, API_PUBLIC, 0 },
+    { "GET", "/ui", api_h_ui_redirect, API_PUBLIC, 0 },
+    { "GET", "/ui/", api_h_ui_index, API_PUBLIC, 0 },
+    { "GET", "/ui/{asset}", api_h_ui_asset, API_PUBLIC, 0 },
     { "POST", "/v1/jobs", api_h_job_create, R_USERS, API_F_JSON | API_F_IDEM },
     { "GET", "/v1/jobs", api_h_job_list, R_USERS, 0 },
     { "GET", "/v1/jobs/{id}", api_h_job_get, R_USERS, 0 },
@@ -703,6 +708,11 @@ static enum MHD_Result api_send(api_req *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
     if (r->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
+    if (r->csp) {
+        MHD_add_response_header(resp, "Content-Security-Policy", r->csp);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof(v), "%d", r->retry_after);

@@ -3,7 +3,7 @@
 # tests can link the pieces.
 API_SRCS := $(filter-out api/main.c,$(wildcard api/*.c))
 API_LIB  := $(BUILD)/lib/libkfapi.a
-$(API_LIB): $(API_SRCS:%.c=$(BUILD)/obj/%.o)
+$(API_LIB): $(API_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 LIBS += $(API_LIB)
@@ -17,3 +17,18 @@ $(BUILD)/bin/kforge-api: $(BUILD)/obj/api/main.o $(API_LIB) $(BUILD)/lib/libkfdb
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(ALL_LDLIBS)
 BINS += $(BUILD)/bin/kforge-api
+
+# The dashboard (ui/, docs/dashboard.md): tools/embed.c, built for this
+# machine, writes every file of ui/ into a C file as bytes with its
+# Content-Type and SHA-256 ETag; the object goes into libkfapi.a.  ui/ itself
+# is a prerequisite so that adding or removing a file regenerates it.
+UI_ASSETS := $(sort $(wildcard ui/*.html ui/*.js ui/*.css ui/*.svg))
+$(BUILD)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) $(PKG_CFLAGS) $< -o $@ $(shell pkg-config --libs libcrypto)
+$(BUILD)/gen/ui_assets.c: $(BUILD)/tools/embed $(UI_ASSETS) ui
+	@mkdir -p $(dir $@)
+	$(BUILD)/tools/embed $@ $(UI_ASSETS)
+$(BUILD)/obj/gen/ui_assets.o: $(BUILD)/gen/ui_assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iapi -c $< -o $@
