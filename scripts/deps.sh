@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages kforge needs to build, test and run
-# (python3-pandas: only for the Python client's to_dataframe() test).
+# (python3-pandas: only for the Python client's to_dataframe() test;
+# chromium, ~100 MB: only for the dashboard's browser test, tests/integration/test_ui).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ PKGS=(
   redis-server redis-tools postgresql postgresql-contrib
   curl cppcheck clang-tidy valgrind wrk
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

@@ -18,7 +18,7 @@ for a in "$@"; do
   if [ $seen_sep -eq 0 ]; then unit+=("$a"); else integ+=("$a"); fi
 done
 
-passed=0 failed=0 bad_bins=()
+passed=0 failed=0 skipped=0 bad_bins=()
 export KFORGE_TEST_ROOT=$PWD
 # The simulator embeds CPython for the process's lifetime: its allocations are
 # not leaks of ours (tests/lsan.supp), under SANITIZE=1.
@@ -39,8 +39,16 @@ run_bin() { # BIN TIMEOUT JOBS
   local bin=$1 limit=$2 jobs=$3 out rc p f
   out="$TMP/$(basename "$bin").out"
   echo "== $bin"
-  timeout -k 10 "$limit" "$bin" --jobs "$jobs" --short-filename >"$out" 2>&1
+  # --verbose: Criterion then prints each test's [SKIP] line with its reason
+  # (a test skipped for a missing tool, e.g. test_ui without Chromium), shown below.
+  timeout -k 10 "$limit" "$bin" --jobs "$jobs" --short-filename --verbose >"$out" 2>&1
   rc=$?
+  local skips
+  skips=$(grep -a -c '^\[SKIP\]' "$out")
+  if [ "$skips" -gt 0 ]; then
+    grep -a '^\[SKIP\]' "$out" | head -n 20
+    skipped=$((skipped + skips))
+  fi
   # Criterion's synthesis line: "[====] Synthesis: Tested: 5 | Passing: 5 | Failing: 0 | Crashing: 0"
   local line
   line=$(grep -a 'Synthesis:' "$out" | tail -n 1)
@@ -81,5 +89,5 @@ echo
 if [ ${#bad_bins[@]} -gt 0 ]; then
   echo "failing binaries: ${bad_bins[*]}"
 fi
-echo "$passed passed, $failed failed"
+if [ $skipped -gt 0 ]; then echo "$passed passed, $failed failed, $skipped skipped"; else echo "$passed passed, $failed failed"; fi
 [ $failed -eq 0 ] && [ ${#bad_bins[@]} -eq 0 ]

@@ -40,9 +40,19 @@ function axes(svg, sy, nx, xlabel, xOf) {
   svg.append(s('text', { x: (M.l + W - M.r) / 2, y: H - 4, 'text-anchor': 'middle', class: 'tick' }, xlabel));
 }
 
+// What became of one evaluation: correct; wrong (validation failed);
+// unchecked (timed but not validated: the agent validates only a candidate
+// faster than the best); rejected (no latency: did not compile or run).
+export function outcome(it) {
+  if (it.correct) return 'correct';
+  const v = it.validation || {};
+  if (v.status === 'fail' || v.pass === false) return 'wrong';
+  return it.latency_ns > 0 ? 'unchecked' : 'rejected';
+}
+
 // The best-so-far curve of a job's iterations (in attempt, seq order), every
-// evaluation marked: correct (dot), wrong (cross), rejected or not
-// compiled (triangle on the axis).  onPick(it) when a mark is chosen.
+// evaluation marked: correct (dot), wrong (cross), timed but not validated
+// (ring), rejected or not compiled (triangle on the axis).  onPick(it) when a mark is chosen.
 export function curve(iters, onPick) {
   const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart curve', role: 'img' });
   const lat = iters.map((i) => i.latency_ns);
@@ -63,11 +73,14 @@ export function curve(iters, onPick) {
     const x = xOf(i);
     const tip = `attempt ${it.attempt} seq ${it.seq} ${it.action || ''}: ${ns(it.latency_ns)}` +
       `${it.fraction_of_bound != null ? ', ' + pct(it.fraction_of_bound) + ' of bound' : ''}` +
-      `${it.correct ? '' : it.latency_ns > 0 ? ' — wrong result' : ' — rejected'}`;
+      ` — ${outcome(it)}`;
+    const o = outcome(it);
     let g;
-    if (it.latency_ns > 0 && it.correct) {
+    if (o === 'correct') {
       g = s('circle', { cx: x, cy: sy.y(it.latency_ns), r: 4, class: 'pt ok' });
-    } else if (it.latency_ns > 0) {
+    } else if (o === 'unchecked') {
+      g = s('circle', { cx: x, cy: sy.y(it.latency_ns), r: 4, class: 'pt unchecked' });
+    } else if (o === 'wrong' && it.latency_ns > 0) {
       const y = sy.y(it.latency_ns);
       g = s('path', { d: `M${x - 4},${y - 4}L${x + 4},${y + 4}M${x - 4},${y + 4}L${x + 4},${y - 4}`, class: 'pt wrong' });
     } else {

@@ -4,7 +4,7 @@
 
 import { api, qs, stream } from './api.js';
 import { h, ns, pct, short, when, json, labels, status, confirmDialog, diffLines, diffBlock } from './dom.js';
-import { curve, overlay, boundsBars, sparkline, traceTracks, timeline, PALETTE } from './charts.js';
+import { outcome, curve, overlay, boundsBars, sparkline, traceTracks, timeline, PALETTE } from './charts.js';
 
 const STATES = ['', 'queued', 'running', 'retrying', 'succeeded', 'failed', 'cancelled', 'dead'];
 const KINDS = ['', 'generate', 'optimize', 'profile', 'validate', 'auto', 'diag'];
@@ -168,11 +168,11 @@ function iterTable(id, iters) {
   return h('table', { class: 'grid', id: 'iterations' },
     h('thead', {}, h('tr', {}, ['Attempt', 'Seq', 'Action', 'Params', 'Latency', 'Of bound', 'Result', 'Reason', 'Findings']
       .map((c) => h('th', { scope: 'col' }, c)))),
-    h('tbody', {}, iters.map((it) => h('tr', { class: it.correct ? '' : 'bad' },
+    h('tbody', {}, iters.map((it) => h('tr', { class: `o-${outcome(it)}` },
       h('td', {}, it.attempt), h('td', {}, link(`#/jobs/${id}/iterations/${it.seq}?attempt=${it.attempt}`, String(it.seq))),
       h('td', {}, it.action || '—'), h('td', { class: 'mono' }, json(it.params)),
       h('td', { class: 'num' }, ns(it.latency_ns)), h('td', { class: 'num' }, pct(it.fraction_of_bound)),
-      h('td', {}, it.correct ? 'correct' : it.latency_ns > 0 ? 'wrong' : 'rejected'),
+      h('td', {}, outcome(it) === 'unchecked' ? 'not validated' : outcome(it)),
       h('td', {}, it.reason || ''),
       h('td', {}, (it.findings || []).map((f) => h('span', { class: 'tag', title: f.message || '' }, f.code)))))));
 }
@@ -219,6 +219,7 @@ export async function jobView(main, route, signal) {
     drawCurve();
     main.append(section('Best so far and every evaluation', curveBox,
       h('p', { class: 'legend' }, h('span', { class: 'key ok' }, '● correct'), h('span', { class: 'key wrong' }, '✕ wrong result'),
+        h('span', { class: 'key unchecked' }, '○ timed, not validated (not faster)'),
         h('span', { class: 'key rejected' }, '▲ rejected / did not compile'), h('span', { class: 'key best' }, '— best so far'))));
     const tableBox = h('div', {}, iterTable(id, iters));
     main.append(section('Iterations', tableBox));
