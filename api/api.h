@@ -16,6 +16,8 @@
  *   api_internal.c  /v1/internal routes for workers (docs/protocol.md)
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_library.c   /v1/library: the kernel library registry, and warm starts
+ *   api_fleet.c     /v1/workers: live workers and queue depth (dead letters: admin)
+ *   api_ui.c        /ui/: the team dashboard's embedded files (ui/, tools/embed.c)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
  *   api_stream.c    live progress: Server-Sent Events fed by PostgreSQL
  *                   LISTEN/NOTIFY (api_stream_query.c: their query)
@@ -495,6 +497,8 @@ bool api_library_warm_all(api_req *r, kf_job_request *const *reqs, int n);
  * lease; the attempt current and the job not ended).  *attempt gets the
  * report's attempt.  False after answering (404, 422, 403, 409, 503). */
 bool api_report_lease(api_req *r, kf_fields *fe, int *attempt);
+/* GET /v1/workers (api_fleet.c, docs/dashboard.md). */
+void api_h_workers(api_req *r);
 void api_h_healthz(api_req *r);
 void api_h_readyz(api_req *r);
 void api_h_metrics(api_req *r);
@@ -604,6 +608,10 @@ const api_asset *api_ui_asset(const char *name);
 void api_h_ui_redirect(api_req *r);
 void api_h_ui_index(api_req *r);
 void api_h_ui_asset(api_req *r);
+/* Whether a route is one of the dashboard's above: they serve files, not
+ * the API, and api/openapi.json leaves them out (tests check every other
+ * route is in it). */
+bool api_route_is_ui(const api_route *r);
 /* api_artifacts.c: whether an If-None-Match list names etag (or is "*"),
  * comparing weakly (RFC 9110 13.1.2). */
 bool api_etag_listed(const char *h, const char *etag);

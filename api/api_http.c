@@ -61,6 +61,8 @@ const api_route api_routes[] = {
     { "POST", "/v1/batches/{id}/cancel", api_h_batch_cancel, R_USERS, API_F_JSON_OPT | API_F_IDEM },
     { "GET", "/v1/batches/{id}/report", api_h_batch_report, R_USERS, 0 },
     { "GET", "/v1/batches/{id}/stream", api_h_batch_stream, R_USERS, 0 },
+    /* the fleet (api_fleet.c, docs/dashboard.md) */
+    { "GET", "/v1/workers", api_h_workers, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 64

@@ -69,11 +69,20 @@ void api_h_ui_asset(api_req *r)
 
     if (!a) {
         size_t n = 0;
-        for (const char *p = r->param; *p && n + 1 < sizeof(name); p++)
-            name[n++] = (*p > 0x20 && *p < 0x7f && *p != '"' && *p != '\\') ? *p : '?';
+        for (const char *p = r->param; *p && n + 1 < sizeof(name); p++) {
+            char ch = '?';   /* the name as it may appear in a reply: printable ASCII */
+            if (*p > 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+                ch = *p;
+            name[n++] = ch;
+        }
         name[n] = '\0';
         api_reply_code(r, KF_NOT_FOUND, "not-found", "the dashboard has no file named %s; open /ui/", name);
         return;
     }
     api_ui_send(r, a);
+}
+
+bool api_route_is_ui(const api_route *r)
+{
+    return r->handler == api_h_ui_redirect || r->handler == api_h_ui_index || r->handler == api_h_ui_asset;
 }

@@ -790,6 +790,132 @@ kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err)
     return kq_simple(q, err, "ZREM", 3, a2);
 }
 
+kf_code kf_queue_workers_list(kf_queue *q, int limit, kf_queue_worker **out, int *n, kf_err *err)
+{
+    char stop[16];
+    const char *argv[5] = { "ZREVRANGE", "kf:workers", "0", stop, "WITHSCORES" };
+    redisReply *r;
+    kf_code rc;
+    size_t pairs;
+
+    *out = NULL;
+    *n = 0;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    snprintf(stop, sizeof(stop), "%d", (limit < 1 ? 1 : limit) - 1);
+    r = redisCommandArgv(q->c, 5, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "ZREVRANGE");
+    if (r->type != REDIS_REPLY_ARRAY) {
+        rc = kf_err_set(err, KF_REDIS, "Redis ZREVRANGE kf:workers: unexpected reply");
+        freeReplyObject(r);
+        return rc;
+    }
+    pairs = r->elements / 2;
+    *out = kf_calloc(pairs ? pairs : 1, sizeof(**out));
+    /* One GET per member, pipelined: a round trip for all of them. */
+    for (size_t i = 0; i < pairs; i++) {
+        char key[160];
+        snprintf(key, sizeof(key), "kf:worker:%.128s", r->element[2 * i]->str ? r->element[2 * i]->str : "");
+        redisAppendCommand(q->c, "GET %s", key);
+    }
+    for (size_t i = 0; i < pairs; i++) {
+        redisReply *d = NULL;
+        const redisReply *id = r->element[2 * i], *score = r->element[2 * i + 1];
+        if (redisGetReply(q->c, (void **)&d) != REDIS_OK || !d) {
+            freeReplyObject(r);
+            kf_queue_workers_free(*out, *n);
+            *out = NULL;
+            *n = 0;
+            return kq_transport_err(q, err, "GET kf:worker");
+        }
+        if (d->type == REDIS_REPLY_STRING && id->type == REDIS_REPLY_STRING && id->str) {
+            kf_queue_worker *w = &(*out)[(*n)++];
+            w->id = kf_strdup(id->str);
+            w->doc = kf_strndup(d->str, d->len);
+            w->seen_ms = score->str ? strtoll(score->str, NULL, 10) : 0;
+        }
+        freeReplyObject(d);
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+void kf_queue_workers_free(kf_queue_worker *w, int n)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < n; i++) {
+        free(w[i].id);
+        free(w[i].doc);
+    }
+    free(w);
+}
+
+kf_code kf_queue_dead_list(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err)
+{
+    char stop[16];
+    const char *argv[5] = { "ZREVRANGE", "kf:dead", "0", stop, "WITHSCORES" };
+    redisReply *r;
+    kf_code rc;
+
+    *out = NULL;
+    *n = 0;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    snprintf(stop, sizeof(stop), "%d", (limit < 1 ? 1 : limit) - 1);
+    r = redisCommandArgv(q->c, 5, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "ZREVRANGE");
+    *out = kf_calloc(r->type == REDIS_REPLY_ARRAY && r->elements ? r->elements / 2 + 1 : 1, sizeof(**out));
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        if (r->element[i]->type != REDIS_REPLY_STRING || !r->element[i + 1]->str)
+            continue;
+        (*out)[*n].id = kf_strndup(r->element[i]->str, r->element[i]->len);
+        (*out)[*n].fate = KF_FATE_DEAD;
+        (*out)[*n].at_ms = strtoll(r->element[i + 1]->str, NULL, 10);
+        (*n)++;
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+static int kq_strcmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+kf_code kf_queue_targets_list(kf_queue *q, int limit, char ***names, int *n, kf_err *err)
+{
+    const char *argv[2] = { "SMEMBERS", "kf:targets" };
+    redisReply *r;
+    kf_code rc;
+
+    *names = NULL;
+    *n = 0;
+    if ((rc = kq_ensure(q, err)) != KF_OK)
+        return rc;
+    r = redisCommandArgv(q->c, 2, argv, NULL);
+    if (!r)
+        return kq_transport_err(q, err, "SMEMBERS");
+    *names = kf_calloc(r->type == REDIS_REPLY_ARRAY && r->elements ? r->elements : 1, sizeof(char *));
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && *n < limit; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i]->len <= 64)
+            (*names)[(*n)++] = kf_strndup(r->element[i]->str, r->element[i]->len);
+    freeReplyObject(r);
+    qsort(*names, (size_t)*n, sizeof(char *), kq_strcmp);
+    return KF_OK;
+}
+
+void kf_queue_targets_free(char **names, int n)
+{
+    if (!names)
+        return;
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 kf_code kf_queue_workers_cleanup(kf_queue *q, int *removed, kf_err *err)
 {
     redisReply *r = kq_eval(q, KF_QS_WORKERS_CLEAN, 0, NULL, 0, NULL, err);

@@ -215,6 +215,28 @@ kf_code kf_queue_trim_dead(kf_queue *q, int64_t older_than_ms, int limit, int *n
 /* Worker registry: kf:worker:{id} = json with TTL ttl_ms, kf:workers zset. */
 kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms, kf_err *err);
 kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err);
+/* The live registry, for reading (GET /v1/workers): at most `limit`
+ * workers, the most recent heartbeat first, each with its registry
+ * document (the JSON the worker last sent, as it sent it) and the time of
+ * that heartbeat (Redis TIME, ms since 1970).  An entry whose document has
+ * expired is left out (the scheduler's cleanup removes it later).  *out
+ * (n entries) is freed with kf_queue_workers_free. */
+typedef struct kf_queue_worker {
+    char   *id;
+    char   *doc;
+    int64_t seen_ms;
+} kf_queue_worker;
+kf_code kf_queue_workers_list(kf_queue *q, int limit, kf_queue_worker **out, int *n, kf_err *err);
+void kf_queue_workers_free(kf_queue_worker *w, int n);
+/* The dead letters Redis still holds (kf:dead, trimmed by
+ * kf_queue_trim_dead), newest first, at most `limit`: fate KF_FATE_DEAD,
+ * at_ms the time of death, attempt 0 (PostgreSQL has the rest).  Caller
+ * frees with kf_queue_moved_free. */
+kf_code kf_queue_dead_list(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err);
+/* Every target a job was ever queued for (kf:targets), sorted; at most
+ * `limit` names, each a heap string; free with kf_queue_targets_free. */
+kf_code kf_queue_targets_list(kf_queue *q, int limit, char ***names, int *n, kf_err *err);
+void kf_queue_targets_free(char **names, int n);
 /* Remove kf:workers entries whose heartbeat key expired; *removed = count. */
 kf_code kf_queue_workers_cleanup(kf_queue *q, int *removed, kf_err *err);
 

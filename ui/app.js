@@ -2,10 +2,10 @@
 // for this tab only) and the hash router.  Every view's URL can be shared:
 // #/jobs?state=&kind=&op=&target=&label=, #/jobs/ID,
 // #/jobs/ID/iterations/SEQ?attempt=, #/compare?ids=A,B, #/batches,
-// #/batches/ID, #/library.
+// #/batches/ID, #/library, #/fleet.
 import { token, api } from './api.js';
 import { h, status } from './dom.js';
-import { jobsView, jobView, iterationView, compareView, batchesView, batchView, libraryView } from './views.js';
+import { jobsView, jobView, iterationView, compareView, batchesView, batchView, libraryView, fleetView } from './views.js';
 
 const main = document.getElementById('main');
 let current = null;
@@ -28,6 +28,7 @@ function pick(route) {
   if (a === 'batches' && n === 1) return batchesView;
   if (a === 'batches' && n === 2) return batchView;
   if (a === 'library') return libraryView;
+  if (a === 'fleet') return fleetView;
   return null;
 }
 

@@ -435,3 +435,45 @@ export async function libraryView(main, route, signal) {
     await Promise.all([worker(), worker(), worker(), worker()]);
   });
 }
+
+// ---- Fleet -----------------------------------------------------------------
+
+export async function fleetView(main, route, signal) {
+  const box = h('div', { id: 'fleet' });
+  main.append(h('h1', {}, 'Fleet'), h('p', { class: 'muted' }, 'Workers with a live heartbeat and the queue, refreshed every 5 s.'), box);
+  const age = (t) => `${Math.max(0, Math.round((Date.now() - new Date(t).getTime()) / 1000))} s ago`;
+  async function load() {
+    const f = await api('/v1/workers', { signal });
+    const parts = [
+      h('h2', {}, `Workers (${f.workers.length})`),
+      h('table', { class: 'grid', id: 'workers' },
+        h('thead', {}, h('tr', {}, ['Worker', 'Host', 'Targets', 'Backends', 'Current job', 'Last heartbeat']
+          .map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, f.workers.map((w) => h('tr', {},
+          h('td', {}, w.id), h('td', {}, w.host || '—'), h('td', {}, (w.targets || []).join(', ')),
+          h('td', {}, (w.backends || []).join(', ')),
+          h('td', {}, w.job ? link(`#/jobs/${w.job}`, short(w.job)) : w.busy ? 'busy (another user\u2019s job)' : 'idle'),
+          h('td', { title: w.last_heartbeat }, age(w.last_heartbeat)))))),
+      h('h2', {}, 'Queue'),
+      h('p', {}, `waiting ${f.waiting} · running ${f.active} · waiting to retry ${f.delayed}` + (f.dead != null ? ` · dead ${f.dead}` : '')),
+      h('table', { class: 'grid', id: 'queues' },
+        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Target'), h('th', { scope: 'col' }, 'Waiting'))),
+        h('tbody', {}, f.queues.map((q) => h('tr', {}, h('td', {}, q.target), h('td', { class: 'num' }, q.waiting))))),
+      h('h2', {}, 'Dead letters'),
+      f.dead_letters
+        ? h('table', { class: 'grid', id: 'dead' },
+          h('thead', {}, h('tr', {}, ['Job', 'Kind', 'Target', 'Attempts', 'Died', 'Last error'].map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', {}, f.dead_letters.map((d) => h('tr', {}, h('td', {}, link(`#/jobs/${d.job_id}`, short(d.job_id))),
+            h('td', {}, d.kind || '—'), h('td', {}, d.target || '—'), h('td', { class: 'num' }, d.attempt ?? '—'),
+            h('td', {}, when(d.died_at)), h('td', {}, d.last_error || '')))))
+        : h('p', { class: 'muted' }, 'Shown to admin tokens only.'),
+    ];
+    box.replaceChildren(...parts);
+  }
+  await guard(main, signal, async () => {
+    await load();
+    main.dataset.ready = 'true';
+  });
+  const timer = setInterval(() => load().catch((e) => { if (!signal.aborted) status(e.message, true); }), 5000);
+  signal.addEventListener('abort', () => clearInterval(timer), { once: true });
+}

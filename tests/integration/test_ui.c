@@ -8,7 +8,7 @@
  * checks the drawn curve (SVG marks), the iteration table, the bounds bars
  * and the engine timeline (canvas rows and coloured pixels, and a hover
  * naming an instruction), compares two jobs (two overlaid curves), opens a
- * batch's report and the library.  A screenshot of each view goes to
+ * batch's report, the library and the fleet.  A screenshot of each view goes to
  * $(BUILD)/test-artifacts/ui/.  Any console error, uncaught exception or
  * error log entry (a failed load, a CSP violation) fails the test.
  *
@@ -244,6 +244,18 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
     cr_assert_geq(num("document.querySelectorAll('#library tbody tr').length"), 1, "a library entry");
     wait_for("a history sparkline", "!!document.querySelector('#library svg.spark path')", 15000);
     shot("library");
+
+    /* the fleet: the stack's one worker, its targets, the queue */
+    open_view("#/fleet");
+    cr_assert_eq(num("document.querySelectorAll('#workers tbody tr').length"), 1, "one live worker");
+    {
+        char *wtext = kf_cdp_eval_str(B, "document.querySelector('#workers tbody tr').innerText");
+        cr_assert(wtext && strstr(wtext, "test-w0") && strstr(wtext, "trn2"), "the worker's row: %s", wtext ? wtext : "none");
+        free(wtext);
+    }
+    cr_assert_geq(num("document.querySelectorAll('#queues tbody tr').length"), 1, "a queue per target");
+    cr_assert_eq(num("document.querySelectorAll('#dead').length"), 0, "dead letters are for admins only");
+    shot("fleet");
 
     cr_assert_str_eq(kf_cdp_errors(B), "", "the page logged errors:\n%s", kf_cdp_errors(B));
 
