@@ -17,3 +17,7 @@ $(BUILD)/bench/artifact_bench: $(BUILD)/obj/bench/artifact_bench.o $(BUILD)/lib/
 $(BUILD)/bench/sse_bench: $(BUILD)/obj/bench/sse_bench.o $(BUILD)/lib/libkfdb.a $(BENCH_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)
+# ui_bench drives Chromium with the tests' DevTools client (tests/lib/kf_test_cdp).
+$(BUILD)/bench/ui_bench: $(BUILD)/obj/bench/ui_bench.o $(BUILD)/obj/tests/lib/kf_test_cdp.o $(BENCH_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)

@@ -114,6 +114,8 @@ bench_artifacts() {
 . bench/batches.sh
 # The kernel library re-tuned twice through make run's stack (library).
 . bench/library.sh
+# The dashboard (ui: first render of the Jobs view with 10,000 jobs).
+. bench/ui.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

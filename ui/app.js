@@ -79,4 +79,9 @@ function route() {
 
 document.getElementById('signout').addEventListener('click', () => { token.clear(); route(); });
 window.addEventListener('hashchange', route);
+// Leaving the page closes its streams at once: a stream left open holds one
+// of the browser's six connections to this host until the page is gone
+// (a page kept in the back/forward cache keeps it), so a few reloads in a
+// row would otherwise leave the next one waiting for a connection.
+window.addEventListener('pagehide', () => { if (current) current.abort(); });
 route();
