@@ -89,7 +89,14 @@ export function curve(iters, onPick) {
     }
     g.append(s('title', {}, tip));
     g.setAttribute('data-seq', it.seq);
-    if (onPick) g.addEventListener('click', () => onPick(it));
+    if (onPick) {
+      // Each mark is reachable with Tab and opens its iteration with Enter.
+      g.setAttribute('tabindex', '0');
+      g.setAttribute('role', 'link');
+      g.setAttribute('aria-label', tip);
+      g.addEventListener('click', () => onPick(it));
+      g.addEventListener('keydown', (ev) => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); onPick(it); } });
+    }
     svg.append(g);
     marks++;
   });

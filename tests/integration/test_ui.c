@@ -7,8 +7,9 @@
  * it appear live in the Jobs list and turn succeeded there, opens it and
  * checks the drawn curve (SVG marks), the iteration table, the bounds bars
  * and the engine timeline (canvas rows and coloured pixels, and a hover
- * naming an instruction), compares two jobs (two overlaid curves), opens a
- * batch's report, the library and the fleet.  A screenshot of each view goes to
+ * naming an instruction), opens an iteration from a curve mark by
+ * keyboard, compares two jobs (two overlaid curves), opens a batch's
+ * report, the library and the fleet.  A screenshot of each view goes to
  * $(BUILD)/test-artifacts/ui/.  Any console error, uncaught exception or
  * error log entry (a failed load, a CSP violation) fails the test.
  *
@@ -198,6 +199,17 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
         cJSON_Delete(v);
     }
     shot("job");
+
+    /* a curve mark is reachable by keyboard and opens its iteration */
+    cJSON_Delete(kf_cdp_eval(B,
+                             "(() => { const m = document.querySelector('#curve .pt'); m.focus();"
+                             " m.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', bubbles: true}));"
+                             " return document.activeElement === m; })()",
+                             10000, why, sizeof(why)));
+    wait_for("the iteration view", "location.hash.includes('/iterations/') && document.getElementById('main').dataset.ready === 'true'",
+             20000);
+    wait_for("its source", "!!document.querySelector('#main pre.src')", 5000);
+    shot("iteration");
 
     /* two jobs compared */
     cr_assert(kf_stack_wait_state(&S, b, "succeeded", JOB_WAIT_MS), "job %s did not succeed; logs in %s", b, S.dir);
