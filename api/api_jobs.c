@@ -413,9 +413,11 @@ bool api_parse_rfc3339(const char *s)
 
 /* The light list item of a jobs row j with its best iteration's columns
  * (b): the full document less the kernel texts and the result, with
- * last_error cut and `best` added (docs/runs.md). */
+ * last_error cut, and `best` and `owner` (the creating token's name, for
+ * the dashboard's list; one primary-key lookup a row) added (docs/runs.md). */
 #define API_JOB_LIGHT_JSON                                                                                       \
     "((" API_JOB_JSON ")::jsonb - 'result' || jsonb_build_object('spec', j.spec - 'source' - 'reference', "      \
+    "'owner', (SELECT t.name FROM api_tokens t WHERE t.id = j.owner_token_id), "                                   \
     "'last_error', left(j.last_error, 200), 'best', CASE WHEN b.seq IS NOT NULL THEN jsonb_build_object("          \
     "'attempt', b.attempt, 'seq', b.seq, 'latency_ns', b.latency_ns, 'fraction_of_bound', "                          \
     "kforge_fraction_of_bound(b.profile, b.latency_ns)) END))::text"

@@ -119,7 +119,8 @@ export function overlay(series) {
     c.points.forEach((p, i) => {
       if (p[1] > 0) { d += `${d ? 'L' : 'M'}${xOf(i).toFixed(1)},${sy.y(p[1]).toFixed(1)}`; marks++; }
     });
-    if (d) svg.append(s('path', { d, class: 'series', stroke: PALETTE[k % PALETTE.length] }));
+    // Dashes from the second run on: identical curves stay told apart.
+    if (d) svg.append(s('path', { d, class: 'series', stroke: PALETTE[k % PALETTE.length], 'stroke-dasharray': k ? `${8 - 2 * k} 4` : null }));
   });
   svg.setAttribute('data-marks', marks);
   return svg;

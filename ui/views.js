@@ -38,6 +38,7 @@ function jobRow(j, actions) {
     h('td', {}, j.kind), h('td', {}, op), h('td', {}, j.target), h('td', {}, j.backend || '—'),
     h('td', { class: 'num c-best' }, ns(best.latency_ns)),
     h('td', { class: 'num c-frac' }, pct(best.fraction_of_bound)),
+    h('td', { class: 'c-owner' }, j.owner || '—'),
     h('td', {}, labels(j.labels)),
     h('td', {}, when(j.created_at)),
     h('td', { class: 'c-act' }, actions(j)));
@@ -71,7 +72,7 @@ export async function jobsView(main, route, signal) {
     h('p', { class: 'bar' }, compareBtn, ' ', live),
     h('table', { class: 'grid', id: 'jobs' },
       h('caption', { class: 'sr' }, 'jobs, newest first'),
-      h('thead', {}, h('tr', {}, ['', 'Job', 'State', 'Kind', 'Op', 'Target', 'Backend', 'Best', 'Of bound', 'Labels', 'Created', 'Actions']
+      h('thead', {}, h('tr', {}, ['', 'Job', 'State', 'Kind', 'Op', 'Target', 'Backend', 'Best', 'Of bound', 'Owner', 'Labels', 'Created', 'Actions']
         .map((c) => h('th', { scope: 'col' }, c)))),
       tbody), more);
 
@@ -128,7 +129,23 @@ export async function jobsView(main, route, signal) {
     performance.mark('kforge-jobs-rendered');
   });
 
-  // Live: every event the token may see; a job new to the list is fetched once.
+  // A job new to the list: the list's first page is read again (at most
+  // every 300 ms, however many jobs arrive), so new rows come in the light
+  // shape, filtered by the server like the rest, newest on top.
+  let headTimer = null;
+  function refreshHead() {
+    if (headTimer) return;
+    headTimer = setTimeout(async () => {
+      headTimer = null;
+      try {
+        const res = await api('/v1/jobs' + qs(Object.assign({}, query, { limit: 20 })), { signal });
+        for (const j of res.jobs.slice().reverse()) if (!rows.has(j.id)) put(j, true);
+      } catch (e) { if (!signal.aborted) status(e.message, true); }
+    }, 300);
+  }
+  signal.addEventListener('abort', () => clearTimeout(headTimer), { once: true });
+
+  // Live: every event the token may see.
   const streamQ = p.kind ? qs({ kind: p.kind }) : '';
   stream('/v1/stream' + streamQ, async (type, d) => {
     const j = rows.get(d.job_id);
@@ -137,11 +154,8 @@ export async function jobsView(main, route, signal) {
         j.state = d.to || j.state;
         put(j, false);
         if (!matches(j)) tbody.querySelector(`tr[data-id="${CSS.escape(j.id)}"]`).classList.add('stale');
-      } else if (d.type === 'created' || !rows.has(d.job_id)) {
-        try {
-          const full = await api(`/v1/jobs/${d.job_id}`, { signal });
-          if (matches(full) && !rows.has(full.id)) put(full, true);
-        } catch (e) { /* gone or not ours: nothing to show */ }
+      } else {
+        refreshHead();
       }
     } else if (type === 'iteration' && j && d.correct && d.latency_ns > 0 &&
                (!j.best || !(j.best.latency_ns <= d.latency_ns))) {
@@ -319,9 +333,12 @@ export async function compareView(main, route, signal) {
         row('best', (j) => ns(j.best && j.best.latency_ns)), row('of bound', (j) => pct(j.best && j.best.fraction_of_bound)),
         row('findings', (j) => (j.findings || []).map((f) => h('span', { class: 'tag' }, f))))));
     const deltaRows = (obj, f) => Object.entries(obj || {}).map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), f(v)));
-    main.append(section('Params that differ', h('table', { class: 'grid' }, h('tbody', {},
-      deltaRows(c.params_differ, (v) => v.map((x) => h('td', { class: 'mono' }, json(x))))))));
-    main.append(section('Profile deltas (against the first)', h('table', { class: 'grid' }, h('tbody', {},
+    const idHead = () => h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, ''), c.jobs.map((j) => h('th', { scope: 'col' }, short(j.id)))));
+    main.append(section('Params that differ', Object.keys(c.params_differ || {}).length
+      ? h('table', { class: 'grid' }, idHead(), h('tbody', {},
+        deltaRows(c.params_differ, (v) => v.map((x) => h('td', { class: 'mono' }, json(x))))))
+      : h('p', { class: 'muted' }, 'none: the best runs have the same params')));
+    main.append(section('Profile deltas (against the first)', h('table', { class: 'grid' }, idHead(), h('tbody', {},
       deltaRows(c.profile_deltas, (v) => v.values.map((x, i) => h('td', { class: 'num' },
         `${x == null ? '—' : +x.toPrecision(6)}${i && v.delta[i] != null ? ` (${v.delta[i] > 0 ? '+' : ''}${+v.delta[i].toPrecision(4)})` : ''}`)))))));
     main.append(section('Findings only one run has', h('ul', {}, Object.entries(c.findings_only || {}).map(([k, v]) =>
@@ -362,11 +379,19 @@ export async function batchView(main, route, signal) {
     const prog = h('progress', { id: 'batch-progress', max: 1, value: b.progress, 'aria-label': 'batch progress' });
     const progText = h('span', {}, ` ${pct(b.progress)} — ${b.finished} of ${b.n_jobs} finished`);
     const counts = h('p', { id: 'batch-counts' }, Object.entries(b.counts).map(([k, v]) => h('span', { class: 'tag' }, `${k} ${v}`)));
+    const pick = h('form', { class: 'filters', 'aria-label': 'report settings' },
+      h('label', {}, 'Baseline batch ', h('input', { name: 'baseline', value: route.params.baseline || '', size: 38, placeholder: 'default: the previous run of this matrix' })),
+      h('label', {}, 'Threshold ', h('input', { name: 'threshold', value: route.params.threshold || '', size: 6, placeholder: '0.03' })),
+      h('button', { type: 'submit' }, 'Report'));
+    pick.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      location.hash = `#/batches/${id}` + qs(Object.fromEntries(new FormData(pick).entries()));
+    });
     main.append(h('h1', {}, `Batch ${b.name || short(id)}`), h('p', {}, prog, progText), counts,
       kv({ id, state: b.state, source: b.source, priority: b.priority, created: when(b.created_at), finished: when(b.finished_at) }));
     const entries = rep.entries.slice().sort((x, y) => VERDICT_ORDER.indexOf(x.verdict) - VERDICT_ORDER.indexOf(y.verdict) ||
       (y.ratio || 0) - (x.ratio || 0));
-    main.append(section(`Report against ${rep.baseline ? short(rep.baseline) : 'no baseline'} (threshold ${pct(rep.threshold)})`,
+    main.append(section(`Report against ${rep.baseline ? short(rep.baseline) : 'no baseline'} (threshold ${pct(rep.threshold)})`, pick,
       h('p', {}, Object.entries(rep.summary).map(([k, v]) => h('span', { class: `tag verdict-${k}` }, `${k} ${v}`))),
       h('table', { class: 'grid', id: 'report' },
         h('thead', {}, h('tr', {}, ['Verdict', 'Op', 'Shape', 'Dtype', 'Target', 'Old', 'New', 'Ratio', 'Provenance changed', 'Job']

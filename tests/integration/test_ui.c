@@ -158,6 +158,13 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
     expr = kf_asprintf("(document.querySelector('tr[data-id=\"%s\"] .c-best') || {}).textContent !== '—'", a);
     wait_for("the row's best latency, live", expr, 15000);
     free(expr);
+    expr = kf_asprintf("document.querySelector('tr[data-id=\"%s\"] .c-owner').textContent", a);
+    {
+        char *owner = kf_cdp_eval_str(B, expr);
+        cr_assert(owner && strcmp(owner, "user") == 0, "the owner column names the token (got %s)", owner ? owner : "none");
+        free(owner);
+    }
+    free(expr);
     shot("jobs");
     b = kf_stack_submit(&S, JOB_BODY);
 
