@@ -187,6 +187,11 @@ static const char *edge_library(const char *id)
 static char *route_path(const char *pattern, const char *id, const char *id2)
 {
     const char *brace = strchr(pattern, '{');
+    /* the dashboard: its redirects (302, test_api_ui) are asked where they lead */
+    if (strcmp(pattern, "/") == 0 || strcmp(pattern, "/ui") == 0)
+        return kf_strdup("/ui/");
+    if (strcmp(pattern, "/ui/{asset}") == 0)
+        return kf_strdup("/ui/app.js");
     if (strcmp(pattern, "/v1/compare") == 0)
         return kf_asprintf("/v1/compare?jobs=%s,%s", id, id2);
     if (!brace)
