@@ -110,6 +110,7 @@ cat <<MSG
 
 kforge is running.
   API:          $KFORGE_API_URL   (OpenAPI description at /v1/openapi.json)
+  dashboard:    $KFORGE_API_URL/ui/   (sign in with the admin token below)
   admin token:  $ADMIN_TOKEN
   logs:         $VAR/log/
   try:          curl -s -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \\
