@@ -45,11 +45,16 @@
 
 enum { NKI_LOC_CACHE = 256 };
 
+/* Tiles held by live Python references at once may take this many times
+ * a memory's capacity (the arenas' bound): the compiler's liveness decides
+ * what fits (sim_live.h); this only bounds the simulator's own memory. */
+#define NKI_HELD_FACTOR 8
+
 typedef struct nki_iv {          /* an on-chip allocation interval [off, off+len) */
     uint64_t off, len;
 } nki_iv;
 
-typedef struct nki_arena {       /* first-fit allocator over one partition's bytes */
+typedef struct nki_arena {       /* first-fit placement by Python lifetime (for timing) */
     nki_iv  *iv;
     size_t   n, cap;
     uint64_t used, capacity, peak;
@@ -130,6 +135,19 @@ typedef struct nki_oob_map {
     simc_view v;             /* the view the map describes */
 } nki_oob_map;
 
+/* An allocation hint: buffer=ncc.sbuf.mod_alloc(...) / ncc.psum.mod_alloc(...)
+ * (modulo allocation of a tensor's blocks, the leading dims before the
+ * partition dim).  Block index i goes to bank base_bank + lin(i % bank_tiles)
+ * (PSUM), partition base_partition + lin(i % par_tiles) * partitions and
+ * byte base_addr + lin(i % free_tiles) * block bytes. */
+typedef struct nki_hint {
+    bool     set;
+    int      n_bank, n_par, n_free;
+    int64_t  base_bank, base_addr, base_partition;
+    int64_t  bank_tiles[SIMC_MAX_DIMS], par_tiles[SIMC_MAX_DIMS], free_tiles[SIMC_MAX_DIMS];
+    char     text[160];   /* the call as the kernel wrote it, for messages */
+} nki_hint;
+
 typedef struct nki_tensor {
     PyObject_HEAD
     simc_view v;
@@ -153,9 +171,12 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim);
 nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
                              int pdim, const char *name, const char *api);
 /* Same, with psum_banks: a PSUM tensor placed with address= may span whole
- * banks (each matmul into it must still stay inside one bank). */
+ * banks (each matmul into it must still stay inside one bank); hint (may be
+ * NULL): an allocation hint, checked against the tensor (a hint that does
+ * not fit is SIM_E_BAD_ARGUMENT naming it). */
 nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
-                                int pdim, const char *name, const char *api, bool psum_banks);
+                                int pdim, const char *name, const char *api, bool psum_banks,
+                                const nki_hint *hint);
 /* Borrow the tensor in obj or fail with BAD_ARGUMENT naming `what`. */
 nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what);
 /* Check the deferred bounds of an index-expression view under an optional
@@ -216,10 +237,13 @@ typedef struct nki_buffer_obj {
     int mem;        /* sim_mem */
     int shared;     /* shared_hbm */
     const char *name;
+    nki_hint hint;  /* set on the buffer a mod_alloc(...) call returns */
 } nki_buffer_obj;
 extern PyTypeObject nki_BufferType;
 /* Memory for a buffer= argument (None -> SBUF); -1 with the error raised. */
 int nki_buffer_from(PyObject *obj, const char *api, bool *shared);
+/* The allocation hint a buffer= argument carries, or NULL. */
+const nki_hint *nki_buffer_hint(PyObject *obj);
 
 /* Engine for an engine= argument (None/unknown -> dflt). */
 sim_engine nki_engine_from(PyObject *obj, sim_engine dflt);

@@ -68,7 +68,8 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
         shape[1] = 1;
         nd = 2;
     }
-    t = nki_tensor_alloc_ex((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api, placed);
+    t = nki_tensor_alloc_ex((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api, placed,
+                            nki_buffer_hint(buffer_obj));
     if (!t)
         return NULL;
     if (mem == SIM_MEM_HBM && shared) {
@@ -1063,8 +1064,9 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
     {
         sim_region dr;
         simc_view_region(&dst->v, &dr);
-        if (dr.byte_hi > dr.byte_lo &&
-            dr.byte_lo / SIMC_PSUM_BANK_BYTES != (dr.byte_hi - 1) / SIMC_PSUM_BANK_BYTES)
+        /* blocks of a PSUM tensor each lie inside one bank (nki_tensor_alloc_ex) */
+        uint64_t unit = dst->v.st->blk_bytes ? dst->v.st->blk_bytes : SIMC_PSUM_BANK_BYTES;
+        if (dr.byte_hi > dr.byte_lo && dr.byte_lo / unit != (dr.byte_hi - 1) / unit)
             return (nki_fail(SIM_E_PSUM_TILE, api,
                              "the matmul result spans bytes [%llu, %llu) of a partition, across "
                              "a 2048-byte bank boundary",

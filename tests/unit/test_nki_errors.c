@@ -67,7 +67,7 @@ static const neg_case cases[] = {
       HDR "def k(x):\n    t = nl.ndarray((256, 64), dtype=x.dtype, buffer=nl.sbuf)\n    return x\n", 1 },
     { SIM_E_PSUM_TILE, 6, "4096 bytes per partition > 2048",
       LHDR "def k(x):\n    acc = nl.zeros((128, 1024), dtype=nl.float32, buffer=nl.psum)\n    return x\n", 1 },
-    { SIM_E_PSUM_CAPACITY, 8, "16384 of 16384",
+    { SIM_E_PSUM_CAPACITY, 8, "size: 18432 bytes per partition live at once",
       HDR "def k(x):\n    live = []\n    for i in range(9):\n"
           "        live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))\n    return x\n", 1 },
     { SIM_E_SBUF_CAPACITY, 8, "229376",
