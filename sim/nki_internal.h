@@ -301,6 +301,10 @@ int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float 
  * out (NULL: all).  -1 with the error raised. */
 int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
                       PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask);
+/* The partition-start rule (neuron-hardware.md §1c): an engine access of n
+ * partitions starts at 0 (n > 64), 0 or 64 (33..64) or 0/32/64/96 (n <= 32).
+ * -1 with SIM_E_PARTITION_START naming the operand `what` otherwise. */
+int nki_partition_start(const nki_tensor *t, const char *api, const char *what);
 /* dst (+)= stat.T @ mov on the Tensor engine with the checks and the record;
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,

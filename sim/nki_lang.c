@@ -1017,6 +1017,23 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
     return true;
 }
 
+int nki_partition_start(const nki_tensor *t, const char *api, const char *what)
+{
+    sim_region r;
+    unsigned lo, n;
+    bool ok;
+    if (t->pdim < 0 || t->oob)
+        return 0;
+    simc_view_region(&t->v, &r);
+    lo = r.part_lo;
+    n = r.part_count;
+    ok = lo == 0 || (n <= 64 && lo == 64) || (n <= 32 && lo % 32 == 0);
+    if (ok)
+        return 0;
+    nki_fail(SIM_E_PARTITION_START, api, "the %s operand covers %u partitions from partition %u", what, n, lo);
+    return -1;
+}
+
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose)
 {
@@ -1038,6 +1055,17 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
                         "the Tensor engine multiplies float operands (fp32/bf16/fp16/fp8), got %s and %s",
                         sim_dtype_name(sv->dtype), sim_dtype_name(mv->dtype)), -1);
     if (nki_check_bounds(stat, NULL, api) < 0 || nki_check_bounds(mov, NULL, api) < 0)
+        return -1;
+    /* NeuronCore-v2 accumulates and writes matmul results in fp32 only
+     * (neuron-hardware.md; PSUM may hold BF16 from NeuronCore-v4, and the
+     * reference says nothing against it on v3). */
+    if (!is_transpose && nki_cur->tgt->nc_gen <= 2 && dst->v.dtype != SIM_DT_FLOAT32)
+        return (nki_fail(SIM_E_DTYPE, api,
+                         "rule fp32-psum-output: the NeuronCore-v2 Tensor engine (%s) writes fp32 PSUM "
+                         "only, the result tile is %s; make it float32 and cast when copying it out",
+                         nki_cur->tgt->name, sim_dtype_name(dst->v.dtype)), -1);
+    if ((!stat_is_mk && nki_partition_start(stat, api, "stationary") < 0) ||
+        nki_partition_start(mov, api, "moving") < 0 || nki_partition_start(dst, api, "result") < 0)
         return -1;
     if (stat_is_mk) {            /* legacy nl.matmul(x, y): x is (M, K) */
         M = nki_view_parts(stat);
