@@ -136,6 +136,9 @@ typedef struct nki_oob_map {
 } nki_oob_map;
 
 /* An allocation hint: buffer=ncc.sbuf.mod_alloc(...) / ncc.psum.mod_alloc(...)
+ * or ncc.sbuf/psum.alloc(func), func(block index tuple, partitions, bytes
+ * per partition) returning (partition, byte) for SBUF and (bank, partition,
+ * byte) for PSUM
  * (modulo allocation of a tensor's blocks, the leading dims before the
  * partition dim).  Block index i goes to bank base_bank + lin(i % bank_tiles)
  * (PSUM), partition base_partition + lin(i % par_tiles) * partitions and
@@ -145,6 +148,8 @@ typedef struct nki_hint {
     int      n_bank, n_par, n_free;
     int64_t  base_bank, base_addr, base_partition;
     int64_t  bank_tiles[SIMC_MAX_DIMS], par_tiles[SIMC_MAX_DIMS], free_tiles[SIMC_MAX_DIMS];
+    PyObject *func;       /* alloc(func): the kernel's allocation function (owned by
+                             the buffer object carrying the hint), else NULL */
     char     text[160];   /* the call as the kernel wrote it, for messages */
 } nki_hint;
 

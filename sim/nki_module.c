@@ -339,9 +339,55 @@ static PyObject *buffer_mod_alloc(PyObject *self, PyObject *const *args, Py_ssiz
     return (PyObject *)r;
 }
 
+/* ncc.sbuf.alloc(func) / ncc.psum.alloc(func): a buffer whose tensor's
+ * blocks go where func says (called per block when the tensor is made). */
+static PyObject *buffer_func_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const names[] = { "func" };
+    nki_buffer_obj *b = (nki_buffer_obj *)self, *r;
+    PyObject *a[NKI_NARGS(names)];
+    const char *api = b->mem == SIM_MEM_PSUM ? "ncc.psum.alloc" : "ncc.sbuf.alloc";
+
+    if (nki_need_run(api) < 0)
+        return NULL;
+    if (b->mem == SIM_MEM_HBM)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "alloc places SBUF or PSUM tiles, not %s", b->name);
+    if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
+        return NULL;
+    if (!a[0] || !PyCallable_Check(a[0]))
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "func must be callable");
+    r = PyObject_New(nki_buffer_obj, &nki_BufferType);
+    if (!r)
+        return NULL;
+    r->mem = b->mem;
+    r->shared = b->shared;
+    r->name = b->name;
+    memset(&r->hint, 0, sizeof(r->hint));
+    r->hint.set = true;
+    Py_INCREF(a[0]);
+    r->hint.func = a[0];
+    {
+        PyObject *nm = PyObject_GetAttrString(a[0], "__name__");
+        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+        snprintf(r->hint.text, sizeof(r->hint.text), "%s(%.100s)", api, s ? s : "func");
+        Py_XDECREF(nm);
+        PyErr_Clear();
+    }
+    return (PyObject *)r;
+}
+
+static void buffer_dealloc(PyObject *o)
+{
+    Py_XDECREF(((nki_buffer_obj *)o)->hint.func);
+    Py_TYPE(o)->tp_free(o);
+}
+
 static PyMethodDef buffer_methods[] = {
     { "mod_alloc", (PyCFunction)(void (*)(void))buffer_mod_alloc, METH_FASTCALL | METH_KEYWORDS,
       "modulo allocation of the tensor's blocks at fixed addresses" },
+    { "alloc", (PyCFunction)(void (*)(void))buffer_func_alloc, METH_FASTCALL | METH_KEYWORDS,
+      "blocks placed by an allocation function" },
     { "auto_alloc", (PyCFunction)(void (*)(void))buffer_auto, METH_FASTCALL | METH_KEYWORDS,
       "the compiler's allocation (the buffer itself)" },
     { NULL, NULL, 0, NULL },
@@ -352,6 +398,7 @@ PyTypeObject nki_BufferType = {
     .tp_name = "nki.language.buffer",
     .tp_basicsize = sizeof(nki_buffer_obj),
     .tp_repr = buffer_repr,
+    .tp_dealloc = buffer_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A memory: sbuf, psum, hbm, shared_hbm, private_hbm.",
     .tp_methods = buffer_methods,

@@ -78,6 +78,81 @@ static int64_t tiles_product(const int64_t *t, int n)
  * partitions and `blk` bytes per block and partition: *off and *reserve
  * (bytes per partition from *off).  -1 with SIM_E_BAD_ARGUMENT naming the
  * hint when it does not fit the tensor or the memory. */
+/* An int from item i of a sequence; -1 when it is not one. */
+static int seq_int(PyObject *seq, Py_ssize_t i, int64_t *v)
+{
+    return nki_get_int(PySequence_Fast_GET_ITEM(seq, i), v) && *v >= 0 ? 0 : -1;
+}
+
+/* alloc(func): call func for every block and take the span of the places it
+ * gives.  -1 with the error raised (a Python error in func propagates). */
+static int hint_func_place(const nki_hint *h, sim_mem mem, int nb, const int64_t *bshape, int64_t parts,
+                           uint64_t blk, uint64_t capacity, const char *api, uint64_t *off,
+                           uint64_t *reserve)
+{
+    int64_t n = 1, idx[SIMC_MAX_DIMS] = { 0 };
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int want = mem == SIM_MEM_PSUM ? 3 : 2;
+
+    for (int d = 0; d < nb; d++)
+        n *= bshape[d];
+    if (n > 4096)
+        return (nki_fail(SIM_E_LIMIT, api, "%s over %lld blocks, at most 4096", h->text, (long long)n), -1);
+    for (int64_t b = 0; b < n; b++) {
+        PyObject *t = PyTuple_New(nb), *r, *seq;
+        int64_t v[3] = { 0, 0, 0 };
+        uint64_t at;
+        for (int d = 0; t && d < nb; d++)
+            PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(idx[d]));
+        r = t ? PyObject_CallFunction(h->func, "OLK", t, (long long)parts, (unsigned long long)blk) : NULL;
+        Py_XDECREF(t);
+        if (!r)
+            return -1;
+        seq = PySequence_Check(r) ? PySequence_Fast(r, "") : NULL;
+        Py_DECREF(r);
+        if (!seq || PySequence_Fast_GET_SIZE(seq) != want || seq_int(seq, 0, &v[0]) < 0 ||
+            seq_int(seq, 1, &v[1]) < 0 || (want == 3 && seq_int(seq, 2, &v[2]) < 0)) {
+            Py_XDECREF(seq);
+            PyErr_Clear();
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must return %s of ints >= 0 for block %lld",
+                             h->text, want == 3 ? "(bank, partition, byte)" : "(partition, byte)",
+                             (long long)b), -1);
+        }
+        Py_DECREF(seq);
+        /* v: PSUM (bank, partition, byte), SBUF (partition, byte, -) */
+        if ((want == 3 ? v[1] : v[0]) + parts > SIMC_PMAX)
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s puts block %lld at partition %lld, past %d",
+                             h->text, (long long)b, (long long)(want == 3 ? v[1] : v[0]), SIMC_PMAX), -1);
+        if (want == 3) {
+            if ((uint64_t)v[0] >= capacity / SIMC_PSUM_BANK_BYTES || (uint64_t)v[2] + blk > SIMC_PSUM_BANK_BYTES)
+                return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                                 "%s puts block %lld at bank %lld byte %lld: past the %llu banks or "
+                                 "its bank's %d bytes", h->text, (long long)b, (long long)v[0],
+                                 (long long)v[2], (unsigned long long)(capacity / SIMC_PSUM_BANK_BYTES),
+                                 SIMC_PSUM_BANK_BYTES), -1);
+            at = (uint64_t)v[0] * SIMC_PSUM_BANK_BYTES + (uint64_t)v[2];
+        } else {
+            if ((uint64_t)v[1] + blk > capacity)
+                return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s puts block %lld at byte %lld, past the %llu "
+                                 "bytes of a partition", h->text, (long long)b, (long long)v[1],
+                                 (unsigned long long)capacity), -1);
+            at = (uint64_t)v[1];
+        }
+        if (at < lo)
+            lo = at;
+        if (at + blk > hi)
+            hi = at + blk;
+        for (int d = nb - 1; d >= 0; d--) {
+            if (++idx[d] < bshape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    *off = lo == UINT64_MAX ? 0 : lo;
+    *reserve = hi > *off ? hi - *off : blk;
+    return 0;
+}
+
 static int hint_place(const nki_hint *h, sim_mem mem, int nb, int64_t parts, uint64_t blk,
                       uint64_t capacity, const char *api, uint64_t *off, uint64_t *reserve)
 {
@@ -195,7 +270,9 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
         if (blk_bytes == 0)
             blk_bytes = 4;
         if (hint && hint->set) {
-            if (hint_place(hint, mem, pdim, parts, blk_bytes, cap, api, &hint_off, &reserve) < 0)
+            if ((hint->func ? hint_func_place(hint, mem, pdim, shape, parts, blk_bytes, cap, api, &hint_off,
+                                              &reserve)
+                            : hint_place(hint, mem, pdim, parts, blk_bytes, cap, api, &hint_off, &reserve)) < 0)
                 return NULL;
             place = SIM_PLACE_FIXED;
         } else if (mem == SIM_MEM_PSUM && psum_banks) {

@@ -204,10 +204,19 @@ static const char *HINTED = HDR
     "    nisa.dma_copy(dst=out, src=res)\n"
     "    return out\n";
 
+static char *hinted_with(const char *buffer)
+{
+    const char *hint = "ncc.psum.mod_alloc(base_bank=BANK, num_bank_tiles=(2,))";
+    const char *at = strstr(HINTED, hint);
+    return kf_asprintf("%.*s%s%s", (int)(at - HINTED), HINTED, buffer, at + strlen(hint));
+}
+
 static char *hinted(const char *bank)
 {
-    const char *at = strstr(HINTED, "BANK");
-    return kf_asprintf("%.*s%s%s", (int)(at - HINTED), HINTED, bank, at + 4);
+    char *buf = kf_asprintf("ncc.psum.mod_alloc(base_bank=%s, num_bank_tiles=(2,))", bank);
+    char *src = hinted_with(buf);
+    free(buf);
+    return src;
 }
 
 Test(nki_alloc, psum_mod_alloc_hint_is_honoured)
@@ -254,6 +263,38 @@ Test(nki_alloc, psum_mod_alloc_hint_is_honoured)
     kt_run(&r, src, "k", in, 2, 0, 0, false);
     cr_assert_eq(r.serr.code, SIM_E_PSUM_CAPACITY, "%s", r.err.msg);
     cr_assert(strstr(r.err.msg, "fragmentation: a tile of 12288 bytes per partition (whole banks)") != NULL,
+              "%s", r.err.msg);
+    kt_run_done(&r);
+    free(src);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki_alloc, psum_alloc_function_places_each_block)
+{
+    /* the allocation function form of the same rotation over banks 0-1 */
+    char *src = hinted_with("ncc.psum.alloc(lambda idx, p, f: (idx[0] % 2, 0, 0))");
+    sim_array in[2] = { mk("a", 128, 128, 5), mk("b", 128, 512, 6) };
+    kt_result r;
+    bool seen = false;
+
+    kt_run(&r, src, "k", in, 2, 0, 0, false);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (size_t a = 0; a < r.rec.n_allocs; a++) {
+        const sim_alloc *al = &r.rec.allocs[a];
+        if (al->mem == SIM_MEM_PSUM && al->place == SIM_PLACE_FIXED) {
+            cr_assert_eq(al->live_offset, 0);
+            cr_assert_eq(al->reserve, 2 * 2048);
+            seen = true;
+        }
+    }
+    cr_assert(seen);
+    kt_run_done(&r);
+    free(src);
+    src = hinted_with("ncc.psum.alloc(lambda idx, p, f: (idx[0] + 3, 0, 0))");
+    kt_run(&r, src, "k", in, 2, 0, 0, false);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "ncc.psum.alloc(<lambda>) puts block 5 at bank 8 byte 0: past the 8 banks") != NULL,
               "%s", r.err.msg);
     kt_run_done(&r);
     free(src);
