@@ -168,10 +168,10 @@ static int hint_place(const nki_hint *h, sim_mem mem, int nb, int64_t parts, uin
                          h->n_bank > h->n_par ? (h->n_bank > h->n_free ? h->n_bank : h->n_free)
                                               : (h->n_par > h->n_free ? h->n_par : h->n_free),
                          nb), -1);
-    if (h->base_partition + npar * parts > SIMC_PMAX)
+    int64_t top = h->base_partition + npar * parts;
+    if (top > SIMC_PMAX)
         return (nki_fail(SIM_E_BAD_ARGUMENT, api,
-                         "%s puts partitions up to %lld, past %d", h->text,
-                         (long long)(h->base_partition + npar * parts), SIMC_PMAX), -1);
+                         "%s puts partitions up to %lld, past %d", h->text, (long long)top, SIMC_PMAX), -1);
     if (mem == SIM_MEM_PSUM) {
         uint64_t banks = capacity / SIMC_PSUM_BANK_BYTES;
         if ((uint64_t)h->base_bank + (uint64_t)nbank > banks)
@@ -305,12 +305,14 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
          * of the run (sim_live.h). */
         if (place == SIM_PLACE_IN_BANK)
             window = SIMC_PSUM_BANK_BYTES;
-        if (nki_arena_alloc(a, reserve, window, &off) < 0)
+        if (nki_arena_alloc(a, reserve, window, &off) < 0) {
+            uint64_t held = a->used + reserve;
             return (nki_tensor *)nki_fail(
                 SIM_E_LIMIT, api,
                 "tiles held by live Python references take %llu bytes per partition of %s, "
                 "over %dx its capacity: the simulator's bound; drop tiles you no longer use",
-                (unsigned long long)(a->used + reserve), mn, NKI_HELD_FACTOR);
+                (unsigned long long)held, mn, NKI_HELD_FACTOR);
+        }
         st = simc_store_new(mem, dt, (int)parts, free_elems, c->numerics);
         st->acct_bytes = reserve;
         st->acct_off = off;

@@ -456,15 +456,16 @@ static int plan_mem(sim_record *rec, live_ctx *lc, sim_mem mem, uint64_t cap, si
         const sim_alloc *a = &al[f.id], *b = &al[f.other];
         char at[80];
         const char *other = rstr(rec, b->name);
+        uint64_t a_end = a->hint_offset + a->reserve, b_end = b->live_offset + b->reserve;
         set_err(rec, serr, SIM_E_BAD_ARGUMENT, a);
         where(rec, b->loc, serr->file, at, sizeof(at));
         snprintf(serr->values, sizeof(serr->values),
                  "the allocation hint puts this %s tile at bytes [%llu, %llu) of each partition, "
                  "where the hinted tile %s%.48s%s from %s lives at the same time at [%llu, %llu)",
                  mname, (unsigned long long)a->hint_offset,
-                 (unsigned long long)(a->hint_offset + a->reserve), other[0] ? "'" : "",
+                 (unsigned long long)a_end, other[0] ? "'" : "",
                  other[0] ? other : "(unnamed)", other[0] ? "'" : "", at,
-                 (unsigned long long)b->live_offset, (unsigned long long)(b->live_offset + b->reserve));
+                 (unsigned long long)b->live_offset, (unsigned long long)b_end);
     } else {
         sim_error_code code = mem == SIM_MEM_SBUF ? SIM_E_SBUF_CAPACITY : SIM_E_PSUM_CAPACITY;
         uint64_t t;

@@ -606,8 +606,8 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     ctx.serr = serr;
     ctx.tgt = tgt;
     ctx.numerics = o->numerics;
-    ctx.sbuf.capacity = tgt->sbuf_bytes * NKI_HELD_FACTOR;
-    ctx.psum.capacity = tgt->psum_bytes * NKI_HELD_FACTOR;
+    ctx.sbuf.capacity = (uint64_t)tgt->sbuf_bytes * NKI_HELD_FACTOR;
+    ctx.psum.capacity = (uint64_t)tgt->psum_bytes * NKI_HELD_FACTOR;
     ctx.grid_ndim = gnd;
     memcpy(ctx.grid, g, sizeof(g));
     rec->spmd_programs = (uint32_t)(g[0] * g[1] * g[2]);

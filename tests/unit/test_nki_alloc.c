@@ -140,7 +140,7 @@ Test(nki_alloc, psum_blocks_pack_into_banks)
         "    return out\n";
     sim_array in[2] = { mk("a", 128, 128, 3), mk("b", 128, 384, 4) };
     kt_result r;
-    double *ab = kf_calloc(128 * 384, sizeof(double)), *ba = kf_calloc(128 * 128, sizeof(double));
+    double *ab = kf_calloc((size_t)128 * 384, sizeof(double)), *ba = kf_calloc((size_t)128 * 128, sizeof(double));
 
     kt_run(&r, src, "k", in, 2, 0, 0, true);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
@@ -165,11 +165,11 @@ Test(nki_alloc, psum_blocks_pack_into_banks)
         const sim_alloc *al = &r.rec.allocs[a];
         if (al->mem != SIM_MEM_PSUM)
             continue;
-        if (al->bytes_per_part == 8 * 512) {
-            cr_assert_eq(al->reserve, 4096);            /* 8 blocks in 2 banks */
+        if (al->bytes_per_part == (uint64_t)8 * 512) {
+            cr_assert_eq(al->reserve, (uint64_t)4096);  /* 8 blocks in 2 banks */
             cr_assert_eq(al->place, SIM_PLACE_BANKS);
         } else {
-            cr_assert_eq(al->reserve, 3 * 2048);        /* a bank per 1.5 KiB block */
+            cr_assert_eq(al->reserve, (uint64_t)3 * 2048); /* a bank per 1.5 KiB block */
         }
         cr_assert_eq(al->live_offset % 2048, 0);
     }
@@ -239,10 +239,10 @@ Test(nki_alloc, psum_mod_alloc_hint_is_honoured)
         const sim_alloc *al = &r.rec.allocs[a];
         if (al->mem == SIM_MEM_PSUM && al->place == SIM_PLACE_FIXED) {
             cr_assert_eq(al->live_offset, 0);
-            cr_assert_eq(al->reserve, 2 * 2048);
+            cr_assert_eq(al->reserve, (uint64_t)2 * 2048);
             seen = true;
         } else if (al->mem == SIM_MEM_PSUM) {
-            cr_assert_eq(al->live_offset, 2 * 2048);   /* the six banks the hint leaves */
+            cr_assert_eq(al->live_offset, (uint64_t)2 * 2048);   /* the six banks the hint leaves */
         }
     }
     cr_assert(seen);
@@ -284,7 +284,7 @@ Test(nki_alloc, psum_alloc_function_places_each_block)
         const sim_alloc *al = &r.rec.allocs[a];
         if (al->mem == SIM_MEM_PSUM && al->place == SIM_PLACE_FIXED) {
             cr_assert_eq(al->live_offset, 0);
-            cr_assert_eq(al->reserve, 2 * 2048);
+            cr_assert_eq(al->reserve, (uint64_t)2 * 2048);
             seen = true;
         }
     }
