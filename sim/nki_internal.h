@@ -321,8 +321,13 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
                             PyObject *mask_obj);
 /* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
-/* dst = the transpose of 2-D src (checked by the caller), written under
- * mask and recorded as one DMA_TRANSPOSE (nl.load_transpose2d, nisa.dma_transpose). */
+/* The permutation a DMA transpose applies to an ndim-D source (the result's
+ * axis i is the source's axis perm[i]): (1, 0), (2, 1, 0), (3, 1, 2, 0);
+ * NULL for other ranks. */
+const int *nki_dma_perm(int ndim);
+/* dst = src permuted by nki_dma_perm (2- to 4-D; shapes checked by the
+ * caller), written under mask (row-major over dst) and recorded as one
+ * DMA_TRANSPOSE (nl.load_transpose2d, nisa.dma_transpose). */
 void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask);
 
 /* ===== execution helpers (nki_exec.c) ===== */

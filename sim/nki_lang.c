@@ -1194,16 +1194,23 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                        a[3]);
 }
 
-/* Transpose data (P, F) into dst (F, P); PE (into PSUM) or Vector engine. */
+const int *nki_dma_perm(int ndim)
+{
+    static const int p2[] = { 1, 0 }, p3[] = { 2, 1, 0 }, p4[] = { 3, 1, 2, 0 };
+    return ndim == 2 ? p2 : ndim == 3 ? p3 : ndim == 4 ? p4 : NULL;
+}
+
+/* dst = src permuted as nki_dma_perm says, by DMA. */
 void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask)
 {
     simc_view tv = src->v;
+    const int *perm = nki_dma_perm(src->v.ndim);
     float *vals;
 
-    tv.shape[0] = src->v.shape[1];
-    tv.shape[1] = src->v.shape[0];
-    tv.strides[0] = src->v.strides[1];
-    tv.strides[1] = src->v.strides[0];
+    for (int i = 0; perm && i < src->v.ndim; i++) {
+        tv.shape[i] = src->v.shape[perm[i]];
+        tv.strides[i] = src->v.strides[perm[i]];
+    }
     vals = nki_read(&tv, 0);
     nki_write(&dst->v, vals, mask);
     nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
