@@ -12,7 +12,9 @@
  * as CPython expects.
  *
  * Files: nki_core.c (run context, errors, locations, argument parsing,
- * SBUF/PSUM allocators), nki_tensor.c (the tensor type and its views),
+ * the Python-lifetime SBUF/PSUM placement the timing model reads; what
+ * fits is decided by liveness in sim_live.c), nki_tensor.c (the tensor
+ * type and its views),
  * nki_index.c (legacy index expressions, predicates, mgrid), nki_exec.c
  * (operands, reads/writes, promotion, assignment, instruction emission),
  * nki_lang.c (nki.language), nki_isa.c (nki.isa), nki_module.c (module
