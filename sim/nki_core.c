@@ -164,7 +164,8 @@ int nki_parse(const char *api, PyObject *const *args, Py_ssize_t nargs, PyObject
     return 0;
 }
 
-/* ===== on-chip allocators ===== */
+/* ===== on-chip placement by Python lifetime (the record's sbuf_offset,
+ * read by the timing model; capacity is sim_live's) ===== */
 
 /* Start of the first window-aligned place at or after `at` where len bytes
  * do not straddle a window boundary (window 0: no constraint). */

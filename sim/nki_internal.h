@@ -12,7 +12,9 @@
  * as CPython expects.
  *
  * Files: nki_core.c (run context, errors, locations, argument parsing,
- * SBUF/PSUM allocators), nki_tensor.c (the tensor type and its views),
+ * the Python-lifetime SBUF/PSUM placement the timing model reads; what
+ * fits is decided by liveness in sim_live.c), nki_tensor.c (the tensor
+ * type and its views),
  * nki_index.c (legacy index expressions, predicates, mgrid), nki_exec.c
  * (operands, reads/writes, promotion, assignment, instruction emission),
  * nki_lang.c (nki.language), nki_isa.c (nki.isa), nki_module.c (module
@@ -45,11 +47,16 @@
 
 enum { NKI_LOC_CACHE = 256 };
 
+/* Tiles held by live Python references at once may take this many times
+ * a memory's capacity (the arenas' bound): the compiler's liveness decides
+ * what fits (sim_live.h); this only bounds the simulator's own memory. */
+#define NKI_HELD_FACTOR 8
+
 typedef struct nki_iv {          /* an on-chip allocation interval [off, off+len) */
     uint64_t off, len;
 } nki_iv;
 
-typedef struct nki_arena {       /* first-fit allocator over one partition's bytes */
+typedef struct nki_arena {       /* first-fit placement by Python lifetime (for timing) */
     nki_iv  *iv;
     size_t   n, cap;
     uint64_t used, capacity, peak;
@@ -130,6 +137,24 @@ typedef struct nki_oob_map {
     simc_view v;             /* the view the map describes */
 } nki_oob_map;
 
+/* An allocation hint: buffer=ncc.sbuf.mod_alloc(...) / ncc.psum.mod_alloc(...)
+ * or ncc.sbuf/psum.alloc(func), func(block index tuple, partitions, bytes
+ * per partition) returning (partition, byte) for SBUF and (bank, partition,
+ * byte) for PSUM
+ * (modulo allocation of a tensor's blocks, the leading dims before the
+ * partition dim).  Block index i goes to bank base_bank + lin(i % bank_tiles)
+ * (PSUM), partition base_partition + lin(i % par_tiles) * partitions and
+ * byte base_addr + lin(i % free_tiles) * block bytes. */
+typedef struct nki_hint {
+    bool     set;
+    int      n_bank, n_par, n_free;
+    int64_t  base_bank, base_addr, base_partition;
+    int64_t  bank_tiles[SIMC_MAX_DIMS], par_tiles[SIMC_MAX_DIMS], free_tiles[SIMC_MAX_DIMS];
+    PyObject *func;       /* alloc(func): the kernel's allocation function (owned by
+                             the buffer object carrying the hint), else NULL */
+    char     text[160];   /* the call as the kernel wrote it, for messages */
+} nki_hint;
+
 typedef struct nki_tensor {
     PyObject_HEAD
     simc_view v;
@@ -153,9 +178,12 @@ nki_tensor *nki_tensor_view(simc_store *st, const simc_view *v, int pdim);
 nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
                              int pdim, const char *name, const char *api);
 /* Same, with psum_banks: a PSUM tensor placed with address= may span whole
- * banks (each matmul into it must still stay inside one bank). */
+ * banks (each matmul into it must still stay inside one bank); hint (may be
+ * NULL): an allocation hint, checked against the tensor (a hint that does
+ * not fit is SIM_E_BAD_ARGUMENT naming it). */
 nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
-                                int pdim, const char *name, const char *api, bool psum_banks);
+                                int pdim, const char *name, const char *api, bool psum_banks,
+                                const nki_hint *hint);
 /* Borrow the tensor in obj or fail with BAD_ARGUMENT naming `what`. */
 nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what);
 /* Check the deferred bounds of an index-expression view under an optional
@@ -216,10 +244,13 @@ typedef struct nki_buffer_obj {
     int mem;        /* sim_mem */
     int shared;     /* shared_hbm */
     const char *name;
+    nki_hint hint;  /* set on the buffer a mod_alloc(...) call returns */
 } nki_buffer_obj;
 extern PyTypeObject nki_BufferType;
 /* Memory for a buffer= argument (None -> SBUF); -1 with the error raised. */
 int nki_buffer_from(PyObject *obj, const char *api, bool *shared);
+/* The allocation hint a buffer= argument carries, or NULL. */
+const nki_hint *nki_buffer_hint(PyObject *obj);
 
 /* Engine for an engine= argument (None/unknown -> dflt). */
 sim_engine nki_engine_from(PyObject *obj, sim_engine dflt);
@@ -277,6 +308,10 @@ int64_t nki_reduce_vals(simn_op op, const simc_view *in, const bool *red, float 
  * out (NULL: all).  -1 with the error raised. */
 int nki_reduce_masked(simn_op op, const char *api, nki_tensor *in_t, const bool *red,
                       PyObject *mask_obj, const simc_view *out, float *vals, uint8_t **wmask);
+/* The partition-start rule (neuron-hardware.md §1c): an engine access of n
+ * partitions starts at 0 (n > 64), 0 or 64 (33..64) or 0/32/64/96 (n <= 32).
+ * -1 with SIM_E_PARTITION_START naming the operand `what` otherwise. */
+int nki_partition_start(const nki_tensor *t, const char *api, const char *what);
 /* dst (+)= stat.T @ mov on the Tensor engine with the checks and the record;
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
@@ -288,8 +323,13 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
                             PyObject *mask_obj);
 /* dst = src transposed (P, F) -> (F, P) on the Tensor or Vector engine. */
 int nki_transpose(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng);
-/* dst = the transpose of 2-D src (checked by the caller), written under
- * mask and recorded as one DMA_TRANSPOSE (nl.load_transpose2d, nisa.dma_transpose). */
+/* The permutation a DMA transpose applies to an ndim-D source (the result's
+ * axis i is the source's axis perm[i]): (1, 0), (2, 1, 0), (3, 1, 2, 0);
+ * NULL for other ranks. */
+const int *nki_dma_perm(int ndim);
+/* dst = src permuted by nki_dma_perm (2- to 4-D; shapes checked by the
+ * caller), written under mask (row-major over dst) and recorded as one
+ * DMA_TRANSPOSE (nl.load_transpose2d, nisa.dma_transpose). */
 void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask);
 
 /* ===== execution helpers (nki_exec.c) ===== */

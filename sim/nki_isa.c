@@ -1415,21 +1415,36 @@ static PyObject *isa_dma_transpose(PyObject *m, PyObject *const *args, Py_ssize_
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(src = nki_as_tensor(a[1], api, "src")))
         return NULL;
-    if (src->v.ndim != 2 || dst->v.ndim != 2 || dst->v.shape[0] != src->v.shape[1] ||
-        dst->v.shape[1] != src->v.shape[0])
-        return nki_fail(SIM_E_SHAPE_MISMATCH, api, "a 2-D (a, b) src needs a (b, a) dst");
+    const int *perm = nki_dma_perm(src->v.ndim);
+    if (!perm)
+        return nki_fail(SIM_E_UNSUPPORTED_API, api, "a %d-D src (2-, 3- and 4-D transpose)", src->v.ndim);
+    {
+        bool same = dst->v.ndim == src->v.ndim;
+        char want[96];
+        int w = 0;
+        for (int i = 0; same && i < src->v.ndim; i++)
+            same = dst->v.shape[i] == src->v.shape[perm[i]];
+        for (int i = 0; i < src->v.ndim && w >= 0 && (size_t)w < sizeof(want); i++)
+            w += snprintf(want + w, sizeof(want) - (size_t)w, "%s%lld", i ? ", " : "",
+                          (long long)src->v.shape[perm[i]]);
+        if (!same)
+            return nki_fail(SIM_E_SHAPE_MISMATCH, api, "a %d-D src transposes into a (%s) dst", src->v.ndim, want);
+    }
     if (simc_view_elems(&src->v) > NKI_MAX_OP_ELEMS)
         return nki_fail(SIM_E_LIMIT, api, "one DMA of %lld elements, at most %lld (split it)",
                         (long long)simc_view_elems(&src->v), (long long)NKI_MAX_OP_ELEMS);
-    if (a[2] && a[2] != Py_None) {   /* only the 2-D swap, axes=(1, 0) */
+    if (a[2] && a[2] != Py_None) {   /* only the documented permutation of src's rank */
         PyObject *t = PySequence_Check(a[2]) ? PySequence_Tuple(a[2]) : NULL;
-        int64_t a0 = -1, a1 = -1;
-        bool ok = t && PyTuple_GET_SIZE(t) == 2 && nki_get_int(PyTuple_GET_ITEM(t, 0), &a0) &&
-                  nki_get_int(PyTuple_GET_ITEM(t, 1), &a1) && a0 == 1 && a1 == 0;
+        bool ok = t && PyTuple_GET_SIZE(t) == src->v.ndim;
+        for (int i = 0; ok && i < src->v.ndim; i++) {
+            int64_t ax = -1;
+            ok = nki_get_int(PyTuple_GET_ITEM(t, i), &ax) && ax == perm[i];
+        }
         Py_XDECREF(t);
         PyErr_Clear();
         if (!ok)
-            return nki_fail(SIM_E_UNSUPPORTED_API, api, "axes= other than (1, 0)");
+            return nki_fail(SIM_E_UNSUPPORTED_API, api,
+                            "axes= other than (1, 0), (2, 1, 0) or (3, 1, 2, 0) for a 2-, 3- or 4-D src");
     }
     if (dst->v.st->mem == SIM_MEM_PSUM || src->v.st->mem == SIM_MEM_PSUM)
         return nki_fail(SIM_E_WRONG_BUFFER, api, "a DMA neither reads nor writes PSUM");
@@ -1558,7 +1573,7 @@ PyMethodDef nki_isa_methods[] = {
     { "get_nc_version", FASTKW(isa_get_nc_version), "NeuronCore generation" },
     { "scalar_tensor_tensor", FASTKW(isa_scalar_tensor_tensor), "(data op0 s) op1 tensor" },
     { "tensor_tensor_scan", FASTKW(isa_tensor_tensor_scan), "scan along the free axis" },
-    { "dma_transpose", FASTKW(isa_dma_transpose), "2-D transpose by DMA" },
+    { "dma_transpose", FASTKW(isa_dma_transpose), "2- to 4-D transpose by DMA" },
     { "tensor_copy_predicated", FASTKW(isa_tensor_copy_predicated), "copy where a predicate holds" },
     { "tensor_partition_reduce", FASTKW(isa_tensor_partition_reduce), "reduce across partitions" },
     { "__getattr__", nki_mod_getattr, METH_O, "unsupported API" },

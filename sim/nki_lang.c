@@ -68,7 +68,8 @@ static PyObject *alloc_common(const char *api, PyObject *shape_obj, PyObject *dt
         shape[1] = 1;
         nd = 2;
     }
-    t = nki_tensor_alloc_ex((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api, placed);
+    t = nki_tensor_alloc_ex((sim_mem)mem, (sim_dtype)dt, nd, shape, pdim, name, api, placed,
+                            nki_buffer_hint(buffer_obj));
     if (!t)
         return NULL;
     if (mem == SIM_MEM_HBM && shared) {
@@ -1018,6 +1019,23 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
     return true;
 }
 
+int nki_partition_start(const nki_tensor *t, const char *api, const char *what)
+{
+    sim_region r;
+    unsigned lo, n;
+    bool ok;
+    if (t->pdim < 0 || t->oob)
+        return 0;
+    simc_view_region(&t->v, &r);
+    lo = r.part_lo;
+    n = r.part_count;
+    ok = lo == 0 || (n <= 64 && lo == 64) || (n <= 32 && lo % 32 == 0);
+    if (ok)
+        return 0;
+    nki_fail(SIM_E_PARTITION_START, api, "the %s operand covers %u partitions from partition %u", what, n, lo);
+    return -1;
+}
+
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose)
 {
@@ -1039,6 +1057,17 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
                         "the Tensor engine multiplies float operands (fp32/bf16/fp16/fp8), got %s and %s",
                         sim_dtype_name(sv->dtype), sim_dtype_name(mv->dtype)), -1);
     if (nki_check_bounds(stat, NULL, api) < 0 || nki_check_bounds(mov, NULL, api) < 0)
+        return -1;
+    /* NeuronCore-v2 accumulates and writes matmul results in fp32 only
+     * (neuron-hardware.md; PSUM may hold BF16 from NeuronCore-v4, and the
+     * reference says nothing against it on v3). */
+    if (!is_transpose && nki_cur->tgt->nc_gen <= 2 && dst->v.dtype != SIM_DT_FLOAT32)
+        return (nki_fail(SIM_E_DTYPE, api,
+                         "rule fp32-psum-output: the NeuronCore-v2 Tensor engine (%s) writes fp32 PSUM "
+                         "only, the result tile is %s; make it float32 and cast when copying it out",
+                         nki_cur->tgt->name, sim_dtype_name(dst->v.dtype)), -1);
+    if ((!stat_is_mk && nki_partition_start(stat, api, "stationary") < 0) ||
+        nki_partition_start(mov, api, "moving") < 0 || nki_partition_start(dst, api, "result") < 0)
         return -1;
     if (stat_is_mk) {            /* legacy nl.matmul(x, y): x is (M, K) */
         M = nki_view_parts(stat);
@@ -1065,8 +1094,9 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
     {
         sim_region dr;
         simc_view_region(&dst->v, &dr);
-        if (dr.byte_hi > dr.byte_lo &&
-            dr.byte_lo / SIMC_PSUM_BANK_BYTES != (dr.byte_hi - 1) / SIMC_PSUM_BANK_BYTES)
+        /* blocks of a PSUM tensor each lie inside one bank (nki_tensor_alloc_ex) */
+        uint64_t unit = dst->v.st->blk_bytes ? dst->v.st->blk_bytes : SIMC_PSUM_BANK_BYTES;
+        if (dr.byte_hi > dr.byte_lo && dr.byte_lo / unit != (dr.byte_hi - 1) / unit)
             return (nki_fail(SIM_E_PSUM_TILE, api,
                              "the matmul result spans bytes [%llu, %llu) of a partition, across "
                              "a 2048-byte bank boundary",
@@ -1166,16 +1196,23 @@ static PyObject *nl_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                        a[3]);
 }
 
-/* Transpose data (P, F) into dst (F, P); PE (into PSUM) or Vector engine. */
+const int *nki_dma_perm(int ndim)
+{
+    static const int p2[] = { 1, 0 }, p3[] = { 2, 1, 0 }, p4[] = { 3, 1, 2, 0 };
+    return ndim == 2 ? p2 : ndim == 3 ? p3 : ndim == 4 ? p4 : NULL;
+}
+
+/* dst = src permuted as nki_dma_perm says, by DMA. */
 void nki_dma_transpose(nki_tensor *dst, const nki_tensor *src, const uint8_t *mask)
 {
     simc_view tv = src->v;
+    const int *perm = nki_dma_perm(src->v.ndim);
     float *vals;
 
-    tv.shape[0] = src->v.shape[1];
-    tv.shape[1] = src->v.shape[0];
-    tv.strides[0] = src->v.strides[1];
-    tv.strides[1] = src->v.strides[0];
+    for (int i = 0; perm && i < src->v.ndim; i++) {
+        tv.shape[i] = src->v.shape[perm[i]];
+        tv.strides[i] = src->v.strides[perm[i]];
+    }
     vals = nki_read(&tv, 0);
     nki_write(&dst->v, vals, mask);
     nki_emit(SIM_OP_DMA_TRANSPOSE, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);

@@ -209,9 +209,9 @@ static PyObject *buffer_repr(PyObject *o)
     return PyUnicode_FromString(((nki_buffer_obj *)o)->name);
 }
 
-/* nl.sbuf.mod_alloc(...), nl.psum.alloc(...): allocator hints, the buffer itself. */
-static PyObject *buffer_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames)
+/* auto_alloc(): the compiler's own allocation, i.e. the buffer itself. */
+static PyObject *buffer_auto(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
     (void)args;
     (void)nargs;
@@ -220,13 +220,176 @@ static PyObject *buffer_alloc(PyObject *self, PyObject *const *args, Py_ssize_t 
     return self;
 }
 
+/* Tile counts of a mod_alloc parameter (an int or a tuple of ints >= 1)
+ * into t; the count of dims, or -1 with the error raised. */
+static int hint_tiles(PyObject *o, const char *api, const char *what, int64_t *t)
+{
+    PyObject *seq;
+    Py_ssize_t n;
+    if (!o || o == Py_None)
+        return 0;
+    if (nki_get_int(o, &t[0])) {
+        if (t[0] < 1)
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s=%lld, tile counts are at least 1", what,
+                             (long long)t[0]), -1);
+        return 1;
+    }
+    seq = PySequence_Check(o) ? PySequence_Fast(o, "") : NULL;
+    if (!seq) {
+        PyErr_Clear();
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must be a tuple of ints", what), -1);
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > SIMC_MAX_DIMS) {
+        Py_DECREF(seq);
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s has %zd dims, at most %d", what, n,
+                         SIMC_MAX_DIMS), -1);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!nki_get_int(PySequence_Fast_GET_ITEM(seq, i), &t[i]) || t[i] < 1) {
+            Py_DECREF(seq);
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must be a tuple of ints >= 1", what), -1);
+        }
+    }
+    Py_DECREF(seq);
+    return (int)n;
+}
+
+static int hint_int(PyObject *o, const char *api, const char *what, int64_t dflt, int64_t *v)
+{
+    *v = dflt;
+    if (!o || o == Py_None)
+        return 0;
+    if (!nki_get_int(o, v) || *v < 0 || *v > ((int64_t)1 << 40))
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must be an int >= 0", what), -1);
+    return 0;
+}
+
+static int tiles_text(char *buf, size_t len, const char *what, const int64_t *t, int n)
+{
+    int w = snprintf(buf, len, ", %s=(", what);
+    for (int i = 0; i < n && w > 0 && (size_t)w < len; i++)
+        w += snprintf(buf + w, len - (size_t)w, "%lld%s", (long long)t[i], n == 1 || i + 1 < n ? "," : "");
+    if (w > 0 && (size_t)w < len)
+        w += snprintf(buf + w, len - (size_t)w, ")");
+    return w;
+}
+
+/* ncc.sbuf.mod_alloc(base_addr=, base_partition=, num_par_tiles=,
+ * num_free_tiles=) and ncc.psum.mod_alloc(base_bank=, base_addr=, ...,
+ * num_bank_tiles=): a buffer carrying the hint (nki_hint), which
+ * nki_tensor_alloc_ex checks and the liveness placement honours. */
+static PyObject *buffer_mod_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    static const char *const names[] = { "base_addr", "base_bank", "base_partition",
+                                         "num_bank_tiles", "num_par_tiles", "num_free_tiles" };
+    nki_buffer_obj *b = (nki_buffer_obj *)self, *r;
+    PyObject *a[NKI_NARGS(names)];
+    nki_hint h;
+    const char *api = b->mem == SIM_MEM_PSUM ? "ncc.psum.mod_alloc" : "ncc.sbuf.mod_alloc";
+    int w;
+
+    if (nki_need_run(api) < 0)
+        return NULL;
+    if (b->mem == SIM_MEM_HBM)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "mod_alloc places SBUF or PSUM tiles, not %s",
+                        b->name);
+    if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
+        return NULL;
+    memset(&h, 0, sizeof(h));
+    h.set = true;
+    if (b->mem == SIM_MEM_SBUF && a[1])
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "base_bank is a PSUM parameter");
+    if (b->mem == SIM_MEM_SBUF && a[3])
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "num_bank_tiles is a PSUM parameter");
+    if (b->mem == SIM_MEM_SBUF && !a[0])
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "base_addr is required");
+    if (hint_int(a[0], api, "base_addr", 0, &h.base_addr) < 0 ||
+        hint_int(a[1], api, "base_bank", 0, &h.base_bank) < 0 ||
+        hint_int(a[2], api, "base_partition", 0, &h.base_partition) < 0)
+        return NULL;
+    if ((h.n_bank = hint_tiles(a[3], api, "num_bank_tiles", h.bank_tiles)) < 0 ||
+        (h.n_par = hint_tiles(a[4], api, "num_par_tiles", h.par_tiles)) < 0 ||
+        (h.n_free = hint_tiles(a[5], api, "num_free_tiles", h.free_tiles)) < 0)
+        return NULL;
+    if (b->mem == SIM_MEM_PSUM)
+        w = snprintf(h.text, sizeof(h.text), "%s(base_bank=%lld, base_addr=%lld", api,
+                     (long long)h.base_bank, (long long)h.base_addr);
+    else
+        w = snprintf(h.text, sizeof(h.text), "%s(base_addr=%lld", api, (long long)h.base_addr);
+    if (w > 0 && h.base_partition && (size_t)w < sizeof(h.text))
+        w += snprintf(h.text + w, sizeof(h.text) - (size_t)w, ", base_partition=%lld",
+                      (long long)h.base_partition);
+    if (w > 0 && h.n_bank && (size_t)w < sizeof(h.text))
+        w += tiles_text(h.text + w, sizeof(h.text) - (size_t)w, "num_bank_tiles", h.bank_tiles, h.n_bank);
+    if (w > 0 && h.n_par && (size_t)w < sizeof(h.text))
+        w += tiles_text(h.text + w, sizeof(h.text) - (size_t)w, "num_par_tiles", h.par_tiles, h.n_par);
+    if (w > 0 && h.n_free && (size_t)w < sizeof(h.text))
+        w += tiles_text(h.text + w, sizeof(h.text) - (size_t)w, "num_free_tiles", h.free_tiles, h.n_free);
+    if (w > 0 && (size_t)w < sizeof(h.text))
+        snprintf(h.text + w, sizeof(h.text) - (size_t)w, ")");
+    r = PyObject_New(nki_buffer_obj, &nki_BufferType);
+    if (!r)
+        return NULL;
+    r->mem = b->mem;
+    r->shared = b->shared;
+    r->name = b->name;
+    r->hint = h;
+    return (PyObject *)r;
+}
+
+/* ncc.sbuf.alloc(func) / ncc.psum.alloc(func): a buffer whose tensor's
+ * blocks go where func says (called per block when the tensor is made). */
+static PyObject *buffer_func_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const names[] = { "func" };
+    nki_buffer_obj *b = (nki_buffer_obj *)self, *r;
+    PyObject *a[NKI_NARGS(names)];
+    const char *api = b->mem == SIM_MEM_PSUM ? "ncc.psum.alloc" : "ncc.sbuf.alloc";
+
+    if (nki_need_run(api) < 0)
+        return NULL;
+    if (b->mem == SIM_MEM_HBM)
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "alloc places SBUF or PSUM tiles, not %s", b->name);
+    if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
+        return NULL;
+    if (!a[0] || !PyCallable_Check(a[0]))
+        return nki_fail(SIM_E_BAD_ARGUMENT, api, "func must be callable");
+    r = PyObject_New(nki_buffer_obj, &nki_BufferType);
+    if (!r)
+        return NULL;
+    r->mem = b->mem;
+    r->shared = b->shared;
+    r->name = b->name;
+    memset(&r->hint, 0, sizeof(r->hint));
+    r->hint.set = true;
+    Py_INCREF(a[0]);
+    r->hint.func = a[0];
+    {
+        PyObject *nm = PyObject_GetAttrString(a[0], "__name__");
+        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+        snprintf(r->hint.text, sizeof(r->hint.text), "%s(%.100s)", api, s ? s : "func");
+        Py_XDECREF(nm);
+        PyErr_Clear();
+    }
+    return (PyObject *)r;
+}
+
+static void buffer_dealloc(PyObject *o)
+{
+    Py_XDECREF(((nki_buffer_obj *)o)->hint.func);
+    Py_TYPE(o)->tp_free(o);
+}
+
 static PyMethodDef buffer_methods[] = {
-    { "mod_alloc", (PyCFunction)(void (*)(void))buffer_alloc, METH_FASTCALL | METH_KEYWORDS,
-      "allocator hint (ignored)" },
-    { "alloc", (PyCFunction)(void (*)(void))buffer_alloc, METH_FASTCALL | METH_KEYWORDS,
-      "allocator hint (ignored)" },
-    { "auto_alloc", (PyCFunction)(void (*)(void))buffer_alloc, METH_FASTCALL | METH_KEYWORDS,
-      "allocator hint (ignored)" },
+    { "mod_alloc", (PyCFunction)(void (*)(void))buffer_mod_alloc, METH_FASTCALL | METH_KEYWORDS,
+      "modulo allocation of the tensor's blocks at fixed addresses" },
+    { "alloc", (PyCFunction)(void (*)(void))buffer_func_alloc, METH_FASTCALL | METH_KEYWORDS,
+      "blocks placed by an allocation function" },
+    { "auto_alloc", (PyCFunction)(void (*)(void))buffer_auto, METH_FASTCALL | METH_KEYWORDS,
+      "the compiler's allocation (the buffer itself)" },
     { NULL, NULL, 0, NULL },
 };
 
@@ -235,6 +398,7 @@ PyTypeObject nki_BufferType = {
     .tp_name = "nki.language.buffer",
     .tp_basicsize = sizeof(nki_buffer_obj),
     .tp_repr = buffer_repr,
+    .tp_dealloc = buffer_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A memory: sbuf, psum, hbm, shared_hbm, private_hbm.",
     .tp_methods = buffer_methods,
@@ -247,6 +411,13 @@ PyObject *nki_buffer_singleton(int mem, int shared)
     if (mem == SIM_MEM_PSUM)
         return (PyObject *)buffers[1];
     return (PyObject *)buffers[shared ? 3 : 2];
+}
+
+const nki_hint *nki_buffer_hint(PyObject *obj)
+{
+    if (obj && Py_TYPE(obj) == &nki_BufferType && ((nki_buffer_obj *)obj)->hint.set)
+        return &((nki_buffer_obj *)obj)->hint;
+    return NULL;
 }
 
 int nki_buffer_from(PyObject *obj, const char *api, bool *shared)
@@ -819,6 +990,7 @@ int nki_modules_install(void)
         buffers[i]->mem = bufmem[i];
         buffers[i]->shared = i == 3;
         buffers[i]->name = bufnames[i];
+        memset(&buffers[i]->hint, 0, sizeof(buffers[i]->hint));
     }
     nki = PyModule_Create(&def_nki);
     lang = PyModule_Create(&def_lang);

@@ -63,11 +63,144 @@ static const char *mem_name(int mem)
 nki_tensor *nki_tensor_alloc(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
                              int pdim, const char *name, const char *api)
 {
-    return nki_tensor_alloc_ex(mem, dt, ndim, shape, pdim, name, api, false);
+    return nki_tensor_alloc_ex(mem, dt, ndim, shape, pdim, name, api, false, NULL);
+}
+
+static int64_t tiles_product(const int64_t *t, int n)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++)
+        p *= t[i];
+    return p;
+}
+
+/* Where an allocation hint puts a tensor of `nb` block dims, `parts`
+ * partitions and `blk` bytes per block and partition: *off and *reserve
+ * (bytes per partition from *off).  -1 with SIM_E_BAD_ARGUMENT naming the
+ * hint when it does not fit the tensor or the memory. */
+/* An int from item i of a sequence; -1 when it is not one. */
+static int seq_int(PyObject *seq, Py_ssize_t i, int64_t *v)
+{
+    return nki_get_int(PySequence_Fast_GET_ITEM(seq, i), v) && *v >= 0 ? 0 : -1;
+}
+
+/* alloc(func): call func for every block and take the span of the places it
+ * gives.  -1 with the error raised (a Python error in func propagates). */
+static int hint_func_place(const nki_hint *h, sim_mem mem, int nb, const int64_t *bshape, int64_t parts,
+                           uint64_t blk, uint64_t capacity, const char *api, uint64_t *off,
+                           uint64_t *reserve)
+{
+    int64_t n = 1, idx[SIMC_MAX_DIMS] = { 0 };
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int want = mem == SIM_MEM_PSUM ? 3 : 2;
+
+    for (int d = 0; d < nb; d++)
+        n *= bshape[d];
+    if (n > 4096)
+        return (nki_fail(SIM_E_LIMIT, api, "%s over %lld blocks, at most 4096", h->text, (long long)n), -1);
+    for (int64_t b = 0; b < n; b++) {
+        PyObject *t = PyTuple_New(nb), *r, *seq;
+        int64_t v[3] = { 0, 0, 0 };
+        uint64_t at;
+        for (int d = 0; t && d < nb; d++)
+            PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(idx[d]));
+        r = t ? PyObject_CallFunction(h->func, "OLK", t, (long long)parts, (unsigned long long)blk) : NULL;
+        Py_XDECREF(t);
+        if (!r)
+            return -1;
+        seq = PySequence_Check(r) ? PySequence_Fast(r, "") : NULL;
+        Py_DECREF(r);
+        if (!seq || PySequence_Fast_GET_SIZE(seq) != want || seq_int(seq, 0, &v[0]) < 0 ||
+            seq_int(seq, 1, &v[1]) < 0 || (want == 3 && seq_int(seq, 2, &v[2]) < 0)) {
+            Py_XDECREF(seq);
+            PyErr_Clear();
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s must return %s of ints >= 0 for block %lld",
+                             h->text, want == 3 ? "(bank, partition, byte)" : "(partition, byte)",
+                             (long long)b), -1);
+        }
+        Py_DECREF(seq);
+        /* v: PSUM (bank, partition, byte), SBUF (partition, byte, -) */
+        if ((want == 3 ? v[1] : v[0]) + parts > SIMC_PMAX)
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s puts block %lld at partition %lld, past %d",
+                             h->text, (long long)b, (long long)(want == 3 ? v[1] : v[0]), SIMC_PMAX), -1);
+        if (want == 3) {
+            if ((uint64_t)v[0] >= capacity / SIMC_PSUM_BANK_BYTES || (uint64_t)v[2] + blk > SIMC_PSUM_BANK_BYTES)
+                return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                                 "%s puts block %lld at bank %lld byte %lld: past the %llu banks or "
+                                 "its bank's %d bytes", h->text, (long long)b, (long long)v[0],
+                                 (long long)v[2], (unsigned long long)(capacity / SIMC_PSUM_BANK_BYTES),
+                                 SIMC_PSUM_BANK_BYTES), -1);
+            at = (uint64_t)v[0] * SIMC_PSUM_BANK_BYTES + (uint64_t)v[2];
+        } else {
+            if ((uint64_t)v[1] + blk > capacity)
+                return (nki_fail(SIM_E_BAD_ARGUMENT, api, "%s puts block %lld at byte %lld, past the %llu "
+                                 "bytes of a partition", h->text, (long long)b, (long long)v[1],
+                                 (unsigned long long)capacity), -1);
+            at = (uint64_t)v[1];
+        }
+        if (at < lo)
+            lo = at;
+        if (at + blk > hi)
+            hi = at + blk;
+        for (int d = nb - 1; d >= 0; d--) {
+            if (++idx[d] < bshape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    *off = lo == UINT64_MAX ? 0 : lo;
+    *reserve = hi > *off ? hi - *off : blk;
+    return 0;
+}
+
+static int hint_place(const nki_hint *h, sim_mem mem, int nb, int64_t parts, uint64_t blk,
+                      uint64_t capacity, const char *api, uint64_t *off, uint64_t *reserve)
+{
+    int64_t nbank = tiles_product(h->bank_tiles, h->n_bank);
+    int64_t npar = tiles_product(h->par_tiles, h->n_par);
+    int64_t nfree = tiles_product(h->free_tiles, h->n_free);
+    uint64_t span = (uint64_t)nfree * blk;
+
+    if (h->n_bank > nb || h->n_par > nb || h->n_free > nb)
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                         "%s gives tiles for %d block dims, the tensor has %d (dims before the "
+                         "partition dim)", h->text,
+                         h->n_bank > h->n_par ? (h->n_bank > h->n_free ? h->n_bank : h->n_free)
+                                              : (h->n_par > h->n_free ? h->n_par : h->n_free),
+                         nb), -1);
+    int64_t top = h->base_partition + npar * parts;
+    if (top > SIMC_PMAX)
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                         "%s puts partitions up to %lld, past %d", h->text, (long long)top, SIMC_PMAX), -1);
+    if (mem == SIM_MEM_PSUM) {
+        uint64_t banks = capacity / SIMC_PSUM_BANK_BYTES;
+        if ((uint64_t)h->base_bank + (uint64_t)nbank > banks)
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                             "%s uses banks %lld..%lld, PSUM has %llu", h->text,
+                             (long long)h->base_bank, (long long)(h->base_bank + nbank - 1),
+                             (unsigned long long)banks), -1);
+        if ((uint64_t)h->base_addr + span > SIMC_PSUM_BANK_BYTES)
+            return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                             "%s puts %lld tiles of %llu bytes from byte %lld of a bank, past its "
+                             "%d bytes", h->text, (long long)nfree, (unsigned long long)blk,
+                             (long long)h->base_addr, SIMC_PSUM_BANK_BYTES), -1);
+        *off = (uint64_t)h->base_bank * SIMC_PSUM_BANK_BYTES + (uint64_t)h->base_addr;
+        *reserve = (uint64_t)(nbank - 1) * SIMC_PSUM_BANK_BYTES + span;
+        return 0;
+    }
+    if ((uint64_t)h->base_addr + span > capacity)
+        return (nki_fail(SIM_E_BAD_ARGUMENT, api,
+                         "%s puts %lld tiles of %llu bytes from byte %lld, past the %llu bytes "
+                         "of a partition", h->text, (long long)nfree, (unsigned long long)blk,
+                         (long long)h->base_addr, (unsigned long long)capacity), -1);
+    *off = (uint64_t)h->base_addr;
+    *reserve = span;
+    return 0;
 }
 
 nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64_t *shape,
-                                int pdim, const char *name, const char *api, bool psum_banks)
+                                int pdim, const char *name, const char *api, bool psum_banks,
+                                const nki_hint *hint)
 {
     nki_ctx *c = nki_cur;
     simc_store *st;
@@ -75,6 +208,8 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
     nki_tensor *t;
     int64_t parts = 1, free_elems = 1, blocks = 1, total = 1;
     unsigned es = sim_dtype_size(dt);
+    uint64_t reserve = 0, hint_off = 0, blk_bytes = 0;
+    uint8_t place = SIM_PLACE_ANY;
 
     if (ndim > SIMC_MAX_DIMS)
         return (nki_tensor *)nki_fail(SIM_E_BAD_ARGUMENT, api, "%d dimensions, at most %d",
@@ -113,6 +248,7 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
             return (nki_tensor *)nki_fail(SIM_E_PSUM_TILE, api,
                                           "PSUM tile of %lld bytes per partition > %d",
                                           (long long)part_bytes, SIMC_PSUM_BANK_BYTES);
+        blk_bytes = ((uint64_t)part_bytes + 3) & ~(uint64_t)3;
         free_elems *= blocks;
     }
     /* Capacity first, so an oversized tile fails before any memory is taken. */
@@ -128,37 +264,74 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
         st = simc_store_new(mem, dt, (int)parts, free_elems, true);
     } else {
         nki_arena *a = mem == SIM_MEM_SBUF ? &c->sbuf : &c->psum;
-        uint64_t bytes = (uint64_t)free_elems * es, off = 0, window = 0;
-        if (mem == SIM_MEM_PSUM && psum_banks) {
+        uint64_t cap = mem == SIM_MEM_SBUF ? c->tgt->sbuf_bytes : c->tgt->psum_bytes;
+        uint64_t off = 0, window = 0;
+        const char *mn = mem_name(mem);
+        if (blk_bytes == 0)
+            blk_bytes = 4;
+        if (hint && hint->set) {
+            if ((hint->func ? hint_func_place(hint, mem, pdim, shape, parts, blk_bytes, cap, api, &hint_off,
+                                              &reserve)
+                            : hint_place(hint, mem, pdim, parts, blk_bytes, cap, api, &hint_off, &reserve)) < 0)
+                return NULL;
+            place = SIM_PLACE_FIXED;
+        } else if (mem == SIM_MEM_PSUM && psum_banks) {
             /* a placed multi-bank PSUM tensor: whole banks */
-            bytes = (bytes + SIMC_PSUM_BANK_BYTES - 1) / SIMC_PSUM_BANK_BYTES * SIMC_PSUM_BANK_BYTES;
-        } else if (mem == SIM_MEM_PSUM && blocks > 1) {
-            bytes = (uint64_t)blocks * SIMC_PSUM_BANK_BYTES;   /* a bank per block */
+            reserve = (blk_bytes * (uint64_t)blocks + SIMC_PSUM_BANK_BYTES - 1) /
+                      SIMC_PSUM_BANK_BYTES * SIMC_PSUM_BANK_BYTES;
+            place = SIM_PLACE_BANKS;
+        } else if (mem == SIM_MEM_PSUM) {
+            /* Blocks of a PSUM tensor pack into banks, none straddling two:
+             * as many per bank as fit, whole banks when they need several. */
+            uint64_t per_bank = SIMC_PSUM_BANK_BYTES / blk_bytes;
+            uint64_t banks = ((uint64_t)blocks + per_bank - 1) / per_bank;
+            if (banks > 1) {
+                reserve = banks * SIMC_PSUM_BANK_BYTES;
+                place = SIM_PLACE_BANKS;
+            } else {
+                reserve = blk_bytes * (uint64_t)(blocks ? blocks : 1);
+                place = SIM_PLACE_IN_BANK;
+            }
         } else {
-            /* a PSUM tile lies inside one bank; small tiles share banks */
-            bytes = (bytes + 3) & ~(uint64_t)3;
-            if (mem == SIM_MEM_PSUM)
-                window = SIMC_PSUM_BANK_BYTES;
+            reserve = blk_bytes * (uint64_t)(blocks ? blocks : 1);
         }
-        if (bytes == 0)
-            bytes = 4;
-        if (nki_arena_alloc(a, bytes, window, &off) < 0)
+        if (reserve > cap)
             return (nki_tensor *)nki_fail(
                 mem == SIM_MEM_SBUF ? SIM_E_SBUF_CAPACITY : SIM_E_PSUM_CAPACITY, api,
-                "%s tile of %llu bytes per partition does not fit: %llu of %llu bytes per "
-                "partition are held by live tiles",
-                mem_name(mem), (unsigned long long)bytes, (unsigned long long)a->used,
-                (unsigned long long)a->capacity);
+                "size: one %s tensor of %llu bytes per partition, capacity %llu",
+                mn, (unsigned long long)reserve, (unsigned long long)cap);
+        /* The Python-lifetime placement the timing model's buffer rotation
+         * reads (sim_record.h); capacity is decided by liveness at the end
+         * of the run (sim_live.h). */
+        if (place == SIM_PLACE_IN_BANK)
+            window = SIMC_PSUM_BANK_BYTES;
+        if (nki_arena_alloc(a, reserve, window, &off) < 0) {
+            uint64_t held = a->used + reserve;
+            return (nki_tensor *)nki_fail(
+                SIM_E_LIMIT, api,
+                "tiles held by live Python references take %llu bytes per partition of %s, "
+                "over %dx its capacity: the simulator's bound; drop tiles you no longer use",
+                (unsigned long long)held, mn, NKI_HELD_FACTOR);
+        }
         st = simc_store_new(mem, dt, (int)parts, free_elems, c->numerics);
-        st->acct_bytes = bytes;
+        st->acct_bytes = reserve;
         st->acct_off = off;
+        if (mem == SIM_MEM_PSUM && blocks > 1)
+            st->blk_bytes = (uint32_t)((uint64_t)(free_elems / blocks) * es);
     }
     st->alloc_id = sim_record_alloc(c->rec, mem, dt, (uint32_t)parts,
                                     mem == SIM_MEM_HBM ? (uint64_t)total * es
                                                        : (uint64_t)free_elems * es,
                                     name);
-    if (mem != SIM_MEM_HBM)
-        c->rec->allocs[st->alloc_id].sbuf_offset = st->acct_off;
+    if (mem != SIM_MEM_HBM) {
+        sim_alloc *ra = &c->rec->allocs[st->alloc_id];
+        ra->sbuf_offset = st->acct_off;
+        ra->reserve = reserve;
+        ra->place = place;
+        ra->hint_offset = hint_off;
+        ra->loc = nki_loc();
+        ra->api = sim_record_str(c->rec, api);
+    }
     memset(&v, 0, sizeof(v));
     v.dtype = dt;
     v.ndim = ndim;

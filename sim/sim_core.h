@@ -53,6 +53,8 @@ typedef struct simc_store {
     int        partitions;    /* on-chip: partitions; HBM: 1 */
     uint64_t   acct_bytes;    /* bytes per partition charged to SBUF/PSUM */
     uint64_t   acct_off;      /* byte offset chosen by the on-chip allocator */
+    uint32_t   blk_bytes;     /* PSUM tensor with block dims: bytes of one block per
+                                 partition (each block lies inside one bank); else 0 */
     void      *data;          /* NULL for on-chip tiles when numerics are off */
     bool       borrowed;      /* data belongs to the caller: copy before writing */
     uint8_t   *open;          /* PSUM: per-element "matmul accumulation open" bit */

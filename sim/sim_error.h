@@ -26,6 +26,7 @@
     XX(ARGS,               "the kernel must be called with the arguments it declares")             \
     XX(UNSUPPORTED_API,    "the kernel may only use the NKI API kforge implements")                \
     XX(PARTITION_LIMIT,    "the partition dimension of an on-chip tensor must be at most 128")     \
+    XX(PARTITION_START,    "an engine access must start at partition 0 (over 64 partitions), 0 or 64 (33 to 64), or 0/32/64/96 (up to 32)") \
     XX(PSUM_TILE,          "a PSUM tile must fit one 2 KiB bank per partition")                    \
     XX(PSUM_CAPACITY,      "live PSUM tiles must fit the 8 banks (16 KiB) per partition")          \
     XX(SBUF_CAPACITY,      "live SBUF tiles must fit the target's bytes per partition")            \

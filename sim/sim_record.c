@@ -84,13 +84,19 @@ uint32_t sim_record_alloc(sim_record *r, sim_mem mem, sim_dtype dt, uint32_t par
     a->name = sim_record_str(r, name ? name : "");
     a->born = (uint32_t)r->n_insns;
     a->died = UINT32_MAX;
+    a->loc = UINT32_MAX;
+    a->api = UINT32_MAX;
+    a->born_seq = r->n_events++;
+    a->died_seq = UINT32_MAX;
     return (uint32_t)r->n_allocs++;
 }
 
 void sim_record_free(sim_record *r, uint32_t alloc_id)
 {
-    if (alloc_id < r->n_allocs && r->allocs[alloc_id].died == UINT32_MAX)
+    if (alloc_id < r->n_allocs && r->allocs[alloc_id].died == UINT32_MAX) {
         r->allocs[alloc_id].died = (uint32_t)r->n_insns;
+        r->allocs[alloc_id].died_seq = r->n_events++;
+    }
 }
 
 void sim_insn_set_imm(sim_insn *in, double value)

@@ -72,7 +72,34 @@ typedef struct sim_alloc {
     uint32_t name;            /* interned string id (tensor name or ""), see sim_record_str */
     uint32_t born;            /* index of the first instruction after allocation */
     uint32_t died;            /* index of the first instruction after release, UINT32_MAX if live */
+    /* On-chip only.  born/died/sbuf_offset above follow the Python object
+     * (allocated when created, released when dropped; first fit, never
+     * refused): the timing model's buffer rotation reads them.  The fields
+     * below are the compiler-like view that decides capacity (sim_live.h):
+     * a tile lives from the first instruction that touches it to the last
+     * one, and is placed by that liveness. */
+    uint32_t loc;             /* source location of the allocating call (sim_record_loc) */
+    uint32_t api;             /* interned name of the allocating call ("nl.ndarray") */
+    uint32_t live_first;      /* first instruction touching it (if none: born) */
+    uint32_t live_last;       /* last instruction touching it (if none: died - 1, or born) */
+    uint64_t reserve;         /* bytes per partition the placement takes (rounded, whole banks) */
+    uint64_t live_offset;     /* byte offset of the liveness placement (sim_live_plan) */
+    uint64_t hint_offset;     /* SIM_PLACE_FIXED: the offset an allocation hint asks for */
+    uint32_t born_seq;        /* allocations and releases recorded before its allocation */
+    uint32_t died_seq;        /* ... before its release (UINT32_MAX while live) */
+    uint8_t  place;           /* sim_place: constraints on the placement */
+    uint8_t  live_used;       /* some instruction touches it (else it lives while Python
+                                 holds it: born_seq..died_seq) */
+    uint8_t  pad2_[6];
 } sim_alloc;
+
+/* How an on-chip allocation may be placed (sim_alloc.place). */
+typedef enum sim_place {
+    SIM_PLACE_ANY = 0,        /* anywhere (SBUF; 4-byte granules) */
+    SIM_PLACE_IN_BANK,        /* PSUM: inside one 2 KiB bank, never straddling two */
+    SIM_PLACE_BANKS,          /* PSUM: whole banks from a bank boundary */
+    SIM_PLACE_FIXED,          /* at hint_offset (ncc.*.mod_alloc, address=) */
+} sim_place;
 
 /* One operand: the bytes an instruction reads or writes in an allocation.
  * For on-chip memory, [part_lo, part_lo+part_count) are the partitions and
@@ -148,6 +175,7 @@ typedef struct sim_record {
     size_t     n_strs, cap_strs;
     char       target[16];    /* "trn2" */
     uint32_t   spmd_programs; /* grid size of the launch */
+    uint32_t   n_events;      /* allocations and releases so far (sim_alloc.born_seq) */
 } sim_record;
 
 void sim_record_init(sim_record *r, const char *target);

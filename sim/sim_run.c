@@ -15,6 +15,7 @@
 
 #include "kf_alloc.h"
 #include "nki_internal.h"
+#include "sim_live.h"
 #include "sim_load.h"
 
 /* SPMD programs in one launch (each re-traces the kernel). */
@@ -605,8 +606,8 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     ctx.serr = serr;
     ctx.tgt = tgt;
     ctx.numerics = o->numerics;
-    ctx.sbuf.capacity = tgt->sbuf_bytes;
-    ctx.psum.capacity = tgt->psum_bytes;
+    ctx.sbuf.capacity = (uint64_t)tgt->sbuf_bytes * NKI_HELD_FACTOR;
+    ctx.psum.capacity = (uint64_t)tgt->psum_bytes * NKI_HELD_FACTOR;
     ctx.grid_ndim = gnd;
     memcpy(ctx.grid, g, sizeof(g));
     rec->spmd_programs = (uint32_t)(g[0] * g[1] * g[2]);
@@ -734,6 +735,11 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     if (serr->code != SIM_E_NONE) {
         /* A broken NeuronCore rule is a compile error even when the kernel
          * caught the exception that reported it. */
+        rc = fail_out(serr, err);
+        goto out;
+    }
+    /* Capacity as the compiler decides it: by liveness over the program. */
+    if (sim_live_plan(rec, tgt->sbuf_bytes, tgt->psum_bytes, NULL, serr) < 0) {
         rc = fail_out(serr, err);
         goto out;
     }

@@ -666,7 +666,8 @@ Test(nki, psum_tiles_share_banks_but_never_straddle_one)
     kt_run(&r, over, "k", &in, 1, 0, 0, false);
     cr_assert_eq(r.rc, KF_INVALID);
     cr_assert_eq(r.serr.code, SIM_E_PSUM_CAPACITY, "%s", r.err.msg);
-    cr_assert(strstr(r.err.msg, "12288 of 16384") != NULL, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "fragmentation: a tile of 1536 bytes") != NULL, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "13824 of 16384 bytes") != NULL, "%s", r.err.msg);
     kt_run_done(&r);
     sim_array_release(&in);
 }

@@ -372,3 +372,55 @@ Test(nki_api, view_methods_take_their_parameters_by_name)
     }
     sim_array_release(&in);
 }
+
+Test(nki_api, dma_transpose_in_three_and_four_dims)
+{
+    /* x (120, 2) read as (2, 3, 4, 10) and (6, 4, 10): the 4-D transpose is
+     * (3, 1, 2, 0), the 3-D one (2, 1, 0); a 2-D-style dst for a 4-D src
+     * and other axes= are refused */
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    s4 = x.reshape((2, 3, 4, 10))\n"
+        "    o4 = nl.ndarray((10, 3, 4, 2), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    nisa.dma_transpose(dst=o4, src=s4, axes=(3, 1, 2, 0))\n"
+        "    s3 = x.reshape((6, 4, 10))\n"
+        "    t3 = nl.ndarray((6, 4, 10), dtype=x.dtype, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t3, src=s3)\n"
+        "    o3 = nl.ndarray((10, 4, 6), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    nisa.dma_transpose(dst=o3, src=t3)\n"
+        "    return o4, o3\n";
+    const char *bad =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x):\n"
+        "    o = nl.ndarray((10, 4, 3, 2), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    nisa.dma_transpose(dst=o, src=x.reshape((2, 3, 4, 10)))\n"
+        "    return o\n";
+    sim_array x = mk("x", 120, 2);
+    kt_result r;
+
+    kt_run(&r, src, "k", &x, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 4; c++)
+                for (int d = 0; d < 10; d++)
+                    cr_assert_eq(f32(&r.out[0])[((d * 3 + b) * 4 + c) * 2 + a],
+                                 f32(&x)[((a * 3 + b) * 4 + c) * 10 + d]);
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 10; c++)
+                cr_assert_eq(f32(&r.out[1])[(c * 4 + b) * 6 + a], f32(&x)[(a * 4 + b) * 10 + c]);
+    kt_run_done(&r);
+    kt_run(&r, bad, "k", &x, 1, 0, 0, false);
+    cr_assert_eq(r.serr.code, SIM_E_SHAPE_MISMATCH, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "a 4-D src transposes into a (10, 3, 4, 2) dst") != NULL, "%s", r.err.msg);
+    kt_run_done(&r);
+    sim_array_release(&x);
+}

@@ -65,9 +65,13 @@ static const neg_case cases[] = {
           "    nisa.nc_stream_shuffle(src=t, dst=t, shuffle_mask=[0] * 32)\n    return x\n", 1 },
     { SIM_E_PARTITION_LIMIT, 6, "256 > 128",
       HDR "def k(x):\n    t = nl.ndarray((256, 64), dtype=x.dtype, buffer=nl.sbuf)\n    return x\n", 1 },
+    { SIM_E_PARTITION_START, 8, "the moving operand covers 64 partitions from partition 32",
+      HDR "def k(x):\n    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+          "    acc = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)\n"
+          "    nisa.nc_matmul(dst=acc, stationary=t[0:64, :], moving=t[32:96, :])\n    return x\n", 1 },
     { SIM_E_PSUM_TILE, 6, "4096 bytes per partition > 2048",
       LHDR "def k(x):\n    acc = nl.zeros((128, 1024), dtype=nl.float32, buffer=nl.psum)\n    return x\n", 1 },
-    { SIM_E_PSUM_CAPACITY, 8, "16384 of 16384",
+    { SIM_E_PSUM_CAPACITY, 8, "size: 18432 bytes per partition live at once",
       HDR "def k(x):\n    live = []\n    for i in range(9):\n"
           "        live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))\n    return x\n", 1 },
     { SIM_E_SBUF_CAPACITY, 8, "229376",
