@@ -938,6 +938,23 @@ static PyObject *tensor_reshape(nki_tensor *t, PyObject *const *args, Py_ssize_t
 }
 
 
+/* An on-chip tile repeated across partitions (a (1, F) tile broadcast to
+ * (P, F)) is a new tile filled by one SBUF-to-SBUF DMA: the compute engines
+ * read and write only their own partitions, so the compiler moves the row
+ * into the other partitions with a DMA, and it is charged as one
+ * (docs/profile.md, "Legacy and current API").  Returns the new tile, NULL
+ * with the error raised. */
+static PyObject *partition_broadcast(const simc_view *bv, const char *api)
+{
+    nki_tensor *out = nki_new_tile(SIM_MEM_SBUF, bv->dtype, bv->ndim, bv->shape, api);
+
+    if (!out)
+        return NULL;
+    nki_write(&out->v, nki_read(bv, 0), NULL);
+    nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &out->v, bv, NULL, NULL);
+    return (PyObject *)out;
+}
+
 PyObject *nki_broadcast_view(nki_tensor *t, PyObject *shape_obj, const char *api)
 {
     int64_t shape[SIMC_MAX_DIMS];
@@ -969,6 +986,8 @@ PyObject *nki_broadcast_view(nki_tensor *t, PyObject *shape_obj, const char *api
                             (long long)have, (long long)shape[d]);
         }
     }
+    if (t->pdim == 0 && off == 0 && t->v.shape[0] == 1 && r.shape[0] > 1)
+        return partition_broadcast(&r, api);
     return (PyObject *)nki_tensor_view(t->v.st, &r, t->pdim >= 0 ? t->pdim + off : -1);
 }
 

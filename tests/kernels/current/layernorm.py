@@ -14,18 +14,13 @@ import nki.isa as nisa
 
 
 def broadcast_rows(vec, D, P=128):
-    """(D,) HBM vector -> (P, D) fp32 SBUF tile, via ones(1, P).T @ vec(1, D)."""
+    """(D,) HBM vector -> (P, D) SBUF tile with the vector in every partition:
+    the row is loaded once, then one SBUF-to-SBUF DMA repeats it across the
+    partitions (the engines only reach their own partitions)."""
     row = nl.ndarray((1, D), dtype=vec.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=row, src=vec.reshape((1, D)))
-    ones = nl.ndarray((1, P), dtype=vec.dtype, buffer=nl.sbuf)
-    nisa.memset(dst=ones, value=1.0)
-    full = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf)
-    for c in nl.affine_range(math.ceil(D / 512)):
-        c0 = c * 512
-        w = min(512, D - c0)
-        ps = nl.ndarray((P, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=ps[0:P, 0:w], stationary=ones, moving=row[0:1, c0:c0 + w])
-        nisa.tensor_copy(dst=full[0:P, c0:c0 + w], src=ps[0:P, 0:w])
+    full = nl.ndarray((P, D), dtype=vec.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=full, src=row.broadcast(0, P))
     return full
 
 
@@ -62,8 +57,7 @@ def layernorm(x, gamma, beta, eps=1e-5):
         nisa.tensor_scalar(dst=cen[0:nr, 0:D], data=xt[0:nr, 0:D], op0=nl.subtract,
                            operand0=mean[0:nr, 0:1])
         sq = nl.ndarray((128, D), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=sq[0:nr, 0:D], data1=cen[0:nr, 0:D], data2=cen[0:nr, 0:D],
-                           op=nl.multiply)
+        nisa.activation(dst=sq[0:nr, 0:D], op=nl.square, data=cen[0:nr, 0:D])
         rstd = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=rstd[0:nr, 0:1], op=nl.add, data=sq[0:nr, 0:D], axis=1,
                            keepdims=True)

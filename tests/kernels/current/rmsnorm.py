@@ -1,7 +1,7 @@
 """RMS norm over the last dim: out = x / sqrt(mean(x^2) + eps) * g, current API.
 
-x is (N, D), g is (D,).  g is spread over the 128 partitions once with a
-ones-vector matmul on the tensor engine; rows are tiled by 128 with min().
+x is (N, D), g is (D,).  g is spread over the 128 partitions once with an
+SBUF-to-SBUF DMA; rows are tiled by 128 with min().
 """
 import math
 
@@ -11,19 +11,13 @@ import nki.isa as nisa
 
 
 def broadcast_rows(vec, D, P=128):
-    """(D,) HBM vector -> (P, D) fp32 SBUF tile with the vector in every
-    partition: ones(1, P).T @ vec(1, D), 512 columns per matmul."""
+    """(D,) HBM vector -> (P, D) SBUF tile with the vector in every partition:
+    the row is loaded once, then one SBUF-to-SBUF DMA repeats it across the
+    partitions (the engines only reach their own partitions)."""
     row = nl.ndarray((1, D), dtype=vec.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=row, src=vec.reshape((1, D)))
-    ones = nl.ndarray((1, P), dtype=vec.dtype, buffer=nl.sbuf)
-    nisa.memset(dst=ones, value=1.0)
-    full = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf)
-    for c in nl.affine_range(math.ceil(D / 512)):
-        c0 = c * 512
-        w = min(512, D - c0)
-        ps = nl.ndarray((P, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=ps[0:P, 0:w], stationary=ones, moving=row[0:1, c0:c0 + w])
-        nisa.tensor_copy(dst=full[0:P, c0:c0 + w], src=ps[0:P, 0:w])
+    full = nl.ndarray((P, D), dtype=vec.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=full, src=row.broadcast(0, P))
     return full
 
 
