@@ -53,14 +53,15 @@ b2, j2, w2 = batch(SECOND)
 rep = get(f"/v1/batches/{SECOND}/report?baseline={FIRST}&format=json")
 verdict = {e["key"]: e for e in rep["entries"]}
 
-print(f"   {'entry':58} {'1st s':>7} {'evals':>5} {'hits':>5} {'val':>4} | {'2nd s':>7} {'evals':>5} {'hits':>5} {'val':>4} {'warm':>4} | verdict")
+w = max([len(k) for k in j1] + [5])
+print(f"   {'entry':{w}} {'1st s':>7} {'evals':>5} {'hits':>5} {'val':>4} | {'2nd s':>7} {'evals':>5} {'hits':>5} {'val':>4} {'warm':>4} | verdict")
 for key in sorted(j1):
     a, b = res(j1[key]), res(j2.get(key, {}))
     ta = (a.get("timings") or {}).get("wall_s", 0)
     tb = (b.get("timings") or {}).get("wall_s", 0)
     warm = "yes" if (b.get("warm_start") or {}).get("used") else "no"
     v = verdict.get(key, {}).get("verdict", "?")
-    print(f"   {key[:58]:58} {ta:7.1f} {a.get('evaluations', 0):5} {a.get('cache_hits', 0):5} {a.get('validations', 0):4} |"
+    print(f"   {key:{w}} {ta:7.1f} {a.get('evaluations', 0):5} {a.get('cache_hits', 0):5} {a.get('validations', 0):4} |"
           f" {tb:7.1f} {b.get('evaluations', 0):5} {b.get('cache_hits', 0):5} {b.get('validations', 0):4} {warm:>4} | {v}")
 
 for name, b, jobs, wall in (("first", b1, j1, w1), ("second", b2, j2, w2)):
