@@ -7,7 +7,8 @@
  *                   dispatch (HEAD as GET), framing checks, problem+json
  *                   replies, request metrics
  *   api_auth.c      Bearer tokens (SHA-256 hashed), roles, token creation,
- *                   the 429 limit on failed authentications per address
+ *                   the 429 limit on failed authentications per address,
+ *                   /v1/whoami
  *   api_idem.c      Idempotency-Key (draft-ietf-httpapi-idempotency-key-header)
  *   api_jobs.c      /v1/jobs routes
  *   api_runs.c      /v1/jobs/{id}/iterations[/{seq}]: a job's iterations
@@ -497,6 +498,8 @@ bool api_library_warm_all(api_req *r, kf_job_request *const *reqs, int n);
  * lease; the attempt current and the job not ended).  *attempt gets the
  * report's attempt.  False after answering (404, 422, 403, 409, 503). */
 bool api_report_lease(api_req *r, kf_fields *fe, int *attempt);
+/* GET /v1/whoami (api_auth.c): the calling token's name and role. */
+void api_h_whoami(api_req *r);
 /* GET /v1/workers (api_fleet.c, docs/dashboard.md). */
 void api_h_workers(api_req *r);
 void api_h_healthz(api_req *r);

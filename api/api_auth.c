@@ -408,3 +408,20 @@ bool api_authenticate(api_req *r)
     }
     return true;
 }
+
+/* GET /v1/whoami: the calling user or admin token's name and role, from the
+ * principal authenticated for this request (no query, no database read), so
+ * a client such as the dashboard offers admin-only actions to admins only. */
+void api_h_whoami(api_req *r)
+{
+    static const char *const allowed[] = { NULL };
+    cJSON *o;
+
+    if (!api_req_query_known(r, allowed))
+        return;
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", r->who.name);
+    cJSON_AddStringToObject(o, "role", api_role_name(r->who.role));
+    api_reply_json(r, 200, o);
+    cJSON_Delete(o);
+}

@@ -63,6 +63,8 @@ const api_route api_routes[] = {
     { "GET", "/v1/batches/{id}/stream", api_h_batch_stream, R_USERS, 0 },
     /* the fleet (api_fleet.c, docs/dashboard.md) */
     { "GET", "/v1/workers", api_h_workers, R_USERS, 0 },
+    /* who the calling token is (api_auth.c): the dashboard hides admin-only controls */
+    { "GET", "/v1/whoami", api_h_whoami, R_USERS, 0 },
 };
 const int api_n_routes = (int)(sizeof(api_routes) / sizeof(api_routes[0]));
 #define API_MAX_ROUTES 64

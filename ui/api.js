@@ -7,9 +7,18 @@ const KEY = 'kforge.token';
 
 export const token = {
   get: () => sessionStorage.getItem(KEY),
-  set: (t) => sessionStorage.setItem(KEY, t),
-  clear: () => sessionStorage.removeItem(KEY),
+  set: (t) => { me = null; sessionStorage.setItem(KEY, t); },
+  clear: () => { me = null; sessionStorage.removeItem(KEY); },
 };
+
+// Who the token is ({name, role} from GET /v1/whoami), asked once per token;
+// the views offer admin-only controls (requeue, dead letters) to admins only.
+let me = null;
+export async function whoami(signal) {
+  if (!me) me = await api('/v1/whoami', { signal });
+  return me;
+}
+export const isAdmin = () => !!me && me.role === 'admin';
 
 export class ApiError extends Error {
   constructor(status, problem, path) {
@@ -61,8 +70,11 @@ const sleep = (ms, signal) =>
   });
 
 // Feed one chunk of an event stream to the parser state st; calls
-// onEvent(type, data, id) per complete event.  Lines end with LF (CRLF
-// accepted); comments (": hb") are skipped.  Returns true after `end`.
+// onEvent(type, data, id) per complete event (data parsed as JSON when it
+// is JSON, else the text; id is the event's own or null).  Lines end with
+// LF (CRLF accepted); comments (": hb") are skipped; st.lastId is the last
+// id seen, st.retry the last valid retry: hint.  Returns true after `end`
+// (the rest stays in st.buf).  test_ui exercises it in the browser.
 export function sseFeed(st, chunk, onEvent) {
   st.buf += chunk;
   let nl;
@@ -71,8 +83,10 @@ export function sseFeed(st, chunk, onEvent) {
     st.buf = st.buf.slice(nl + 1);
     if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') {
+      // An id moves Last-Event-ID even on a frame without data, as in
+      // EventSource; the event itself is dispatched only with data.
+      if (st.id !== null) st.lastId = st.id;
       if (st.data.length) {
-        if (st.id !== null) st.lastId = st.id;
         const type = st.event || 'message';
         let data;
         try {
@@ -114,7 +128,9 @@ export async function stream(path, onEvent, signal, onStatus = () => {}) {
       if (!res.ok) throw new ApiError(res.status, await problemOf(res), path);
       onStatus('live');
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      st.buf = '';
+      // A frame the dropped connection cut short is discarded, not glued
+      // to the first frame of the new one; lastId and retry carry over.
+      Object.assign(st, { buf: '', event: '', data: [], id: null });
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;

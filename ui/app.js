@@ -3,7 +3,7 @@
 // #/jobs?state=&kind=&op=&target=&label=, #/jobs/ID,
 // #/jobs/ID/iterations/SEQ?attempt=, #/compare?ids=A,B, #/batches,
 // #/batches/ID, #/library, #/fleet.
-import { token, api } from './api.js';
+import { token, whoami } from './api.js';
 import { h, status } from './dom.js';
 import { jobsView, jobView, iterationView, compareView, batchesView, batchView, libraryView, fleetView } from './views.js';
 
@@ -45,19 +45,20 @@ function signIn(message) {
     ev.preventDefault();
     token.set(input.value.trim());
     try {
-      await api('/v1/jobs?limit=1');
+      await whoami();
       route();
     } catch (e) {
       token.clear();
-      main.replaceChildren(signIn(e.status === 401 ? 'That token was refused (401).' : e.message));
+      main.replaceChildren(signIn(e.status === 401 ? 'That token was refused (401).'
+        : e.status === 403 ? 'That is a worker token; the dashboard takes a user or admin token (403).' : e.message));
     }
   });
   return form;
 }
 
-function route() {
+async function route() {
   if (current) current.abort();
-  current = new AbortController();
+  const ctl = current = new AbortController();
   main.replaceChildren();
   delete main.dataset.ready;
   status('');
@@ -66,14 +67,26 @@ function route() {
     document.getElementById('token').focus();
     return;
   }
-  document.getElementById('signout').hidden = false;
+  let who;
+  try {
+    who = await whoami(ctl.signal);
+  } catch (e) {
+    if (ctl.signal.aborted) return;
+    token.clear();
+    main.replaceChildren(signIn(e.status === 401 ? 'The token was refused (401); sign in again.' : e.message));
+    return;
+  }
+  if (ctl.signal.aborted) return;
+  const out = document.getElementById('signout');
+  out.hidden = false;
+  out.textContent = `Sign out ${who.name} (${who.role})`;
   const r = parseHash(location.hash);
   if (r.parts.length === 0) { location.replace('#/jobs'); return; }
   const view = pick(r);
   for (const a of document.querySelectorAll('#nav a'))
     a.setAttribute('aria-current', a.getAttribute('href') === '#/' + r.parts[0] ? 'page' : 'false');
   if (!view) { main.append(h('p', { class: 'error' }, 'No such view: ' + location.hash)); return; }
-  view(main, r, current.signal);
+  view(main, r, ctl.signal);
   main.focus({ preventScroll: true });
 }
 

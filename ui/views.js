@@ -2,7 +2,7 @@
 // route = {parts, params} from the URL's hash, signal aborts its fetches
 // and streams when the person leaves the view.
 
-import { api, qs, stream } from './api.js';
+import { api, qs, stream, isAdmin } from './api.js';
 import { h, ns, pct, short, when, json, labels, status, confirmDialog, diffLines, diffBlock } from './dom.js';
 import { outcome, curve, overlay, boundsBars, sparkline, traceTracks, timeline, PALETTE } from './charts.js';
 
@@ -89,8 +89,8 @@ export async function jobsView(main, route, signal) {
     const out = [];
     if (!ENDED.has(j.state))
       out.push(h('button', { type: 'button', class: 'cancel', onclick: () => act(j, 'cancel') }, 'Cancel'));
-    if (j.state === 'dead' || j.state === 'failed' || j.state === 'cancelled')
-      out.push(h('button', { type: 'button', class: 'requeue', title: 'admin tokens only', onclick: () => act(j, 'requeue') }, 'Requeue'));
+    if (isAdmin() && (j.state === 'dead' || j.state === 'failed' || j.state === 'cancelled'))
+      out.push(h('button', { type: 'button', class: 'requeue', onclick: () => act(j, 'requeue') }, 'Requeue'));
     return out;
   };
   async function act(j, what) {
@@ -391,7 +391,8 @@ export async function batchView(main, route, signal) {
       kv({ id, state: b.state, source: b.source, priority: b.priority, created: when(b.created_at), finished: when(b.finished_at) }));
     const entries = rep.entries.slice().sort((x, y) => VERDICT_ORDER.indexOf(x.verdict) - VERDICT_ORDER.indexOf(y.verdict) ||
       (y.ratio || 0) - (x.ratio || 0));
-    main.append(section(`Report against ${rep.baseline ? short(rep.baseline) : 'no baseline'} (threshold ${pct(rep.threshold)})`, pick,
+    main.append(section(`Report against ${rep.baseline ? short(rep.baseline) : 'no baseline'} (threshold ${pct(rep.threshold)})`,
+      rep.baseline ? h('p', { id: 'report-baseline' }, 'Baseline batch ', link(`#/batches/${rep.baseline}`, rep.baseline)) : null, pick,
       h('p', {}, Object.entries(rep.summary).map(([k, v]) => h('span', { class: `tag verdict-${k}` }, `${k} ${v}`))),
       h('table', { class: 'grid', id: 'report' },
         h('thead', {}, h('tr', {}, ['Verdict', 'Op', 'Shape', 'Dtype', 'Target', 'Old', 'New', 'Ratio', 'Provenance changed', 'Job']
@@ -484,16 +485,16 @@ export async function fleetView(main, route, signal) {
       h('table', { class: 'grid', id: 'queues' },
         h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Target'), h('th', { scope: 'col' }, 'Waiting'))),
         h('tbody', {}, f.queues.map((q) => h('tr', {}, h('td', {}, q.target), h('td', { class: 'num' }, q.waiting))))),
-      h('h2', {}, 'Dead letters'),
-      f.dead_letters
+      isAdmin() ? h('h2', {}, 'Dead letters') : null,
+      isAdmin() && f.dead_letters
         ? h('table', { class: 'grid', id: 'dead' },
           h('thead', {}, h('tr', {}, ['Job', 'Kind', 'Target', 'Attempts', 'Died', 'Last error'].map((c) => h('th', { scope: 'col' }, c)))),
           h('tbody', {}, f.dead_letters.map((d) => h('tr', {}, h('td', {}, link(`#/jobs/${d.job_id}`, short(d.job_id))),
             h('td', {}, d.kind || '—'), h('td', {}, d.target || '—'), h('td', { class: 'num' }, d.attempt ?? '—'),
             h('td', {}, when(d.died_at)), h('td', {}, d.last_error || '')))))
-        : h('p', { class: 'muted' }, 'Shown to admin tokens only.'),
+        : null,
     ];
-    box.replaceChildren(...parts);
+    box.replaceChildren(...parts.filter(Boolean));
   }
   await guard(main, signal, async () => {
     await load();

@@ -200,3 +200,29 @@ Test(api_ui, workers_show_jobs_to_their_owners_and_dead_letters_to_admins)
     cJSON_Delete(admin);
     free(job);
 }
+
+/* GET /v1/whoami: what the dashboard asks to know whether to offer the
+ * admin-only controls; each user or admin token learns its own name and
+ * role, a worker token is refused (it has /v1/internal/whoami). */
+Test(api_ui, whoami_names_the_calling_token_and_its_role)
+{
+    const char *toks[] = { fx.user, fx.user2, fx.admin };
+    const char *names[] = { "alice", "bob", "admin" };
+    const char *roles[] = { "user", "user", "admin" };
+    kf_http_resp r = { 0 };
+
+    for (int i = 0; i < 3; i++) {
+        cJSON *me = fx_get_json(&fx, toks[i], 200, "/v1/whoami");
+
+        cr_assert_str_eq(fx_str(me, "name"), names[i]);
+        cr_assert_str_eq(fx_str(me, "role"), roles[i]);
+        cr_assert_eq(cJSON_GetArraySize(me), 2, "name and role only");
+        cJSON_Delete(me);
+    }
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/whoami", fx.worker, NULL, &r), 403, "a worker token asks /v1/internal/whoami");
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/whoami?x=1", fx.user, NULL, &r), 400, "no query parameters");
+    kf_http_resp_release(&r);
+    cr_assert_eq(fx_req(&fx, "GET", "/v1/whoami", NULL, NULL, &r), 401);
+    kf_http_resp_release(&r);
+}

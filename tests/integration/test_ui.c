@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "kf_alloc.h"
+#include "kf_queue.h"
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_cdp.h"
 #include "tests/lib/kf_test_http.h"
@@ -101,6 +102,175 @@ static void open_view(const char *hash)
     wait_for(hash, "document.getElementById('main').dataset.ready === 'true'", 30000);
 }
 
+/* ---- the pure helpers of ui/api.js and ui/dom.js, run in the browser ------------------- */
+
+/* ui/api.js's SSE parser (sseFeed) and the small formatters, imported as
+ * the dashboard imports them, from the signed-out page (no test page is
+ * shipped): each case's outcome as JSON, against the value written here. */
+static const char *const UNIT_JS =
+    "(async () => { const m = await import('/ui/api.js'); const d = await import('/ui/dom.js');"
+    " const run = (chunks) => { const st = { buf: '', event: '', data: [], id: null, lastId: null, retry: 3000 };"
+    "  const ev = []; let ended = false;"
+    "  for (const c of chunks) if (m.sseFeed(st, c, (t, x, i) => ev.push([t, x, i]))) { ended = true; break; }"
+    "  return { ev, lastId: st.lastId, retry: st.retry, ended, rest: st.buf }; };"
+    " const one = 'event: job\\ndata: {\"a\":1}\\nid: 7\\n\\n';"
+    " window.kfUnit = {"
+    "  split: run(['event: job\\ndata: {\"a\"', ':1}\\nid: 7\\n', '\\n']),"
+    "  bytes: run(one.split('')),"
+    "  comment: run([': hb\\n\\n', 'data: x\\n: mid-event\\ndata:y\\n\\n']),"
+    "  multi: run(['data: {\"a\":\\ndata: 2}\\n\\n']),"
+    "  crlf: run(['event: e\\r\\ndata: 1\\r', '\\n\\r\\n']),"
+    "  ids: run(['id: 7\\ndata: 1\\n\\ndata: 2\\n\\nid: 9\\n\\n']),"
+    "  retry: run(['retry: 5000\\n\\nretry: 5x\\n\\n']),"
+    "  end: run(['event: end\\ndata: {}\\n\\nevent: job\\ndata: 1\\n\\n']),"
+    "  qs: m.qs({ a: 1, b: '', c: null, d: 'x y' }),"
+    "  ns: [d.ns(512), d.ns(1500), d.ns(2.5e6), d.ns(null)],"
+    "  pct: [d.pct(0.5), d.pct(undefined)],"
+    "  diff: d.diffLines('a\\nb\\nc', 'a\\nx\\nc') };"
+    " return true; })()";
+
+static void unit_checks(void)
+{
+    static const struct {
+        const char *key, *want, *what;
+    } cases[] = {
+        { "split", "{\"ev\":[[\"job\",{\"a\":1},\"7\"]],\"lastId\":\"7\",\"retry\":3000,\"ended\":false,\"rest\":\"\"}",
+          "a frame split across chunks is one event with its type, JSON data and id" },
+        { "bytes", "{\"ev\":[[\"job\",{\"a\":1},\"7\"]],\"lastId\":\"7\",\"retry\":3000,\"ended\":false,\"rest\":\"\"}",
+          "the same frame fed one character at a time" },
+        { "comment", "{\"ev\":[[\"message\",\"x\\ny\",null]],\"lastId\":null,\"retry\":3000,\"ended\":false,\"rest\":\"\"}",
+          "comments are skipped, even inside an event; data lines join with LF; not JSON stays text" },
+        { "multi", "{\"ev\":[[\"message\",{\"a\":2},null]],\"lastId\":null,\"retry\":3000,\"ended\":false,\"rest\":\"\"}",
+          "JSON split over two data lines" },
+        { "crlf", "{\"ev\":[[\"e\",1,null]],\"lastId\":null,\"retry\":3000,\"ended\":false,\"rest\":\"\"}",
+          "CRLF line ends, the CR and LF in different chunks" },
+        { "ids", "{\"ev\":[[\"message\",1,\"7\"],[\"message\",2,null]],\"lastId\":\"9\",\"retry\":3000,\"ended\":false,"
+                 "\"rest\":\"\"}",
+          "an id belongs to its event only; an id-only frame still moves Last-Event-ID" },
+        { "retry", "{\"ev\":[],\"lastId\":null,\"retry\":5000,\"ended\":false,\"rest\":\"\"}",
+          "retry: sets the reconnection delay, a non-number is ignored, neither is an event" },
+        { "end", "{\"ev\":[[\"end\",{},null]],\"lastId\":null,\"retry\":3000,\"ended\":true,"
+                 "\"rest\":\"event: job\\ndata: 1\\n\\n\"}",
+          "end stops the parser before the next frame" },
+        { "qs", "\"?a=1&d=x+y\"", "qs keeps non-empty members only, encoded" },
+        { "ns", "[\"512 ns\",\"1.50 µs\",\"2.500 ms\",\"—\"]", "ns picks the unit" },
+        { "pct", "[\"50.0%\",\"—\"]", "pct" },
+        { "diff", "[[\" \",\"a\"],[\"+\",\"x\"],[\"-\",\"b\"],[\" \",\"c\"]]", "diffLines keeps the common head and tail" },
+    };
+    char why[512];
+    cJSON *v = kf_cdp_eval(B, UNIT_JS, 10000, why, sizeof(why));
+
+    cr_assert(cJSON_IsTrue(v), "importing ui/api.js and ui/dom.js in the page: %s", v ? "not true" : why);
+    cJSON_Delete(v);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *expr = kf_asprintf("JSON.stringify(window.kfUnit.%s)", cases[i].key);
+        char *got = kf_cdp_eval_str(B, expr);
+
+        cr_assert(got && strcmp(got, cases[i].want) == 0, "%s (%s):\n got  %s\n want %s", cases[i].key, cases[i].what,
+                  got ? got : "(none)", cases[i].want);
+        free(got);
+        free(expr);
+    }
+}
+
+/* ---- a worker played by the test, for chosen latencies ---------------------------------- */
+
+/* Jobs for trn1, which the stack's worker does not serve, are leased here
+ * and driven through the worker routes as slot 1's worker (test-w1, never
+ * started): start, one correct iteration whose latency lat_of(op) picks,
+ * success.  n jobs of batch. */
+static void play_worker(const char *batch, int n, double (*lat_of)(const char *op))
+{
+    const char *targets[1] = { "trn1" };
+    const char *tok = kf_stack_worker_token(&S, 1);
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(S.redis_url, &e);
+    int done = 0;
+
+    cr_assert_not_null(q, "%s", e.msg);
+    for (int tries = 0; done < n && tries < 3000; tries++) {
+        kf_queue_lease l;
+        bool got = false;
+        char *op, *path, *body, *sql;
+        kf_http_resp r = { 0 };
+        long st;
+        const char *what[3] = { "start", "iterations", "result" };
+
+        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "test-w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        if (!got) {
+            kf_test_sleep_ms(10);
+            continue;
+        }
+        sql = kf_asprintf("SELECT spec->>'op' FROM jobs WHERE id = $1::uuid AND batch_id = '%s'::uuid", batch);
+        op = kf_stack_sql_value(&S, sql, l.id);
+        free(sql);
+        cr_assert_not_null(op, "leased job %s is not of batch %s", l.id, batch);
+        for (int k = 0; k < 3; k++) {
+            double lat = lat_of(op);
+            body = k == 0   ? kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\",\"worker\":\"test-w1\"}", l.attempt, l.token)
+                   : k == 1 ? kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\",\"seq\":0,\"latency_ns\":%g,\"correct\":true,"
+                                          "\"params\":{},\"profile\":{\"latency_ns\":%g,\"floor_ns\":500},\"findings\":[],"
+                                          "\"action\":\"tune\",\"reason\":\"chosen by test_ui\"}",
+                                          l.attempt, l.token, lat, lat)
+                            : kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\",\"state\":\"succeeded\",\"result\":{}}",
+                                          l.attempt, l.token);
+            path = kf_asprintf("%s/v1/internal/jobs/%s/%s", S.api_url, l.id, what[k]);
+            st = kf_http_json("POST", path, tok, body, &r);
+            cr_assert_eq(st, 200, "%s %s: %ld %s", what[k], l.id, st, r.body ? r.body : "");
+            kf_http_resp_release(&r);
+            free(path);
+            free(body);
+        }
+        free(op);
+        kf_queue_lease_free(&l);
+        done++;
+    }
+    cr_assert_eq(done, n, "only %d of the %d jobs of batch %s were leased", done, n, batch);
+    kf_queue_free(q);
+}
+
+static double lat_base(const char *op)
+{
+    (void)op;
+    return 1000;
+}
+
+/* softmax 20% slower, layernorm 20% faster, rmsnorm within the 3% threshold */
+static double lat_next(const char *op)
+{
+    return strcmp(op, "softmax") == 0 ? 1200 : strcmp(op, "layernorm") == 0 ? 800 : 1010;
+}
+
+static char *post_batch(const char *body)
+{
+    char *burl = kf_asprintf("%s/v1/batches", S.api_url), *id;
+    kf_http_resp resp = { 0 };
+    cJSON *doc;
+    long st = kf_http_json("POST", burl, S.user, body, &resp);
+
+    cr_assert_eq(st, 202, "POST /v1/batches: %ld %s", st, resp.body ? resp.body : "");
+    doc = cJSON_Parse(resp.body);
+    cr_assert(doc && cJSON_IsString(cJSON_GetObjectItem(doc, "id")), "batch id in %s", resp.body);
+    id = kf_strdup(cJSON_GetObjectItem(doc, "id")->valuestring);
+    cJSON_Delete(doc);
+    kf_http_resp_release(&resp);
+    free(burl);
+    return id;
+}
+
+/* Sign in by pasting tok into the sign-in form (signing out first). */
+static void sign_in(const char *tok)
+{
+    char why[512];
+    char *expr = kf_asprintf("(() => { const o = document.getElementById('signout'); if (!o.hidden) o.click();"
+                             " document.getElementById('token').value = '%s';"
+                             " document.getElementById('signin').requestSubmit(); return true; })()", tok);
+
+    cJSON_Delete(kf_cdp_eval(B, expr, 10000, why, sizeof(why)));
+    free(expr);
+    wait_for("the Jobs view after sign-in", "document.getElementById('main').dataset.ready === 'true'", 30000);
+}
+
 static const char *JOB_BODY =
     "{\"kind\":\"generate\",\"target\":\"trn2\",\"backend\":\"sim\",\"max_attempts\":1,"
     "\"budget\":{\"iterations\":3},\"labels\":{\"suite\":\"ui\"},"
@@ -135,14 +305,14 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
     }
     kf_http_resp_release(&resp);
 
-    /* sign in with a pasted token */
+    /* the signed-out page; the dashboard's pure helpers run in it */
     cr_assert(kf_cdp_navigate(B, url, 30000, why, sizeof(why)), "%s", why);
     wait_for("the sign-in form", "!!document.getElementById('token')", 10000);
-    expr = kf_asprintf("(() => { document.getElementById('token').value = '%s';"
-                       " document.getElementById('signin').requestSubmit(); return true; })()", S.user);
-    cJSON_Delete(kf_cdp_eval(B, expr, 10000, why, sizeof(why)));
-    free(expr);
-    wait_for("the Jobs view after sign-in", "document.getElementById('main').dataset.ready === 'true'", 30000);
+    unit_checks();
+
+    /* sign in with a pasted token */
+    sign_in(S.user);
+    wait_for("the signed-in name and role", "document.getElementById('signout').textContent === 'Sign out user (user)'", 5000);
     wait_for("the live stream", "(document.getElementById('live') || {}).textContent === '● live'", 15000);
     cr_assert_eq(num("sessionStorage.length"), 1, "the token is kept in sessionStorage");
 
@@ -258,6 +428,50 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
     }
     shot("batch");
 
+    /* A report puts regressions first: two batches over one matrix, the
+     * second with a regressed, an improved and an unchanged entry; the
+     * report view against the first as baseline lists them in that order. */
+    {
+        static const char *const want[3][3] = { { "regressed", "softmax", "1.200" }, { "improved", "layernorm", "0.800" },
+                                                { "unchanged", "rmsnorm", "1.010" } };
+        const char *mbody = "{\"name\":\"ui-report\",\"template\":{\"kind\":\"generate\",\"target\":\"trn1\",\"backend\":"
+                            "\"sim\",\"max_attempts\":1,\"budget\":{\"iterations\":1},\"shapes\":[[128,512]],\"dtype\":"
+                            "\"bfloat16\"},\"matrix\":{\"op\":[\"rmsnorm\",\"layernorm\",\"softmax\"]}}";
+        char *b1 = post_batch(mbody), *b2;
+
+        play_worker(b1, 3, lat_base);
+        b2 = post_batch(mbody);
+        play_worker(b2, 3, lat_next);
+        cr_assert(kf_stack_wait_sql(&S, "SELECT count(*) FROM jobs WHERE batch_id = $1::uuid AND state = 'succeeded'", b2, 3,
+                                    JOB_WAIT_MS));
+        expr = kf_asprintf("#/batches/%s?baseline=%s", b2, b1);
+        open_view(expr);
+        free(expr);
+        cr_assert_eq(num("document.querySelectorAll('#report tbody tr').length"), 3, "three report entries");
+        for (int i = 0; i < 3; i++) {
+            char *row;
+            expr = kf_asprintf("[...document.querySelectorAll('#report tbody tr')[%d].cells].map((c) => c.textContent).join('|')", i);
+            row = kf_cdp_eval_str(B, expr);
+            free(expr);
+            cr_assert(row && strncmp(row, want[i][0], strlen(want[i][0])) == 0 && row[strlen(want[i][0])] == '|' &&
+                          strstr(row, want[i][1]) && strstr(row, want[i][2]),
+                      "report row %d: want %s for %s (ratio %s), got %s", i, want[i][0], want[i][1], want[i][2],
+                      row ? row : "none");
+            free(row);
+        }
+        {
+            char *base = kf_cdp_eval_str(B, "document.querySelector('#report-baseline a').getAttribute('href')");
+            char *want_base = kf_asprintf("#/batches/%s", b1);
+            cr_assert(base && strcmp(base, want_base) == 0, "the report links its baseline %s (got %s)", want_base,
+                      base ? base : "none");
+            free(want_base);
+            free(base);
+        }
+        shot("batch-report");
+        free(b1);
+        free(b2);
+    }
+
     /* the library holds the softmax kernel, with its history */
     open_view("#/library");
     cr_assert_geq(num("document.querySelectorAll('#library tbody tr').length"), 1, "a library entry");
@@ -274,7 +488,39 @@ Test(ui, the_dashboard_shows_each_view_live_in_a_browser)
     }
     cr_assert_geq(num("document.querySelectorAll('#queues tbody tr').length"), 1, "a queue per target");
     cr_assert_eq(num("document.querySelectorAll('#dead').length"), 0, "dead letters are for admins only");
+    cr_assert_eq(num("[...document.querySelectorAll('#fleet h2')].filter((e) => e.textContent === 'Dead letters').length"), 0,
+                 "a user is not shown the dead letters' heading");
     shot("fleet");
+
+    /* Admin-only controls follow the token's role (GET /v1/whoami): a
+     * cancelled job offers the user no Requeue (the server would answer
+     * 403), and offers it to an admin, who also sees the dead letters. */
+    {
+        char *c = kf_stack_submit(&S, "{\"kind\":\"diag\",\"target\":\"trn1\",\"max_attempts\":1}");
+        char *curl = kf_asprintf("%s/v1/jobs/%s/cancel", S.api_url, c);
+        long st = kf_http_json("POST", curl, S.user, NULL, &resp);
+
+        cr_assert(st == 200 || st == 202, "cancel %s: %ld %s", c, st, resp.body ? resp.body : "");
+        kf_http_resp_release(&resp);
+        cr_assert(kf_stack_wait_state(&S, c, "cancelled", 20000), "job %s was not cancelled", c);
+        open_view("#/jobs?state=cancelled");
+        expr = kf_asprintf("!!document.querySelector('tr[data-id=\"%s\"]')", c);
+        wait_for("the cancelled job's row", expr, 15000);
+        free(expr);
+        cr_assert_eq(num("document.querySelectorAll('#jobs button.requeue').length"), 0, "no Requeue for a user token");
+        shot("jobs-user");
+
+        sign_in(S.admin);
+        wait_for("the admin's name and role", "document.getElementById('signout').textContent === 'Sign out admin (admin)'", 5000);
+        open_view("#/jobs?state=cancelled");
+        expr = kf_asprintf("!!document.querySelector('tr[data-id=\"%s\"] button.requeue')", c);
+        wait_for("Requeue for an admin token", expr, 15000);
+        free(expr);
+        open_view("#/fleet");
+        cr_assert_eq(num("document.querySelectorAll('#dead').length"), 1, "an admin sees the dead letters");
+        free(curl);
+        free(c);
+    }
 
     cr_assert_str_eq(kf_cdp_errors(B), "", "the page logged errors:\n%s", kf_cdp_errors(B));
 

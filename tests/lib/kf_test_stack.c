@@ -164,6 +164,16 @@ pid_t kf_stack_scheduler(kf_stack *s, int i)
     return s->sched[i];
 }
 
+const char *kf_stack_worker_token(kf_stack *s, int i)
+{
+    char v[64];
+
+    snprintf(v, sizeof(v), "test-w%d", i);
+    if (!s->worker_token[i])
+        s->worker_token[i] = st_token(s, "worker", v);
+    return s->worker_token[i];
+}
+
 pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env)
 {
     char *bin = kf_test_bin("kforge-worker");
@@ -175,8 +185,7 @@ pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env)
 
     st_common_env(s, env, &n);
     snprintf(v, sizeof(v), "test-w%d", i);
-    if (!s->worker_token[i])
-        s->worker_token[i] = st_token(s, "worker", v);
+    kf_stack_worker_token(s, i);
     {
         /* One token per worker, in a file only its user can read. */
         char *tf = kf_asprintf("%s/token-%d", s->dir, i);

@@ -58,6 +58,9 @@ void kf_stack_stop(kf_stack *s);
 /* Start (or restart) worker / scheduler / api slot i; extra_env is one
  * "K=V" entry or NULL.  Returns the pid. */
 pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env);
+/* Slot i's worker token (worker id test-w<i>), made on first use; for a
+ * test that plays a worker itself over /v1/internal without starting one. */
+const char *kf_stack_worker_token(kf_stack *s, int i);
 pid_t kf_stack_scheduler(kf_stack *s, int i);
 void kf_stack_api(kf_stack *s);
 
