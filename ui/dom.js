@@ -30,7 +30,9 @@ export function ns(v) {
 }
 
 export const pct = (v) => (v === null || v === undefined || !isFinite(v) ? '—' : (v * 100).toFixed(1) + '%');
-export const short = (id) => (id ? String(id).slice(0, 8) : '—');
+// The last 8 hex digits of an id: kforge's ids are UUIDv7, whose first
+// digits are the creation time, the same for ids made in the same instant.
+export const short = (id) => (id ? String(id).slice(-8) : '—');
 export const when = (t) => (t ? new Date(t).toLocaleString() : '—');
 export const json = (v) => (v === null || v === undefined ? '—' : JSON.stringify(v));
 
