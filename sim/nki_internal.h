@@ -198,6 +198,9 @@ typedef struct nki_index {       /* c + sum_k coef[k] * g_k over a grid of `shap
     int64_t shape[SIMC_MAX_DIMS];
     int64_t coef[SIMC_MAX_DIMS];
     int64_t c;
+    uint32_t axes;               /* bit k: the expression ranges over grid axis k (also a
+                                    size-1 range such as mgrid's 0:1): the axes an index
+                                    uses are the tile's dims (nki_tensor.c) */
 } nki_index;
 
 typedef struct nki_pred {        /* a dense boolean over a grid (mask=, affine_select) */
