@@ -13,6 +13,17 @@ int nki_opnd_from(PyObject *obj, const char *api, const char *what, nki_opnd *o)
     o->t = NULL;
     o->s = 0;
     o->s_int = obj && PyLong_Check(obj);
+    o->si = 0;
+    if (o->s_int) {
+        int ovf = 0;
+        long long v = PyLong_AsLongLongAndOverflow(obj, &ovf);
+        if (ovf || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            o->s_int = false;   /* beyond int64: a float scalar */
+        } else {
+            o->si = v;
+        }
+    }
     if (obj && nki_tensor_check(obj)) {
         o->t = (nki_tensor *)obj;
         return 0;
@@ -95,6 +106,60 @@ float *nki_read_opnd(const nki_opnd *o, int nd, const int64_t *shape, int slot)
         for (int64_t i = 0; i < n; i++)
             buf[i] = o->s;
     return buf;
+}
+
+bool nki_opnd_is_int(const nki_opnd *o)
+{
+    return o->t ? !simc_dtype_is_float(o->t->v.dtype) : o->s_int;
+}
+
+int64_t *nki_read_i64(const simc_view *v, int slot)
+{
+    int64_t *buf = (int64_t *)(void *)nki_scratch(slot, 2 * simc_view_elems(v));
+    if (nki_cur->numerics || v->st->open)
+        simc_gather_i64(v, buf);
+    return buf;
+}
+
+int64_t *nki_read_opnd_i64(const nki_opnd *o, int nd, const int64_t *shape, int slot)
+{
+    int64_t n = 1;
+    simc_view b;
+    int64_t *buf;
+
+    for (int d = 0; d < nd; d++)
+        n *= shape[d];
+    if (o->t) {
+        if (nki_bcast(&o->t->v, nd, shape, &b))
+            return nki_read_i64(&b, slot);
+        return nki_read_i64(&o->t->v, slot);
+    }
+    buf = (int64_t *)(void *)nki_scratch(slot, 2 * n);
+    if (nki_cur->numerics)
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = o->si;
+    return buf;
+}
+
+void nki_write_i64(const simc_view *v, const int64_t *vals, const uint8_t *mask)
+{
+    nki_store_select(v, mask);
+    if (nki_cur->numerics)
+        simc_scatter_i64(v, vals, mask);
+    else if (v->st->open)
+        simc_gather(v, nki_scratch(4, simc_view_elems(v)));
+}
+
+void nki_copy_vals(const simc_view *dst, const simc_view *src, const uint8_t *mask)
+{
+    if (nki_cur->numerics && !mask && simc_copy_raw(dst, src)) {
+        nki_store_select(dst, NULL);
+        return;
+    }
+    if (!simc_dtype_is_float(dst->dtype) && !simc_dtype_is_float(src->dtype))
+        nki_write_i64(dst, nki_read_i64(src, 0), mask);
+    else
+        nki_write(dst, nki_read(src, 0), mask);
 }
 
 /* Step idx (row-major) to the next element of shape. */
@@ -325,8 +390,12 @@ int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *
         op = SIM_OP_TENSOR_COPY;
         eng = sv->st->mem == SIM_MEM_PSUM ? SIM_ENG_SCALAR : SIM_ENG_VECTOR;
     }
-    if (!sv || !nki_cur->numerics || mask || !simc_copy_raw(dv, sv)) {
-        vals = sv ? nki_read(sv, 0) : nki_read_opnd(&o, dv->ndim, dv->shape, 0);
+    if (sv) {
+        nki_copy_vals(dv, sv, mask);
+    } else if (o.s_int && !simc_dtype_is_float(dv->dtype)) {
+        nki_write_i64(dv, nki_read_opnd_i64(&o, dv->ndim, dv->shape, 0), mask);
+    } else {
+        vals = nki_read_opnd(&o, dv->ndim, dv->shape, 0);
         nki_write(dv, vals, mask);
     }
     {

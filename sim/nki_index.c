@@ -16,7 +16,10 @@ PyObject *nki_index_new(int ndim, const int64_t *shape, const int64_t *coef, int
     if (!e)
         return NULL;
     e->ndim = ndim;
+    e->axes = 0;
     for (int k = 0; k < ndim; k++) {
+        if (coef[k] != 0)
+            e->axes |= 1u << k;
         e->shape[k] = shape[k];
         e->coef[k] = shape[k] == 1 ? 0 : coef[k];
     }
@@ -69,7 +72,15 @@ static PyObject *index_lin(PyObject *a, int64_t sa, PyObject *b, int64_t sb)
             return Py_NewRef(Py_NotImplemented);
         }
     }
-    return nki_index_new(nd, shape, coef, c);
+    {
+        PyObject *r = nki_index_new(nd, shape, coef, c);
+        for (int i = 0; r && i < 2; i++)
+            if (sc[i] != 0 && Py_TYPE(ops[i]) == &nki_IndexType) {
+                const nki_index *e = (const nki_index *)ops[i];
+                ((nki_index *)r)->axes |= e->axes << (nd - e->ndim);
+            }
+        return r;
+    }
 }
 
 static PyObject *index_add(PyObject *a, PyObject *b)
@@ -114,7 +125,10 @@ static PyObject *index_floordiv(PyObject *a, PyObject *b)
         if (e->c % k != 0)
             return nki_fail(SIM_E_UNSUPPORTED_API, "index expression",
                             "dividing an index expression by %lld is not affine", (long long)k);
-        return nki_index_new(e->ndim, e->shape, coef, e->c / k);
+        PyObject *r = nki_index_new(e->ndim, e->shape, coef, e->c / k);
+        if (r)
+            ((nki_index *)r)->axes |= e->axes;
+        return r;
     }
 }
 
@@ -216,7 +230,12 @@ static PyObject *index_subscript(PyObject *self, PyObject *key)
     if (src != e->ndim)
         return nki_fail(SIM_E_BAD_INDEX, "nl.arange(...)[...]",
                         "the placement must use each of the %d axes once", e->ndim);
-    return nki_index_new(nd, shape, coef, e->c);
+    {
+        PyObject *r = nki_index_new(nd, shape, coef, e->c);
+        if (r)   /* every placed axis, ':' or None, is a dim the kernel asked for */
+            ((nki_index *)r)->axes = (1u << nd) - 1u;
+        return r;
+    }
 }
 
 static PyObject *index_shape(nki_index *e, void *u)
@@ -283,13 +302,36 @@ static PyObject *pred_new_like(int nd, const int64_t *shape, int64_t *n)
     return (PyObject *)p;
 }
 
+/* A predicate's shape seen by an operation of nd dims: an mgrid with more
+ * ranges than the index uses gives predicates with size-1 dims the tile does
+ * not have (the tile follows the index expressions used, nki_tensor.c), so
+ * size-1 dims are dropped, leftmost first, until the ranks agree.  Row-major
+ * data is unchanged by dropping size-1 dims.  Returns the rank. */
+static int pred_shape_for(const nki_pred *p, int nd, int64_t *out)
+{
+    int drop = p->ndim > nd ? p->ndim - nd : 0, n = 0;
+    for (int k = 0; k < p->ndim; k++) {
+        if (drop > 0 && p->shape[k] == 1) {
+            drop--;
+            continue;
+        }
+        out[n++] = p->shape[k];
+    }
+    return n;
+}
+
 bool nki_pred_fits(PyObject *mask, int nd, const int64_t *shape)
 {
     const nki_pred *p = (const nki_pred *)mask;
-    if (!mask || Py_TYPE(mask) != &nki_PredType || p->ndim > nd)
+    int64_t ps[SIMC_MAX_DIMS];
+    int pnd;
+    if (!mask || Py_TYPE(mask) != &nki_PredType)
         return false;
-    for (int k = 0; k < p->ndim; k++)
-        if (p->shape[k] != 1 && p->shape[k] != shape[nd - p->ndim + k])
+    pnd = pred_shape_for(p, nd, ps);
+    if (pnd > nd)
+        return false;
+    for (int k = 0; k < pnd; k++)
+        if (ps[k] != 1 && ps[k] != shape[nd - pnd + k])
             return false;
     return true;
 }
@@ -298,7 +340,8 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
                    uint8_t **mask)
 {
     nki_pred *p;
-    int64_t n = 1, idx[SIMC_MAX_DIMS] = { 0 };
+    int64_t n = 1, idx[SIMC_MAX_DIMS] = { 0 }, pshape[SIMC_MAX_DIMS];
+    int pnd;
     uint8_t *m;
 
     *mask = NULL;
@@ -324,12 +367,13 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
         return -1;
     }
     p = (nki_pred *)obj;
-    if (p->ndim > ndim) {
+    pnd = pred_shape_for(p, ndim, pshape);
+    if (pnd > ndim) {
         nki_fail(SIM_E_SHAPE_MISMATCH, api, "mask has %d dims, the operation %d", p->ndim, ndim);
         return -1;
     }
-    for (int k = 0; k < p->ndim; k++) {
-        int64_t ps = p->shape[k], os = shape[ndim - p->ndim + k];
+    for (int k = 0; k < pnd; k++) {
+        int64_t ps = pshape[k], os = shape[ndim - pnd + k];
         if (ps != 1 && ps != os) {
             nki_fail(SIM_E_SHAPE_MISMATCH, api, "mask dimension %d has size %lld, the operation %lld",
                      k, (long long)ps, (long long)os);
@@ -338,9 +382,9 @@ int nki_mask_dense(PyObject *obj, int ndim, const int64_t *shape, const char *ap
     }
     for (int64_t i = 0; i < n; i++) {
         int64_t f = 0;
-        for (int k = 0; k < p->ndim; k++) {
-            int64_t ps = p->shape[k];
-            f = f * ps + (ps == 1 ? 0 : idx[ndim - p->ndim + k]);
+        for (int k = 0; k < pnd; k++) {
+            int64_t ps = pshape[k];
+            f = f * ps + (ps == 1 ? 0 : idx[ndim - pnd + k]);
         }
         m[i] = p->data[f];
         for (int k = ndim - 1; k >= 0; k--) {

@@ -198,6 +198,9 @@ typedef struct nki_index {       /* c + sum_k coef[k] * g_k over a grid of `shap
     int64_t shape[SIMC_MAX_DIMS];
     int64_t coef[SIMC_MAX_DIMS];
     int64_t c;
+    uint32_t axes;               /* bit k: the expression ranges over grid axis k (also a
+                                    size-1 range such as mgrid's 0:1): the axes an index
+                                    uses are the tile's dims (nki_tensor.c) */
 } nki_index;
 
 typedef struct nki_pred {        /* a dense boolean over a grid (mask=, affine_select) */
@@ -339,7 +342,20 @@ typedef struct nki_opnd {
     nki_tensor *t;     /* borrowed, NULL for a scalar */
     float       s;
     bool        s_int; /* the scalar was a Python int (promotes as int32, else fp32) */
+    int64_t     si;    /* s_int: its exact value (integer ALU path) */
 } nki_opnd;
+
+/* Integer path (exact integer data, see simc_gather_i64): an operand is
+ * integer when it is a tensor of an integer dtype or a Python int. */
+bool nki_opnd_is_int(const nki_opnd *o);
+/* nki_read / nki_read_opnd / nki_write with int64 values (same slots). */
+int64_t *nki_read_i64(const simc_view *v, int slot);
+int64_t *nki_read_opnd_i64(const nki_opnd *o, int nd, const int64_t *shape, int slot);
+void nki_write_i64(const simc_view *v, const int64_t *vals, const uint8_t *mask);
+/* Move src's values into dst under mask (may be NULL): byte for byte when
+ * simc_copy_raw can, exactly through int64 when both dtypes are integer,
+ * else through fp32.  Numerics off: only the accumulation/selection state. */
+void nki_copy_vals(const simc_view *dst, const simc_view *src, const uint8_t *mask);
 
 /* Parse a tensor or a Python number; -1 with the error raised. */
 int nki_opnd_from(PyObject *obj, const char *api, const char *what, nki_opnd *o);

@@ -88,6 +88,25 @@ static int read_pcol(const char *api, const char *what, const nki_opnd *o, const
     return 0;
 }
 
+/* read_pcol with int64 values (the integer ALU path). */
+static int read_pcol_i64(const char *api, const char *what, const nki_opnd *o,
+                         const nki_tensor *like, int slot, int64_t **vals, simc_view *used)
+{
+    simc_view pv;
+    if (!o->t) {
+        *vals = nki_read_opnd_i64(o, like->v.ndim, like->v.shape, slot);
+        return 0;
+    }
+    if (!pcol_view(o->t, like, &pv))
+        return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                     "%s must be a scalar or one value per partition (%lld, 1), it has %lld elements",
+                     what, (long long)nki_view_parts(like), (long long)simc_view_elems(&o->t->v));
+    *vals = nki_read_i64(&pv, slot);
+    if (used)
+        *used = o->t->v;
+    return 0;
+}
+
 static nki_tensor *legacy_tile(sim_mem mem, sim_dtype dt, const nki_tensor *like, const char *api)
 {
     return nki_new_tile(mem, dt, like->v.ndim, like->v.shape, api);
@@ -123,7 +142,6 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
     const char *api = "nisa.dma_copy";
     nki_tensor *dst, *src;
     uint8_t *mask = NULL;
-    float *vals;
     sim_insn *in;
     (void)m;
 
@@ -146,10 +164,7 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
     if (mask_for(a[2], dst, api, &mask) < 0 || nki_check_bounds(dst, mask, api) < 0 ||
         nki_check_bounds(src, NULL, api) < 0)
         return NULL;
-    if (!nki_cur->numerics || mask || !simc_copy_raw(&dst->v, &src->v)) {
-        vals = nki_read(&src->v, 0);
-        nki_write(&dst->v, vals, mask);
-    }
+    nki_copy_vals(&dst->v, &src->v, mask);
     in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &dst->v, &src->v, NULL, NULL);
     if (a[9] && PyLong_Check(a[9])) {
         long q = PyLong_AsLong(a[9]);
@@ -167,15 +182,11 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
 static int copy_core(const char *api, nki_tensor *dst, nki_tensor *src, sim_engine eng,
                      const uint8_t *mask)
 {
-    float *vals;
     sim_insn *in;
     if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "src", src) < 0 ||
         same_layout(api, dst, "dst", src, "src") < 0)
         return -1;
-    if (!nki_cur->numerics || mask || !simc_copy_raw(&dst->v, &src->v)) {
-        vals = nki_read(&src->v, 0);
-        nki_write(&dst->v, vals, mask);
-    }
+    nki_copy_vals(&dst->v, &src->v, mask);
     in = nki_emit(SIM_OP_TENSOR_COPY, eng, &dst->v, &src->v, NULL, NULL);
     if (mask)
         in->flags |= SIM_F_MASKED;
@@ -287,11 +298,21 @@ static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor 
         return FAILI(SIM_E_WRONG_BUFFER, api, "at most one input of tensor_tensor may be in PSUM");
     if (nki_check_bounds(d1, NULL, api) < 0 || nki_check_bounds(d2, NULL, api) < 0)
         return -1;
-    v1 = nki_read(&d1->v, 1);
-    v2 = nki_read(r2, 2);
-    if (nki_cur->numerics)
-        simn_alu_vec(op, v1, v2, 1, v1, n);
-    nki_write(&dst->v, v1, mask);
+    if (!simc_dtype_is_float(dst->v.dtype) && !simc_dtype_is_float(d1->v.dtype) &&
+        !simc_dtype_is_float(d2->v.dtype) && simn_op_has_int(op)) {
+        int64_t *i1 = nki_read_i64(&d1->v, 1), *i2 = nki_read_i64(r2, 2);
+        if (nki_cur->numerics)
+            for (int64_t i = 0; i < n; i++)
+                if (!simn_alu_i64(op, i1[i], i2[i], &i1[i]))
+                    i1[i] = 0;   /* mod by zero */
+        nki_write_i64(&dst->v, i1, mask);
+    } else {
+        v1 = nki_read(&d1->v, 1);
+        v2 = nki_read(r2, 2);
+        if (nki_cur->numerics)
+            simn_alu_vec(op, v1, v2, 1, v1, n);
+        nki_write(&dst->v, v1, mask);
+    }
     in = nki_emit(SIM_OP_TENSOR_TENSOR, eng, &dst->v, &d1->v, &d2->v, NULL);
     if (mask)
         in->flags |= SIM_F_MASKED;
@@ -397,6 +418,43 @@ static float *ts_compute(const char *api, nki_tensor *data, const ts_args *t, si
     return x;
 }
 
+/* tensor_scalar on integer data with integer operands and integer-capable
+ * ops runs on the integer ALU (exact, bit patterns for bitwise ops). */
+static bool ts_is_int(const nki_tensor *dst, const nki_tensor *data, const ts_args *t)
+{
+    return !simc_dtype_is_float(dst->v.dtype) && !simc_dtype_is_float(data->v.dtype) &&
+           simn_op_has_int(t->op0) && nki_opnd_is_int(&t->s0) &&
+           (t->op1 == SIMN_OP_NONE || (simn_op_has_int(t->op1) && nki_opnd_is_int(&t->s1)));
+}
+
+static int64_t ts_i64(simn_op op, int64_t x, int64_t s, bool rev)
+{
+    int64_t r;
+    if (!(rev ? simn_alu_i64(op, s, x, &r) : simn_alu_i64(op, x, s, &r)))
+        r = 0;   /* mod by zero */
+    return r;
+}
+
+static int ts_compute_i64(const char *api, nki_tensor *dst, nki_tensor *data, const ts_args *t,
+                          simc_view *u0, simc_view *u1, const uint8_t *mask)
+{
+    int64_t *x, *s0 = NULL, *s1 = NULL;
+    int64_t n = simc_view_elems(&data->v);
+    x = nki_read_i64(&data->v, 1);
+    if (read_pcol_i64(api, "operand0", &t->s0, data, 2, &s0, u0) < 0 ||
+        (t->op1 != SIMN_OP_NONE && read_pcol_i64(api, "operand1", &t->s1, data, 3, &s1, u1) < 0))
+        return -1;
+    if (nki_cur->numerics)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t y = ts_i64(t->op0, x[i], s0[i], t->rev0);
+            if (t->op1 != SIMN_OP_NONE)
+                y = ts_i64(t->op1, y, s1[i], t->rev1);
+            x[i] = y;
+        }
+    nki_write_i64(&dst->v, x, mask);
+    return 0;
+}
+
 static int ts_core(const char *api, nki_tensor *dst, nki_tensor *data, const ts_args *t,
                    sim_engine eng, const uint8_t *mask)
 {
@@ -408,10 +466,15 @@ static int ts_core(const char *api, nki_tensor *dst, nki_tensor *data, const ts_
     if (want_onchip(api, "dst", dst) < 0 || want_onchip(api, "data", data) < 0 ||
         same_layout(api, data, "data", dst, "dst") < 0 || nki_check_bounds(data, NULL, api) < 0)
         return -1;
-    y = ts_compute(api, data, t, &u0, &u1, &rc);
-    if (rc < 0)
-        return -1;
-    nki_write(&dst->v, y, mask);
+    if (ts_is_int(dst, data, t)) {
+        if (ts_compute_i64(api, dst, data, t, &u0, &u1, mask) < 0)
+            return -1;
+    } else {
+        y = ts_compute(api, data, t, &u0, &u1, &rc);
+        if (rc < 0)
+            return -1;
+        nki_write(&dst->v, y, mask);
+    }
     in = nki_emit(SIM_OP_TENSOR_SCALAR, eng, &dst->v, &data->v, u0.st ? &u0 : NULL,
                   u1.st ? &u1 : NULL);
     if (mask)
@@ -1160,6 +1223,11 @@ static PyObject *isa_affine_select(PyObject *m, PyObject *const *args, Py_ssize_
     return finish(dst, legacy, 0);
 }
 
+static int64_t iota_clamp(__int128 v)
+{
+    return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v;
+}
+
 static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const leg[] = { "expr", "dtype", "mask", "*name", "*engine" };
@@ -1168,7 +1236,7 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     const char *api = "nisa.iota";
     PyObject *a[6];
     nki_tensor *dst;
-    float *vals;
+    int64_t *vals;
     int64_t n;
     bool legacy = legacy_form(m, kwnames);
 
@@ -1187,12 +1255,12 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         if (nki_legacy_mask(a[2], dst, api) < 0)
             return finish(dst, true, -1);
         n = simc_view_elems(&dst->v);
-        vals = nki_scratch(1, n);
+        vals = (int64_t *)(void *)nki_scratch(1, 2 * n);
         for (int64_t i = 0; i < n; i++) {
             __int128 v = e->c;
             for (int k = 0; k < e->ndim; k++)
                 v += (__int128)e->coef[k] * idx[k];
-            vals[i] = (float)(double)v;
+            vals[i] = iota_clamp(v);
             for (int k = e->ndim - 1; k >= 0; k--) {
                 if (++idx[k] < e->shape[k])
                     break;
@@ -1223,12 +1291,12 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         Py_DECREF(seq);
         PyErr_Clear();
         n = simc_view_elems(&dst->v);
-        vals = nki_scratch(1, n);
+        vals = (int64_t *)(void *)nki_scratch(1, 2 * n);
         for (int64_t i = 0; i < n; i++) {
             __int128 v = off + (__int128)idx[0] * cm;
             for (int d = 1; d < dst->v.ndim; d++)
                 v += (__int128)steps[d] * idx[d];
-            vals[i] = (float)(double)v;
+            vals[i] = iota_clamp(v);
             for (int d = dst->v.ndim - 1; d >= 0; d--) {
                 if (++idx[d] < dst->v.shape[d])
                     break;
@@ -1238,7 +1306,14 @@ static PyObject *isa_iota(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     }
     if (want_onchip(api, "dst", dst) < 0)
         return finish(dst, legacy, -1);
-    nki_write(&dst->v, vals, NULL);
+    if (simc_dtype_is_float(dst->v.dtype)) {
+        float *fv = nki_scratch(2, n);
+        for (int64_t i = 0; i < n; i++)
+            fv[i] = (float)vals[i];
+        nki_write(&dst->v, fv, NULL);
+    } else {
+        nki_write_i64(&dst->v, vals, NULL);   /* exact: an int32 iota keeps every bit */
+    }
     nki_emit(SIM_OP_IOTA, SIM_ENG_GPSIMD, &dst->v, NULL, NULL, NULL);
     return finish(dst, legacy, 0);
 }

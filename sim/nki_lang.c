@@ -500,6 +500,17 @@ static PyObject *ew_binary(simn_op op, const char *api, PyObject *x, PyObject *y
         return NULL;
     }
     n = simc_view_elems(&out->v);
+    if (!simc_dtype_is_float(out->v.dtype) && nki_opnd_is_int(&a) && nki_opnd_is_int(&b) &&
+        simn_op_has_int(op)) {   /* integer ALU: exact (bit patterns for bitwise ops) */
+        int64_t *ia = nki_read_opnd_i64(&a, nd, shape, 1);
+        int64_t *ib = nki_read_opnd_i64(&b, nd, shape, 2);
+        if (nki_cur->numerics)
+            for (int64_t i = 0; i < n; i++)
+                if (!simn_alu_i64(op, ia[i], ib[i], &ia[i]))
+                    ia[i] = 0;   /* mod by zero */
+        nki_write_i64(&out->v, ia, mask);
+        goto emit;
+    }
     va = nki_read_opnd(&a, nd, shape, 1);
     vb = nki_read_opnd(&b, nd, shape, 2);
     if (nki_cur->numerics) {
@@ -508,6 +519,7 @@ static PyObject *ew_binary(simn_op op, const char *api, PyObject *x, PyObject *y
     } else {
         nki_write(&out->v, va, mask);
     }
+emit:
     {
         sim_insn *in = nki_emit(a.t && b.t ? SIM_OP_TENSOR_TENSOR : SIM_OP_TENSOR_SCALAR,
                                 SIM_ENG_VECTOR, &out->v, a.t ? &a.t->v : NULL,
@@ -547,10 +559,21 @@ static PyObject *ew_unary(simn_op op, const char *api, PyObject *x, PyObject *dt
         return NULL;
     }
     n = simc_view_elems(&out->v);
-    va = nki_read(&a.t->v, 1);
-    if (nki_cur->numerics)
-        simn_act_vec(op, va, va, n);
-    nki_write(&out->v, va, mask);
+    if (!simc_dtype_is_float(out->v.dtype) && !simc_dtype_is_float(a.t->v.dtype) &&
+        (op == SIMN_OP_COPY || op == SIMN_OP_IDENTITY || op == SIMN_OP_NEGATIVE ||
+         op == SIMN_OP_ABS)) {   /* integer data stays exact */
+        int64_t *ia = nki_read_i64(&a.t->v, 1);
+        if (nki_cur->numerics && op != SIMN_OP_COPY && op != SIMN_OP_IDENTITY)
+            for (int64_t i = 0; i < n; i++)
+                if (op == SIMN_OP_NEGATIVE || ia[i] < 0)
+                    ia[i] = (int64_t)(0u - (uint64_t)ia[i]);
+        nki_write_i64(&out->v, ia, mask);
+    } else {
+        va = nki_read(&a.t->v, 1);
+        if (nki_cur->numerics)
+            simn_act_vec(op, va, va, n);
+        nki_write(&out->v, va, mask);
+    }
     {
         bool copy = op == SIMN_OP_COPY;
         sim_insn *in = nki_emit(copy ? SIM_OP_TENSOR_COPY : SIM_OP_ACTIVATION,
@@ -865,17 +888,13 @@ static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     }
     {
         simc_view sv = src->v;
-        float *vals;
         sim_insn *in;
         if (sv.ndim == 1 && out->v.ndim == 2) {   /* (n,) HBM -> (n, 1) tile */
             sv.ndim = 2;
             sv.shape[1] = 1;
             sv.strides[1] = 1;
         }
-        if (!nki_cur->numerics || mask || !simc_copy_raw(&out->v, &sv)) {
-            vals = nki_read(&sv, 0);
-            nki_write(&out->v, vals, mask);
-        }
+        nki_copy_vals(&out->v, &sv, mask);
         in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, &out->v, &src->v, NULL, NULL);
         if (mask)
             in->flags |= SIM_F_MASKED;

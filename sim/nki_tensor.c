@@ -486,6 +486,50 @@ static PyObject *bad_index(PyObject *it, int d)
     return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
                     Py_TYPE(it)->tp_name, d);
 }
+/* The tile's shape follows the index expressions actually used: a size-1
+ * grid dimension none of them varies along (`ix, iw, iy = nl.mgrid[0:128,
+ * 0:1, 0:512]` then `a[ix, iy]`) is not a dimension of the result, which is
+ * (128, 512) as on the device.  Removes such dims from r's first gnd dims
+ * and from map's grid columns. */
+static void drop_unused_grid_dims(PyObject **items, int nitems, int gnd, simc_view *r,
+                                  nki_oob_map *map)
+{
+    bool used[SIMC_MAX_DIMS] = { false };
+    int nk = 0, dropped = 0;
+
+    for (int i = 0; i < nitems; i++) {
+        const nki_index *e;
+        if (!items[i] || Py_TYPE(items[i]) != &nki_IndexType)
+            continue;
+        e = (const nki_index *)items[i];
+        for (int k = 0; k < e->ndim; k++)
+            if (e->coef[k] != 0 || (e->axes & (1u << k)))
+                used[gnd - e->ndim + k] = true;
+    }
+    for (int gk = 0; gk < gnd; gk++)
+        if (r->shape[gk] != 1)
+            used[gk] = true;
+    for (int gk = 0; gk < gnd; gk++)
+        dropped += !used[gk];
+    if (!dropped || dropped == r->ndim)
+        return;   /* nothing to drop, or nothing would be left */
+    for (int gk = 0; gk < r->ndim; gk++) {
+        if (gk < gnd && !used[gk])
+            continue;
+        r->shape[nk] = r->shape[gk];
+        r->strides[nk] = r->strides[gk];
+        if (gk < gnd)
+            for (int d = 0; d < map->ndim; d++)
+                map->coef[d][nk] = map->coef[d][gk];
+        nk++;
+    }
+    r->ndim = nk;
+    map->gnd = gnd - dropped;
+    for (int d = 0; d < map->ndim; d++)
+        for (int k = map->gnd; k < SIMC_MAX_DIMS; k++)
+            map->coef[d][k] = 0;
+}
+
 static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
 {
     const simc_view *v = &t->v;
@@ -535,7 +579,7 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
         int64_t iv;
         if (it && Py_TYPE(it) == &nki_IndexType) {
             nki_index *e = (nki_index *)it;
-            int64_t lo = e->c, hi = e->c;
+            int64_t lo = e->c, hi = lo;
             bool of = false;
             map.expr[d] = true;
             map.size[d] = v->shape[d];
@@ -589,6 +633,7 @@ static PyObject *subscript_advanced(nki_tensor *t, PyObject **items, int nitems)
             return bad_index(it, d);
         }
     }
+    drop_unused_grid_dims(items, nitems, gnd, &r, &map);
     res = nki_tensor_view(v->st, &r, v->st->mem == SIM_MEM_HBM ? -1 : 0);
     if (res && oob[0]) {
         res->oob = true;

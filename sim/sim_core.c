@@ -210,6 +210,44 @@ void simc_from_f32(sim_dtype dt, float x, void *p)
     }
 }
 
+int64_t simc_to_i64(sim_dtype dt, const void *p)
+{
+    switch (dt) {
+    case SIM_DT_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case SIM_DT_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case SIM_DT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case SIM_DT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case SIM_DT_INT8: return *(const int8_t *)p;
+    case SIM_DT_UINT8: return *(const uint8_t *)p;
+    case SIM_DT_BOOL: return *(const uint8_t *)p ? 1 : 0;
+    default: {
+        float f = simc_to_f32(dt, p);
+        if (isnan(f))
+            return 0;
+        if (f >= 9.2e18f)
+            return INT64_MAX;
+        if (f <= -9.2e18f)
+            return INT64_MIN;
+        return (int64_t)f;
+    }
+    }
+}
+
+void simc_from_i64(sim_dtype dt, int64_t x, void *p)
+{
+    uint64_t u = (uint64_t)x;
+    switch (dt) {
+    case SIM_DT_INT32:
+    case SIM_DT_UINT32: { uint32_t v = (uint32_t)u; memcpy(p, &v, 4); break; }
+    case SIM_DT_INT16:
+    case SIM_DT_UINT16: { uint16_t v = (uint16_t)u; memcpy(p, &v, 2); break; }
+    case SIM_DT_INT8:
+    case SIM_DT_UINT8: *(uint8_t *)p = (uint8_t)u; break;
+    case SIM_DT_BOOL: *(uint8_t *)p = x != 0; break;
+    default: simc_from_f32(dt, (float)x, p); break;
+    }
+}
+
 /* ===== storage ===== */
 
 void simc_fill_uninit(void *data, sim_dtype dt, int64_t n)
@@ -641,6 +679,55 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, con
     SIMC_ROWS_END(v, base)
     if (any_accum)
         *any_accum = acc_any;
+}
+
+/* Element by element over v in row-major order: integer views are tiles and
+ * index grids, so the plain walk is fast enough and handles every layout. */
+void simc_gather_i64(const simc_view *v, int64_t *out)
+{
+    const simc_store *s = v->st;
+    int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
+    unsigned es = sim_dtype_size(v->dtype);
+
+    for (int64_t i = 0; i < n; i++) {
+        int64_t f = simc_elem_index(v, idx);
+        if (f >= 0 && f < s->nelem) {
+            out[i] = s->data ? simc_to_i64(v->dtype, (const uint8_t *)s->data + f * (int64_t)es) : 0;
+            if (s->open)
+                s->open[f] = 0;
+        } else {
+            out[i] = 0;
+        }
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < v->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
+void simc_scatter_i64(const simc_view *v, const int64_t *in, const uint8_t *mask)
+{
+    simc_store *s = v->st;
+    int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
+    unsigned es = sim_dtype_size(v->dtype);
+
+    if (!s->data)
+        return;
+    simc_store_writable(s);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t f = simc_elem_index(v, idx);
+        if (f >= 0 && f < s->nelem && (!mask || mask[i])) {
+            simc_from_i64(v->dtype, in[i], (uint8_t *)s->data + f * (int64_t)es);
+            if (s->open)
+                s->open[f] = 0;
+        }
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < v->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
 }
 
 bool simc_copy_raw(const simc_view *dst, const simc_view *src)

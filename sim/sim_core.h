@@ -129,6 +129,19 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask);
  * live in different SBUF/HBM stores with data and lie inside them; false
  * (nothing done) otherwise, for the caller's FP32 path. */
 bool simc_copy_raw(const simc_view *dst, const simc_view *src);
+
+/* Integer data moves and computes exactly, never through fp32 (an int32
+ * above 2^24 would lose its low bits): an integer element as int64 (bool
+ * 0/1; float dtypes truncate toward zero, NaN reads 0), and an int64 stored
+ * into an integer dtype keeps its low bits (two's complement wrap, as the
+ * engines' integer ALUs do); into a float dtype it is rounded. */
+int64_t simc_to_i64(sim_dtype dt, const void *p);
+void simc_from_i64(sim_dtype dt, int64_t x, void *p);
+/* simc_gather / simc_scatter for integer data: the same rules (PSUM reads
+ * and writes close accumulation, outside elements read 0 and are skipped,
+ * no-op without data), values as int64. */
+void simc_gather_i64(const simc_view *v, int64_t *out);
+void simc_scatter_i64(const simc_view *v, const int64_t *in, const uint8_t *mask);
 /* PSUM matmul write: each element overwrites when its accumulation is not
  * open (or accumulate < 0), adds when open (or accumulate > 0), and opens.
  * mask (row-major over v's shape, may be NULL) selects the elements written;

@@ -27,7 +27,16 @@ static PyObject *stub_fail(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "ss", &name, &how))
         return NULL;
     snprintf(root, sizeof(root), "%.*s", (int)strcspn(name, "."), name);
-    snprintf(values, sizeof(values),
+    if (strcmp(name, "torch_neuronx.nki_jit") == 0)
+        /* the old SDK's decorator: outputs are arguments the kernel writes
+         * and it returns nothing; kforge-sim returns a kernel's outputs */
+        snprintf(values, sizeof(values),
+                 "%s %s: the old SDK's output-by-argument decorator is not simulated; to run the "
+                 "kernel, decorate it with @nki.jit (from neuronxcc import nki), drop the output "
+                 "parameter, allocate the output inside with nl.ndarray(shape, dtype=..., "
+                 "buffer=nl.shared_hbm) and return it", name, how);
+    else
+        snprintf(values, sizeof(values),
              "%s %s: %s is a test-harness library kforge-sim does not provide; a stub stands in "
              "for it only so that files importing it load (kforge-sim run --no-stubs makes the "
              "import fail instead)", name, how, root);

@@ -98,6 +98,50 @@ float simn_alu(simn_op op, float a, float b)
     }
 }
 
+bool simn_op_has_int(simn_op op)
+{
+    int64_t r;
+    simn_op bin = simn_op_binary(op);
+    return simn_alu_i64(bin != SIMN_OP_NONE ? bin : op, 1, 1, &r);
+}
+
+bool simn_alu_i64(simn_op op, int64_t a, int64_t b, int64_t *out)
+{
+    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    switch (op) {
+    case SIMN_OP_ADD: *out = (int64_t)(ua + ub); return true;
+    case SIMN_OP_SUBTRACT: *out = (int64_t)(ua - ub); return true;
+    case SIMN_OP_MULTIPLY: *out = (int64_t)(ua * ub); return true;
+    case SIMN_OP_MAXIMUM: *out = a > b ? a : b; return true;
+    case SIMN_OP_MINIMUM: *out = a < b ? a : b; return true;
+    case SIMN_OP_EQUAL: *out = a == b; return true;
+    case SIMN_OP_NOT_EQUAL: *out = a != b; return true;
+    case SIMN_OP_LESS: *out = a < b; return true;
+    case SIMN_OP_LESS_EQUAL: *out = a <= b; return true;
+    case SIMN_OP_GREATER: *out = a > b; return true;
+    case SIMN_OP_GREATER_EQUAL: *out = a >= b; return true;
+    case SIMN_OP_LOGICAL_AND: *out = a && b; return true;
+    case SIMN_OP_LOGICAL_OR: *out = a || b; return true;
+    case SIMN_OP_LOGICAL_XOR: *out = (a != 0) != (b != 0); return true;
+    case SIMN_OP_BITWISE_AND: *out = (int64_t)(ua & ub); return true;
+    case SIMN_OP_BITWISE_OR: *out = (int64_t)(ua | ub); return true;
+    case SIMN_OP_BITWISE_XOR: *out = (int64_t)(ua ^ ub); return true;
+    /* shifts act on the 32-bit register: left shift wraps, right shift is
+     * arithmetic on the value (logical for values read from uint32) */
+    case SIMN_OP_LEFT_SHIFT: *out = (int64_t)(int32_t)(uint32_t)((uint32_t)ua << (ub & 31)); return true;
+    case SIMN_OP_RIGHT_SHIFT: *out = a >> (ub & 31); return true;
+    case SIMN_OP_MOD:
+        if (b == 0)
+            return false;
+        *out = (b == -1) ? 0 : a % b;   /* sign of the dividend, like fmodf */
+        return true;
+    default: {
+        simn_op bin = simn_op_binary(op);
+        return bin != SIMN_OP_NONE && bin != op && simn_alu_i64(bin, a, b, out);
+    }
+    }
+}
+
 float simn_act(simn_op op, float x)
 {
     switch (op) {

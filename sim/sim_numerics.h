@@ -14,6 +14,7 @@
 #ifndef SIM_NUMERICS_H
 #define SIM_NUMERICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* ALU and activation functions.  kind: 2 binary, 1 unary, 3 reduction. */
@@ -101,6 +102,15 @@ float simn_act(simn_op op, float x);
 /* out[i] = a[i] op b[i] (b_stride 0 broadcasts one value). */
 void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
                   int64_t n);
+/* Integer ALU (the engines' int path: bitwise ops on the bit pattern,
+ * arithmetic and comparisons exact, two's complement wrap when stored):
+ * true and *out set when op has an integer form (add, subtract, multiply,
+ * maximum, minimum, comparisons, logical and bitwise ops, shifts, mod with a
+ * nonzero divisor); false for ops that stay floating point (divide, power,
+ * activations). */
+bool simn_alu_i64(simn_op op, int64_t a, int64_t b, int64_t *out);
+/* True when op has an integer form for some operands (see simn_alu_i64). */
+bool simn_op_has_int(simn_op op);
 void simn_act_vec(simn_op op, const float *x, float *out, int64_t n);
 
 /* C[M,N] = A[K,M]^T @ B[K,N] (+ beta * C), row-major FP32 with leading

@@ -171,7 +171,7 @@ static int pcli_parse_grid(const char *s, int g[3])
         if (g[i] < 1 || g[i] > 1024)
             return -1;
     for (int i = n; i < 3; i++)
-        g[i] = 1;
+        g[i] = 0;   /* not given: the grid's rank is n (nl.program_ndim), as for run */
     return 0;
 }
 

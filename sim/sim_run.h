@@ -87,7 +87,7 @@ typedef struct sim_run_opts {
 /* The top-level modules a stub stands in for when they are not installed:
  * importing them (and any submodule) works, using anything from them is
  * SIM_E_UNSUPPORTED_API naming the module and attribute. */
-#define SIM_RUN_STUBBED "torch, torch_xla, torch_neuronx, transformers, scipy"
+#define SIM_RUN_STUBBED "torch, torch_xla, torch_neuronx, transformers, scipy, loguru"
 /* At most this many sim_run_opts.paths (each is a read-only mount in the sandbox). */
 #define SIM_RUN_MAX_PATHS 8
 

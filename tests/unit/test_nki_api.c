@@ -424,3 +424,39 @@ Test(nki_api, dma_transpose_in_three_and_four_dims)
     kt_run_done(&r);
     sim_array_release(&x);
 }
+
+/* Legacy nl.mgrid with more ranges than an index uses: the tile's shape
+ * follows the index expressions used (a[ix, iy] is (128, 512), not
+ * (128, 1, 512)), so broadcast_to and masks over the whole grid work (the
+ * legacy rmsnorm/layernorm pattern). */
+Test(nki_api, legacy_mgrid_unused_ranges_are_not_tile_dims)
+{
+    const char *src =
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "@nki.jit\n"
+        "def k(a, g):\n"
+        "    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    ix, iw, iy = nl.mgrid[0:128, 0:1, 0:512]\n"
+        "    t = nl.load(a[ix, iy])\n"
+        "    gt = nl.load(g[iw, iy])\n"
+        "    assert t.shape == (128, 512), t.shape\n"
+        "    assert gt.shape == (1, 512), gt.shape\n"
+        "    r = nl.multiply(t, gt.broadcast_to((128, 512)))\n"
+        "    nl.store(out[ix, iy], value=r, mask=(iy < 500))\n"
+        "    return out\n";
+    sim_array in[2] = { mk("a", 128, 512), mk("g", 1, 512) };
+    kt_result r;
+
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int p = 0; p < 128; p++)
+        for (int f = 0; f < 500; f++) {
+            float want = f32(&in[0])[p * 512 + f] * f32(&in[1])[f];
+            cr_assert_float_eq(f32(&r.out[0])[p * 512 + f], want, 1e-6f * fabsf(want) + 1e-30f,
+                               "[%d, %d]", p, f);
+        }
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}

@@ -375,3 +375,60 @@ Test(nki_load, an_error_in_a_helper_next_to_the_kernel_points_at_the_helper)
     sim_array_release(&x);
     free(from); free(kfile); free(hfile); free(dir);
 }
+
+/* loguru is a harness library too: `from loguru import logger` at module
+ * level loads, and logging from the kernel fails loudly at its line. */
+Test(nki_load, loguru_is_stubbed_and_fails_only_when_used)
+{
+    const char *src =
+        "from loguru import logger\n"
+        HDR
+        "@nki.jit\n"
+        "def k(x, mode=0):\n"
+        "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    if mode == 1:\n"
+        "        logger.info('tile loaded')\n"
+        "    nl.store(out, nl.load(x))\n"
+        "    return out\n";
+    sim_array x = mk(4, 8);
+    kt_result r;
+    sim_run_opts o;
+
+    kt_run(&r, src, "k", &x, 1, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    kt_run_done(&r);
+    memset(&o, 0, sizeof(o));
+    o.entry = "k";
+    o.kwargs_json = "{\"mode\": 1}";
+    o.numerics = true;
+    kt_run_opts(&r, &o, src, "kernel.py", &x, 1);
+    cr_assert_eq(r.serr.code, SIM_E_UNSUPPORTED_API, "%s", r.err.msg);
+    cr_assert_str_eq(r.serr.api, "loguru.logger.info", "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 9, "%s", r.err.msg);
+    kt_run_done(&r);
+    sim_array_release(&x);
+}
+
+/* The old SDK's output-by-argument decorator is not simulated; its error
+ * says how to run the kernel. */
+Test(nki_load, torch_neuronx_nki_jit_says_how_to_run_the_kernel)
+{
+    const char *src =
+        "import torch_neuronx\n"
+        HDR
+        "@torch_neuronx.nki_jit\n"
+        "def k(x, out):\n"
+        "    nl.store(out, nl.load(x))\n";
+    sim_array x = mk(4, 8);
+    kt_result r;
+
+    kt_run(&r, src, "k", &x, 1, 0, 0, true);
+    cr_assert_eq(r.serr.code, SIM_E_UNSUPPORTED_API, "%s", r.err.msg);
+    cr_assert_str_eq(r.serr.api, "torch_neuronx.nki_jit", "%s", r.err.msg);
+    cr_assert_eq(r.serr.line, 5, "%s", r.err.msg);
+    cr_assert(strstr(r.serr.values, "decorate it with @nki.jit") != NULL, "%s", r.serr.values);
+    cr_assert(strstr(r.serr.values, "buffer=nl.shared_hbm) and return it") != NULL, "%s",
+              r.serr.values);
+    kt_run_done(&r);
+    sim_array_release(&x);
+}

@@ -481,3 +481,126 @@ Test(nki_numbers, spmd_dim_rejects_bad_sizes)
     kt_run_done(&r);
     sim_array_release(&in);
 }
+
+/* ===== 4. integer data is computed exactly, never through fp32 ===== */
+
+/* Values above 2^24 with low bits set: fp32 would round 0x40365A13 to
+ * 0x40365A00.  Integer ops are two's complement on the bit pattern. */
+static sim_array mk_i32(const char *name, uint32_t base, uint32_t step)
+{
+    sim_array a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.name, sizeof(a.name), "%s", name);
+    a.dtype = SIM_DT_INT32;
+    a.ndim = 2;
+    a.shape[0] = 8;
+    a.shape[1] = 16;
+    a.data = kf_calloc(128, 4);
+    for (uint32_t i = 0; i < 128; i++)
+        ((uint32_t *)a.data)[i] = base + i * step;
+    return a;
+}
+
+/* What output j holds for x, y (uint32 arithmetic = int32 wrap-around). */
+static uint32_t int_want(int j, uint32_t x, uint32_t y, int p, int f)
+{
+    switch (j) {
+    case 0: return x;                                     /* tensor_copy */
+    case 1: return x | 5u;                                /* bitwise_or scalar */
+    case 2: return (uint32_t)((int32_t)x >> 8);           /* right_shift */
+    case 3: return x ^ y;                                 /* bitwise_xor tiles */
+    case 4: return x & y;                                 /* tensor_tensor and */
+    case 5: return (x & 0xFFFF00u) >> 4;                  /* tensor_scalar and, shift */
+    case 6: return x + y;                                 /* add wraps */
+    case 7: return x;                                     /* copy */
+    case 8: return 0x40365A13u + (uint32_t)p * 0x01000001u + (uint32_t)f * 3u;   /* iota */
+    default: return (x << 3) - 1u;                        /* left_shift, subtract */
+    }
+}
+
+static void check_ints(const kt_result *r, const sim_array *in, int n_out)
+{
+    cr_assert_eq(r->rc, KF_OK, "%s", r->err.msg);
+    cr_assert_eq((int)r->n_out, n_out);
+    for (int j = 0; j < n_out; j++) {
+        cr_assert_eq(r->out[j].dtype, SIM_DT_INT32, "output %d", j);
+        for (int i = 0; i < 128; i++) {
+            uint32_t got = ((const uint32_t *)r->out[j].data)[i];
+            uint32_t want = int_want(j, ((const uint32_t *)in[0].data)[i],
+                                     ((const uint32_t *)in[1].data)[i], i / 16, i % 16);
+            cr_assert_eq(got, want, "output %d [%d, %d]: 0x%08X, want 0x%08X", j, i / 16,
+                         i % 16, got, want);
+        }
+    }
+}
+
+Test(nki_numbers, legacy_int32_ops_keep_every_bit)
+{
+    const char *src =
+        "import numpy as np\n"
+        LHDR
+        "@nki.jit\n"
+        "def k(x, y):\n"
+        "    outs = [nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.shared_hbm) for _ in range(10)]\n"
+        "    t = nl.load(x)\n"
+        "    u = nl.load(y)\n"
+        "    i_p, i_f = nl.mgrid[0:8, 0:16]\n"
+        "    r = [nisa.tensor_copy(t),\n"
+        "         nl.bitwise_or(t, 5),\n"
+        "         nl.right_shift(t, 8),\n"
+        "         nl.bitwise_xor(t, u),\n"
+        "         nisa.tensor_tensor(t, u, op=nl.bitwise_and),\n"
+        "         nisa.tensor_scalar(t, nl.bitwise_and, 0xFFFF00, op1=nl.right_shift, operand1=4),\n"
+        "         nl.add(t, u),\n"
+        "         nl.copy(t),\n"
+        "         nisa.iota(0x40365A13 + i_p * 0x01000001 + i_f * 3, dtype=nl.int32),\n"
+        "         nl.subtract(nl.left_shift(t, 3), 1)]\n"
+        "    for j in range(10):\n"
+        "        nl.store(outs[j], r[j])\n"
+        "    return tuple(outs)\n";
+    sim_array in[2] = { mk_i32("x", 0x40365A13u, 0x10101u), mk_i32("y", 0x7F00FF11u, 0x3007u) };
+    kt_result r;
+
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
+    check_ints(&r, in, 10);
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki_numbers, current_int32_ops_keep_every_bit)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(x, y):\n"
+        "    outs = [nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.shared_hbm) for _ in range(9)]\n"
+        "    t = nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.sbuf)\n"
+        "    u = nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x)\n"
+        "    nisa.dma_copy(dst=u, src=y)\n"
+        "    r = [nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.sbuf) for _ in range(9)]\n"
+        "    nisa.tensor_copy(dst=r[0], src=t)\n"
+        "    nisa.tensor_scalar(dst=r[1], data=t, op0=nl.bitwise_or, operand0=5)\n"
+        "    nisa.tensor_scalar(dst=r[2], data=t, op0=nl.right_shift, operand0=8)\n"
+        "    nisa.tensor_tensor(dst=r[3], data1=t, data2=u, op=nl.bitwise_xor)\n"
+        "    nisa.tensor_tensor(dst=r[4], data1=t, data2=u, op=nl.bitwise_and)\n"
+        "    nisa.tensor_scalar(dst=r[5], data=t, op0=nl.bitwise_and, operand0=0xFFFF00,\n"
+        "                       op1=nl.right_shift, operand1=4)\n"
+        "    nisa.tensor_tensor(dst=r[6], data1=t, data2=u, op=nl.add)\n"
+        "    nisa.tensor_copy(dst=r[7], src=t[0:8, 0:16])\n"
+        "    nisa.iota(dst=r[8], pattern=[[3, 16]], offset=0x40365A13, channel_multiplier=0x01000001)\n"
+        "    for j in range(9):\n"
+        "        nisa.dma_copy(dst=outs[j], src=r[j])\n"
+        "    return tuple(outs)\n";
+    sim_array in[2] = { mk_i32("x", 0x40365A13u, 0x10101u), mk_i32("y", 0x7F00FF11u, 0x3007u) };
+    kt_result r;
+
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
+    check_ints(&r, in, 9);
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}

@@ -180,3 +180,33 @@ Test(sim_profile_cli, arg_kwargs_and_path_reach_the_kernel)
     free(dir);
     free(bin);
 }
+
+/* `--grid 2x2` is a rank-2 launch in both commands: nl.program_ndim() is 2
+ * (profile once made it 3 by filling the missing size with 1). */
+Test(sim_profile_cli, grid_rank_is_the_same_as_run)
+{
+    char *bin = kf_test_bin("kforge-sim"), *dir = kf_test_tmpdir("profile-grid");
+    char *p = kf_asprintf("%s/k.py", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("import nki\nimport nki.language as nl\n\n"
+          "@nki.jit\n"
+          "def k(x):\n"
+          "    assert nl.program_ndim() == 2, nl.program_ndim()\n"
+          "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+          "    nl.store(out, nl.load(x))\n"
+          "    return out\n", f);
+    fclose(f);
+    for (int c = 0; c < 2; c++) {
+        kf_buf out = KF_BUF_INIT;
+        char *cmd = kf_asprintf("%s %s %s --entry k --input x=shape:128x512:fp32 --grid 2x2 "
+                                "--output-dir %s/out%d 2>&1",
+                                bin, c ? "profile" : "run", p, dir, c);
+        cr_assert_eq(sh(cmd, &out), 0, "%s: %s", c ? "profile" : "run", out.data);
+        kf_buf_release(&out);
+        free(cmd);
+    }
+    free(p);
+    free(dir);
+    free(bin);
+}
