@@ -69,6 +69,17 @@ static bool pcol_view(const nki_tensor *o, const nki_tensor *like, simc_view *ou
     return true;
 }
 
+/* A scalar-or-per-partition operand's per-partition view over `like`
+ * (*pv), or the shape error; 0 or -1. */
+static int pcol_check(const char *api, const char *what, const nki_opnd *o, const nki_tensor *like, simc_view *pv)
+{
+    if (!pcol_view(o->t, like, pv))
+        return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                     "%s must be a scalar or one value per partition (%lld, 1), it has %lld elements",
+                     what, (long long)nki_view_parts(like), (long long)simc_view_elems(&o->t->v));
+    return 0;
+}
+
 /* Read a scalar-or-per-partition operand over `like` into slot. */
 static int read_pcol(const char *api, const char *what, const nki_opnd *o, const nki_tensor *like,
                      int slot, float **vals, simc_view *used)
@@ -78,10 +89,8 @@ static int read_pcol(const char *api, const char *what, const nki_opnd *o, const
         *vals = nki_read_opnd(o, like->v.ndim, like->v.shape, slot);
         return 0;
     }
-    if (!pcol_view(o->t, like, &pv))
-        return FAILI(SIM_E_SHAPE_MISMATCH, api,
-                     "%s must be a scalar or one value per partition (%lld, 1), it has %lld elements",
-                     what, (long long)nki_view_parts(like), (long long)simc_view_elems(&o->t->v));
+    if (pcol_check(api, what, o, like, &pv))
+        return -1;
     *vals = nki_read(&pv, slot);
     if (used)
         *used = o->t->v;
@@ -97,10 +106,8 @@ static int read_pcol_i64(const char *api, const char *what, const nki_opnd *o,
         *vals = nki_read_opnd_i64(o, like->v.ndim, like->v.shape, slot);
         return 0;
     }
-    if (!pcol_view(o->t, like, &pv))
-        return FAILI(SIM_E_SHAPE_MISMATCH, api,
-                     "%s must be a scalar or one value per partition (%lld, 1), it has %lld elements",
-                     what, (long long)nki_view_parts(like), (long long)simc_view_elems(&o->t->v));
+    if (pcol_check(api, what, o, like, &pv))
+        return -1;
     *vals = nki_read_i64(&pv, slot);
     if (used)
         *used = o->t->v;
