@@ -33,6 +33,11 @@ queue_fresh_db() {
   export KFB_DIR=$TMP/qb-$name
   mkdir -p "$KFB_DIR"
   KFORGE_PG_DSN=$KFB_PG_DSN "$BUILD/bin/kforge-api" migrate >/dev/null || return 1
+  # KFB_SCHEMA_SQL: statements run after the migration, for breakdowns (what
+  # an index or trigger costs the enqueue: drop it here and compare).
+  if [ -n "${KFB_SCHEMA_SQL:-}" ]; then
+    "$KF_PG_BIN/psql" "$KFB_PG_DSN" -qAt -v ON_ERROR_STOP=1 -c "$KFB_SCHEMA_SQL" >/dev/null || return 1
+  fi
 }
 
 queue_prepare() {
