@@ -143,8 +143,11 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets
+	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets $(DESTDIR)$(PREFIX)/share/kforge/migrations \
+	  $(DESTDIR)$(PREFIX)/share/kforge/kernels
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/
+	install -m 0644 migrations/*.sql $(DESTDIR)$(PREFIX)/share/kforge/migrations/
+	install -m 0644 kernels/*.py $(DESTDIR)$(PREFIX)/share/kforge/kernels/
 
 # `make fuzz` installs the packages (clang and libFuzzer among them),
 # re-enters make with FUZZ=1 (another build folder, clang), then runs each

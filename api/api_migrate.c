@@ -7,9 +7,11 @@
 #include "api.h"
 #include "kf_alloc.h"
 #include "kf_config.h"
+#include "kf_fs.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +28,17 @@ typedef struct api_mig {
     char *name;   /* file name */
 } api_mig;
 
+/* KFORGE_MIGRATIONS_DIR, else `make install`'s share/kforge/migrations
+ * beside the binary, else the source tree the binary was built from. */
 const char *api_migrations_dir(void)
 {
+    static char buf[PATH_MAX];
+    static const char *const rels[] = { "../share/kforge/migrations" };
     const char *d = kf_config_str(KF_CFG_MIGRATIONS_DIR);
-    return (d && *d) ? d : KF_SOURCE_DIR "/migrations";
+    if (d && *d)
+        return d;
+    d = kf_fs_data_dir(rels, 1, buf, sizeof(buf));
+    return d ? d : KF_SOURCE_DIR "/migrations";
 }
 
 static int api_mig_cmp(const void *a, const void *b)

@@ -113,7 +113,7 @@ enum {
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \
     XX(MIGRATIONS_DIR,   STR, "",                                       0, 0,            KF_USE_API,                      \
-       "Folder of numbered *.sql migrations; empty means the migrations/ folder of the source tree kforge-api was built from.") \
+       "Folder of numbered *.sql migrations; empty means `share/kforge/migrations` beside the binary (`make install`'s layout), else the migrations/ folder of the source tree kforge-api was built from.") \
     XX(ARTIFACT_STORE,   STR, "pg",                                     0, 0,            KF_USE_API | KF_USE_SCHED,       \
        "Where artifact contents live: pg (zlib-compressed in PostgreSQL) or dir:/ABSOLUTE/PATH (one file per SHA-256 in a folder both api and scheduler reach).") \
     XX(MAX_ARTIFACT_BYTES, INT, "16777216",                             1024, 268435456, KF_USE_API,                      \

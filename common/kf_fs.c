@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int kf_mkdir_one(const char *path, mode_t mode)
 {
@@ -35,4 +37,26 @@ int kf_mkdir_p(const char *path, mode_t mode)
     if (!S_ISDIR(st.st_mode))
         return (errno = ENOTDIR), -1;
     return 0;
+}
+
+const char *kf_fs_data_dir(const char *const *rels, int n_rels, char *out, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *slash;
+    struct stat st;
+
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    for (int i = 0; i < n_rels; i++) {
+        int w = snprintf(out, len, "%s/%s", exe, rels[i]);
+        if (w > 0 && (size_t)w < len && stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+            return out;
+    }
+    return NULL;
 }

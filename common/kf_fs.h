@@ -8,12 +8,22 @@
  * errno set (ENAMETOOLONG for a path of PATH_MAX or more, ENOTDIR when
  * `path` exists and is not a folder, mkdir's own errors otherwise); 0 when
  * `path` is a folder afterwards.
+ *
+ * kf_fs_data_dir() finds one of kforge's data folders (migrations, kernels,
+ * targets) beside the running binary: for each of `rels` (paths relative to
+ * the binary's folder, tried in order: "../share/kforge/NAME" for `make
+ * install`'s layout, "../../NAME" for a build tree's build/bin) the first
+ * that is a folder is written to out (len bytes) and returned.  NULL when
+ * none is (or /proc/self/exe cannot be read); out is the caller's.
  */
 #ifndef KF_FS_H
 #define KF_FS_H
 
 #include <sys/types.h>
 
+#include <stddef.h>
+
 int kf_mkdir_p(const char *path, mode_t mode);
+const char *kf_fs_data_dir(const char *const *rels, int n_rels, char *out, size_t len);
 
 #endif

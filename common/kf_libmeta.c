@@ -1,6 +1,7 @@
 /* kf_libmeta — kforge's kernel library folder and its KFORGE blocks
  * (see kf_libmeta.h). */
 #include "kf_libmeta.h"
+#include "kf_fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,29 +27,14 @@ static bool kf_libmeta_is_dir(const char *p)
 const char *kf_libmeta_dir(void)
 {
     static char buf[PATH_MAX];
+    static const char *const rels[] = { "../../kernels", "../share/kforge/kernels" };
     const char *cfg = kf_config_str(KF_CFG_KERNELS_DIR);
-    char exe[PATH_MAX - 64];
-    ssize_t n;
 
     if (cfg && *cfg)
         return cfg;
     if (kf_libmeta_is_dir("kernels"))
         return "kernels";
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, sizeof(buf), "%s/../../kernels", exe);
-            if (kf_libmeta_is_dir(buf))
-                return buf;
-            snprintf(buf, sizeof(buf), "%s/../share/kforge/kernels", exe);
-            if (kf_libmeta_is_dir(buf))
-                return buf;
-        }
-    }
-    return NULL;
+    return kf_fs_data_dir(rels, 2, buf, sizeof(buf));
 }
 
 char *kf_libmeta_read_file(const char *path, kf_err *err)

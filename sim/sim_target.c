@@ -4,6 +4,7 @@
 #include "sim_target.h"
 
 #include "kf_config.h"
+#include "kf_fs.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -62,8 +63,7 @@ const char *sim_target_default_dir(void)
 {
     static char dir[PATH_MAX];
     const char *cfg = kf_config_str(KF_CFG_SIM_TARGETS);
-    char exe[PATH_MAX];
-    ssize_t n;
+    static const char *const rel[] = { "../../sim/targets", "../../../sim/targets", "../share/kforge/targets" };
 
     if (sim_target_pinned[0])
         return sim_target_pinned;
@@ -73,23 +73,8 @@ const char *sim_target_default_dir(void)
     }
     if (sim_target_is_dir("sim/targets"))
         return "sim/targets";
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        char *slash;
-        exe[n] = '\0';
-        slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
-        /* build/bin/kforge-sim, build/tests/unit/test_x and an install. */
-        static const char *const rel[] = { "../../sim/targets", "../../../sim/targets",
-                                           "../share/kforge/targets" };
-        for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-            int w = snprintf(dir, sizeof(dir), "%.*s/%s", PATH_MAX - 64, exe, rel[i]);
-            if (w > 0 && (size_t)w < sizeof(dir) && sim_target_is_dir(dir))
-                return dir;
-        }
-    }
-    return NULL;
+    /* build/bin/kforge-sim, build/tests/unit/test_x and an install. */
+    return kf_fs_data_dir(rel, 3, dir, sizeof(dir));
 }
 
 static char *sim_target_slurp(const char *path, kf_err *err, kf_code *code)

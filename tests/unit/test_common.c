@@ -450,3 +450,23 @@ Test(fs, mkdir_p_makes_every_level_and_accepts_what_exists)
     free(deep);
     free(tmp);
 }
+
+/* Data folders are found beside the binary, first match in order: this test
+ * runs as build/tests/unit/test_common, so ../../../migrations is the tree's. */
+Test(common, data_dir_beside_binary)
+{
+    static const char *const none[] = { "no-such-folder", "../no-such-folder" };
+    static const char *const rels[] = { "no-such-folder", "../../../migrations", "../../../kernels" };
+    static const char *const file[] = { "../../../Makefile" };
+    char buf[PATH_MAX], tiny[8];
+    struct stat st;
+    const char *d = kf_fs_data_dir(rels, 3, buf, sizeof(buf));
+
+    cr_assert_not_null(d);
+    cr_assert_eq(d, buf);
+    cr_assert(strstr(d, "/../../../migrations") != NULL, "%s", d);
+    cr_assert(stat(d, &st) == 0 && S_ISDIR(st.st_mode));
+    cr_assert_null(kf_fs_data_dir(none, 2, buf, sizeof(buf)));
+    cr_assert_null(kf_fs_data_dir(file, 1, buf, sizeof(buf)), "a file is not a data folder");
+    cr_assert_null(kf_fs_data_dir(rels + 1, 1, tiny, sizeof(tiny)), "a path that does not fit is no match");
+}
