@@ -136,6 +136,7 @@ lint:
 	printf '%s\n' $(LINT_SRCS) | xargs -P "$$(nproc)" -n 8 sh -c \
 	  'clang-tidy --quiet "$$@" -- -std=c11 -D_GNU_SOURCE $(LINT_INC) $(PKG_CFLAGS) $(CRIT_CFLAGS) $(SIM_PY_CFLAGS)' clang-tidy
 	scripts/openapi-lint.sh
+	BUILD=$(BUILD) deploy/check.sh
 
 bench: all
 	BUILD=$(BUILD) bench/run.sh

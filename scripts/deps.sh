@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages kforge needs to build, test and run
 # (python3-pandas: only for the Python client's to_dataframe() test;
-# chromium, ~100 MB: only for the dashboard's browser test, tests/integration/test_ui).
+# chromium, ~100 MB: only for the dashboard's browser test, tests/integration/test_ui;
+# docker-compose: only to validate docker-compose.yml in `make lint`, deploy/check.sh).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ PKGS=(
   curl cppcheck clang-tidy valgrind wrk
   clang libclang-rt-14-dev
   chromium
+  docker-compose
 )
 
 missing=()
