@@ -49,7 +49,7 @@ endif
 
 # pkg-config flags; system headers are included with -isystem so that
 # -Wextra -Werror applies to our code only.
-PKGS      := libmicrohttpd hiredis libcjson libcurl libpq libcrypto libseccomp
+PKGS      := libmicrohttpd hiredis libcjson libcurl libpq libssl libcrypto libseccomp
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)

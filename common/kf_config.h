@@ -53,7 +53,13 @@ enum {
     XX(PG_POOL,          INT, "8",                                      1, 256,          KF_USE_API | KF_USE_SCHED,       \
        "PostgreSQL connections kept open by kforge-api.")                                                                 \
     XX(REDIS_URL,        STR, "redis://127.0.0.1:6379/0",               0, 0,            KF_USE_API | KF_USE_SCHED | KF_USE_WORKER, \
-       "Redis holding the queue: redis://[:PASSWORD@]HOST:PORT[/DB].")                                                   \
+       "Redis holding the queue: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (USER: a Redis ACL user), or rediss://... for TLS (the server's certificate is verified; see KFORGE_REDIS_CA_FILE).") \
+    XX(REDIS_CA_FILE,    STR, "",                                       0, 0,            KF_USE_API | KF_USE_SCHED | KF_USE_WORKER, \
+       "PEM CA bundle that signed a rediss:// server's certificate; empty: the system's CAs.")                           \
+    XX(REDIS_CERT_FILE,  STR, "",                                       0, 0,            KF_USE_API | KF_USE_SCHED | KF_USE_WORKER, \
+       "PEM client certificate (chain) for a rediss:// server that asks for one (with KFORGE_REDIS_KEY_FILE).")          \
+    XX(REDIS_KEY_FILE,   STR, "",                                       0, 0,            KF_USE_API | KF_USE_SCHED | KF_USE_WORKER, \
+       "PEM private key of KFORGE_REDIS_CERT_FILE.")                                                                      \
     XX(API_URL,          STR, "http://127.0.0.1:8080",                  0, 0,            KF_USE_WORKER | KF_USE_CLI,      \
        "Base URL of kforge-api, used by workers to report and by the CLI.")                                               \
     XX(TOKEN,            STR, "",                                       0, 0,            KF_USE_WORKER | KF_USE_CLI,      \

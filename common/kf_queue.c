@@ -12,8 +12,10 @@
 
 #include "kf_alloc.h"
 #include "kf_buf.h"
+#include "kf_config.h"
 #include "kf_log.h"
 #include "kf_queue_lua.h"
+#include "kf_tls.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #define KQ_MAX_TARGETS  16
 /* a script's keys + arguments: the largest is an enqueue of KF_QUEUE_ENQUEUE_MAX jobs */
@@ -31,6 +34,7 @@
 
 struct kf_queue {
     redisContext *c;                  /* NULL while disconnected */
+    kf_tls_relay *tls;                /* rediss://: the relay behind c's socket */
     kf_queue_url  u;                  /* where, and the credentials */
     char          sha[KF_QS__COUNT][41];
 };
@@ -48,7 +52,9 @@ static void kq_url_shown(const char *url, char *out, size_t cap)
     else if (!at)
         snprintf(out, cap, "%s", url);
     else
-        snprintf(out, cap, "%s***%s", strncmp(url, "redis://", 8) == 0 ? "redis://" : "", at);
+        snprintf(out, cap, "%s***%s",
+                 strncmp(url, "redis://", 8) == 0 ? "redis://" : strncmp(url, "rediss://", 9) == 0 ? "rediss://" : "",
+                 at);
     out[kf_utf8_cut(out, strlen(out))] = '\0';
 }
 
@@ -60,10 +66,16 @@ kf_code kf_queue_url_parse(const char *url, kf_queue_url *u, kf_err *err)
 
     memset(u, 0, sizeof(*u));
     kq_url_shown(url, shown, sizeof(shown));
-    if (!url || strncmp(url, "redis://", 8) != 0)
-        return kf_err_set(err, KF_CONFIG, "Redis URL '%s' must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
+    if (url && strncmp(url, "rediss://", 9) == 0) {
+        u->tls = 1;
+        p = url + 9;
+    } else if (url && strncmp(url, "redis://", 8) == 0) {
+        p = url + 8;
+    } else {
+        return kf_err_set(err, KF_CONFIG,
+                          "Redis URL '%s' must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (rediss:// for TLS)",
                           shown);
-    p = url + 8;
+    }
     slash = strchr(p, '/');
     at = strchr(p, '@');
     if (at && slash && at > slash)
@@ -114,7 +126,7 @@ void kf_queue_url_release(kf_queue_url *u)
     free(u->user);
     free(u->password);
     u->host = u->user = u->password = NULL;
-    u->port = u->db = 0;
+    u->port = u->db = u->tls = 0;
 }
 
 /* ---- connection ----------------------------------------------------- */
@@ -122,9 +134,39 @@ void kf_queue_url_release(kf_queue_url *u)
 static void kq_drop(kf_queue *q)
 {
     if (q->c) {
-        redisFree(q->c);
+        redisFree(q->c);              /* closes the socket: a TLS relay then ends */
         q->c = NULL;
     }
+    kf_tls_relay_free(q->tls);
+    q->tls = NULL;
+}
+
+/* rediss://: a TLS session (kf_tls) whose relayed socket hiredis uses as
+ * its connection. */
+static redisContext *kq_connect_tls(kf_queue *q, kf_code *rc, kf_err *err)
+{
+    kf_tls_opts o = { .ca_file = kf_config_str(KF_CFG_REDIS_CA_FILE),
+                      .cert_file = kf_config_str(KF_CFG_REDIS_CERT_FILE),
+                      .key_file = kf_config_str(KF_CFG_REDIS_KEY_FILE),
+                      .timeout_ms = KQ_CONNECT_MS };
+    redisContext *c;
+    int fd;
+
+    if ((*rc = kf_tls_relay_open(q->u.host, q->u.port, &o, KF_REDIS, &fd, &q->tls, err)) != KF_OK)
+        return NULL;
+    c = redisConnectFd(fd);
+    if (!c || c->err) {
+        *rc = kf_err_set(err, KF_REDIS, "cannot use the TLS connection to Redis at %s:%d: %s", q->u.host, q->u.port,
+                   c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        else
+            close(fd);
+        kf_tls_relay_free(q->tls);
+        q->tls = NULL;
+        return NULL;
+    }
+    return c;
 }
 
 /* A reply that is NULL (transport failure) drops the connection. */
@@ -178,7 +220,13 @@ static kf_code kq_ensure(kf_queue *q, kf_err *err)
 
     if (q->c)
         return KF_OK;
-    q->c = redisConnectWithTimeout(q->u.host, q->u.port, ct);
+    if (q->u.tls) {
+        q->c = kq_connect_tls(q, &rc, err);
+        if (!q->c)
+            return rc;
+    } else {
+        q->c = redisConnectWithTimeout(q->u.host, q->u.port, ct);
+    }
     if (!q->c)
         return kf_err_set(err, KF_REDIS, "cannot allocate a Redis connection");
     if (q->c->err) {

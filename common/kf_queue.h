@@ -66,7 +66,10 @@ typedef enum kf_queue_cancel_result {
 } kf_queue_cancel_result;
 
 /* A Redis URL, redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (port 6379 and
- * database 0 by default; HOST a name or an IPv4 address).  Parsed into heap
+ * database 0 by default; HOST a name or an IPv4 address), or rediss://...
+ * for TLS (kf_tls: the certificate is verified against
+ * KFORGE_REDIS_CA_FILE or the system's CAs, and against HOST; a client
+ * certificate from KFORGE_REDIS_CERT_FILE / KFORGE_REDIS_KEY_FILE).  Parsed into heap
  * strings the caller releases with kf_queue_url_release (which zeroes the
  * password); on failure nothing is kept and the KF_CONFIG message shows the
  * URL with everything up to its last '@' as "***", so no password reaches a
@@ -77,6 +80,7 @@ typedef struct kf_queue_url {
     char *user;                /* NULL: AUTH with the password only */
     char *password;            /* NULL: no AUTH */
     int   db;
+    int   tls;                 /* 1 for rediss:// */
 } kf_queue_url;
 
 kf_code kf_queue_url_parse(const char *url, kf_queue_url *u, kf_err *err);

@@ -53,7 +53,8 @@ static void redis_url(const char *url)
         /* The URL as quoted (between the message's first pair of quotes)
          * shows nothing before its last '@'. */
         const char *q1 = strchr(e.msg, '\'');
-        FUZZ_CHECK(q1 && (strncmp(q1 + 1, "***@", 4) == 0 || strncmp(q1 + 1, "redis://***@", 12) == 0),
+        FUZZ_CHECK(q1 && (strncmp(q1 + 1, "***@", 4) == 0 || strncmp(q1 + 1, "redis://***@", 12) == 0 ||
+                          strncmp(q1 + 1, "rediss://***@", 13) == 0),
                    "the error shows what may be credentials: %s", e.msg);
     }
 }
