@@ -170,9 +170,10 @@ Test(queue_tls, round_trip_with_a_payload_larger_than_a_record)
     const char *targets[1] = { "trn2" };
     kf_queue_lease l;
 
-    memcpy(payload, "{\"spec\":\"", 9);
-    memset(payload + 9, 'x', big);
-    strcpy(payload + 9 + big, "\"}");
+    memset(payload, 'x', big + 16);
+    snprintf(payload, 10, "{\"spec\":\"");
+    payload[9] = 'x';
+    snprintf(payload + 9 + big, 3, "\"}");
     kf_queue_job j = { .id = "11111111-2222-4333-8444-555555555555", .kind = "diag", .target = "trn2",
                        .backend = "diag", .priority = 5, .attempt = 0, .max_attempts = 3, .payload = payload };
     cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_OK, "%s", e.msg);
