@@ -20,6 +20,7 @@
  * lease is acked at once, so the batch stays queued throughout.
  * Environment: KFB_BUILD, KFB_PG_DSN, KFB_REDIS_PORT, KFB_DIR (bench/run.sh).
  */
+#include "bench/lib/kb_util.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_num.h"
@@ -101,21 +102,7 @@ static int bb_free_port(void)
 
 static char *bb_make_token(void)
 {
-    char *cmd = kf_asprintf("KFORGE_PG_DSN='%s' %s/bin/kforge-api token create --role user --name bench-batches "
-                            "2>/dev/null", bb_dsn, bb_build);
-    FILE *f = popen(cmd, "r");
-    char line[512], *tok = NULL;
-
-    while (f && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (strncmp(line, "kf_", 3) == 0) {
-            free(tok);
-            tok = kf_strdup(line);
-        }
-    }
-    if (f)
-        pclose(f);
-    free(cmd);
+    char *tok = kb_token_create(bb_build, bb_dsn, "user", "bench-batches");
     if (!tok)
         bb_die("kforge-api token create printed no token");
     return tok;

@@ -3,7 +3,8 @@
 # simulator and common libraries (named by path: this file is read before
 # sim/ and common/ define their variables).
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
-BENCH_LIBS := $(BUILD)/lib/libkfsim.a $(BUILD)/lib/libkfcommon.a
+# bench/lib/kb_util: what the service benchmarks share (tokens, SQL, clock).
+BENCH_LIBS := $(BUILD)/obj/bench/lib/kb_util.o $(BUILD)/lib/libkfsim.a $(BUILD)/lib/libkfcommon.a
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(EXTRA_LDLIBS) $(PKG_LIBS) $(LDLIBS)

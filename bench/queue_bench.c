@@ -12,6 +12,7 @@
  * database), KFB_REDIS_PORT, KFB_DIR (scratch folder for logs and spool).  The driver starts
  * kforge-api, kforge-scheduler and kforge-worker itself and stops them before it exits.
  */
+#include "bench/lib/kb_util.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_num.h"
@@ -142,21 +143,8 @@ static char *qb_redis_url(void)
 
 static char *qb_token(const char *role, const char *name)
 {
-    char *cmd = kf_asprintf("KFORGE_PG_DSN='%s' %s/bin/kforge-api token create --role %s --name bench-%s 2>/dev/null", qb_dsn,
-                            qb_build, role, name);
-    FILE *f = popen(cmd, "r");
-    char line[512], *tok = NULL;
-
-    while (f && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (strncmp(line, "kf_", 3) == 0) {
-            free(tok);
-            tok = kf_strdup(line);
-        }
-    }
-    if (f)
-        pclose(f);
-    free(cmd);
+    char *full = kf_asprintf("bench-%s", name), *tok = kb_token_create(qb_build, qb_dsn, role, full);
+    free(full);
     if (!tok)
         qb_die("kforge-api token create printed no token");
     return tok;

@@ -25,6 +25,7 @@
  * Exit status 1 when a step fails (the message says which); the targets
  * are reported, not enforced.
  */
+#include "bench/lib/kb_util.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_num.h"
@@ -52,44 +53,26 @@ static void rb_die(const char *what, const char *detail)
     exit(1);
 }
 
-static double rb_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void rb_sql(PGconn *c, const char *sql)
 {
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
-        rb_die(sql, PQresultErrorMessage(r));
-    PQclear(r);
+    char why[512];
+    if (!kb_sql_ok(c, sql, why, sizeof(why)))
+        rb_die(sql, why);
 }
 
 /* The bench user's token (kforge-api token create) into rb_token; its id. */
 static long rb_make_token(PGconn *c)
 {
-    char *cmd = kf_asprintf("KFORGE_PG_DSN='%s' %s/bin/kforge-api token create --role user --name bench-runs", rb_dsn,
-                            rb_build);
-    FILE *f = popen(cmd, "r");
-    char line[512];
-    PGresult *r;
-    long id = 0;
+    char *tok = kb_token_create(rb_build, rb_dsn, "user", "bench-runs");
+    long id;
 
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "kf_", 3) == 0)
-            snprintf(rb_token, sizeof(rb_token), "%.*s", (int)strcspn(line, "\n"), line);
-    if (f)
-        pclose(f);
-    free(cmd);
-    if (!rb_token[0])
+    if (!tok)
         rb_die("kforge-api token create printed no token", NULL);
-    r = PQexec(c, "SELECT id FROM api_tokens WHERE name = 'bench-runs'");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
-        kf_num_long(PQgetvalue(r, 0, 0), 1, 1000000000, &id, NULL) != KF_OK)
-        rb_die("the bench token's id", PQresultErrorMessage(r));
-    PQclear(r);
+    snprintf(rb_token, sizeof(rb_token), "%s", tok);
+    free(tok);
+    id = kb_token_id(c, "bench-runs");
+    if (!id)
+        rb_die("the bench token's id", PQerrorMessage(c));
     return id;
 }
 
@@ -112,7 +95,7 @@ static void rb_load(PGconn *c, long owner)
         "jsonb_build_object('latency_ns', 1000 + g %% 5000, 'report', repeat('the agent''s report. ', 400)) "
         "FROM generate_series(1, 100000) g",
         owner, owner + 1000000);
-    double t0 = rb_now_ms();
+    double t0 = kb_now_ms();
 
     rb_sql(c, "SET synchronous_commit = off");
     {
@@ -152,7 +135,7 @@ static void rb_load(PGconn *c, long owner)
            "generate_series(0, CASE WHEN j <= 2 THEN 199 ELSE 19 END) s");
     rb_sql(c, "ANALYZE jobs");
     rb_sql(c, "ANALYZE iterations");
-    printf("   loaded 100,000 jobs and 2,000,360 iterations in %.1f s\n", (rb_now_ms() - t0) / 1e3);
+    printf("   loaded 100,000 jobs and 2,000,360 iterations in %.1f s\n", (kb_now_ms() - t0) / 1e3);
 }
 
 static void rb_start_api(void)
@@ -304,9 +287,9 @@ static void rb_measure(CURL *c, const char *name, rb_path_fn path, int n, double
     for (int i = 0; i < 20; i++)   /* warm the pool's connections and caches */
         rb_get(c, path(i, p, sizeof(p)), &out);
     for (int i = 0; i < n; i++) {
-        double t0 = rb_now_ms();
+        double t0 = kb_now_ms();
         long st = rb_get(c, path(i, p, sizeof(p)), &out);
-        ms[i] = rb_now_ms() - t0;
+        ms[i] = kb_now_ms() - t0;
         if (st != 200)
             rb_die(p, out.data);
         bytes += out.len;

@@ -18,6 +18,7 @@
  * Exit status 1 when a step fails (the message says which; no Chromium is
  * one); the target is reported, not enforced.
  */
+#include "bench/lib/kb_util.h"
 #include "kf_alloc.h"
 #include "kf_num.h"
 #include "tests/lib/kf_test_cdp.h"
@@ -52,35 +53,24 @@ static void ub_die(const char *what, const char *detail)
 
 static void ub_sql(PGconn *c, const char *sql)
 {
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
-        ub_die(sql, PQresultErrorMessage(r));
-    PQclear(r);
+    char why[512];
+    if (!kb_sql_ok(c, sql, why, sizeof(why)))
+        ub_die(sql, why);
 }
 
 /* The bench user's token into ub_token; its id. */
 static long ub_make_token(PGconn *c)
 {
-    char *cmd = kf_asprintf("KFORGE_PG_DSN='%s' %s/bin/kforge-api token create --role user --name bench-ui", ub_dsn,
-                            ub_build);
-    FILE *f = popen(cmd, "r");
-    char line[512];
-    PGresult *r;
-    long id = 0;
+    char *tok = kb_token_create(ub_build, ub_dsn, "user", "bench-ui");
+    long id;
 
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "kf_", 3) == 0)
-            snprintf(ub_token, sizeof(ub_token), "%.*s", (int)strcspn(line, "\n"), line);
-    if (f)
-        pclose(f);
-    free(cmd);
-    if (!ub_token[0])
+    if (!tok)
         ub_die("kforge-api token create printed no token", NULL);
-    r = PQexec(c, "SELECT id FROM api_tokens WHERE name = 'bench-ui'");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
-        kf_num_long(PQgetvalue(r, 0, 0), 1, 1000000000, &id, NULL) != KF_OK)
-        ub_die("the bench token's id", PQresultErrorMessage(r));
-    PQclear(r);
+    snprintf(ub_token, sizeof(ub_token), "%s", tok);
+    free(tok);
+    id = kb_token_id(c, "bench-ui");
+    if (!id)
+        ub_die("the bench token's id", PQerrorMessage(c));
     return id;
 }
 
