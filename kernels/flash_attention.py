@@ -89,43 +89,32 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
     def ring(count, shape, dtype, buffer):
         return [nl.ndarray(shape, dtype=dtype, buffer=buffer) for _ in range(count)]
 
-    s_ring = ring(nsub + 2 if nsub < 4 else 5, (P, MM), nl.float32, nl.psum)
-    ptp_ring = ring(2 if ntb > 1 or TB == 1024 else 4, (P, TB), pdt, nl.psum)
+    s_ring = ring(5, (P, MM), nl.float32, nl.psum)
+    ptp_ring = ring(2048 // TB, (P, TB), pdt, nl.psum)
     pv_ring = ring(2, (P, dv), nl.float32, nl.psum)
     p_ring = ring(3, (P, KV_TILE), pdt, nl.sbuf)
     pt_ring = ring(3, (P, KV_TILE), pdt, nl.sbuf)
-    mx_ring = ring(3, (P, nsub), nl.float32, nl.sbuf)
-    m_ring = ring(3, (P, 1), nl.float32, nl.sbuf)
-    b_ring = ring(4, (P, 1), nl.float32, nl.sbuf)
+    # column 0: the running bias b = -(max so far) of the previous item,
+    # columns 1..nsub: -(row max) of each 512-key part of this item; the last
+    # item of a query tile keeps its own b_new in column nsub + 1
+    mx_ring = ring(3, (P, nsub + 2), nl.float32, nl.sbuf)
     al_ring = ring(4, (P, 1), nl.float32, nl.sbuf)
     acc_ring = ring(3, (P, dv), nl.float32, nl.sbuf)
     o_ring = ring(2, (P, d), out.dtype, nl.sbuf)
+    qraw_ring = ring(2, (d, P), q.dtype, nl.sbuf)
     q_ring = ring(3, (d, P), q.dtype, nl.sbuf)
     if not KV_RESIDENT:
         k_ring = ring(3, (d, KV_TILE), k.dtype, nl.sbuf)
         v_ring = ring(3, (P, (KV_TILE // P) * dv), v.dtype, nl.sbuf)
         for vt in v_ring:
             nisa.memset(dst=vt, value=1.0, engine=nisa.gpsimd_engine)
-    cnt = {"s": 0, "ptp": 0, "pv": 0, "p": 0, "pt": 0, "mx": 0, "m": 0, "b": 0, "al": 0,
-           "acc": 0, "o": 0, "q": 0, "k": 0, "v": 0}
+    cnt = {"s": 0, "ptp": 0, "pv": 0, "p": 0, "pt": 0, "mx": 0, "al": 0,
+           "acc": 0, "o": 0, "q": 0, "qraw": 0, "k": 0, "v": 0}
 
     def take(name, rg):
         t = rg[cnt[name] % len(rg)]
         cnt[name] += 1
         return t
-
-    if KV_RESIDENT:
-        nb_all = math.ceil(S / P)
-        k_all = nl.ndarray((d, S), dtype=k.dtype, buffer=nl.sbuf)
-        v_all = nl.ndarray((P, nb_all * dv), dtype=v.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=v_all, value=1.0, engine=nisa.gpsimd_engine)
-        for c in range(nkv):
-            c0 = c * KV_TILE
-            cw = min(KV_TILE, S - c0)
-            nisa.dma_copy(dst=k_all[0:d, c0:c0 + cw], src=k[0:d, c0:c0 + cw])
-            for j in range(c0 // P, math.ceil((c0 + cw) / P)):
-                jw = min(P, S - j * P)
-                nisa.dma_copy(dst=v_all[0:jw, j * dv:j * dv + d], src=v[j * P:j * P + jw, 0:d])
 
     items = [(qi, kj) for qi in range(nq) for kj in range(nkv)]
     n = len(items)
@@ -133,18 +122,41 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
     qt = {}      # per query tile: q tile, running bias, accumulator
 
     def load_q(qi):
+        # q arrives pre-scaled by 1/sqrt(d), so the scores are the softmax's
+        # logits and the row max is the bias as is
         q0 = qi * P
         qw = min(P, S - q0)
+        q_raw = take("qraw", qraw_ring)
+        nisa.dma_copy(dst=q_raw[0:d, 0:qw], src=q[0:d, q0:q0 + qw])
         q_tile = take("q", q_ring)
-        nisa.dma_copy(dst=q_tile[0:d, 0:qw], src=q[0:d, q0:q0 + qw])
+        nisa.tensor_scalar(dst=q_tile[0:d, 0:qw], data=q_raw[0:d, 0:qw], op0=nl.multiply,
+                           operand0=scale, engine=nisa.gpsimd_engine)
         qt[qi] = {"q": q_tile, "qw": qw}
+
+    load_q(0)
+    if nq > 1:
+        load_q(1)
+
+    if KV_RESIDENT:
+        nb_all = math.ceil(S / P)
+        k_all = nl.ndarray((d, S), dtype=k.dtype, buffer=nl.sbuf)
+        v_all = nl.ndarray((P, nb_all * dv), dtype=v.dtype, buffer=nl.sbuf)
+        for c in range(nkv):
+            c0 = c * KV_TILE
+            cw = min(KV_TILE, S - c0)
+            nisa.dma_copy(dst=k_all[0:d, c0:c0 + cw], src=k[0:d, c0:c0 + cw])
+            for j in range(c0 // P, math.ceil((c0 + cw) / P)):
+                jw = min(P, S - j * P)
+                nisa.dma_copy(dst=v_all[0:jw, j * dv:j * dv + d], src=v[j * P:j * P + jw, 0:d])
+                nisa.memset(dst=v_all[0:P, j * dv + d:j * dv + dv], value=1.0,
+                            engine=nisa.gpsimd_engine)
 
     def stage_abc(t):
         qi, kj = items[t]
         if kj == 0:
             if qi not in qt:
                 load_q(qi)
-            if qi + 1 < nq:
+            if qi + 1 < nq and qi + 1 not in qt:
                 load_q(qi + 1)
         qw = qt[qi]["qw"]
         q_tile = qt[qi]["q"]
@@ -177,33 +189,32 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
         # B: row max and the running bias b = -scale * max
         mx = take("mx", mx_ring)
         for m, (s_ps, m0, mw) in enumerate(subs):
-            nisa.tensor_reduce(dst=mx[0:qw, m:m + 1], op=nl.maximum, data=s_ps[0:qw, 0:mw],
-                               axis=1, keepdims=True)
-        if ns > 1:
-            mcol = take("m", m_ring)
-            nisa.tensor_reduce(dst=mcol[0:qw, 0:1], op=nl.maximum, data=mx[0:qw, 0:ns], axis=1,
+            nisa.tensor_reduce(dst=mx[0:qw, m + 1:m + 2], op=nl.maximum, data=s_ps[0:qw, 0:mw],
+                               axis=1, negate=True, keepdims=True)
+        # b_new = min(b_old, -row maxes), written where the next item of this
+        # query tile finds its b_old: column 0 of the next tile of the ring
+        if kj < nkv - 1:
+            b_new = mx_ring[cnt["mx"] % len(mx_ring)][0:qw, 0:1]
+        else:
+            b_new = mx[0:qw, nsub + 1:nsub + 2]
+        lo = 1 if kj == 0 else 0
+        if ns + 1 - lo > 1 or kj < nkv - 1:
+            nisa.tensor_reduce(dst=b_new, op=nl.minimum, data=mx[0:qw, lo:ns + 1], axis=1,
                                keepdims=True)
         else:
-            mcol = mx
-        b_new = take("b", b_ring)
-        if kj == 0:
-            nisa.tensor_scalar(dst=b_new[0:qw, 0:1], data=mcol[0:qw, 0:1], op0=nl.multiply,
-                               operand0=-scale)
-        else:
-            b_old = qt[qi]["b"]
-            nisa.tensor_scalar(dst=b_new[0:qw, 0:1], data=mcol[0:qw, 0:1], op0=nl.multiply,
-                               operand0=-scale, op1=nl.minimum, operand1=b_old[0:qw, 0:1])
+            b_new = mx[0:qw, 1:2]
+        if kj > 0:
+            b_old = mx[0:qw, 0:1]
             # C: alpha = exp(b_new - b_old) rescales what came before
             alpha = take("al", al_ring)
-            nisa.activation(dst=alpha[0:qw, 0:1], op=nl.exp, data=b_old[0:qw, 0:1],
-                            scale=-1.0, bias=b_new[0:qw, 0:1])
+            nisa.activation(dst=alpha[0:qw, 0:1], op=nl.exp, data=b_old, scale=-1.0,
+                            bias=b_new)
             item["alpha"] = alpha
-        qt[qi]["b"] = b_new
         # C: probabilities, rounded to the input dtype
         p = take("p", p_ring)
         for s_ps, m0, mw in subs:
             nisa.activation(dst=p[0:qw, m0:m0 + mw], op=nl.exp, data=s_ps[0:qw, 0:mw],
-                            scale=scale, bias=b_new[0:qw, 0:1])
+                            bias=b_new)
         item["p"] = p
         st[t] = item
 
@@ -214,7 +225,7 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
         pt = take("pt", pt_ring)
         full = qw == P and kw == nb * P
         bpt = TB // P                       # blocks per transposed PSUM tile
-        nv = (EVAC_VECTOR * nb) // 8        # blocks VectorE evacuates, ScalarE the rest
+        nv = (EVAC_VECTOR * nb) // 16       # blocks VectorE evacuates, ScalarE the rest
         for u in range(math.ceil(nb / bpt)):
             ptp = take("ptp", ptp_ring)
             b0 = u * bpt
@@ -274,7 +285,7 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
         if kj == nkv - 1:
             o = take("o", o_ring)
             nisa.tensor_scalar(dst=o[0:qw, 0:d], data=acc[0:qw, 0:d], op0=nl.divide,
-                               operand0=acc[0:qw, d:dv])
+                               operand0=acc[0:qw, d:dv], engine=nisa.gpsimd_engine)
             q0 = qi * P
             nisa.dma_copy(dst=out[q0:q0 + qw, 0:d], src=o[0:qw, 0:d])
             del qt[qi]
