@@ -68,7 +68,7 @@ BIG = 30000.0
 
 
 @nki.jit
-def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
+def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8, ACC_POOL=0):
     d, S = q.shape
     assert tuple(k.shape) == (d, S) and tuple(v.shape) == (S, d) and d <= 128
     P = 128
@@ -100,6 +100,7 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
     mx_ring = ring(3, (P, nsub + 2), nl.float32, nl.sbuf)
     al_ring = ring(4, (P, 1), nl.float32, nl.sbuf)
     acc_ring = ring(3, (P, dv), nl.float32, nl.sbuf)
+    pvs_ring = ring(2 if ACC_POOL else 0, (P, dv), nl.float32, nl.sbuf)
     o_ring = ring(2, (P, d), out.dtype, nl.sbuf)
     qraw_ring = ring(2, (d, P), q.dtype, nl.sbuf)
     q_ring = ring(3, (d, P), q.dtype, nl.sbuf)
@@ -109,7 +110,7 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
         for vt in v_ring:
             nisa.memset(dst=vt, value=1.0, engine=nisa.gpsimd_engine)
     cnt = {"s": 0, "ptp": 0, "pv": 0, "p": 0, "pt": 0, "mx": 0, "al": 0,
-           "acc": 0, "o": 0, "q": 0, "qraw": 0, "k": 0, "v": 0}
+           "acc": 0, "pvs": 0, "o": 0, "q": 0, "qraw": 0, "k": 0, "v": 0}
 
     def take(name, rg):
         t = rg[cnt[name] % len(rg)]
@@ -272,15 +273,23 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8):
                 v_src = it["v"][0:jw, j * dv:j * dv + dv]
             nisa.nc_matmul(dst=pv[0:qw, 0:dv], stationary=pt[0:jw, j * P:j * P + qw],
                            moving=v_src)
-        # G: fold into the running accumulator
+        # G: fold into the running accumulator: VectorE straight from PSUM, or
+        # (ACC_POOL) ScalarE copies the chunk's result out and GpSimd folds it
         acc = take("acc", acc_ring)
+        if ACC_POOL:
+            pvs = acc if kj == 0 else take("pvs", pvs_ring)
+            nisa.activation(dst=pvs[0:qw, 0:dv], op=nl.copy, data=pv[0:qw, 0:dv])
+        else:
+            pvs = pv
         if kj == 0:
-            nisa.tensor_copy(dst=acc[0:qw, 0:dv], src=pv[0:qw, 0:dv])
+            if not ACC_POOL:
+                nisa.tensor_copy(dst=acc[0:qw, 0:dv], src=pv[0:qw, 0:dv])
         else:
             acc_old = qt[qi]["acc"]
             nisa.scalar_tensor_tensor(dst=acc[0:qw, 0:dv], data=acc_old[0:qw, 0:dv],
                                       op0=nl.multiply, operand0=it["alpha"][0:qw, 0:1],
-                                      op1=nl.add, operand1=pv[0:qw, 0:dv])
+                                      op1=nl.add, operand1=pvs[0:qw, 0:dv],
+                                      engine=nisa.gpsimd_engine if ACC_POOL else nisa.vector_engine)
         qt[qi]["acc"] = acc
         if kj == nkv - 1:
             o = take("o", o_ring)
