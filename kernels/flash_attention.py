@@ -50,18 +50,19 @@ KFORGE = {
     "test_shapes": [[64, 300], [64, 300], [300, 64]],
     "tunables": {
         "KV_TILE": {"values": [512, 1024, 2048], "default": 512,
-                    "addresses": {"instruction_overhead": "up", "dma_small_transfers": "up",
-                                  "tensor_underfilled": "up"}},
+                    "addresses": {"tensor_underfilled": "up", "instruction_overhead": "up",
+                                  "dma_small_transfers": "up"}},
         "KV_RESIDENT": {"values": [0, 1], "default": 0,
                         "addresses": {"redundant_hbm_loads": "up", "engine_waits_on_dma": "up",
                                       "dma_small_transfers": "up"}},
-        "EVAC_VECTOR": {"values": [0, 2, 4, 6, 8], "default": 8,
-                        "addresses": {"engine_imbalance": "down", "slow_engine": "up"}}
+        "EVAC_VECTOR": {"values": [0, 4, 8, 12, 13, 14, 16], "default": 8,
+                        "addresses": {"instruction_overhead": "down", "buffer_pressure": "up"}},
+        "ACC_POOL": {"values": [0, 1], "default": 0,
+                     "addresses": {"engine_imbalance": "up", "instruction_overhead": "up"}}
     },
     "flops": "4 * S * S * d",
     "constraints": ["KV_TILE == 512 or KV_TILE // 2 < S",
-                    "KV_RESIDENT == 0 or S * DTYPE_BYTES + ((S + 127) // 128) * (d + 1) * DTYPE_BYTES"
-                    " <= SBUF_BYTES // 2"]
+                    "KV_RESIDENT == 0 or (S + ((S + 127) // 128) * (d + 1)) * DTYPE_BYTES <= SBUF_BYTES // 2"]
 }
 
 BIG = 30000.0
