@@ -3,32 +3,43 @@
 q and k are (d, S) (head dim on partitions, d <= 128), v is (S, d); out is
 (S, d) = softmax(q.T @ k / sqrt(d)) @ v.
 
-Work items are (query tile of 128 rows, key chunk of KV_TILE keys), walked
-query tile by query tile.  Each item goes through seven stages on four
-engines:
+Work items are (query tile of 128 rows, chunk of KV_TILE keys), walked query
+tile by query tile.  Each item goes through seven stages on four engines:
 
-  A  TensorE   s = q.T @ k for the chunk, into PSUM (512 keys per matmul)
-  B  VectorE   row max of s straight from PSUM; the running bias
-               b = -scale * max so far (one tensor_scalar: multiply, min)
-  C  ScalarE   alpha = exp(b_new - b_old); p = exp(scale * s + b_new) from
-               PSUM into SBUF in the input dtype (bf16: full-rate TensorE)
-  D  TensorE   p transposed 128 keys at a time into PSUM (identity matmul)
-  E  Vector/ScalarE  the transposed blocks copied to SBUF, the first
-               EVAC_VECTOR blocks of 8 by VectorE, the rest by ScalarE
-  F  TensorE   [acc | l] += p.T-block @ [v-block | 1]: V carries a column of
+  A  TensorE   s = q.T @ k, 512 keys (one PSUM bank) per matmul; q is
+               scaled by 1/sqrt(d) once per query tile (GpSimd), so s is
+               the softmax's logits
+  B  VectorE   -(row max) of each bank straight from PSUM, then one min
+               over them and the previous bias: the running bias b = -max
+  C  ScalarE   alpha = exp(b_new - b_old); p = exp(s + b_new) from PSUM into
+               SBUF in the input dtype (bf16: full-rate TensorE)
+  D  TensorE   p transposed 128 keys at a time into PSUM (bf16, 1024 keys
+               per bank)
+  E  Vector/ScalarE  the transposed blocks copied to SBUF: EVAC_VECTOR
+               sixteenths of them by VectorE, the rest by ScalarE
+  F  TensorE   [acc | l] of the chunk = p.T @ [v | 1]: V carries a column of
                ones, so the same matmul sums the (rounded) probabilities
-  G  VectorE   acc = acc * alpha + pv (one scalar_tensor_tensor from PSUM)
+  G  acc = acc * alpha + chunk result: one VectorE scalar_tensor_tensor from
+               PSUM, or with ACC_POOL = 1 a ScalarE copy out of PSUM and the
+               fold on GpSimd (idle otherwise)
 
-The stages are issued software-pipelined: in step t the engines get A and B
-and C of item t, D and E of item t-1, F and G of item t-2, so no in-order
-engine waits for another engine's work of the same item; the loop tiles
-rotate over two buffers each.  The pipeline runs across query tiles (the
-last chunk of one tile overlaps the first of the next); a query tile ends
-with out = acc / l (one tensor_scalar divide) and its store.
+The stages are software-pipelined: step t issues A-C of item t, D-E of item
+t-1 and F-G of item t-2, so no in-order engine waits on another engine's
+work for the same item.  Every stage writes the next buffer of its own ring,
+allocated once (PSUM: five score banks, two transposed banks and the chunk
+results, within the 8 banks), so a stage waits only for the true readers of
+that buffer; the pipeline runs on across query tiles.  A query tile ends
+with out = acc / l (GpSimd) and its store.
 
 With KV_RESIDENT = 1, K and V (with its ones column) are loaded into SBUF
 once; otherwise each item loads its chunk of K and V (HBM traffic grows
 with the number of query tiles).
+
+Where the time goes (trn2, reference shapes, best setting): VectorE and
+ScalarE each run about 180 us of the 199 us: every score is read from PSUM
+twice (row max on VectorE, exp on ScalarE, one bank = 512 fp32 per
+instruction) and every probability once more (the transposed copy), and
+TensorE does 1.5x the op's FLOPs (the transposes).  See docs/agent.md.
 """
 import math
 
