@@ -76,8 +76,6 @@ KFORGE = {
                     "KV_RESIDENT == 0 or (S + ((S + 127) // 128) * (d + 1)) * DTYPE_BYTES <= SBUF_BYTES // 2"]
 }
 
-BIG = 30000.0
-
 
 @nki.jit
 def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8, ACC_POOL=0):
@@ -85,15 +83,15 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8, ACC_POOL
     assert tuple(k.shape) == (d, S) and tuple(v.shape) == (S, d) and d <= 128
     P = 128
     MM = 512                       # keys per score matmul: one PSUM bank of fp32
-    TB = min(KV_TILE, 1024)        # keys per transposed PSUM tile: one bank of bf16
     scale = 1.0 / (d ** 0.5)
     pdt = q.dtype
+    pbytes = 4 if pdt == nl.float32 else 2
+    TB = min(KV_TILE, 2048 // pbytes)   # keys per transposed PSUM tile: one bank
     dv = d + 1
     out = nl.ndarray((S, d), dtype=q.dtype, buffer=nl.shared_hbm)
     nq = math.ceil(S / P)
     nkv = math.ceil(S / KV_TILE)
     nsub = KV_TILE // MM
-    ntb = KV_TILE // TB
 
     # Buffer rings, allocated once: every stage of the pipeline writes the
     # next buffer of its ring, so it waits only for the true readers of that
@@ -102,7 +100,7 @@ def flash_attention(q, k, v, KV_TILE=512, KV_RESIDENT=0, EVAC_VECTOR=8, ACC_POOL
         return [nl.ndarray(shape, dtype=dtype, buffer=buffer) for _ in range(count)]
 
     s_ring = ring(5, (P, MM), nl.float32, nl.psum)
-    ptp_ring = ring(2048 // TB, (P, TB), pdt, nl.psum)
+    ptp_ring = ring(4096 // (TB * pbytes), (P, TB), pdt, nl.psum)
     pv_ring = ring(2, (P, dv), nl.float32, nl.psum)
     p_ring = ring(3, (P, KV_TILE), pdt, nl.sbuf)
     pt_ring = ring(3, (P, KV_TILE), pdt, nl.sbuf)
