@@ -36,29 +36,31 @@ KFORGE = {
     "reference_shapes": [[128, 128, 256], [128, 3, 3]],
     "test_shapes": [[130, 11, 13], [130, 3, 3]],
     "tunables": {
-        "ROWS": {"values": [2, 4, 8, 16, 32], "default": 4,
+        "ROWS": {"values": [2, 4, 8, 16, 32], "default": 8,
                  "addresses": {"dma_small_transfers": "up", "instruction_overhead": "up", "engine_waits_on_dma": "down",
                                "buffer_pressure": "down"}},
-        "VE_TAPS": {"values": [0, 1, 2, 3], "default": 0,
+        "VE_TAPS": {"values": [0, 1, 2, 3], "default": 1,
                     "addresses": {"slow_engine": "any", "engine_imbalance": "any"}},
         "POOL_TAPS": {"values": [0, 1], "default": 0,
                       "addresses": {"slow_engine": "any", "engine_imbalance": "any"}},
-        "BUFS": {"values": [2, 3, 4], "default": 2,
+        "BUFS": {"values": [2, 4], "default": 4,
                  "addresses": {"buffer_pressure": "up", "engine_waits_on_dma": "up"}},
-        "EVAC": {"values": ["scalar", "vector", "both"], "default": "both",
+        "RESIDENT": {"values": [0, 1], "default": 0,
+                     "addresses": {"redundant_hbm_loads": "up", "buffer_pressure": "down"}},
+        "EVAC": {"values": ["scalar", "both", "tap"], "default": "tap",
                  "addresses": {"slow_engine": "any", "engine_imbalance": "any"}}
     },
     "flops": 0,
     "constraints": ["ROWS == 2 or ROWS // 2 < H - KH + 1",
                     "VE_TAPS + POOL_TAPS < KH * KW",
                     "POOL_TAPS == 0 or VE_TAPS > 0",
-                    "EVAC == 'both' or VE_TAPS == 0",
-                    "BUFS * (ROWS + KH + ROWS) * W * DTYPE_BYTES + 4 * 4 * min(W, 512) + 512 * (9 + DTYPE_BYTES) <= SBUF_BYTES - 8192"]
+                    "EVAC != 'tap' or VE_TAPS > 0",
+                    "RESIDENT * H * W * DTYPE_BYTES + (1 - RESIDENT) * BUFS * (ROWS + KH) * W * DTYPE_BYTES + BUFS * ROWS * W * (DTYPE_BYTES + 4 * min(VE_TAPS, 1)) + 512 * (9 + DTYPE_BYTES) <= SBUF_BYTES - 8192"]
 }
 
 
 @nki.jit
-def depthwise_conv2d(x, w, ROWS=4, VE_TAPS=0, POOL_TAPS=0, EVAC="both", BUFS=2):
+def depthwise_conv2d(x, w, ROWS=8, VE_TAPS=1, POOL_TAPS=0, EVAC="tap", BUFS=4, RESIDENT=0):
     C, H, W = x.shape
     C2, KH, KW = w.shape
     assert C2 == C
@@ -87,9 +89,12 @@ def depthwise_conv2d(x, w, ROWS=4, VE_TAPS=0, POOL_TAPS=0, EVAC="both", BUFS=2):
     NPS = 8 // NBK
     pss = [nl.ndarray((P, MR * NBK, PITCH), dtype=nl.float32, buffer=nl.psum) for _ in range(NPS)]
     # BUFS input and output row blocks in flight: loads run ahead, stores behind
-    imgs = [nl.ndarray((P, ROWS + KH - 1, W), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
+    if RESIDENT:
+        imgs = [nl.ndarray((P, H, W), dtype=x.dtype, buffer=nl.sbuf)]
+    else:
+        imgs = [nl.ndarray((P, ROWS + KH - 1, W), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     ress = [nl.ndarray((P, ROWS, Wo), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
-    accs = [nl.ndarray((P, GR, CW), dtype=nl.float32, buffer=nl.sbuf) for _ in range(4)]
+    accs = [nl.ndarray((P, ROWS, Wo), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS if NV else 0)]
     gi = 0
     for ct in nl.affine_range(math.ceil(C / P)):
         c0 = ct * P
@@ -104,10 +109,20 @@ def depthwise_conv2d(x, w, ROWS=4, VE_TAPS=0, POOL_TAPS=0, EVAC="both", BUFS=2):
         for rb in nl.affine_range(math.ceil(Ho / ROWS)):
             o0 = rb * ROWS
             rr = min(ROWS, Ho - o0)
-            img = imgs[rb % BUFS]
-            nisa.dma_copy(dst=img[0:cw, 0:rr + KH - 1, 0:W],
-                          src=x[c0:c0 + cw, o0:o0 + rr + KH - 1, 0:W])
+            if RESIDENT:
+                # the image stays: load only the rows no earlier block loaded
+                img = imgs[0]
+                ro = o0
+                lo = 0 if rb == 0 else o0 + KH - 1
+                hi = o0 + rr + KH - 1
+                nisa.dma_copy(dst=img[0:cw, lo:hi, 0:W], src=x[c0:c0 + cw, lo:hi, 0:W])
+            else:
+                img = imgs[rb % BUFS]
+                ro = 0
+                nisa.dma_copy(dst=img[0:cw, 0:rr + KH - 1, 0:W],
+                              src=x[c0:c0 + cw, o0:o0 + rr + KH - 1, 0:W])
             res = ress[rb % BUFS]
+            acc = accs[rb % BUFS] if NV else None
             for g in nl.affine_range(math.ceil(rr / GR)):
                 r0 = g * GR
                 gr = min(GR, rr - r0)
@@ -123,31 +138,37 @@ def depthwise_conv2d(x, w, ROWS=4, VE_TAPS=0, POOL_TAPS=0, EVAC="both", BUFS=2):
                             i = t // KW
                             j = t % KW
                             nisa.nc_matmul(dst=ps[0:cw, b0:b0 + br, 0:xw], stationary=dg[0:cw, t, 0:cw],
-                                           moving=img[0:cw, r0 + b0 + i:r0 + b0 + i + br, x0 + j:x0 + j + xw])
-                    dst = res[0:cw, r0:r0 + gr, x0:x0 + xw]
+                                           moving=img[0:cw, ro + r0 + b0 + i:ro + r0 + b0 + i + br, x0 + j:x0 + j + xw])
+                    # drain the bank: into the output tile, or into the fp32 partial the
+                    # VectorE/GpSimd taps finish; EVAC "tap": VectorE's first tap drains it
                     if NV == 0:
-                        use_act = EVAC == "scalar" or (EVAC == "both" and gi % 2 == 1)
-                        if use_act:
-                            nisa.activation(dst=dst, op=nl.copy, data=ps[0:cw, 0:gr, 0:xw])
-                        else:
-                            nisa.tensor_copy(dst=dst, src=ps[0:cw, 0:gr, 0:xw])
-                        continue
-                    prev = ps[0:cw, 0:gr, 0:xw]
-                    for k in nl.static_range(NV + NG):
-                        t = NTE + k
-                        i = t // KW
-                        j = t % KW
-                        eng = nisa.vector_engine if k < NV else nisa.gpsimd_engine
-                        if k == NV + NG - 1:
-                            acc = dst
-                        else:
-                            a = accs[(gi * (NV + NG) + k) % 4]
-                            acc = a[0:cw, 0:gr, 0:xw]
-                        nisa.scalar_tensor_tensor(dst=acc,
-                                                  data=img[0:cw, r0 + i:r0 + i + gr, x0 + j:x0 + j + xw],
+                        dst = res[0:cw, r0:r0 + gr, x0:x0 + xw]
+                    else:
+                        dst = acc[0:cw, r0:r0 + gr, x0:x0 + xw]
+                    if EVAC == "tap" and NV > 0:
+                        if NV + NG == 1:
+                            dst = res[0:cw, r0:r0 + gr, x0:x0 + xw]
+                        t = NTE
+                        nisa.scalar_tensor_tensor(dst=dst,
+                                                  data=img[0:cw, ro + r0 + t // KW:ro + r0 + t // KW + gr,
+                                                           x0 + t % KW:x0 + t % KW + xw],
                                                   op0=nl.multiply, operand0=wt[0:cw, t:t + 1],
-                                                  op1=nl.add, operand1=prev, engine=eng)
-                        prev = acc
+                                                  op1=nl.add, operand1=ps[0:cw, 0:gr, 0:xw])
+                    elif EVAC == "scalar" or (EVAC == "both" and gi % 2 == 1):
+                        nisa.activation(dst=dst, op=nl.copy, data=ps[0:cw, 0:gr, 0:xw])
+                    else:
+                        nisa.tensor_copy(dst=dst, src=ps[0:cw, 0:gr, 0:xw])
+            # the remaining taps over the whole row block, one instruction each
+            k0 = 1 if EVAC == "tap" and NV > 0 else 0
+            for k in nl.static_range(k0, NV + NG):
+                t = NTE + k
+                i = t // KW
+                j = t % KW
+                eng = nisa.vector_engine if k < NV else nisa.gpsimd_engine
+                dst = res if k == NV + NG - 1 else acc
+                nisa.scalar_tensor_tensor(dst=dst[0:cw, 0:rr, 0:Wo], data=img[0:cw, ro + i:ro + i + rr, j:j + Wo],
+                                          op0=nl.multiply, operand0=wt[0:cw, t:t + 1],
+                                          op1=nl.add, operand1=acc[0:cw, 0:rr, 0:Wo], engine=eng)
             nisa.dma_copy(dst=out[c0:c0 + cw, o0:o0 + rr, 0:Wo], src=res[0:cw, 0:rr, 0:Wo])
     return out
 
