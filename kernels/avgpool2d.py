@@ -66,7 +66,7 @@ def avgpool2d(x, POOL=2, ROWS=1, SCALE_ENGINE="vector", BUFS=2):
     # take them before the stores of the blocks being reduced
     for n in range(min(BUFS - 1, len(blocks))):
         load(n)
-    for n in nl.affine_range(len(blocks)):
+    for n in nl.static_range(len(blocks)):
         c0, cw, o0, rr = blocks[n]
         if n + BUFS - 1 < len(blocks):
             load(n + BUFS - 1)

@@ -96,7 +96,7 @@ def depthwise_conv2d(x, w, ROWS=8, VE_TAPS=1, POOL_TAPS=0, EVAC="tap", BUFS=4, R
     ress = [nl.ndarray((P, ROWS, Wo), dtype=x.dtype, buffer=nl.sbuf) for _ in range(BUFS)]
     accs = [nl.ndarray((P, ROWS, Wo), dtype=nl.float32, buffer=nl.sbuf) for _ in range(BUFS if NV else 0)]
     gi = 0
-    for ct in nl.affine_range(math.ceil(C / P)):
+    for ct in nl.static_range(math.ceil(C / P)):
         c0 = ct * P
         cw = min(P, C - c0)
         wt = nl.ndarray((P, NT), dtype=nl.float32, buffer=nl.sbuf)
@@ -106,7 +106,7 @@ def depthwise_conv2d(x, w, ROWS=8, VE_TAPS=1, POOL_TAPS=0, EVAC="tap", BUFS=4, R
         for t in nl.static_range(NTE):
             nisa.tensor_scalar(dst=dg[0:cw, t, 0:cw], data=ident[0:cw, 0:cw], op0=nl.multiply,
                                operand0=wt[0:cw, t:t + 1])
-        for rb in nl.affine_range(math.ceil(Ho / ROWS)):
+        for rb in nl.static_range(math.ceil(Ho / ROWS)):
             o0 = rb * ROWS
             rr = min(ROWS, Ho - o0)
             if RESIDENT:
@@ -123,15 +123,15 @@ def depthwise_conv2d(x, w, ROWS=8, VE_TAPS=1, POOL_TAPS=0, EVAC="tap", BUFS=4, R
                               src=x[c0:c0 + cw, o0:o0 + rr + KH - 1, 0:W])
             res = ress[rb % BUFS]
             acc = accs[rb % BUFS] if NV else None
-            for g in nl.affine_range(math.ceil(rr / GR)):
+            for g in nl.static_range(math.ceil(rr / GR)):
                 r0 = g * GR
                 gr = min(GR, rr - r0)
-                for cb in nl.affine_range(math.ceil(Wo / CW)):
+                for cb in nl.static_range(math.ceil(Wo / CW)):
                     x0 = cb * CW
                     xw = min(CW, Wo - x0)
                     ps = pss[gi % NPS]
                     gi += 1
-                    for b in nl.affine_range(math.ceil(gr / MR)):
+                    for b in nl.static_range(math.ceil(gr / MR)):
                         b0 = b * MR
                         br = min(MR, gr - b0)
                         for t in nl.static_range(NTE):

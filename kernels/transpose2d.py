@@ -72,22 +72,22 @@ def transpose2d(x, LOAD_COLS=128, M_BLOCK=1, COPY="vector", BUFS=2):
         load(n)
     gi = 0
     oi = 0
-    for n in nl.affine_range(len(steps)):
+    for n in nl.static_range(len(steps)):
         m0, mw, n0, nw = steps[n]
         nmt = math.ceil(mw / P)
         if n + BUFS - 1 < len(steps):
             load(n + BUFS - 1)
-        for j in nl.affine_range(math.ceil(nw / P)):
+        for j in nl.static_range(math.ceil(nw / P)):
             c0 = j * P
             cw = min(P, nw - c0)
             o = outs[oi % BUFS]
             oi += 1
-            for g in nl.affine_range(math.ceil(nmt / TB)):
+            for g in nl.static_range(math.ceil(nmt / TB)):
                 ps = pss[gi % 4]
                 gi += 1
                 i0 = g * TB
                 ni = min(TB, nmt - i0)
-                for ii in nl.affine_range(ni):
+                for ii in nl.static_range(ni):
                     i = i0 + ii
                     rw = min(P, mw - i * P)
                     nisa.nc_transpose(dst=ps[0:cw, ii * P:ii * P + rw], data=rows[n % BUFS][i][0:rw, c0:c0 + cw])
