@@ -1064,7 +1064,10 @@ static PyObject *tensor_ap(nki_tensor *t, PyObject *const *args, Py_ssize_t narg
     if (a[2] && a[2] != Py_None)
         return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "scalar_offset (dynamic access patterns)");
     if (a[3] && a[3] != Py_None)
-        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "vector_offset (indirect access)");
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap",
+                        "vector_offset (an indirect access pattern) is not simulated; a row "
+                        "gather/scatter by DMA works with the index tile as the subscript: "
+                        "x[idx_tile, ...]");
     if (!a[0])
         return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern is required");
     seq = PySequence_Fast(a[0], "pattern");

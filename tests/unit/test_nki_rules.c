@@ -303,9 +303,11 @@ Test(nki_rules, indirect_gather_is_one_dma_of_a_descriptor_per_row)
     snprintf(in[0].name, sizeof(in[0].name), "data");
     run2(&r, "trn2", GATHER, in);
     cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
-    for (int p = 0; p < 128; p++)
-        cr_assert_eq(memcmp((float *)r.out[0].data + p * 128,
-                            (float *)in[0].data + ((int32_t *)in[1].data)[p] * 128, 512), 0, "row %d", p);
+    for (int64_t p = 0; p < 128; p++)
+        for (int64_t f = 0; f < 128; f++)
+            cr_assert_eq(((float *)r.out[0].data)[p * 128 + f],
+                         ((float *)in[0].data)[(int64_t)((int32_t *)in[1].data)[p] * 128 + f], "row %d",
+                         (int)p);
     cr_assert_eq(r.rec.n_insns, 3);
     g = &r.rec.insns[1];
     cr_assert_eq(g->opcode, SIM_OP_DMA_COPY);
@@ -314,8 +316,8 @@ Test(nki_rules, indirect_gather_is_one_dma_of_a_descriptor_per_row)
     cr_assert_eq(g->src[1].alloc, r.rec.insns[0].dst[0].alloc);
     cr_assert_eq(g->src[0].mem, SIM_MEM_HBM);
     cr_assert_eq(g->src[0].descriptors, 128);
-    cr_assert_eq(g->src[0].bytes, 128 * 512);
-    cr_assert_eq(g->src[0].byte_hi - g->src[0].byte_lo, 256 * 512, "the whole indexed dimension");
+    cr_assert_eq(g->src[0].bytes, (uint64_t)128 * 512);
+    cr_assert_eq(g->src[0].byte_hi - g->src[0].byte_lo, (uint64_t)256 * 512, "the whole indexed dimension");
     cr_assert_eq(g->partitions, 128);
     cr_assert_eq(g->elems_per_part, 128);
     cr_assert(fabs(sim_timing_dma_chunk(g) - 512.0) < 1e-9, "one 512-byte row per descriptor");
