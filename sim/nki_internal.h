@@ -207,9 +207,13 @@ extern PyTypeObject nki_IndirectType;
 /* Gather (scatter false: tile = ia) or scatter (ia = tile) whole rows by
  * DMA with the index values (numerics on): an index outside [0, nrows) is
  * SIM_E_INDEX_OUT_OF_BOUNDS naming it, or skipped with skip (oob_mode=skip).
- * Records one DMA_COPY (HBM side: one descriptor per row) that also reads
- * the index tile.  -1 with the error raised. */
-int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip);
+ * mask (row-major over the access's shape, may be NULL; legacy mask=):
+ * only selected elements move, and a row with none selected is not moved
+ * and its index not checked.  Records one DMA_COPY (HBM side: one
+ * descriptor per moved row) that also reads the index tile.  -1 with the
+ * error raised. */
+int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip,
+                      const uint8_t *mask);
 
 /* ===== index expressions (legacy nl.arange / nl.mgrid) ===== */
 

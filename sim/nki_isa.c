@@ -166,18 +166,19 @@ static PyObject *indirect_copy(const char *api, PyObject **a)
 {
     bool scatter = a[0] && nki_indirect_check(a[0]);
     PyObject *other = scatter ? a[1] : a[0];
+    nki_indirect *ia = (nki_indirect *)(scatter ? a[0] : a[1]);
     nki_tensor *tile;
+    uint8_t *mask = NULL;
     int skip;
 
     if (other && nki_indirect_check(other))
         return nki_fail(SIM_E_UNSUPPORTED_API, api, "indirect accesses on both sides of one DMA");
     if (!(tile = nki_as_tensor(other, api, scatter ? "src" : "dst")))
         return NULL;
-    if (a[2] && a[2] != Py_None)
-        return nki_fail(SIM_E_UNSUPPORTED_API, api, "mask= on an indirect (index tile) DMA");
-    if ((skip = oob_skip(api, a[4])) < 0)
+    if ((skip = oob_skip(api, a[4])) < 0 ||
+        nki_mask_dense(a[2], ia->base->v.ndim, ia->base->v.shape, api, &mask) < 0)
         return NULL;
-    if (nki_indirect_move(api, (nki_indirect *)(scatter ? a[0] : a[1]), tile, scatter, skip == 1) < 0)
+    if (nki_indirect_move(api, ia, tile, scatter, skip == 1, mask) < 0)
         return NULL;
     return Py_NewRef(Py_None);
 }

@@ -868,17 +868,21 @@ static nki_tensor *hbm_tensor(PyObject *o, const char *api, const char *what)
 static PyObject *indirect_load(nki_indirect *ia, PyObject *mask, PyObject *dtype)
 {
     nki_tensor *out;
+    uint8_t *m = NULL;
     int dt;
 
-    if (mask && mask != Py_None)
-        return nki_fail(SIM_E_UNSUPPORTED_API, "nl.load", "mask= on an indirect (index tile) load");
     dt = nki_dtype_arg(dtype, ia->base->v.dtype, "nl.load");
     if (dt < 0)
         return NULL;
     out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, ia->base->v.ndim, ia->base->v.shape, "nl.load");
     if (!out)
         return NULL;
-    if (nki_indirect_move("nl.load", ia, out, false, false) < 0) {
+    if (mask_arg(mask, out->v.ndim, out->v.shape, "nl.load", &m) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    nki_store_select(&out->v, m);
+    if (nki_indirect_move("nl.load", ia, out, false, false, m) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -941,11 +945,10 @@ static PyObject *nl_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.store", "value is required");
     if (a[0] && nki_indirect_check(a[0])) {      /* nl.store(x[idx, ...], value=tile) */
         nki_tensor *val = nki_as_tensor(a[1], "nl.store", "value");
-        if (!val)
+        const simc_view *bv = &((nki_indirect *)a[0])->base->v;
+        if (!val || mask_arg(a[2], bv->ndim, bv->shape, "nl.store", &mask) < 0)
             return NULL;
-        if (a[2] && a[2] != Py_None)
-            return nki_fail(SIM_E_UNSUPPORTED_API, "nl.store", "mask= on an indirect (index tile) store");
-        if (nki_indirect_move("nl.store", (nki_indirect *)a[0], val, true, false) < 0)
+        if (nki_indirect_move("nl.store", (nki_indirect *)a[0], val, true, false, mask) < 0)
             return NULL;
         return Py_NewRef(Py_None);
     }

@@ -1623,12 +1623,14 @@ static PyObject *subscript_indirect(nki_tensor *t, PyObject **raw, int nraw, int
 /* Move rows between the indirect access ia (HBM) and the SBUF tile `tile`
  * (gather: tile = ia; scatter: ia = tile), one descriptor per row, and
  * record one DMA_COPY reading the index tile.  skip: oob_mode=skip (rows
- * whose index is out of range are not moved) instead of the default error. */
-int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip)
+ * whose index is out of range are not moved) instead of the default error;
+ * mask (row-major over the access, may be NULL): the elements moved. */
+int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip,
+                      const uint8_t *mask)
 {
     const simc_view *b = &ia->base->v;
-    int64_t P = b->shape[0], idx[SIMC_PMAX];
-    bool moved[SIMC_PMAX];
+    int64_t P = b->shape[0], idx[SIMC_PMAX], row_elems, nsel = 0;
+    bool moved[SIMC_PMAX], sel[SIMC_PMAX];
     simc_view hv = *b, row = *b;
     sim_region rr, tr;
     sim_region *hr;
@@ -1650,12 +1652,19 @@ int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool 
     if (P > SIMC_PMAX)
         return (nki_fail(SIM_E_PARTITION_LIMIT, api, "%lld rows > %d", (long long)P, SIMC_PMAX), -1);
     row.shape[0] = 1;
+    row_elems = simc_view_elems(&row);
+    /* mask= (a compile-time predicate over the access): a row none of whose
+     * elements it selects is not moved, and its index is not used */
+    for (int64_t p = 0; p < P; p++) {
+        sel[p] = !mask || memchr(mask + p * row_elems, 1, (size_t)row_elems) != NULL;
+        nsel += sel[p];
+    }
     if (nki_cur->numerics) {
         const int64_t *iv = nki_read_i64(&ia->index->v, 6);
         memcpy(idx, iv, (size_t)P * sizeof(*idx));
         for (int64_t p = 0; p < P; p++) {
-            moved[p] = idx[p] >= 0 && idx[p] < ia->nrows;
-            if (!moved[p] && !skip)
+            moved[p] = sel[p] && idx[p] >= 0 && idx[p] < ia->nrows;
+            if (sel[p] && !moved[p] && !skip)
                 return (nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api,
                                  "index %lld (partition %lld of the index tile) is outside dimension "
                                  "%d of size %lld (oob_mode=error; nisa.dma_copy(..., "
@@ -1671,9 +1680,9 @@ int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool 
             trow.offset += p * tile->v.strides[0];
             trow.shape[0] = 1;
             if (scatter)
-                nki_copy_vals(&hrow, &trow, NULL);
+                nki_copy_vals(&hrow, &trow, mask ? mask + p * row_elems : NULL);
             else
-                nki_copy_vals(&trow, &hrow, NULL);
+                nki_copy_vals(&trow, &hrow, mask ? mask + p * row_elems : NULL);
         }
     }
     /* The record: the HBM operand spans every row the index could pick;
@@ -1685,10 +1694,14 @@ int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool 
     simc_view_region(&row, &rr);
     simc_view_region(&tile->v, &tr);
     hr = scatter ? &in->dst[0] : &in->src[0];
-    hr->bytes = rr.bytes * (uint64_t)P;
-    hr->elems_per_part = (uint32_t)((uint64_t)rr.elems_per_part * (uint64_t)P);
+    if (nsel == 0)
+        nsel = 1;   /* mask=False: the instruction is still issued */
+    hr->bytes = rr.bytes * (uint64_t)nsel;
+    hr->elems_per_part = (uint32_t)((uint64_t)rr.elems_per_part * (uint64_t)nsel);
     hr->contig_bytes = rr.contig_bytes;
-    hr->descriptors = (rr.descriptors ? rr.descriptors : 1) * (uint32_t)P;
+    hr->descriptors = (rr.descriptors ? rr.descriptors : 1) * (uint32_t)nsel;
+    if (mask)
+        in->flags |= SIM_F_MASKED;
     in->partitions = tr.part_count;
     in->elems_per_part = tr.elems_per_part;
     in->flops = (uint64_t)in->partitions * in->elems_per_part;

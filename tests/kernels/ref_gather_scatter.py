@@ -18,3 +18,7 @@ def gather_rows_skip(data, idx):
     ok = (idx[:, 0] >= 0) & (idx[:, 0] < data.shape[0])
     out[ok] = data[idx[ok, 0]]
     return out
+
+
+def gather_rows_ragged(data, idx):
+    return data[idx[:, 0]]

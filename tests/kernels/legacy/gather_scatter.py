@@ -40,3 +40,20 @@ def scatter_rows(data, idx, upd):
         u = nl.load(upd[t * 128 + i_p, i_f])
         nl.store(out[ix[i_p, 0], i_f], value=u)
     return out
+
+
+@nki.jit
+def gather_rows_ragged(data, idx):
+    """gather_rows for any K: the last tile's rows past K are masked off (their
+    index tile rows are never loaded, so their indices are not used)."""
+    K = idx.shape[0]
+    D = data.shape[1]
+    out = nl.ndarray((K, D), dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(D)[None, :]
+    for t in nl.affine_range((K + 127) // 128):
+        inside = t * 128 + i_p < K
+        ix = nl.load(idx[t * 128 + i_p, nl.arange(1)[None, :]], mask=inside)
+        rows = nl.load(data[ix, i_f], mask=inside)
+        nl.store(out[t * 128 + i_p, i_f], value=rows, mask=inside)
+    return out
