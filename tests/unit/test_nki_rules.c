@@ -353,3 +353,40 @@ Test(nki_rules, indirect_index_out_of_range_is_named_or_skipped)
     free(in[0].data);
     free(in[1].data);
 }
+
+/* legacy mask= on an indirect load: rows 72.. are neither moved nor
+ * checked (their indices are out of range) and are not descriptors */
+static const char *GATHER_MASKED =
+    "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
+    "def k(data, idx):\n"
+    "    out = nl.ndarray((128, 128), dtype=data.dtype, buffer=nl.shared_hbm)\n"
+    "    i_p = nl.arange(128)[:, None]\n"
+    "    ix = nl.load(idx)\n"
+    "    rows = nl.load(data[ix, nl.arange(128)[None, :]], mask=(i_p < 72))\n"
+    "    nl.store(out[i_p, nl.arange(128)[None, :]], value=rows, mask=(i_p < 72))\n"
+    "    return out\n";
+
+Test(nki_rules, indirect_mask_leaves_rows_out)
+{
+    sim_array in[2] = { mk(256, 128), idx_array(128, -1, 0) };
+    kt_result r;
+    const sim_insn *g;
+
+    snprintf(in[0].name, sizeof(in[0].name), "data");
+    for (int64_t p = 72; p < 128; p++)
+        ((int32_t *)in[1].data)[p] = 100000;
+    run2(&r, "trn2", GATHER_MASKED, in);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    for (int64_t p = 0; p < 72; p++)
+        cr_assert_eq(((float *)r.out[0].data)[p * 128 + 5],
+                     ((float *)in[0].data)[(int64_t)((int32_t *)in[1].data)[p] * 128 + 5]);
+    g = find_op(&r.rec, SIM_OP_DMA_COPY, 1);
+    cr_assert_not_null(g);
+    cr_assert_eq(g->nsrc, 2);
+    cr_assert_eq(g->src[0].descriptors, 72);
+    cr_assert_eq(g->src[0].bytes, (uint64_t)72 * 512);
+    cr_assert(g->flags & SIM_F_MASKED);
+    kt_run_done(&r);
+    free(in[0].data);
+    free(in[1].data);
+}
