@@ -190,6 +190,31 @@ nki_tensor *nki_as_tensor(PyObject *obj, const char *api, const char *what);
  * dense mask over its shape; -1 with the error raised. */
 int nki_check_bounds(nki_tensor *t, const uint8_t *mask, const char *api);
 
+/* An indirect DMA access `x[idx, ...]` (x in HBM, idx an SBUF integer tile
+ * of one index per partition): row p is row idx[p] of x's dimension `dim`.
+ * `base` is the access with that dimension's stride 0 (row p at offset 0).
+ * Not a tensor: only nl.load, nl.store and nisa.dma_copy take it. */
+typedef struct nki_indirect {
+    PyObject_HEAD
+    nki_tensor *base;        /* owned */
+    nki_tensor *index;       /* owned */
+    int64_t     row_stride;  /* elements between rows of the indexed dimension */
+    int64_t     nrows;       /* its size: indices must lie in [0, nrows) */
+    int         dim;         /* which dimension of x the tile indexes */
+} nki_indirect;
+extern PyTypeObject nki_IndirectType;
+#define nki_indirect_check(o) (Py_TYPE(o) == &nki_IndirectType)
+/* Gather (scatter false: tile = ia) or scatter (ia = tile) whole rows by
+ * DMA with the index values (numerics on): an index outside [0, nrows) is
+ * SIM_E_INDEX_OUT_OF_BOUNDS naming it, or skipped with skip (oob_mode=skip).
+ * mask (row-major over the access's shape, may be NULL; legacy mask=):
+ * only selected elements move, and a row with none selected is not moved
+ * and its index not checked.  Records one DMA_COPY (HBM side: one
+ * descriptor per moved row) that also reads the index tile.  -1 with the
+ * error raised. */
+int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip,
+                      const uint8_t *mask);
+
 /* ===== index expressions (legacy nl.arange / nl.mgrid) ===== */
 
 typedef struct nki_index {       /* c + sum_k coef[k] * g_k over a grid of `shape` */
@@ -319,6 +344,15 @@ int nki_partition_start(const nki_tensor *t, const char *api, const char *what);
  * accumulate: -1 overwrite, 0 PSUM rule, 1 accumulate.  -1 on error. */
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose);
+/* nki_matmul with `rows` contraction rows per partition (FP8 double_row:
+ * rows = 2, stat (K, 2, M) and mov (K, 2, N), dst[m, n] = sum over k and r
+ * of stat[k, r, m] * mov[k, r, n] in fp32; the instruction carries
+ * SIM_F_DOUBLE_ROW and 2 * (2K) * M * N FLOPs in the time of one K-row
+ * multiply).  The caller checks the double_row rules (nki_isa.c). */
+int nki_matmul_rows(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov,
+                    int accumulate, bool stat_is_mk, bool is_transpose, int rows);
+nki_tensor *nki_matmul_tile_rows(const char *api, nki_tensor *stat, nki_tensor *mov,
+                                 bool stat_is_mk, PyObject *mask_obj, int rows);
 /* A new PSUM fp32 tile holding stat.T @ mov (legacy value-returning form);
  * under mask_obj (mask=, may be NULL) only the selected elements count as
  * written when the tile is assigned or accumulated (nki_sel_mask). */

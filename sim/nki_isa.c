@@ -140,10 +140,53 @@ static int mask_for(PyObject *mask_obj, nki_tensor *dst, const char *api, uint8_
 
 /* ===== data movement ===== */
 
+/* oob_mode= of an indirect DMA: error (default, None, 0, "error") or skip
+ * (1, "skip"); -1 with the error raised for anything else. */
+static int oob_skip(const char *api, PyObject *o)
+{
+    if (!o || o == Py_None)
+        return 0;
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        long v = PyLong_AsLong(o);
+        if (v == 0 || v == 1)
+            return (int)v;
+        PyErr_Clear();
+    } else if (PyUnicode_Check(o)) {
+        const char *s = PyUnicode_AsUTF8(o);
+        if (s && (strcmp(s, "error") == 0 || strcmp(s, "skip") == 0))
+            return s[0] == 's';
+        PyErr_Clear();
+    }
+    return FAILI(SIM_E_BAD_ARGUMENT, api, "oob_mode must be oob_mode.error or oob_mode.skip");
+}
+
+/* nisa.dma_copy with an indirect access on one side (gather: src, scatter:
+ * dst) and an SBUF tile on the other. */
+static PyObject *indirect_copy(const char *api, PyObject **a)
+{
+    bool scatter = a[0] && nki_indirect_check(a[0]);
+    PyObject *other = scatter ? a[1] : a[0];
+    nki_indirect *ia = (nki_indirect *)(scatter ? a[0] : a[1]);
+    nki_tensor *tile;
+    uint8_t *mask = NULL;
+    int skip;
+
+    if (other && nki_indirect_check(other))
+        return nki_fail(SIM_E_UNSUPPORTED_API, api, "indirect accesses on both sides of one DMA");
+    if (!(tile = nki_as_tensor(other, api, scatter ? "src" : "dst")))
+        return NULL;
+    if ((skip = oob_skip(api, a[4])) < 0 ||
+        nki_mask_dense(a[2], ia->base->v.ndim, ia->base->v.shape, api, &mask) < 0)
+        return NULL;
+    if (nki_indirect_move(api, ia, tile, scatter, skip == 1, mask) < 0)
+        return NULL;
+    return Py_NewRef(Py_None);
+}
+
 static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
-    static const char *const names[] = { "dst", "src", "mask", "*dst_rmw_op", "*oob_mode",
+    static const char *const names[] = { "dst", "src", "mask", "*dst_rmw_op", "oob_mode",
                                          "*dge_mode", "*engine", "*priority", "*name", "*queue" };
     PyObject *a[NKI_NARGS(names)];
     const char *api = "nisa.dma_copy";
@@ -154,6 +197,8 @@ static PyObject *isa_dma_copy(PyObject *m, PyObject *const *args, Py_ssize_t nar
 
     if (nki_parse(api, args, nargs, kwnames, names, NKI_NARGS(names), a) < 0)
         return NULL;
+    if ((a[0] && nki_indirect_check(a[0])) || (a[1] && nki_indirect_check(a[1])))
+        return indirect_copy(api, a);
     dst = nki_as_tensor(a[0], api, "dst");
     src = dst ? nki_as_tensor(a[1], api, "src") : NULL;
     if (!src)
@@ -1026,32 +1071,84 @@ static PyObject *isa_bn_aggr(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* ===== Tensor engine ===== */
 
-/* perf_mode: only the default (None, 0, "none", matmul_perf_mode.none) is
- * simulated; any other value is SIM_E_UNSUPPORTED_API naming it. */
-static int perf_mode_ok(const char *api, PyObject *pm)
+/* perf_mode: the default (None, 0, "none", matmul_perf_mode.none) gives 1
+ * contraction row per partition, double_row (1, "double_row",
+ * matmul_perf_mode.double_row) gives 2; any other value is
+ * SIM_E_UNSUPPORTED_API naming it.  -1 with the error raised. */
+static int perf_mode_rows(const char *api, PyObject *pm)
 {
     char name[48] = "";
 
     if (!pm || pm == Py_None)
-        return 0;
+        return 1;
     if (PyLong_Check(pm) && !PyBool_Check(pm)) {
         long v = PyLong_AsLong(pm);
-        if (v == 0 && !PyErr_Occurred())
-            return 0;
+        if ((v == 0 || v == 1) && !PyErr_Occurred())
+            return v == 0 ? 1 : 2;
         PyErr_Clear();
-        snprintf(name, sizeof(name), "%s", v == 1 ? "double_row" : v == 2 ? "double_row_gen3" : "an unknown mode");
+        snprintf(name, sizeof(name), "%s", v == 2 ? "double_row_gen3" : "an unknown mode");
     } else if (PyUnicode_Check(pm)) {
         const char *s = PyUnicode_AsUTF8(pm);
         if (s && strcmp(s, "none") == 0)
-            return 0;
+            return 1;
+        if (s && strcmp(s, "double_row") == 0)
+            return 2;
         PyErr_Clear();
         snprintf(name, sizeof(name), "'%s'", s ? s : "?");
     } else {
         snprintf(name, sizeof(name), "a %s", Py_TYPE(pm)->tp_name);
     }
     return FAILI(SIM_E_UNSUPPORTED_API, api,
-                 "perf_mode=%s: double-row (perf mode) matmuls are not simulated; drop perf_mode",
-                 name);
+                 "perf_mode=%s is not simulated (perf_mode none and double_row are)", name);
+}
+
+static bool fp8_dtype(sim_dtype dt)
+{
+    return dt == SIM_DT_FLOAT8_E4M3 || dt == SIM_DT_FLOAT8_E5M2 || dt == SIM_DT_FLOAT8_E4M3FN;
+}
+
+/* The rules of perf_mode=double_row (nki.isa.nc_matmul and
+ * matmul_perf_mode docs, neuron-hardware.md): NeuronCore-v3 or newer
+ * (trn2, trn3); FP8 operands; stationary (K, 2, M) and moving (K, 2, N)
+ * with the pair of rows in the second dimension (K <= 128, M <= 128,
+ * N <= 512 as for any matmul); no column tiling (tile_size's column size,
+ * when given, stays 128).  -1 with the error raised. */
+static int double_row_check(const char *api, const nki_tensor *st, const nki_tensor *mv,
+                            PyObject *tile_size)
+{
+    const nki_tensor *ops[2] = { st, mv };
+    static const char *const what[2] = { "stationary", "moving" };
+
+    if (nki_cur->tgt->nc_gen < 3)
+        return FAILI(SIM_E_BAD_ARGUMENT, api,
+                     "rule double-row-target: perf_mode=double_row needs NeuronCore-v3 or newer "
+                     "(trn2, trn3); the target %s is NeuronCore-v%d, drop perf_mode",
+                     nki_cur->tgt->name, nki_cur->tgt->nc_gen);
+    for (int i = 0; i < 2; i++) {
+        const simc_view *v = &ops[i]->v;
+        if (!fp8_dtype(v->dtype))
+            return FAILI(SIM_E_DTYPE, api,
+                         "perf_mode=double_row multiplies FP8 operands (float8_e4m3/e5m2), the %s "
+                         "operand is %s", what[i], sim_dtype_name(v->dtype));
+        if (v->ndim != 3 || ops[i]->pdim != 0 || v->shape[1] != 2)
+            return FAILI(SIM_E_SHAPE_MISMATCH, api,
+                         "perf_mode=double_row takes a 3-D %s operand (K, 2, %s) (e.g. [128, 2, %s]), "
+                         "it has %d dims%s", what[i], i ? "N" : "M", i ? "512" : "128", v->ndim,
+                         v->ndim == 3 ? " and the middle one is not 2" : "");
+    }
+    if (tile_size && tile_size != Py_None) {
+        PyObject *seq = PySequence_Fast(tile_size, "tile_size");
+        int64_t col = 128;
+        bool ok = seq && PySequence_Fast_GET_SIZE(seq) == 2 &&
+                  nki_get_int(PySequence_Fast_GET_ITEM(seq, 1), &col);
+        Py_XDECREF(seq);
+        PyErr_Clear();
+        if (ok && col != 128)
+            return FAILI(SIM_E_BAD_ARGUMENT, api,
+                         "perf_mode=double_row cannot be combined with column tiling "
+                         "(tile_size column %lld, it must be 128)", (long long)col);
+    }
+    return 0;
 }
 
 static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
@@ -1067,26 +1164,29 @@ static PyObject *isa_nc_matmul(PyObject *m, PyObject *const *args, Py_ssize_t na
     const char *api = "nisa.nc_matmul";
     PyObject *a[12];
     nki_tensor *dst, *st, *mv;
-    int acc = 0;
+    int acc = 0, rows;
 
     if (legacy_form(m, kwnames)) {
         if (nki_parse(api, args, nargs, kwnames, leg, NKI_NARGS(leg), a) < 0 ||
             !(st = nki_as_tensor(a[0], api, "stationary")) ||
             !(mv = nki_as_tensor(a[1], api, "moving")))
             return NULL;
-        if (perf_mode_ok(api, a[8]) < 0)
+        if ((rows = perf_mode_rows(api, a[8])) < 0 ||
+            (rows == 2 && double_row_check(api, st, mv, a[7]) < 0))
             return NULL;
-        return (PyObject *)nki_matmul_tile(api, st, mv, false, a[5]);
+        return (PyObject *)nki_matmul_tile_rows(api, st, mv, false, a[5], rows);
     }
     if (nki_parse(api, args, nargs, kwnames, cur, NKI_NARGS(cur), a) < 0 ||
         !(dst = nki_as_tensor(a[0], api, "dst")) || !(st = nki_as_tensor(a[1], api, "stationary")) ||
         !(mv = nki_as_tensor(a[2], api, "moving")))
         return NULL;
-    if (perf_mode_ok(api, a[9]) < 0)
+    if ((rows = perf_mode_rows(api, a[9])) < 0 ||
+        (rows == 2 && double_row_check(api, st, mv, a[8]) < 0))
         return NULL;
     if (a[6] && a[6] != Py_None)
         acc = PyObject_IsTrue(a[6]) == 1 ? 1 : -1;
-    return finish(NULL, false, nki_matmul(api, dst, st, mv, acc, false, a[5] && PyObject_IsTrue(a[5]) == 1));
+    return finish(NULL, false, nki_matmul_rows(api, dst, st, mv, acc, false,
+                                               a[5] && PyObject_IsTrue(a[5]) == 1, rows));
 }
 
 static PyObject *isa_nc_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs,

@@ -864,6 +864,31 @@ static nki_tensor *hbm_tensor(PyObject *o, const char *api, const char *what)
     return t;
 }
 
+/* nl.load(x[idx, ...]): a new SBUF tile gathered row by row (indirect DMA). */
+static PyObject *indirect_load(nki_indirect *ia, PyObject *mask, PyObject *dtype)
+{
+    nki_tensor *out;
+    uint8_t *m = NULL;
+    int dt;
+
+    dt = nki_dtype_arg(dtype, ia->base->v.dtype, "nl.load");
+    if (dt < 0)
+        return NULL;
+    out = nki_new_tile(SIM_MEM_SBUF, (sim_dtype)dt, ia->base->v.ndim, ia->base->v.shape, "nl.load");
+    if (!out)
+        return NULL;
+    if (mask_arg(mask, out->v.ndim, out->v.shape, "nl.load", &m) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    nki_store_select(&out->v, m);
+    if (nki_indirect_move("nl.load", ia, out, false, false, m) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
 static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = { "src", "mask", "dtype", "*name" };
@@ -873,7 +898,11 @@ static PyObject *nl_load(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     int dt;
     (void)m;
 
-    if (PARSE("nl.load", names, a) < 0 || !(src = hbm_tensor(a[0], "nl.load", "src")))
+    if (PARSE("nl.load", names, a) < 0)
+        return NULL;
+    if (a[0] && nki_indirect_check(a[0]))
+        return indirect_load((nki_indirect *)a[0], a[1], a[2]);
+    if (!(src = hbm_tensor(a[0], "nl.load", "src")))
         return NULL;
     dt = nki_dtype_arg(a[2], src->v.dtype, "nl.load");
     if (dt < 0)
@@ -910,10 +939,21 @@ static PyObject *nl_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     uint8_t *mask = NULL;
     (void)m;
 
-    if (PARSE("nl.store", names, a) < 0 || !(dst = hbm_tensor(a[0], "nl.store", "dst")))
+    if (PARSE("nl.store", names, a) < 0)
         return NULL;
     if (!a[1])
         return nki_fail(SIM_E_BAD_ARGUMENT, "nl.store", "value is required");
+    if (a[0] && nki_indirect_check(a[0])) {      /* nl.store(x[idx, ...], value=tile) */
+        nki_tensor *val = nki_as_tensor(a[1], "nl.store", "value");
+        const simc_view *bv = &((nki_indirect *)a[0])->base->v;
+        if (!val || mask_arg(a[2], bv->ndim, bv->shape, "nl.store", &mask) < 0)
+            return NULL;
+        if (nki_indirect_move("nl.store", (nki_indirect *)a[0], val, true, false, mask) < 0)
+            return NULL;
+        return Py_NewRef(Py_None);
+    }
+    if (!(dst = hbm_tensor(a[0], "nl.store", "dst")))
+        return NULL;
     if (mask_arg(a[2], dst->v.ndim, dst->v.shape, "nl.store", &mask) < 0)
         return NULL;
     if (nki_assign(dst, a[1], mask, "nl.store") < 0)
@@ -1058,8 +1098,14 @@ int nki_partition_start(const nki_tensor *t, const char *api, const char *what)
 int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov, int accumulate,
                bool stat_is_mk, bool is_transpose)
 {
+    return nki_matmul_rows(api, dst, stat, mov, accumulate, stat_is_mk, is_transpose, 1);
+}
+
+int nki_matmul_rows(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *mov,
+                    int accumulate, bool stat_is_mk, bool is_transpose, int rows)
+{
     const simc_view *sv = &stat->v, *mv = &mov->v;
-    int64_t K, M, N, Km;
+    int64_t K, M, N, Km, Kr;
     float *A, *B, *C;
     bool any_acc = false;
     sim_insn *in;
@@ -1093,10 +1139,11 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
         K = simc_view_elems(sv) / (M ? M : 1);
     } else {
         K = nki_view_parts(stat);
-        M = simc_view_elems(sv) / (K ? K : 1);
+        M = simc_view_elems(sv) / (K ? K * rows : 1);
     }
     Km = nki_view_parts(mov);
-    N = simc_view_elems(mv) / (Km ? Km : 1);
+    N = simc_view_elems(mv) / (Km ? Km * rows : 1);
+    Kr = K * rows;               /* double_row: each partition holds `rows` contraction rows */
     if (Km != K)
         return (nki_fail(SIM_E_SHAPE_MISMATCH, api,
                         "contraction sizes differ: stationary K=%lld, moving K=%lld",
@@ -1121,12 +1168,14 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
                              "a 2048-byte bank boundary",
                              (unsigned long long)dr.byte_lo, (unsigned long long)dr.byte_hi), -1);
     }
-    if (!nki_cur->numerics || !matmul_direct(dst, sv, mv, M, N, K, accumulate, stat_is_mk, &any_acc)) {
+    /* rows > 1: the operands are (K, rows, M) and (K, rows, N); read row-major
+     * they are (K*rows, M) and (K*rows, N), the contraction over both. */
+    if (!nki_cur->numerics || !matmul_direct(dst, sv, mv, M, N, Kr, accumulate, stat_is_mk, &any_acc)) {
         A = nki_read(sv, 1);
         B = nki_read(mv, 2);
         C = nki_scratch(3, M * N);
         if (nki_cur->numerics)
-            simn_matmul((int)M, (int)N, (int)K, A, stat_is_mk ? K : M, stat_is_mk, B, N, C, N, 0.0f);
+            simn_matmul((int)M, (int)N, (int)Kr, A, stat_is_mk ? K : M, stat_is_mk, B, N, C, N, 0.0f);
         simc_scatter_accum(&dst->v, C, accumulate, NULL, &any_acc);
     }
     in = nki_emit(is_transpose ? SIM_OP_PE_TRANSPOSE : SIM_OP_MATMUL, SIM_ENG_TENSOR, &dst->v, sv,
@@ -1136,7 +1185,9 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
     in->mm_n = (uint32_t)N;
     in->partitions = (uint32_t)K;
     in->elems_per_part = (uint64_t)N;
-    in->flops = 2ull * (uint64_t)K * (uint64_t)M * (uint64_t)N;
+    in->flops = 2ull * (uint64_t)Kr * (uint64_t)M * (uint64_t)N;
+    if (rows > 1)
+        in->flags |= SIM_F_DOUBLE_ROW;
     if (any_acc)
         in->flags |= SIM_F_ACCUMULATE;
     if (sv->dtype == SIM_DT_FLOAT32 || mv->dtype == SIM_DT_FLOAT32)
@@ -1150,6 +1201,12 @@ int nki_matmul(const char *api, nki_tensor *dst, nki_tensor *stat, nki_tensor *m
 nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, bool stat_is_mk,
                             PyObject *mask_obj)
 {
+    return nki_matmul_tile_rows(api, stat, mov, stat_is_mk, mask_obj, 1);
+}
+
+nki_tensor *nki_matmul_tile_rows(const char *api, nki_tensor *stat, nki_tensor *mov,
+                                 bool stat_is_mk, PyObject *mask_obj, int rows)
+{
     int64_t shape[2];
     int64_t K, M, N;
     nki_tensor *out;
@@ -1160,9 +1217,9 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
         K = simc_view_elems(&stat->v) / (M ? M : 1);
     } else {
         K = nki_view_parts(stat);
-        M = simc_view_elems(&stat->v) / (K ? K : 1);
+        M = simc_view_elems(&stat->v) / (K ? K * rows : 1);
     }
-    N = simc_view_elems(&mov->v) / (nki_view_parts(mov) ? nki_view_parts(mov) : 1);
+    N = simc_view_elems(&mov->v) / (nki_view_parts(mov) ? nki_view_parts(mov) * rows : 1);
     if (K > 128 || M > 128 || N > 512)
         return (nki_tensor *)nki_fail(SIM_E_MATMUL_LIMIT, api,
                                       "K=%lld M=%lld N=%lld (limits K<=128, M<=128, N<=512)",
@@ -1177,7 +1234,7 @@ nki_tensor *nki_matmul_tile(const char *api, nki_tensor *stat, nki_tensor *mov, 
         return NULL;
     }
     nki_store_select(&out->v, mask);   /* before the MATMUL is recorded into it */
-    if (nki_matmul(api, out, stat, mov, -1, stat_is_mk, false) < 0) {
+    if (nki_matmul_rows(api, out, stat, mov, -1, stat_is_mk, false, rows) < 0) {
         Py_DECREF(out);
         return NULL;
     }

@@ -968,7 +968,8 @@ int nki_modules_install(void)
 
     PyTypeObject *types[] = { &nki_TensorType, &nki_IndexType, &nki_PredType, &nki_MgridType,
                               &nki_MgridResultType, &nki_DtypeType, &nki_BufferType,
-                              &nki_ParDimType, &nki_KernelType, &nki_TypingType };
+                              &nki_ParDimType, &nki_KernelType, &nki_TypingType,
+                              &nki_IndirectType };
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return -1;

@@ -474,15 +474,19 @@ static int get_slice(PyObject *s, int64_t n, int64_t *start, int64_t *step, int6
 
 #define MAX_ITEMS 16
 
+static PyObject *subscript_indirect(nki_tensor *t, PyObject **raw, int nraw, int ti);
+static PyObject *dims_tuple(int ndim, const int64_t *v);
+
 /* An index that is neither an int, slice, ellipsis, nl.ds nor an index
- * expression: a tile used as an index is an indirect (tensor-indexed) DMA
- * gather or scatter, which is not simulated; anything else is a bad index. */
+ * expression: a tile indexing an on-chip tensor (NeuronCore-v4 tensor
+ * indirection) is not simulated (HBM tensors take it: subscript_indirect);
+ * anything else is a bad index. */
 static PyObject *bad_index(PyObject *it, int d)
 {
     if (nki_tensor_check(it))
         return nki_fail(SIM_E_UNSUPPORTED_API, "tensor[...]",
-                        "a tensor as the index of dimension %d (indirect DMA gather/scatter) is "
-                        "not simulated", d);
+                        "a tile as the index of dimension %d of an on-chip tensor (tensor "
+                        "indirection) is not simulated; indirect DMA indexes an HBM tensor", d);
     return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "index of type %s on dimension %d",
                     Py_TYPE(it)->tp_name, d);
 }
@@ -671,9 +675,12 @@ PyObject *nki_tensor_subscript(PyObject *self, PyObject *key)
         raw[0] = key;
         nraw = 1;
     }
-    for (int i = 0; i < nraw; i++)
+    for (int i = 0; i < nraw; i++) {
         if (raw[i] != Py_Ellipsis)
             consuming++;
+        if (t->pdim < 0 && nki_tensor_check(raw[i]) && consuming <= v->ndim)
+            return subscript_indirect(t, raw, nraw, i);
+    }
     if (consuming > v->ndim)
         return nki_fail(SIM_E_BAD_INDEX, "tensor[...]", "%d indices for a %d-dimensional tensor",
                         consuming, v->ndim);
@@ -1057,7 +1064,10 @@ static PyObject *tensor_ap(nki_tensor *t, PyObject *const *args, Py_ssize_t narg
     if (a[2] && a[2] != Py_None)
         return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "scalar_offset (dynamic access patterns)");
     if (a[3] && a[3] != Py_None)
-        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap", "vector_offset (indirect access)");
+        return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.ap",
+                        "vector_offset (an indirect access pattern) is not simulated; a row "
+                        "gather/scatter by DMA works with the index tile as the subscript: "
+                        "x[idx_tile, ...]");
     if (!a[0])
         return nki_fail(SIM_E_BAD_ARGUMENT, "tensor.ap", "pattern is required");
     seq = PySequence_Fast(a[0], "pattern");
@@ -1461,3 +1471,239 @@ PyTypeObject nki_TensorType = {
     .tp_getset = tensor_getset,
 };
 
+
+/* ===== indirect (tensor-indexed) DMA access ===== */
+
+/* `x[idx, ...]` on an HBM tensor with an on-chip integer tile idx: row p of
+ * the access is row idx[p] of the indexed dimension (NKI docs, nl.load /
+ * nl.store "indirect DMA access"; nisa.dma_copy gather/scatter).  Only
+ * DMAs take it (nl.load, nl.store, nisa.dma_copy); any other use is a
+ * type error naming it, since it is not a tensor. */
+static void indirect_dealloc(PyObject *o)
+{
+    nki_indirect *ia = (nki_indirect *)o;
+    Py_XDECREF(ia->base);
+    Py_XDECREF(ia->index);
+    PyObject_Free(o);
+}
+
+static PyObject *indirect_shape(nki_indirect *ia, void *u)
+{
+    (void)u;
+    return dims_tuple(ia->base->v.ndim, ia->base->v.shape);
+}
+
+static PyObject *indirect_dtype(nki_indirect *ia, void *u)
+{
+    PyObject *d = nki_dtype_get(ia->base->v.dtype);
+    (void)u;
+    Py_XINCREF(d);
+    return d;
+}
+
+static PyObject *indirect_ndim(nki_indirect *ia, void *u)
+{
+    (void)u;
+    return PyLong_FromLong(ia->base->v.ndim);
+}
+
+static PyGetSetDef indirect_getset[] = {
+    { "shape", (getter)indirect_shape, NULL, "shape tuple", NULL },
+    { "dtype", (getter)indirect_dtype, NULL, "element type", NULL },
+    { "ndim", (getter)indirect_ndim, NULL, "number of dims", NULL },
+    { NULL, NULL, NULL, NULL, NULL },
+};
+
+PyTypeObject nki_IndirectType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nki.indirect_access",
+    .tp_basicsize = sizeof(nki_indirect),
+    .tp_dealloc = indirect_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An HBM access whose rows an on-chip index tile selects (indirect DMA).",
+    .tp_getset = indirect_getset,
+};
+
+/* Build the indirect access t[raw...] where raw[ti] is the index tile.  The
+ * index tile holds one integer per partition; the access's first dim runs
+ * over them.  The rest of the subscript is applied as usual to t with the
+ * indexed dimension replaced by one of stride 0 (the rows come from the
+ * index at run time). */
+static PyObject *subscript_indirect(nki_tensor *t, PyObject **raw, int nraw, int ti)
+{
+    const char *api = "tensor[...]";
+    nki_tensor *ix = (nki_tensor *)raw[ti], *tmp, *res;
+    simc_view mv = t->v;
+    int consuming = 0, d0 = 0, gnd = 2;
+    bool advanced = false;
+    int64_t P;
+    PyObject *key, *rep;
+    nki_indirect *ia;
+
+    for (int i = 0; i < nraw; i++) {
+        if (raw[i] != Py_Ellipsis)
+            consuming++;
+        if (i != ti && nki_tensor_check(raw[i]))
+            return nki_fail(SIM_E_UNSUPPORTED_API, api,
+                            "tensors as the indices of two dimensions (one index tile per access)");
+        if (Py_TYPE(raw[i]) == &nki_IndexType) {
+            advanced = true;
+            if (((nki_index *)raw[i])->ndim > gnd)
+                gnd = ((nki_index *)raw[i])->ndim;
+        }
+    }
+    for (int i = 0; i < ti; i++)
+        d0 += raw[i] == Py_Ellipsis ? t->v.ndim - consuming : 1;
+    if (ix->pdim < 0 || ix->v.st->mem != SIM_MEM_SBUF)
+        return nki_fail(SIM_E_WRONG_BUFFER, api,
+                        "the index tile of dimension %d must be in SBUF, it is in %s", d0,
+                        ix->v.st->mem == SIM_MEM_HBM ? "HBM" : "PSUM");
+    if (simc_dtype_is_float(ix->v.dtype))
+        return nki_fail(SIM_E_DTYPE, api,
+                        "the index tile of dimension %d must hold integers (int32/uint32), it is %s",
+                        d0, sim_dtype_name(ix->v.dtype));
+    P = nki_view_parts(ix);
+    if (simc_view_elems(&ix->v) != P)
+        return nki_fail(SIM_E_UNSUPPORTED_API, api,
+                        "an index tile of %lld elements over %lld partitions: indirect DMA takes one "
+                        "index per partition, a (P, 1) tile", (long long)simc_view_elems(&ix->v),
+                        (long long)P);
+    mv.shape[d0] = P;
+    mv.strides[d0] = 0;
+    tmp = nki_tensor_view(mv.st, &mv, -1);
+    if (!tmp)
+        return NULL;
+    if (advanced) {
+        int64_t shape[SIMC_MAX_DIMS], coef[SIMC_MAX_DIMS];
+        for (int k = 0; k < gnd; k++) {
+            shape[k] = k ? 1 : P;
+            coef[k] = k ? 0 : 1;
+        }
+        rep = nki_index_new(gnd, shape, coef, 0);
+    } else {
+        rep = PySlice_New(NULL, NULL, NULL);
+    }
+    key = rep ? PyTuple_New(nraw) : NULL;
+    if (!key) {
+        Py_XDECREF(rep);
+        Py_DECREF(tmp);
+        return NULL;
+    }
+    for (int i = 0; i < nraw; i++)
+        PyTuple_SET_ITEM(key, i, i == ti ? rep : Py_NewRef(raw[i]));
+    res = (nki_tensor *)nki_tensor_subscript((PyObject *)tmp, key);
+    Py_DECREF(key);
+    Py_DECREF(tmp);
+    if (!res)
+        return NULL;
+    if (res->oob && nki_check_bounds(res, NULL, api) < 0) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    if (res->v.ndim < 1 || res->v.shape[0] != P || (P > 1 && res->v.strides[0] != 0)) {
+        Py_DECREF(res);
+        return nki_fail(SIM_E_UNSUPPORTED_API, api,
+                        "the index tile must select the access's first dimension (the partition "
+                        "dim of the SBUF side); here it indexes dimension %d", d0);
+    }
+    res->v.strides[0] = 0;
+    ia = PyObject_New(nki_indirect, &nki_IndirectType);
+    if (!ia) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    ia->base = res;
+    ia->index = (nki_tensor *)Py_NewRef((PyObject *)ix);
+    ia->row_stride = t->v.strides[d0];
+    ia->nrows = t->v.shape[d0];
+    ia->dim = d0;
+    return (PyObject *)ia;
+}
+
+/* Move rows between the indirect access ia (HBM) and the SBUF tile `tile`
+ * (gather: tile = ia; scatter: ia = tile), one descriptor per row, and
+ * record one DMA_COPY reading the index tile.  skip: oob_mode=skip (rows
+ * whose index is out of range are not moved) instead of the default error;
+ * mask (row-major over the access, may be NULL): the elements moved. */
+int nki_indirect_move(const char *api, nki_indirect *ia, nki_tensor *tile, bool scatter, bool skip,
+                      const uint8_t *mask)
+{
+    const simc_view *b = &ia->base->v;
+    int64_t P = b->shape[0], idx[SIMC_PMAX], row_elems, nsel = 0;
+    bool moved[SIMC_PMAX], sel[SIMC_PMAX];
+    simc_view hv = *b, row = *b;
+    sim_region rr, tr;
+    sim_region *hr;
+    sim_insn *in;
+
+    if (tile->pdim < 0 || tile->v.st->mem != SIM_MEM_SBUF)
+        return (nki_fail(SIM_E_WRONG_BUFFER, api,
+                         "an indirect DMA moves rows between HBM and an SBUF tile; the %s is in %s",
+                         scatter ? "value" : "dst", tile->v.st->mem == SIM_MEM_HBM ? "HBM" : "PSUM"),
+                -1);
+    if (simc_view_elems(&tile->v) != simc_view_elems(b) || nki_view_parts(tile) != P ||
+        tile->v.shape[0] != P)
+        return (nki_fail(SIM_E_SHAPE_MISMATCH, api,
+                         "the indirect access is %lld rows of %lld elements, the SBUF tile %lld "
+                         "partitions of %lld", (long long)P,
+                         (long long)(simc_view_elems(b) / (P ? P : 1)), (long long)nki_view_parts(tile),
+                         (long long)(simc_view_elems(&tile->v) / (nki_view_parts(tile) ? nki_view_parts(tile) : 1))),
+                -1);
+    if (P > SIMC_PMAX)
+        return (nki_fail(SIM_E_PARTITION_LIMIT, api, "%lld rows > %d", (long long)P, SIMC_PMAX), -1);
+    row.shape[0] = 1;
+    row_elems = simc_view_elems(&row);
+    /* mask= (a compile-time predicate over the access): a row none of whose
+     * elements it selects is not moved, and its index is not used */
+    for (int64_t p = 0; p < P; p++) {
+        sel[p] = !mask || memchr(mask + p * row_elems, 1, (size_t)row_elems) != NULL;
+        nsel += sel[p];
+    }
+    if (nki_cur->numerics) {
+        const int64_t *iv = nki_read_i64(&ia->index->v, 6);
+        memcpy(idx, iv, (size_t)P * sizeof(*idx));
+        for (int64_t p = 0; p < P; p++) {
+            moved[p] = sel[p] && idx[p] >= 0 && idx[p] < ia->nrows;
+            if (sel[p] && !moved[p] && !skip)
+                return (nki_fail(SIM_E_INDEX_OUT_OF_BOUNDS, api,
+                                 "index %lld (partition %lld of the index tile) is outside dimension "
+                                 "%d of size %lld (oob_mode=error; nisa.dma_copy(..., "
+                                 "oob_mode=oob_mode.skip) skips such rows)",
+                                 (long long)idx[p], (long long)p, ia->dim, (long long)ia->nrows),
+                        -1);
+        }
+        for (int64_t p = 0; p < P; p++) {
+            simc_view hrow = row, trow = tile->v;
+            if (!moved[p])
+                continue;
+            hrow.offset += idx[p] * ia->row_stride;
+            trow.offset += p * tile->v.strides[0];
+            trow.shape[0] = 1;
+            if (scatter)
+                nki_copy_vals(&hrow, &trow, mask ? mask + p * row_elems : NULL);
+            else
+                nki_copy_vals(&trow, &hrow, mask ? mask + p * row_elems : NULL);
+        }
+    }
+    /* The record: the HBM operand spans every row the index could pick;
+     * it moves P rows, one descriptor (or a row's chunks) each. */
+    hv.shape[0] = ia->nrows;
+    hv.strides[0] = ia->row_stride;
+    in = nki_emit(SIM_OP_DMA_COPY, SIM_ENG_DMA, scatter ? &hv : &tile->v, scatter ? &tile->v : &hv,
+                  &ia->index->v, NULL);
+    simc_view_region(&row, &rr);
+    simc_view_region(&tile->v, &tr);
+    hr = scatter ? &in->dst[0] : &in->src[0];
+    if (nsel == 0)
+        nsel = 1;   /* mask=False: the instruction is still issued */
+    hr->bytes = rr.bytes * (uint64_t)nsel;
+    hr->elems_per_part = (uint32_t)((uint64_t)rr.elems_per_part * (uint64_t)nsel);
+    hr->contig_bytes = rr.contig_bytes;
+    hr->descriptors = (rr.descriptors ? rr.descriptors : 1) * (uint32_t)nsel;
+    if (mask)
+        in->flags |= SIM_F_MASKED;
+    in->partitions = tr.part_count;
+    in->elems_per_part = tr.elems_per_part;
+    in->flops = (uint64_t)in->partitions * in->elems_per_part;
+    return 0;
+}

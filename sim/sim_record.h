@@ -136,6 +136,8 @@ enum {
                                     timing model assigns queues round-robin) */
     SIM_F_IMM        = 1u << 6,  /* MEMSET: `imm` holds the fill value (sim_lower compares
                                     repeats of a constant) */
+    SIM_F_DOUBLE_ROW = 1u << 7,  /* MATMUL: FP8 perf_mode=double_row (two contraction rows
+                                    per partition; mm_k counts partitions, flops both rows) */
 };
 
 typedef struct sim_insn {

@@ -197,17 +197,15 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
         { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
           "def k(x):\n    return nl.dropout(x, rate=0.1)\n",
           "nki.language.dropout", "dropout", 5 },
-        /* not disguised as a rule: a tile as an index is indirect DMA */
+        /* not disguised as a rule: a tile indexing an on-chip tensor is tensor
+         * indirection (an HBM tensor indexed by a tile is an indirect DMA) */
         { "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n@nki.jit\n"
-          "def k(x):\n    t = nl.load(x)\n    u = nl.load(x[t])\n    return x\n",
-          "tensor[...]", "(indirect DMA gather/scatter) is not simulated", 6 },
-        /* double-row matmuls, whichever way perf_mode is spelled */
-        { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
-              "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
-              "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
-              "    nisa.nc_matmul(dst=r, stationary=a, moving=b, perf_mode='double_row')\n"
-              "    return x\n",
-          "nisa.nc_matmul", "perf_mode='double_row'", 9 },
+          "def k(x):\n    t = nl.load(x)\n    u = t[t]\n    return x\n",
+          "tensor[...]", "(tensor indirection) is not simulated", 6 },
+        /* an indirect access pattern */
+        { HDR "def k(x):\n    t = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)\n"
+              "    v = x.ap([[1, 1]], 0, vector_offset=t)\n    return x\n",
+          "tensor.ap", "vector_offset (an indirect access pattern) is not simulated", 7 },
         { HDR "def k(x):\n    a = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
               "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
               "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
