@@ -120,6 +120,7 @@ int sim_run_cli_run(const sim_run_cli_args *a)
     spec.run.target = a->target;
     memcpy(spec.run.grid, a->grid, sizeof(spec.run.grid));
     spec.run.numerics = !a->no_numerics;
+    spec.run.threads = (int)a->threads;
     spec.run.kwargs_json = a->kwargs;
     if (a->any_arg) {
         spec.run.args = a->slots;
