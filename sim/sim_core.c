@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kf_alloc.h"
 
@@ -289,6 +290,19 @@ static struct {
 static int buf_pool_n;
 static size_t buf_pool_bytes;
 
+void *simc_big_alloc(size_t n)
+{
+    void *p = kf_malloc(n ? n : 1);
+    if (n >= ((size_t)4 << 20)) {
+        /* the 2 MiB-aligned interior of malloc's mapping */
+        uintptr_t lo = ((uintptr_t)p + ((uintptr_t)2 << 20) - 1) & ~(((uintptr_t)2 << 20) - 1);
+        uintptr_t hi = ((uintptr_t)p + n) & ~(((uintptr_t)2 << 20) - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   /* a hint: failure is harmless */
+    }
+    return p;
+}
+
 static void *buf_get(size_t n)
 {
     for (int i = buf_pool_n - 1; i >= 0; i--)
@@ -298,7 +312,7 @@ static void *buf_get(size_t n)
             buf_pool_bytes -= n;
             return p;
         }
-    return kf_malloc(n ? n : 1);
+    return simc_big_alloc(n);
 }
 
 static void buf_put(void *p, size_t n)

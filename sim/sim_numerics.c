@@ -207,6 +207,22 @@ static void alu_range(simn_op op, const float *a, const float *b, int64_t b_stri
         for (int64_t i = 0; i < n; i++)
             out[i] = a[i] * b[i * b_stride];
         return;
+    case SIMN_OP_DIVIDE:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] / b[i * b_stride];
+        return;
+    case SIMN_OP_MAXIMUM:   /* simn_alu's expressions, inline */
+        for (int64_t i = 0; i < n; i++) {
+            float x = a[i], y = b[i * b_stride];
+            out[i] = (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
+        }
+        return;
+    case SIMN_OP_MINIMUM:
+        for (int64_t i = 0; i < n; i++) {
+            float x = a[i], y = b[i * b_stride];
+            out[i] = (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+        }
+        return;
     default:
         for (int64_t i = 0; i < n; i++)
             out[i] = simn_alu(op, a[i], b[i * b_stride]);
@@ -216,13 +232,32 @@ static void alu_range(simn_op op, const float *a, const float *b, int64_t b_stri
 
 static void act_range(simn_op op, const float *x, float *out, int64_t n)
 {
-    if (op == SIMN_OP_EXP) {
+    switch (op) {   /* the common ones inline (simn_act's expressions) */
+    case SIMN_OP_EXP:
         for (int64_t i = 0; i < n; i++)
             out[i] = expf(x[i]);
         return;
+    case SIMN_OP_COPY: case SIMN_OP_IDENTITY:
+        if (out != x)
+            memmove(out, x, (size_t)n * sizeof(float));
+        return;
+    case SIMN_OP_RECIPROCAL:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = 1.0f / x[i];
+        return;
+    case SIMN_OP_SQUARE:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i] * x[i];
+        return;
+    case SIMN_OP_RSQRT:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = 1.0f / sqrtf(x[i]);
+        return;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = simn_act(op, x[i]);
+        return;
     }
-    for (int64_t i = 0; i < n; i++)
-        out[i] = simn_act(op, x[i]);
 }
 
 /* Element ranges of one vector call, one per part (elements are
