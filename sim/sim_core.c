@@ -292,13 +292,14 @@ static size_t buf_pool_bytes;
 
 void *simc_big_alloc(size_t n)
 {
-    void *p = kf_malloc(n ? n : 1);
-    if (n >= ((size_t)4 << 20)) {
+    const size_t huge = (size_t)2 << 20;
+    char *p = kf_malloc(n ? n : 1);
+    if (n >= 2 * huge) {
         /* the 2 MiB-aligned interior of malloc's mapping */
-        uintptr_t lo = ((uintptr_t)p + ((uintptr_t)2 << 20) - 1) & ~(((uintptr_t)2 << 20) - 1);
-        uintptr_t hi = ((uintptr_t)p + n) & ~(((uintptr_t)2 << 20) - 1);
-        if (hi > lo)
-            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   /* a hint: failure is harmless */
+        size_t skip = (huge - (size_t)((uintptr_t)p % huge)) % huge;
+        size_t len = (n - skip) / huge * huge;
+        if (len > 0)
+            (void)madvise(p + skip, len, MADV_HUGEPAGE);   /* a hint: failure is harmless */
     }
     return p;
 }
