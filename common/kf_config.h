@@ -100,6 +100,8 @@ enum {
        "Wall-clock limit of one sandboxed kernel evaluation (kforge-sim --timeout; CPU limit likewise).")               \
     XX(SIM_MEMORY_MIB,   INT, "8192",                                   64, 1048576,     KF_USE_SIM | KF_USE_WORKER,      \
        "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
+    XX(SIM_THREADS,      INT, "0",                                      0, 8,            KF_USE_SIM,                      \
+       "Threads of the simulator's numerics (kforge-sim run --threads); 0: the CPUs available. Values do not depend on it.") \
     XX(SANDBOX,          STR, "strict",                                 0, 0,            KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \
        "How user code is isolated: strict (namespaces, seccomp allowlist, rlimits; see docs/security.md) or unconfined (limits only, never for other people's kernels).") \
     XX(SANDBOX_UID,      INT, "65534",                                  1, 4294967294L,  KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \

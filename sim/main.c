@@ -24,6 +24,7 @@
 #include "kf_config.h"
 #include "kf_log.h"
 #include "kf_num.h"
+#include "sim_numerics.h"
 #include "sim_profile_cli.h"
 #include "sim_run_cli.h"
 
@@ -82,6 +83,9 @@ static const char run_usage[] =
     "  --ref-entry NAME      reference function name\n"
     "  --rtol X, --atol Y    override the tolerances\n"
     "  --no-numerics         timing-only run: trace and record, compute no values\n"
+    "  --threads N           numerics threads: tile products and long elementwise ops are\n"
+    "                        split across them, values identical for any N (default\n"
+    "                        KFORGE_SIM_THREADS; 0 = the CPUs this process may use, at most 8)\n"
     "  --timeout S           wall-clock limit in seconds (default KFORGE_SIM_TIMEOUT_S)\n"
     "  --cpu S               CPU-time limit in seconds (default: the wall-clock limit)\n"
     "  --memory MiB          memory limit (default KFORGE_SIM_MEMORY_MIB)\n"
@@ -168,7 +172,7 @@ static int cmd_run(int argc, char **argv)
 {
     enum { O_ENTRY = 256, O_TARGET, O_INPUT, O_GRID, O_KWARGS, O_OUTDIR, O_CHECK, O_REFENTRY,
            O_NONUM, O_TIMEOUT, O_CPU, O_MEMORY, O_JSON, O_KEEP, O_SAVE, O_RTOL, O_ATOL, O_HELP,
-           O_ARG, O_PATH, O_NOSTUBS };
+           O_ARG, O_PATH, O_NOSTUBS, O_THREADS };
     static const struct option opts[] = {
         { "entry", required_argument, NULL, O_ENTRY },     { "target", required_argument, NULL, O_TARGET },
         { "input", required_argument, NULL, O_INPUT },     { "grid", required_argument, NULL, O_GRID },
@@ -180,7 +184,7 @@ static int cmd_run(int argc, char **argv)
         { "save-inputs", no_argument, NULL, O_SAVE },      { "rtol", required_argument, NULL, O_RTOL },
         { "atol", required_argument, NULL, O_ATOL },       { "help", no_argument, NULL, O_HELP },
         { "arg", required_argument, NULL, O_ARG },         { "path", required_argument, NULL, O_PATH },
-        { "no-stubs", no_argument, NULL, O_NOSTUBS },
+        { "no-stubs", no_argument, NULL, O_NOSTUBS },     { "threads", required_argument, NULL, O_THREADS },
         { NULL, 0, NULL, 0 },
     };
     sim_run_cli_args a;
@@ -202,6 +206,7 @@ static int cmd_run(int argc, char **argv)
     }
     a.timeout_s = kf_config_int(KF_CFG_SIM_TIMEOUT_S);
     a.memory_mib = kf_config_int(KF_CFG_SIM_MEMORY_MIB);
+    a.threads = kf_config_int(KF_CFG_SIM_THREADS);
 
     optind = 1;
     opterr = 0;
@@ -256,6 +261,10 @@ static int cmd_run(int argc, char **argv)
         case O_CHECK: a.ref = optarg; break;
         case O_REFENTRY: a.ref_entry = optarg; break;
         case O_NONUM: a.no_numerics = true; break;
+        case O_THREADS:
+            if (parse_long(optarg, 0, SIMN_MAX_THREADS, &a.threads) < 0)
+                rc = usage_error("--threads '%s' must be 0 (the CPUs available) to 8", optarg);
+            break;
         case O_TIMEOUT:
             if (parse_long(optarg, 1, 86400, &a.timeout_s) < 0)
                 rc = usage_error("--timeout '%s' must be whole seconds, 1..86400", optarg);

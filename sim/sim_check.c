@@ -204,8 +204,7 @@ static PyObject *input_tuple(const sim_array *a)
     PyObject *bytes, *shape, *t;
     if (sim_npy_dtype_is_float(a->dtype) && a->dtype != SIM_DT_FLOAT32) {
         float *f = kf_malloc(n * sizeof(float) + 1);
-        for (uint64_t i = 0; i < n; i++)
-            f[i] = (float)sim_npy_load_elem(a->dtype, a->data, i);
+        sim_npy_load_f32(a->dtype, a->data, 0, f, n);
         bytes = PyBytes_FromStringAndSize((const char *)f, (Py_ssize_t)(n * sizeof(float)));
         free(f);
     } else {

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kf_alloc.h"
 
@@ -274,6 +275,77 @@ void simc_fill_uninit(void *data, sim_dtype dt, int64_t n)
     }
 }
 
+/* Tile buffers come and go by the thousand in a few sizes: freed ones are
+ * kept for reuse (same byte size) instead of going back to malloc, which
+ * maps and unmaps large chunks (a page fault per 4 KiB touched on every
+ * new tile).  Bounded in count and bytes; simc_pool_drain empties it. */
+#define SIMC_POOL_SLOTS 64
+#define SIMC_POOL_BYTES ((size_t)64 << 20)
+#define SIMC_POOL_MIN 4096   /* smaller blocks: malloc's free lists do as well */
+
+static struct {
+    void *p;
+    size_t n;
+} buf_pool[SIMC_POOL_SLOTS];
+static int buf_pool_n;
+static size_t buf_pool_bytes;
+
+void *simc_big_alloc(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    char *p = kf_malloc(n ? n : 1);
+    if (n >= 2 * huge) {
+        /* the 2 MiB-aligned interior of malloc's mapping */
+        size_t skip = (huge - (size_t)((uintptr_t)p % huge)) % huge;
+        size_t len = (n - skip) / huge * huge;
+        if (len > 0)
+            (void)madvise(p + skip, len, MADV_HUGEPAGE);   /* a hint: failure is harmless */
+    }
+    return p;
+}
+
+static void *buf_get(size_t n)
+{
+    for (int i = buf_pool_n - 1; i >= 0; i--)
+        if (buf_pool[i].n == n) {
+            void *p = buf_pool[i].p;
+            buf_pool[i] = buf_pool[--buf_pool_n];
+            buf_pool_bytes -= n;
+            return p;
+        }
+    return simc_big_alloc(n);
+}
+
+static void buf_put(void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (n < SIMC_POOL_MIN || n > SIMC_POOL_BYTES / 4 || buf_pool_bytes + n > SIMC_POOL_BYTES) {
+        free(p);
+        return;
+    }
+    if (buf_pool_n == SIMC_POOL_SLOTS) {   /* evict the oldest */
+        buf_pool_bytes -= buf_pool[0].n;
+        free(buf_pool[0].p);
+        buf_pool[0] = buf_pool[--buf_pool_n];
+    }
+    buf_pool[buf_pool_n].p = p;
+    buf_pool[buf_pool_n++].n = n;
+    buf_pool_bytes += n;
+}
+
+void simc_pool_drain(void)
+{
+    while (buf_pool_n > 0)
+        free(buf_pool[--buf_pool_n].p);
+    buf_pool_bytes = 0;
+}
+
+static size_t store_bytes(const simc_store *s)
+{
+    return (size_t)s->nelem * sim_dtype_size(s->dtype);
+}
+
 simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t part_elems,
                            bool with_data)
 {
@@ -287,12 +359,14 @@ simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t pa
     s->nelem = (int64_t)partitions * part_elems;
     s->shared_slot = -1;
     if (with_data && s->nelem > 0) {
-        s->data = kf_malloc((size_t)s->nelem * sim_dtype_size(dt));
+        s->data = buf_get(store_bytes(s));
         simc_fill_uninit(s->data, dt, s->nelem);
     }
-    if (mem == SIM_MEM_PSUM && s->nelem > 0)   /* kept with numerics off: the record
+    if (mem == SIM_MEM_PSUM && s->nelem > 0) {   /* kept with numerics off: the record
                                                    marks accumulating matmuls either way */
-        s->open = kf_calloc((size_t)s->nelem, 1);
+        s->open = buf_get((size_t)s->nelem);
+        memset(s->open, 0, (size_t)s->nelem);
+    }
     return s;
 }
 
@@ -306,8 +380,8 @@ bool simc_store_unref(simc_store *s)
     if (!s || --s->refcnt > 0)
         return false;
     if (!s->borrowed)
-        free(s->data);
-    free(s->open);
+        buf_put(s->data, store_bytes(s));
+    buf_put(s->open, (size_t)s->nelem);
     free(s->sel);
     free(s);
     return true;
@@ -320,8 +394,8 @@ void simc_store_writable(simc_store *s)
 
     if (!s->borrowed)
         return;
-    n = (size_t)s->nelem * sim_dtype_size(s->dtype);
-    copy = kf_malloc(n ? n : 1);
+    n = store_bytes(s);
+    copy = buf_get(n);
     memcpy(copy, s->data, n);
     s->data = copy;
     s->borrowed = false;

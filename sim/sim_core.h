@@ -87,6 +87,13 @@ bool simc_store_unref(simc_store *s);
 /* Make a borrowed store's data private (copy) before a write. */
 void simc_store_writable(simc_store *s);
 void simc_fill_uninit(void *data, sim_dtype dt, int64_t n);
+/* Free the buffers freed stores left for reuse (kept per byte size, at
+ * most 64 MiB; one run's tracer thread uses them: not thread-safe). */
+void simc_pool_drain(void);
+/* kf_malloc(n) for a large array (a tensor, an input): from 4 MiB, its
+ * memory is marked for transparent huge pages (one fault per 2 MiB
+ * instead of per 4 KiB where the system allows them in madvise mode). */
+void *simc_big_alloc(size_t n);
 
 /* Elements of a shape, checked before anything allocates or trusts it:
  * true with *n the product when 0 <= ndim <= SIMC_MAX_DIMS, no dimension is

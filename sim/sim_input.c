@@ -1,5 +1,6 @@
 #include "sim_input.h"
 #include "kf_alloc.h"
+#include "sim_core.h"
 
 #include <errno.h>
 #include <math.h>
@@ -107,23 +108,31 @@ kf_code sim_input_random(sim_dtype dt, int ndim, const uint64_t *shape,
     for (int i = 0; i < ndim; i++)
         out->shape[i] = shape[i];
     out->count = count;
-    out->data = kf_malloc(count * sim_dtype_size(dt) + 1);
+    out->data = simc_big_alloc(count * sim_dtype_size(dt) + 1);
     sim_rng_seed(&g, r->seed);
 
     if (!is_float) {
         double span = hi - lo + 1;
         for (uint64_t i = 0; i < count; i++)
             sim_npy_store_elem(dt, out->data, i, lo + floor(unit(&g) * span));
-    } else if (r->dist == SIM_DIST_UNIFORM) {
-        for (uint64_t i = 0; i < count; i++)
-            sim_npy_store_elem(dt, out->data, i, (float)(lo + (hi - lo) * unit(&g)));
     } else {
-        for (uint64_t i = 0; i < count; i += 2) {
-            double u1 = 1.0 - unit(&g), u2 = unit(&g);
-            double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-            sim_npy_store_elem(dt, out->data, i, (float)(r->mean + r->std * rad * cos(th)));
-            if (i + 1 < count)
-                sim_npy_store_elem(dt, out->data, i + 1, (float)(r->mean + r->std * rad * sin(th)));
+        /* blocks of float32 values, stored with the bulk codec */
+        float blk[4096];
+        for (uint64_t i0 = 0; i0 < count; i0 += 4096) {
+            uint64_t n = count - i0 < 4096 ? count - i0 : 4096;
+            if (r->dist == SIM_DIST_UNIFORM) {
+                for (uint64_t i = 0; i < n; i++)
+                    blk[i] = (float)(lo + (hi - lo) * unit(&g));
+            } else {
+                for (uint64_t i = 0; i < n; i += 2) {   /* 4096 is even: pairs stay in one block */
+                    double u1 = 1.0 - unit(&g), u2 = unit(&g);
+                    double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+                    blk[i] = (float)(r->mean + r->std * rad * cos(th));
+                    if (i + 1 < n)
+                        blk[i + 1] = (float)(r->mean + r->std * rad * sin(th));
+                }
+            }
+            sim_npy_store_f32(dt, out->data, i0, blk, n);
         }
     }
     return KF_OK;

@@ -97,6 +97,11 @@ kf_code sim_npy_write(const char *path, sim_dtype dt, int ndim, const uint64_t *
  * range, bool stores v != 0. */
 double sim_npy_load_elem(sim_dtype dt, const void *data, uint64_t i);
 void sim_npy_store_elem(sim_dtype dt, void *data, uint64_t i, double v);
+/* The same for n elements from index i0, through float32 (float dtypes
+ * only, exact for them: the same values as the per-element calls), with
+ * inline loops for fp32 and bf16. */
+void sim_npy_load_f32(sim_dtype dt, const void *data, uint64_t i0, float *out, uint64_t n);
+void sim_npy_store_f32(sim_dtype dt, void *data, uint64_t i0, const float *in, uint64_t n);
 
 /* Scalar conversions used by the codecs (exposed for tests and benches). */
 uint16_t sim_npy_f32_to_bf16(float f);

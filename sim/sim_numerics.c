@@ -4,6 +4,9 @@
 #include <cblas.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,8 +191,8 @@ float simn_act(simn_op op, float x)
     }
 }
 
-void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
-                  int64_t n)
+static void alu_range(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
+                      int64_t n)
 {
     switch (op) {
     case SIMN_OP_ADD:
@@ -204,6 +207,22 @@ void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, 
         for (int64_t i = 0; i < n; i++)
             out[i] = a[i] * b[i * b_stride];
         return;
+    case SIMN_OP_DIVIDE:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] / b[i * b_stride];
+        return;
+    case SIMN_OP_MAXIMUM:   /* simn_alu's expressions, inline */
+        for (int64_t i = 0; i < n; i++) {
+            float x = a[i], y = b[i * b_stride];
+            out[i] = (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
+        }
+        return;
+    case SIMN_OP_MINIMUM:
+        for (int64_t i = 0; i < n; i++) {
+            float x = a[i], y = b[i * b_stride];
+            out[i] = (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+        }
+        return;
     default:
         for (int64_t i = 0; i < n; i++)
             out[i] = simn_alu(op, a[i], b[i * b_stride]);
@@ -211,15 +230,253 @@ void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, 
     }
 }
 
-void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
+static void act_range(simn_op op, const float *x, float *out, int64_t n)
 {
-    if (op == SIMN_OP_EXP) {
+    switch (op) {   /* the common ones inline (simn_act's expressions) */
+    case SIMN_OP_EXP:
         for (int64_t i = 0; i < n; i++)
             out[i] = expf(x[i]);
         return;
+    case SIMN_OP_COPY: case SIMN_OP_IDENTITY:
+        if (out != x)
+            memmove(out, x, (size_t)n * sizeof(float));
+        return;
+    case SIMN_OP_RECIPROCAL:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = 1.0f / x[i];
+        return;
+    case SIMN_OP_SQUARE:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i] * x[i];
+        return;
+    case SIMN_OP_RSQRT:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = 1.0f / sqrtf(x[i]);
+        return;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = simn_act(op, x[i]);
+        return;
     }
-    for (int64_t i = 0; i < n; i++)
-        out[i] = simn_act(op, x[i]);
+}
+
+/* Element ranges of one vector call, one per part (elements are
+ * independent, so the split cannot change a value). */
+typedef struct vec_job {
+    simn_op op;
+    const float *a, *b;
+    int64_t b_stride, n;
+    float *out;
+    bool unary;
+} vec_job;
+
+static void vec_part(void *arg, int part, int nparts)
+{
+    const vec_job *j = arg;
+    int64_t lo = j->n * part / nparts, hi = j->n * (part + 1) / nparts;
+    if (j->unary)
+        act_range(j->op, j->a + lo, j->out + lo, hi - lo);
+    else
+        alu_range(j->op, j->a + lo, j->b + lo * j->b_stride, j->b_stride, j->out + lo, hi - lo);
+}
+
+/* Elementwise calls shorter than this stay on the calling thread (a
+ * hand-off costs a few microseconds). */
+#define SIMN_VEC_SPLIT 32768
+
+void simn_alu_vec(simn_op op, const float *a, const float *b, int64_t b_stride, float *out,
+                  int64_t n)
+{
+    vec_job j = { op, a, b, b_stride, n, out, false };
+    simn_parallel(vec_part, &j, n >= SIMN_VEC_SPLIT ? simn_threads() : 1);
+}
+
+void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
+{
+    vec_job j = { op, x, NULL, 0, n, out, true };
+    simn_parallel(vec_part, &j, n >= SIMN_VEC_SPLIT ? simn_threads() : 1);
+}
+
+/* ===== worker threads =====
+ *
+ * One job at a time, posted by the tracer thread (simn_parallel) and split
+ * into parts that the tracer and the workers claim under the pool mutex.
+ * The job's buffers belong to the poster for the whole call: it returns
+ * only when every part has finished, so no worker touches them after.
+ * Workers spin briefly on the published generation before sleeping on the
+ * condition variable, as tile products follow each other closely. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t tid[SIMN_MAX_THREADS];
+    int nworkers;                 /* running workers (threads - 1) */
+    int threads;                  /* the configured count (simn_set_threads) */
+    unsigned long gen;            /* job generation, under mu */
+    atomic_ulong gen_pub;         /* the same, for spinning without mu */
+    simn_part_fn fn;              /* the job, under mu */
+    void *arg;
+    int nparts, next_part, pending;
+    atomic_int pending_pub;
+    bool stop;
+    bool atfork;
+} pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+           .done = PTHREAD_COND_INITIALIZER, .threads = 1 };
+
+#define SIMN_SPIN 4000   /* pause instructions: tens of microseconds */
+
+static void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claim and run parts of generation g until none is left. */
+static void run_parts(unsigned long g)
+{
+    for (;;) {
+        simn_part_fn fn;
+        void *arg;
+        int part, nparts;
+
+        pthread_mutex_lock(&pool.mu);
+        if (pool.gen != g || pool.next_part >= pool.nparts) {
+            pthread_mutex_unlock(&pool.mu);
+            return;
+        }
+        part = pool.next_part++;
+        nparts = pool.nparts;
+        fn = pool.fn;
+        arg = pool.arg;
+        pthread_mutex_unlock(&pool.mu);
+        fn(arg, part, nparts);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.pending == 0)
+            pthread_cond_signal(&pool.done);
+        atomic_store_explicit(&pool.pending_pub, pool.pending, memory_order_release);
+        pthread_mutex_unlock(&pool.mu);
+    }
+}
+
+static void *worker_main(void *unused)
+{
+    unsigned long seen = 0;
+    (void)unused;
+    for (;;) {
+        unsigned long g;
+        bool stop;
+        for (int i = 0; i < SIMN_SPIN &&
+                        atomic_load_explicit(&pool.gen_pub, memory_order_acquire) == seen; i++)
+            spin_pause();
+        pthread_mutex_lock(&pool.mu);
+        while (pool.gen == seen && !pool.stop)
+            pthread_cond_wait(&pool.go, &pool.mu);
+        g = pool.gen;
+        stop = pool.stop;
+        pthread_mutex_unlock(&pool.mu);
+        if (stop)
+            return NULL;
+        seen = g;
+        run_parts(g);
+    }
+}
+
+/* A forked child has the tracer thread only: forget the workers. */
+static void pool_after_fork(void)
+{
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.go, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.nworkers = 0;
+    pool.threads = 1;
+    pool.stop = false;
+    pool.pending = pool.nparts = pool.next_part = 0;
+    atomic_store(&pool.pending_pub, 0);
+}
+
+static void pool_stop(void)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = true;
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < pool.nworkers; i++)
+        pthread_join(pool.tid[i], NULL);
+    pool.nworkers = 0;
+    pool.stop = false;
+}
+
+int simn_set_threads(int n)
+{
+    if (n < 1)
+        n = simn_default_threads();
+    if (n > SIMN_MAX_THREADS)
+        n = SIMN_MAX_THREADS;
+    if (!pool.atfork) {
+        if (pthread_atfork(NULL, NULL, pool_after_fork) != 0)
+            n = 1;
+        pool.atfork = true;
+    }
+    if (pool.nworkers != n - 1)
+        pool_stop();
+    while (pool.nworkers < n - 1) {
+        if (pthread_create(&pool.tid[pool.nworkers], NULL, worker_main, NULL) != 0)
+            break;   /* fewer threads (RLIMIT_NPROC): same values, slower */
+        pool.nworkers++;
+    }
+    pool.threads = pool.nworkers + 1;
+    return pool.threads;
+}
+
+void simn_stop_threads(void)
+{
+    pool_stop();
+    pool.threads = 1;
+}
+
+int simn_threads(void)
+{
+    return pool.threads;
+}
+
+int simn_default_threads(void)
+{
+    cpu_set_t set;
+    int n;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 1;
+    n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > SIMN_MAX_THREADS ? SIMN_MAX_THREADS : n;
+}
+
+void simn_parallel(simn_part_fn fn, void *arg, int nparts)
+{
+    unsigned long g;
+    if (nparts > pool.threads)
+        nparts = pool.threads;
+    if (nparts <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&pool.mu);
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.nparts = nparts;
+    pool.next_part = 0;
+    pool.pending = nparts;
+    atomic_store_explicit(&pool.pending_pub, nparts, memory_order_release);
+    g = ++pool.gen;
+    atomic_store_explicit(&pool.gen_pub, g, memory_order_release);
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+    run_parts(g);
+    for (int i = 0; i < SIMN_SPIN &&
+                    atomic_load_explicit(&pool.pending_pub, memory_order_acquire) > 0; i++)
+        spin_pause();
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0)
+        pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
 }
 
 /* OpenBLAS is loaded at run time (not linked) so that its core type can be
@@ -298,11 +555,9 @@ const char *simn_blas_name(void)
     return blas_corename ? blas_corename() : "OpenBLAS";
 }
 
-void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
-                 int64_t ldb, float *C, int64_t ldc, float beta)
+static void matmul_range(int M, int N, int K, const float *A, int64_t lda, int trans_a,
+                         const float *B, int64_t ldb, float *C, int64_t ldc, float beta)
 {
-    if (M <= 0 || N <= 0)
-        return;
     if (K <= 0 || !blas_sgemm) {
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
@@ -315,4 +570,46 @@ void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, 
     }
     blas_sgemm(CblasRowMajor, trans_a ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, 1.0f, A,
                (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+/* A tile product is computed in blocks of SIMN_MM_COLS output columns, one
+ * sgemm call each, whatever the thread count; threads take whole blocks.
+ * The blocks are fixed so that every output element's summation order is
+ * the same for any number of threads (OpenBLAS's Haswell kernel orders a
+ * dot product differently for different call widths; its SkylakeX kernel
+ * does not, and runs 256-column calls faster than 512-column ones). */
+typedef struct mm_job {
+    int M, N, K, trans_a;
+    const float *A, *B;
+    int64_t lda, ldb, ldc;
+    float *C;
+    float beta;
+} mm_job;
+
+#define SIMN_MM_COLS 256
+
+static void mm_part(void *arg, int part, int nparts)
+{
+    const mm_job *j = arg;
+    int blocks = (j->N + SIMN_MM_COLS - 1) / SIMN_MM_COLS;
+    for (int b = blocks * part / nparts; b < blocks * (part + 1) / nparts; b++) {
+        int lo = b * SIMN_MM_COLS, w = j->N - lo < SIMN_MM_COLS ? j->N - lo : SIMN_MM_COLS;
+        matmul_range(j->M, w, j->K, j->A, j->lda, j->trans_a, j->B + lo, j->ldb, j->C + lo,
+                     j->ldc, j->beta);
+    }
+}
+
+/* Products with fewer multiply-adds than this stay on the calling thread. */
+#define SIMN_MM_SPLIT (1 << 20)
+
+void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
+                 int64_t ldb, float *C, int64_t ldc, float beta)
+{
+    mm_job j = { M, N, K, trans_a, A, B, lda, ldb, ldc, C, beta };
+    int parts = (N + SIMN_MM_COLS - 1) / SIMN_MM_COLS;
+    if (M <= 0 || N <= 0)
+        return;
+    if ((int64_t)M * N * (K > 0 ? K : 1) < SIMN_MM_SPLIT)
+        parts = 1;
+    simn_parallel(mm_part, &j, parts);
 }

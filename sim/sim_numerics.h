@@ -5,11 +5,24 @@
  * `nki` face accepts as an operator value (nl.add, nl.exp, np.max, ...);
  * simn_alu/simn_act evaluate one element in FP32 (as Vector, Scalar and
  * GpSimd do), and simn_matmul computes a tile product with OpenBLAS sgemm
- * (loaded at run time with the CPU's core type, one thread)
+ * (loaded at run time with the CPU's core type, one BLAS thread)
  * (the Tensor engine accumulates in FP32, so an FP32 GEMM over the operands
  * converted to FP32 is exact to the engine's arithmetic up to summation order).
  *
+ * Threads: simn_set_threads starts a small worker pool; the vector calls
+ * and simn_matmul then split their work across it (elements, or column
+ * blocks of the product).  Every output element is computed by exactly one
+ * thread in the same order as with one thread, so values are bit-identical
+ * whatever the thread count.
+ *
  * Ownership and failure: pure functions over caller buffers; nothing fails.
+ * Shared buffers: a call's inputs and outputs belong to the calling (tracer)
+ * thread; workers only read the inputs and write disjoint ranges of the
+ * outputs while the call runs, and the call returns after every worker has
+ * finished its part (the pool mutex orders their writes before the return).
+ * Workers own nothing; all calls except simn_parallel's parts are made from
+ * one thread (the tracer).  A pool does not survive fork (the child runs
+ * with one thread until simn_set_threads).
  */
 #ifndef SIM_NUMERICS_H
 #define SIM_NUMERICS_H
@@ -119,6 +132,26 @@ void simn_act_vec(simn_op op, const float *x, float *out, int64_t n);
  * (overwrite) or 1 (accumulate). */
 void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
                  int64_t ldb, float *C, int64_t ldc, float beta);
+
+/* At most this many numerics threads (the tracer counts as one). */
+#define SIMN_MAX_THREADS 8
+
+/* Use n threads for the numerics (n - 1 workers); n < 1: simn_default_threads().
+ * Returns the count in effect (fewer when threads cannot be created, e.g.
+ * under RLIMIT_NPROC; values do not change, only the speed). */
+int simn_set_threads(int n);
+/* Join the workers (back to one thread). */
+void simn_stop_threads(void);
+/* The thread count in effect (1 before simn_set_threads). */
+int simn_threads(void);
+/* The CPUs this process may run on (sched_getaffinity), 1..SIMN_MAX_THREADS. */
+int simn_default_threads(void);
+
+/* Run fn(arg, part, nparts) for part 0..nparts-1 (nparts capped at
+ * simn_threads()) on the calling thread and the workers; returns when all
+ * parts are done.  Parts must write disjoint memory. */
+typedef void (*simn_part_fn)(void *arg, int part, int nparts);
+void simn_parallel(simn_part_fn fn, void *arg, int nparts);
 
 /* Load OpenBLAS (once; see sim_numerics.c for the core-type choice) and
  * use one BLAS thread: tile products are small, so one thread does them

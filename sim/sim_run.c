@@ -606,6 +606,8 @@ kf_code sim_run_source(const sim_run_opts *o, const char *source, const char *fi
     ctx.serr = serr;
     ctx.tgt = tgt;
     ctx.numerics = o->numerics;
+    if (o->numerics)
+        (void)simn_set_threads(o->threads);
     ctx.sbuf.capacity = (uint64_t)tgt->sbuf_bytes * NKI_HELD_FACTOR;
     ctx.psum.capacity = (uint64_t)tgt->psum_bytes * NKI_HELD_FACTOR;
     ctx.grid_ndim = gnd;
@@ -801,6 +803,8 @@ out:
     PyGC_Collect();
     PyErr_Clear();
     ctx_release(&ctx);
+    simc_pool_drain();
+    simn_stop_threads();   /* no thread outlives the run (the caller may fork next) */
     nki_cur = NULL;
     return rc;
 }

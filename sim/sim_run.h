@@ -73,6 +73,10 @@ typedef struct sim_run_opts {
     const char *target;               /* trn1|inf2|trn2|trn3 */
     int         grid[3];              /* SPMD launch grid; {0} = not an SPMD launch */
     bool        numerics;             /* false: timing-only (no values computed; outputs NaN-filled) */
+    int         threads;              /* numerics threads (tile products and long elementwise calls
+                                       * split across them; values identical for any count);
+                                       * 0 = the CPUs available (sched_getaffinity), at most
+                                       * SIMN_MAX_THREADS; fewer under the sandbox's thread limit */
     const char *kwargs_json;          /* extra keyword args for the kernel (tunables) as a JSON object, or NULL;
                                        * a key may name a positional parameter the args leave out */
     const sim_run_arg *args;          /* the positional arguments in order, or NULL: the inputs alone */

@@ -47,14 +47,21 @@ static stats array_stats(const sim_array *a)
     for (int d = 0; d < a->ndim; d++)
         n *= (uint64_t)a->shape[d];
     double sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        double v = sim_npy_load_elem(a->dtype, a->data, i);
-        if (isnan(v)) { s.nan++; continue; }
-        if (isinf(v)) { s.inf++; continue; }
-        if (v < s.min) s.min = v;
-        if (v > s.max) s.max = v;
-        sum += v;
-        finite++;
+    float blk[4096];
+    bool fl = sim_npy_dtype_is_float(a->dtype);
+    for (uint64_t i0 = 0; i0 < n; i0 += 4096) {
+        uint64_t m = n - i0 < 4096 ? n - i0 : 4096;
+        if (fl)
+            sim_npy_load_f32(a->dtype, a->data, i0, blk, m);
+        for (uint64_t i = 0; i < m; i++) {
+            double v = fl ? blk[i] : sim_npy_load_elem(a->dtype, a->data, i0 + i);
+            if (isnan(v)) { s.nan++; continue; }
+            if (isinf(v)) { s.inf++; continue; }
+            if (v < s.min) s.min = v;
+            if (v > s.max) s.max = v;
+            sum += v;
+            finite++;
+        }
     }
     s.mean = finite ? sum / (double)finite : NAN;
     if (!finite)
@@ -120,6 +127,7 @@ int sim_run_cli_run(const sim_run_cli_args *a)
     spec.run.target = a->target;
     memcpy(spec.run.grid, a->grid, sizeof(spec.run.grid));
     spec.run.numerics = !a->no_numerics;
+    spec.run.threads = (int)a->threads;
     spec.run.kwargs_json = a->kwargs;
     if (a->any_arg) {
         spec.run.args = a->slots;

@@ -44,6 +44,7 @@ typedef struct sim_run_cli_args {
     bool        no_numerics, json, keep_dtype, save_inputs;
     double      rtol, atol;        /* < 0: default by dtype */
     long        timeout_s, cpu_s, memory_mib;
+    long        threads;              /* numerics threads (sim_run_opts.threads) */
 } sim_run_cli_args;
 
 int sim_run_cli_run(const sim_run_cli_args *a);
