@@ -81,6 +81,17 @@ typedef struct ka_opts {
     bool       validate_each;       /* validate every candidate, not only new bests */
     bool       artifacts;           /* attach ka_artifacts() to each new best's iteration */
     ka_cache  *cache;               /* NULL: a private one */
+    /* Evaluations side by side (docs/agent.md "Speed"): up to `jobs`
+     * sandboxed children at once, for a validation's seeds and for the
+     * timing-only evaluations the guided planner will ask for next, taken
+     * in the serial order (same history, same best).  0: the cores this
+     * process may run on (sched_getaffinity); 1: one at a time. */
+    int        jobs;
+    /* What those concurrent children may hold together, in MiB (0:
+     * KA_DEF_MEMORY_MIB): the concurrency is this over the largest
+     * resident set a child of the same kind has had in this run (the first
+     * one runs alone), at most `jobs`. */
+    unsigned   memory_mib;
     /* A warm start (docs/library.md): the params of a kernel library
      * entry for the same op and shape, and its id.  The guided planner
      * starts from them (instead of the template's default and the
@@ -97,6 +108,11 @@ typedef struct ka_opts {
 } ka_opts;
 
 enum { KA_DEF_ITERATIONS = 40 };   /* ka_opts.max_iterations when 0 */
+enum { KA_DEF_MEMORY_MIB = 512 };  /* ka_opts.memory_mib when 0 */
+enum { KA_MAX_JOBS = 64 };         /* ka_opts.jobs at most */
+
+/* ka_opts.jobs 0: the CPUs this process may run on (at least 1). */
+int ka_default_jobs(void);
 
 typedef struct ka_hooks {
     void *ctx;
