@@ -18,7 +18,10 @@
  *                     on the same inputs, and every output compared in full
  *                     (sim_check_compare: dtype tolerances, NaN/Inf counted
  *                     as mismatches).  Passes only when every seed and every
- *                     output does and the output count matches.
+ *                     output does and the output count matches; the first
+ *                     seed that fails ends the run (the later ones do not
+ *                     run).  With ref_in, a seed's reference outputs are
+ *                     read from a file instead of running the reference.
  * A kernel error (with its code, file and line), a crash or a limit is a
  * result ("ok": false), not a failure of the call.
  *

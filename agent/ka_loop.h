@@ -11,9 +11,10 @@
  *      twice (timing is deterministic, so there is no noise to average);
  *   2. validate: a candidate that would become the new best is validated
  *      (KA_EVAL_VALIDATE) on `n_seeds` seeded inputs (seeds derive from
- *      the run's seed and the candidate's settings, so a verdict is
- *      reproducible and is cached like a timing result, under a key that
- *      also holds the reference and the seeds).  Only a validated candidate
+ *      the run's seed, so a verdict is reproducible and is cached like a
+ *      timing result, under a key that also holds the reference and the
+ *      seeds; the reference's outputs per seed are computed once per run
+ *      and the seeds run side by side, docs/agent.md "Speed").  Only a validated candidate
  *      becomes best: a faster but wrong one is rejected and recorded so;
  *   3. diagnose + plan: the built-in planner turns the candidate's findings
  *      into moves of the tunables that declare they address them ("up",
