@@ -31,7 +31,7 @@ static void tune_usage(FILE *out)
             "Tune a kernel locally, with no service: the same loop the worker's sim backend runs\n"
             "(compile -> validate -> profile -> diagnose -> plan -> record).  Candidates are explored\n"
             "timing-only on the simulator's deterministic timing model; every candidate that would\n"
-            "become the best is first validated against the NumPy reference on fresh seeded inputs.\n"
+            "become the best is first validated against the NumPy reference on the run's seeded inputs.\n"
             "It says on stderr what it is doing from its first second (binding, the first simulation,\n"
             "each validation on full-size inputs), then one progress line per iteration.\n"
             "\n"
