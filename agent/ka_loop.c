@@ -899,9 +899,9 @@ static int ka_upcoming(ka_tuner *t, const int *cur, int (*out)[KA_MAX_TUNABLES],
                 memcpy(out[n++], idx, sizeof(int) * (size_t)sp->n);
         }
     } else {
-        ka_prop *q = t->nq ? kf_malloc(t->nq * sizeof(*q)) : NULL;
         size_t nq = t->nq;
-        if (q)
+        ka_prop *q = kf_malloc((nq ? nq : 1) * sizeof(*q));
+        if (nq)
             memcpy(q, t->q, nq * sizeof(*q));
         while (nq > 0 && n < max) {
             size_t bi = 0;
@@ -1137,7 +1137,7 @@ static kf_code ka_validate(ka_tuner *t, const char *kwargs, cJSON **res, bool *c
     }
     rc = ka_eval_run(&reqs[0], &parts[0], err);
     if (rc == KF_OK && jbool(parts[0], "pass") && n > 1) {
-        long rss = t->ref_have[1] ? t->rss_val_kib : t->rss_ref_kib;
+        long rss;
         ka_note_rss(t->ref_have[0] ? &t->rss_val_kib : &t->rss_ref_kib, parts[0]);
         rss = t->ref_have[1] ? t->rss_val_kib : t->rss_ref_kib;
         rc = ka_eval_run_many(&reqs[1], n - 1, ka_concurrency(t, rss), true, &parts[1], err);
