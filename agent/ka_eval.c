@@ -1,13 +1,21 @@
 /* ka_eval — sandboxed candidate evaluations (see ka_eval.h). */
 #include "ka_eval.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_config.h"
 #include "sim_check.h"
 #include "sim_input.h"
@@ -259,21 +267,71 @@ out:
     return rc;
 }
 
-static kf_code ka_child_validate(const ka_eval_req *r, cJSON *j, kf_err *err)
+/* One seed's comparisons, appended to checks; false when one fails. */
+static bool ka_compare_seed(const ka_eval_req *r, uint64_t seed, const sim_array *outs, size_t n_outs,
+                            const sim_array *refs, size_t n_refs, cJSON *checks)
+{
+    bool pass = true;
+
+    if (n_refs != n_outs) {
+        cJSON *c = cJSON_CreateObject();
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the kernel returned %zu outputs, the reference %zu", n_outs, n_refs);
+        cJSON_AddNumberToObject(c, "seed", (double)seed);
+        cJSON_AddBoolToObject(c, "pass", false);
+        cJSON_AddStringToObject(c, "message", msg);
+        cJSON_AddItemToArray(checks, c);
+        return false;
+    }
+    for (size_t k = 0; k < n_outs; k++) {
+        sim_check_tol tol = sim_check_default_tol(outs[k].dtype);
+        sim_check_cmp cmp;
+        cJSON *c = cJSON_CreateObject();
+        if (r->rtol >= 0)
+            tol.rtol = r->rtol;
+        if (r->atol >= 0)
+            tol.atol = r->atol;
+        sim_check_compare(&outs[k], &refs[k], tol, &cmp);
+        cJSON_AddNumberToObject(c, "seed", (double)seed);
+        cJSON_AddNumberToObject(c, "output", (double)k);
+        cJSON_AddBoolToObject(c, "pass", cmp.pass);
+        cJSON_AddNumberToObject(c, "elements", (double)cmp.count);
+        cJSON_AddNumberToObject(c, "bad", (double)cmp.bad);
+        cJSON_AddNumberToObject(c, "nan", (double)cmp.got_nan);
+        cJSON_AddNumberToObject(c, "inf", (double)cmp.got_inf);
+        cJSON_AddNumberToObject(c, "max_abs_err", cmp.max_abs);
+        cJSON_AddNumberToObject(c, "rtol", tol.rtol);
+        cJSON_AddNumberToObject(c, "atol", tol.atol);
+        cJSON_AddStringToObject(c, "message", cmp.msg);
+        cJSON_AddItemToArray(checks, c);
+        pass = pass && cmp.pass;
+    }
+    return pass;
+}
+
+/* Seeds in order; the first seed that fails ends the validation (the
+ * verdict is already "wrong"; the later seeds would only cost time).  Per
+ * seed the kernel runs first and its inputs are freed before the reference
+ * outputs are read from ref_in (or computed, when there is none), so the
+ * child holds one input set or one reference at a time besides the
+ * outputs. */
+static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJSON *j, kf_err *err)
 {
     const ka_problem *pb = r->pb;
     cJSON *checks = cJSON_AddArrayToObject(j, "checks");
     bool pass = true, ran = true;
     double sim_s = 0, ref_s = 0;
+    int stored = 0, read = 0, computed = 0;
     kf_code rc = KF_OK;
 
-    for (int s = 0; s < r->n_seeds && ran; s++) {
+    for (int s = 0; s < r->n_seeds && ran && pass; s++) {
         sim_run_opts o;
         sim_record rec;
         sim_error serr;
         sim_array *in = NULL, *outs = NULL, *refs = NULL;
         size_t n_outs = 0, n_refs = 0;
         kf_err rerr = KF_ERR_INIT;
+        bool have_refs = false;
         double t0;
 
         memset(&o, 0, sizeof(o));
@@ -292,64 +350,64 @@ static kf_code ka_child_validate(const ka_eval_req *r, cJSON *j, kf_err *err)
         t0 = ka_now();
         rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
         sim_s += ka_now() - t0;
+        sim_record_release(&rec);
         if (rc) {
             ka_add_error(j, &serr, rc, err);
             ran = false;
             pass = false;
             rc = KF_OK;
+        } else if (r->ref_in[s]) {
+            ka_free_arrays(in, (size_t)pb->n_inputs);
+            in = NULL;
+            t0 = ka_now();
+            if (ka_ref_read(r->ref_in[s], &refs, &n_refs, &rerr) != KF_OK) {
+                cJSON_AddStringToObject(j, "ref_error", rerr.msg);
+                pass = false;
+                ran = false;
+            } else {
+                have_refs = true;
+                read++;
+            }
+            ref_s += ka_now() - t0;
         } else {
             t0 = ka_now();
+            computed++;
             if (sim_check_reference(pb->ref_path, pb->ref_entry, in, (size_t)pb->n_inputs, r->kwargs_json, &refs,
                                     &n_refs, &rerr) != KF_OK) {
                 cJSON_AddStringToObject(j, "ref_error", rerr.msg);
                 pass = false;
                 ran = false;
+            } else {
+                have_refs = true;
             }
             ref_s += ka_now() - t0;
-        }
-        if (ran && n_refs != n_outs) {
-            cJSON *c = cJSON_CreateObject();
-            char msg[160];
-            snprintf(msg, sizeof(msg), "the kernel returned %zu outputs, the reference %zu", n_outs, n_refs);
-            cJSON_AddNumberToObject(c, "seed", (double)r->seeds[s]);
-            cJSON_AddBoolToObject(c, "pass", false);
-            cJSON_AddStringToObject(c, "message", msg);
-            cJSON_AddItemToArray(checks, c);
-            pass = false;
-        } else if (ran) {
-            for (size_t k = 0; k < n_outs; k++) {
-                sim_check_tol tol = sim_check_default_tol(outs[k].dtype);
-                sim_check_cmp cmp;
-                cJSON *c = cJSON_CreateObject();
-                if (r->rtol >= 0)
-                    tol.rtol = r->rtol;
-                if (r->atol >= 0)
-                    tol.atol = r->atol;
-                sim_check_compare(&outs[k], &refs[k], tol, &cmp);
-                cJSON_AddNumberToObject(c, "seed", (double)r->seeds[s]);
-                cJSON_AddNumberToObject(c, "output", (double)k);
-                cJSON_AddBoolToObject(c, "pass", cmp.pass);
-                cJSON_AddNumberToObject(c, "elements", (double)cmp.count);
-                cJSON_AddNumberToObject(c, "bad", (double)cmp.bad);
-                cJSON_AddNumberToObject(c, "nan", (double)cmp.got_nan);
-                cJSON_AddNumberToObject(c, "inf", (double)cmp.got_inf);
-                cJSON_AddNumberToObject(c, "max_abs_err", cmp.max_abs);
-                cJSON_AddNumberToObject(c, "rtol", tol.rtol);
-                cJSON_AddNumberToObject(c, "atol", tol.atol);
-                cJSON_AddStringToObject(c, "message", cmp.msg);
-                cJSON_AddItemToArray(checks, c);
-                pass = pass && cmp.pass;
+            ka_free_arrays(in, (size_t)pb->n_inputs);
+            in = NULL;
+            /* sent back for the next candidates, when the reference does
+             * not see the tunables (its result is then theirs too) */
+            if (have_refs && r->ref_out[s] &&
+                !sim_check_reference_takes(pb->ref_path, pb->ref_entry, r->tunables_json)) {
+                bool sent = true;
+                for (size_t k = 0; k < n_refs && sent; k++) {
+                    snprintf(refs[k].name, sizeof(refs[k].name), "ref%d_%zu", s, k);
+                    sent = sim_sandbox_send_array(out, &refs[k], &rerr) == KF_OK;
+                }
+                stored += sent ? 1 : 0;
             }
         }
+        if (have_refs)
+            pass = ka_compare_seed(r, r->seeds[s], outs, n_outs, refs, n_refs, checks) && pass;
         sim_check_arrays_free(refs, n_refs);
         ka_free_arrays(outs, n_outs);
         ka_free_arrays(in, (size_t)pb->n_inputs);
-        sim_record_release(&rec);
     }
     cJSON_AddBoolToObject(j, "ok", ran && rc == KF_OK);
     cJSON_AddBoolToObject(j, "pass", pass && ran && rc == KF_OK);
     cJSON_AddNumberToObject(j, "sim_seconds", sim_s);
     cJSON_AddNumberToObject(j, "ref_seconds", ref_s);
+    cJSON_AddNumberToObject(j, "ref_sent", stored);
+    cJSON_AddNumberToObject(j, "ref_read", read);
+    cJSON_AddNumberToObject(j, "ref_computed", computed);
     return rc;
 }
 
@@ -357,12 +415,120 @@ static kf_code ka_child(void *arg, sim_sandbox_out *out, kf_err *err)
 {
     const ka_eval_req *r = arg;
     cJSON *j = cJSON_CreateObject();
-    kf_code rc = r->mode == KA_EVAL_TIMING ? ka_child_timing(r, j, err) : ka_child_validate(r, j, err);
+    kf_code rc = r->mode == KA_EVAL_TIMING ? ka_child_timing(r, j, err) : ka_child_validate(r, out, j, err);
     char *text = cJSON_PrintUnformatted(j);
     sim_sandbox_send_json(out, text);
     free(text);
     cJSON_Delete(j);
     return rc;
+}
+
+/* ---- the reference store ------------------------------------------------ */
+
+static const char ka_ref_magic[8] = { 'K', 'F', 'R', 'E', 'F', '1', '\n', 0 };
+
+typedef struct ka_ref_head {
+    uint32_t dtype, ndim;
+    int64_t  shape[8];
+    uint64_t bytes;
+} ka_ref_head;
+
+kf_code ka_ref_write(const char *path, const sim_array *a, size_t n, kf_err *err)
+{
+    char *tmp = kf_asprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    uint64_t cnt = n;
+    bool ok = f != NULL;
+
+    ok = ok && fwrite(ka_ref_magic, sizeof(ka_ref_magic), 1, f) == 1 && fwrite(&cnt, sizeof(cnt), 1, f) == 1;
+    for (size_t i = 0; ok && i < n; i++) {
+        ka_ref_head h;
+        int64_t elems = 0;
+        memset(&h, 0, sizeof(h));
+        ok = sim_array_check(&a[i], SIM_ARRAY_MAX_BYTES, &elems, NULL) == KF_OK;
+        h.dtype = (uint32_t)a[i].dtype;
+        h.ndim = (uint32_t)a[i].ndim;
+        memcpy(h.shape, a[i].shape, sizeof(h.shape));
+        h.bytes = (uint64_t)elems * sim_dtype_size(a[i].dtype);
+        ok = ok && fwrite(&h, sizeof(h), 1, f) == 1 && (h.bytes == 0 || fwrite(a[i].data, h.bytes, 1, f) == 1);
+    }
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (ok && rename(tmp, path) != 0)
+        ok = false;
+    if (!ok)
+        unlink(tmp);
+    free(tmp);
+    return ok ? KF_OK : kf_err_set(err, KF_IO, "cannot write the reference outputs to %s", path);
+}
+
+kf_code ka_ref_read(const char *path, sim_array **out, size_t *n_out, kf_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[8];
+    uint64_t cnt = 0;
+    sim_array *a = NULL;
+    bool ok = f != NULL;
+
+    *out = NULL;
+    *n_out = 0;
+    ok = ok && fread(magic, sizeof(magic), 1, f) == 1 && memcmp(magic, ka_ref_magic, sizeof(magic)) == 0 &&
+         fread(&cnt, sizeof(cnt), 1, f) == 1 && cnt <= 4096;
+    if (ok)
+        a = kf_calloc((size_t)cnt + 1, sizeof(*a));
+    for (uint64_t i = 0; ok && i < cnt; i++) {
+        ka_ref_head h;
+        int64_t elems = 0;
+        ok = fread(&h, sizeof(h), 1, f) == 1 && h.ndim <= 8;
+        if (!ok)
+            break;
+        snprintf(a[i].name, sizeof(a[i].name), "ref%d", (int)i);
+        a[i].dtype = (sim_dtype)h.dtype;
+        a[i].ndim = (int)h.ndim;
+        memcpy(a[i].shape, h.shape, sizeof(h.shape));
+        ok = sim_array_check(&a[i], SIM_ARRAY_MAX_BYTES, &elems, NULL) == KF_OK &&
+             h.bytes == (uint64_t)elems * sim_dtype_size(a[i].dtype);
+        if (!ok)
+            break;
+        a[i].data = kf_malloc((size_t)h.bytes + 1);
+        ok = h.bytes == 0 || fread(a[i].data, h.bytes, 1, f) == 1;
+    }
+    if (f)
+        fclose(f);
+    if (!ok) {
+        sim_check_arrays_free(a, (size_t)cnt);
+        return kf_err_set(err, KF_IO, "cannot read the stored reference outputs %s", path);
+    }
+    *out = a;
+    *n_out = (size_t)cnt;
+    return KF_OK;
+}
+
+/* Parent side: the reference outputs a validation child sent back
+ * ("ref<seed>_<k>", in order), one file per seed (req->ref_out); the
+ * seeds stored go to the result's "ref_stored". */
+static void ka_store_refs(const ka_eval_req *req, const sim_sandbox_result *sb, cJSON *j)
+{
+    cJSON *st = cJSON_AddArrayToObject(j, "ref_stored");
+    size_t i = 0;
+
+    while (i < sb->n_arrays) {
+        int s = -1;
+        size_t k = 0, first = i;
+        if (sscanf(sb->arrays[i].name, "ref%d_%zu", &s, &k) != 2 || s < 0 || s >= req->n_seeds || k != 0 ||
+            !req->ref_out[s])
+            return;
+        for (i++; i < sb->n_arrays; i++) {
+            int s2 = -1;
+            size_t k2 = 0;
+            if (sscanf(sb->arrays[i].name, "ref%d_%zu", &s2, &k2) != 2 || s2 != s)
+                break;
+            if (k2 != i - first)
+                return;
+        }
+        if (ka_ref_write(req->ref_out[s], &sb->arrays[first], i - first, NULL) == KF_OK)
+            cJSON_AddItemToArray(st, cJSON_CreateNumber(s));
+    }
 }
 
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
@@ -379,8 +545,18 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
     lim.wall_ms = lim.cpu_seconds * 1000u;
     lim.memory_mib = req->memory_mib ? req->memory_mib : (unsigned)kf_config_int(KF_CFG_SIM_MEMORY_MIB);
     lim.max_result_bytes = 64u << 20;
+    /* reference outputs sent back: one seed's exist in the child at once,
+     * so they are bounded by its memory limit */
+    for (int i = 0; req->mode == KA_EVAL_VALIDATE && i < req->n_seeds; i++)
+        if (req->ref_out[i])
+            lim.max_result_bytes += (size_t)lim.memory_mib << 20;
     /* all the evaluation may read of the machine: the kernel and its reference */
-    const char *files[] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL, NULL };
+    const char *files[3 + KA_MAX_SEEDS] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL };
+    size_t nf = files[1] ? 2 : 1;
+    for (int i = 0; req->mode == KA_EVAL_VALIDATE && i < req->n_seeds && i < KA_MAX_SEEDS; i++)
+        if (req->ref_in[i])
+            files[nf++] = req->ref_in[i];
+    files[nf] = NULL;
     lim.ro_paths = files;
     if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
         return kf_err_set(err, KF_INVALID, "validation needs a NumPy reference");
@@ -409,9 +585,193 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
         cJSON_AddStringToObject(e, "code", sim_sandbox_status_name(sb.status));
         cJSON_AddStringToObject(e, "message", sb.reason[0] ? sb.reason : "the evaluation sent no result");
     }
+    if (req->mode == KA_EVAL_VALIDATE && sb.status == SIM_SB_OK && sb.n_arrays > 0)
+        ka_store_refs(req, &sb, j);
     cJSON_AddNumberToObject(j, "wall_seconds", sb.wall_seconds);
+    cJSON_AddNumberToObject(j, "max_rss_kib", (double)sb.max_rss_kib);
     cJSON_AddStringToObject(j, "isolation", sb.isolation);
     sim_sandbox_result_release(&sb);
     *result = j;
     return KF_OK;
+}
+
+/* ---- several evaluations side by side ------------------------------------- */
+
+typedef struct ka_helper {
+    pid_t  pid;
+    int    fd;
+    kf_buf buf;
+} ka_helper;
+
+static bool ka_eval_failed(const ka_eval_req *r, const cJSON *res)
+{
+    const char *k = r->mode == KA_EVAL_VALIDATE ? "pass" : "ok";
+    return !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, k));
+}
+
+/* The helper process: one ka_eval_run, its result (or its error) as JSON
+ * text on fd, then _exit. */
+static void ka_helper_main(const ka_eval_req *r, int fd)
+{
+    cJSON *res = NULL;
+    kf_err e = KF_ERR_INIT;
+    kf_code rc;
+    char *text;
+    size_t len, off = 0;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    rc = ka_eval_run(r, &res, &e);
+    if (rc) {
+        cJSON_Delete(res);
+        res = cJSON_CreateObject();
+        cJSON_AddNumberToObject(res, "helper_code", (double)rc);
+        cJSON_AddStringToObject(res, "helper_message", e.msg);
+    }
+    text = cJSON_PrintUnformatted(res);
+    len = text ? strlen(text) : 0;
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(1);
+        off += (size_t)w;
+    }
+    _exit(0);
+}
+
+static void ka_helper_stop(ka_helper *h)
+{
+    if (h->pid <= 0)
+        return;
+    kill(h->pid, SIGKILL);
+    while (waitpid(h->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (h->fd >= 0)
+        close(h->fd);
+    kf_buf_release(&h->buf);
+    h->pid = -1;
+    h->fd = -1;
+}
+
+kf_code ka_eval_run_many(const ka_eval_req *reqs, int n, int jobs, bool stop_at_fail, cJSON **results,
+                         kf_err *err)
+{
+    ka_helper *h;
+    int next = 0, running = 0, limit = n;
+    kf_code rc = KF_OK;
+
+    for (int i = 0; i < n; i++)
+        results[i] = NULL;
+    if (jobs > KA_MAX_SEEDS * 8)
+        jobs = KA_MAX_SEEDS * 8;
+    if (jobs <= 1 || n <= 1) {
+        for (int i = 0; i < n; i++) {
+            rc = ka_eval_run(&reqs[i], &results[i], err);
+            if (rc || (stop_at_fail && ka_eval_failed(&reqs[i], results[i])))
+                return rc;
+        }
+        return KF_OK;
+    }
+    h = kf_calloc((size_t)n, sizeof(*h));
+    for (int i = 0; i < n; i++) {
+        h[i].pid = -1;
+        h[i].fd = -1;
+        kf_buf_init(&h[i].buf);
+    }
+    for (;;) {
+        struct pollfd pf[KA_MAX_SEEDS * 8];
+        int who[KA_MAX_SEEDS * 8], np = 0;
+
+        while (rc == KF_OK && running < jobs && next < limit) {
+            int p[2];
+            if (pipe2(p, O_CLOEXEC) != 0) {
+                rc = kf_err_set(err, KF_INTERNAL, "cannot start an evaluation: pipe: %s", strerror(errno));
+                break;
+            }
+            fflush(NULL);
+            h[next].pid = fork();
+            if (h[next].pid == 0) {
+                close(p[0]);
+                ka_helper_main(&reqs[next], p[1]);
+            }
+            close(p[1]);
+            if (h[next].pid < 0) {
+                close(p[0]);
+                rc = kf_err_set(err, KF_INTERNAL, "cannot start an evaluation: fork: %s", strerror(errno));
+                break;
+            }
+            h[next].fd = p[0];
+            next++;
+            running++;
+        }
+        if (rc || running == 0)
+            break;
+        for (int i = 0; i < next && np < (int)(sizeof(pf) / sizeof(pf[0])); i++) {
+            if (h[i].fd < 0)
+                continue;
+            pf[np].fd = h[i].fd;
+            pf[np].events = POLLIN;
+            pf[np].revents = 0;
+            who[np++] = i;
+        }
+        if (poll(pf, (nfds_t)np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = kf_err_set(err, KF_INTERNAL, "waiting for evaluations: %s", strerror(errno));
+            break;
+        }
+        for (int k = 0; k < np && rc == KF_OK; k++) {
+            int i = who[k];
+            char chunk[65536];
+            ssize_t r;
+            if (!pf[k].revents)
+                continue;
+            r = read(h[i].fd, chunk, sizeof(chunk));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r > 0) {
+                kf_buf_add(&h[i].buf, chunk, (size_t)r);
+                continue;
+            }
+            /* EOF: the helper is done */
+            close(h[i].fd);
+            h[i].fd = -1;
+            while (waitpid(h[i].pid, NULL, 0) < 0 && errno == EINTR) {
+            }
+            h[i].pid = -1;
+            running--;
+            results[i] = h[i].buf.len ? cJSON_ParseWithLength(h[i].buf.data, h[i].buf.len) : NULL;
+            kf_buf_release(&h[i].buf);
+            if (!results[i]) {
+                rc = kf_err_set(err, KF_INTERNAL, "an evaluation helper sent no result");
+            } else if (cJSON_GetObjectItemCaseSensitive(results[i], "helper_code")) {
+                const cJSON *m = cJSON_GetObjectItemCaseSensitive(results[i], "helper_message");
+                rc = kf_err_set(err, (kf_code)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(results[i],
+                                                                                                  "helper_code")),
+                                "%s", cJSON_IsString(m) ? m->valuestring : "evaluation failed");
+            } else if (stop_at_fail && i < limit && ka_eval_failed(&reqs[i], results[i])) {
+                /* what a serial run would never have started */
+                limit = i + 1;
+                for (int j = i + 1; j < next; j++)
+                    if (h[j].pid > 0) {
+                        ka_helper_stop(&h[j]);
+                        running--;
+                    }
+            }
+        }
+        if (rc)
+            break;
+    }
+    for (int i = 0; i < n; i++) {
+        if (h[i].pid > 0)
+            ka_helper_stop(&h[i]);
+        kf_buf_release(&h[i].buf);
+        if (i >= limit) {
+            cJSON_Delete(results[i]);
+            results[i] = NULL;
+        }
+    }
+    free(h);
+    return rc;
 }

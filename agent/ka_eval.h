@@ -18,7 +18,10 @@
  *                     on the same inputs, and every output compared in full
  *                     (sim_check_compare: dtype tolerances, NaN/Inf counted
  *                     as mismatches).  Passes only when every seed and every
- *                     output does and the output count matches.
+ *                     output does and the output count matches; the first
+ *                     seed that fails ends the run (the later ones do not
+ *                     run).  With ref_in, a seed's reference outputs are
+ *                     read from a file instead of running the reference.
  * A kernel error (with its code, file and line), a crash or a limit is a
  * result ("ok": false), not a failure of the call.
  *
@@ -46,6 +49,7 @@
 #include <stdint.h>
 
 #include "ka_lib.h"
+#include "sim/sim_run.h"
 
 typedef enum ka_eval_mode {
     KA_EVAL_TIMING = 0,
@@ -64,9 +68,40 @@ typedef struct ka_eval_req {
     unsigned          timeout_s;        /* 0: KFORGE_SIM_TIMEOUT_S */
     unsigned          memory_mib;       /* 0: KFORGE_SIM_MEMORY_MIB */
     bool              documents;        /* timing: add the profile documents */
+    /* validate, per seed: a file of the reference's outputs on that seed's
+     * inputs (ka_ref_write), read instead of running the reference; NULL:
+     * the child runs the reference */
+    const char       *ref_in[KA_MAX_SEEDS];
+    /* validate, per seed: where to store the reference's outputs when the
+     * child ran it and the reference takes none of the names in
+     * tunables_json (sim_check_reference_takes): then they are the same
+     * for every setting of the tunables, and later validations read them
+     * (ref_in) instead of running the reference again.  The result says
+     * "ref_stored": the number of seeds stored.  NULL: not stored */
+    const char       *ref_out[KA_MAX_SEEDS];
+    const char       *tunables_json;    /* JSON array of the tunables' names */
 } ka_eval_req;
 
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err);
+
+/* Several evaluations side by side: up to `jobs` at once (each in a helper
+ * process that runs ka_eval_run, so each sandbox is started by a
+ * single-threaded process), results[i] for reqs[i].  With stop_at_fail,
+ * results are taken in index order and the first one that fails ("pass"
+ * false for a validation, "ok" false for a timing evaluation) ends the
+ * batch: the later ones are stopped (their process groups killed) or never
+ * started, and their results[] stay NULL, so the outcome is the one a
+ * serial run that stops at the first failure gives.  jobs <= 1 runs them
+ * one after the other in this process.  KF_INTERNAL when a helper cannot
+ * be started or sends no result; the caller owns the results (also on
+ * failure: the ones that arrived). */
+kf_code ka_eval_run_many(const ka_eval_req *reqs, int n, int jobs, bool stop_at_fail, cJSON **results,
+                         kf_err *err);
+
+/* A file of reference outputs (the agent's per-run store, private to the
+ * process that writes it): arrays with their dtype and shape. */
+kf_code ka_ref_write(const char *path, const sim_array *a, size_t n, kf_err *err);
+kf_code ka_ref_read(const char *path, sim_array **a, size_t *n, kf_err *err);
 
 /* "kernel.py:41" from a path:line location (the base name of the file). */
 const char *ka_eval_short_loc(const char *loc);

@@ -4,10 +4,12 @@
 
 #include <math.h>
 #include <openssl/evp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kf_alloc.h"
 #include "kf_buf.h"
@@ -56,6 +58,16 @@ static void ka_sha256_hex(const void *data, size_t len, char out[65])
     EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
     for (unsigned i = 0; i < 32; i++)
         snprintf(out + (size_t)2 * i, 3, "%02x", md[i]);
+}
+
+int ka_default_jobs(void)
+{
+    cpu_set_t set;
+    int n;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 1;
+    n = CPU_COUNT(&set);
+    return n < 1 ? 1 : (n > KA_MAX_JOBS ? KA_MAX_JOBS : n);
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -262,6 +274,18 @@ typedef struct ka_tuner {
      * from it, and why not when it did not */
     bool              warm_used;
     char              warm_note[200];
+    /* speed (ka_opts.jobs, memory_mib): the concurrency, the budget, the
+     * largest resident set (KiB) a validation child computing the
+     * reference, one reading it, and a timing child have had */
+    int               jobs;
+    long              budget_kib, rss_ref_kib, rss_val_kib, rss_tim_kib;
+    /* the reference outputs per seed, computed once (the seeds are the
+     * run's, the reference sees no tunable): files in a private folder */
+    char              ref_dir[256];
+    bool              ref_have[KA_MAX_SEEDS];
+    /* timing results evaluated ahead of the serial order (--jobs), by key;
+     * taken as evaluations when the planner reaches them */
+    cJSON            *ahead;
 } ka_tuner;
 
 static ka_seen *ka_seen_find(ka_tuner *t, const int *idx)
@@ -824,16 +848,29 @@ static const char *ka_first_failure(const cJSON *val)
     return "mismatch";
 }
 
-static kf_code ka_timing(ka_tuner *t, const char *kwargs, cJSON **res, bool *cached, double *wall, kf_err *err)
+/* How many children of one kind may run together: the memory budget over
+ * the largest resident set one of them has had (the first runs alone, so
+ * unknown is 1), at most the jobs. */
+static int ka_concurrency(const ka_tuner *t, long rss_kib)
+{
+    long k;
+    if (t->jobs <= 1 || rss_kib <= 0)
+        return 1;
+    k = t->budget_kib / rss_kib;
+    return k < 1 ? 1 : (k > t->jobs ? t->jobs : (int)k);
+}
+
+static void ka_note_rss(long *slot, const cJSON *res)
+{
+    long v = (long)jnum(res, "max_rss_kib", 0);
+    if (v > *slot)
+        *slot = v;
+}
+
+static void ka_timing_key(const ka_tuner *t, const char *kwargs, char hex[65])
 {
     kf_buf key;
-    char hex[65];
-    const cJSON *hit;
-    ka_eval_req r;
-    kf_code rc;
 
-    *cached = false;
-    *wall = 0;
     kf_buf_init(&key);
     kf_buf_addf(&key, "%s|%s|%s|%s|%s|%s", t->src_hash, t->pb->entry, kwargs, t->pb->target, t->model_hash,
                 "timing");
@@ -844,19 +881,119 @@ static kf_code ka_timing(ka_tuner *t, const char *kwargs, cJSON **res, bool *cac
     }
     ka_sha256_hex(key.data, key.len, hex);
     kf_buf_release(&key);
+}
+
+/* The settings the planner will ask for after `cur`, as far as it can be
+ * told now: the guided planner's queue in pop order (what a new best would
+ * re-plan is not known yet), the enumerated order otherwise; legal,
+ * not evaluated, not cached and not already ahead.  At most `max`. */
+static int ka_upcoming(ka_tuner *t, const int *cur, int (*out)[KA_MAX_TUNABLES], int max)
+{
+    const ka_space *sp = t->sp;
+    int n = 0;
+
+    if (t->o->planner != KA_PLAN_GUIDED) {
+        for (size_t p = t->pos_order; p < t->n_order && n < max; p++) {
+            const int *idx = t->order + p * (size_t)sp->n;
+            if (memcmp(idx, cur, sizeof(int) * (size_t)sp->n) != 0 && !ka_seen_find(t, idx))
+                memcpy(out[n++], idx, sizeof(int) * (size_t)sp->n);
+        }
+    } else {
+        size_t nq = t->nq;
+        ka_prop *q = kf_malloc((nq ? nq : 1) * sizeof(*q));
+        if (nq)
+            memcpy(q, t->q, nq * sizeof(*q));
+        while (nq > 0 && n < max) {
+            size_t bi = 0;
+            bool ok = false, dup = false;
+            for (size_t i = 1; i < nq; i++)
+                if (q[i].tier > q[bi].tier || (q[i].tier == q[bi].tier && q[i].score > q[bi].score))
+                    bi = i;
+            memcpy(out[n], q[bi].idx, sizeof(int) * (size_t)sp->n);
+            q[bi] = q[--nq];
+            for (int k = 0; k < n; k++)
+                dup = dup || memcmp(out[k], out[n], sizeof(int) * (size_t)sp->n) == 0;
+            if (dup || memcmp(out[n], cur, sizeof(int) * (size_t)sp->n) == 0 || ka_seen_find(t, out[n]))
+                continue;
+            if (ka_space_legal(sp, out[n], &ok, NULL, NULL) != KF_OK || !ok)
+                continue;
+            n++;
+        }
+        free(q);
+    }
+    /* drop the ones a cache or an earlier batch already holds */
+    for (int k = 0; k < n;) {
+        char *kw = ka_space_kwargs(sp, out[k], t->pb->fixed_kwargs), hex[65];
+        ka_timing_key(t, kw, hex);
+        free(kw);
+        if (ka_cache_get(t->cache, hex) || cJSON_GetObjectItemCaseSensitive(t->ahead, hex)) {
+            memmove(out[k], out[k + 1], sizeof(out[0]) * (size_t)(n - k - 1));
+            n--;
+        } else {
+            k++;
+        }
+    }
+    return n;
+}
+
+/* A timing evaluation's result for idx: from the cache (*cached), from an
+ * evaluation run ahead of its turn (counted now, as the serial loop would
+ * count it), or run now; with jobs, the next settings the planner will ask
+ * for run side by side with it and wait in t->ahead. */
+static kf_code ka_timing(ka_tuner *t, const int *idx, const char *kwargs, cJSON **res, bool *cached, double *wall,
+                         kf_err *err)
+{
+    char hex[65];
+    const cJSON *hit;
+    cJSON *ahead;
+    kf_code rc;
+
+    *cached = false;
+    *wall = 0;
+    ka_timing_key(t, kwargs, hex);
     hit = ka_cache_get(t->cache, hex);
     if (hit) {
         *res = cJSON_Duplicate(hit, true);
         *cached = true;
         return KF_OK;
     }
-    memset(&r, 0, sizeof(r));
-    r.pb = t->pb;
-    r.kwargs_json = kwargs;
-    r.mode = KA_EVAL_TIMING;
-    rc = ka_eval_run(&r, res, err);
-    if (rc)
-        return rc;
+    ahead = cJSON_DetachItemFromObjectCaseSensitive(t->ahead, hex);
+    if (ahead) {
+        *res = ahead;
+    } else {
+        int conc = ka_concurrency(t, t->rss_tim_kib), more[KA_MAX_JOBS][KA_MAX_TUNABLES], n = 0;
+        ka_eval_req reqs[KA_MAX_JOBS];
+        cJSON *results[KA_MAX_JOBS] = { NULL };
+        char *kws[KA_MAX_JOBS] = { NULL };
+
+        if (conc > 1)
+            n = ka_upcoming(t, idx, more, conc - 1);
+        memset(reqs, 0, sizeof(reqs));
+        for (int k = 0; k <= n; k++) {
+            kws[k] = k == 0 ? NULL : ka_space_kwargs(t->sp, more[k - 1], t->pb->fixed_kwargs);
+            reqs[k].pb = t->pb;
+            reqs[k].kwargs_json = k == 0 ? kwargs : kws[k];
+            reqs[k].mode = KA_EVAL_TIMING;
+        }
+        rc = ka_eval_run_many(reqs, n + 1, n + 1, false, results, err);
+        for (int k = 1; k <= n; k++) {
+            char h2[65];
+            if (rc == KF_OK && results[k]) {
+                ka_note_rss(&t->rss_tim_kib, results[k]);
+                ka_timing_key(t, kws[k], h2);
+                cJSON_AddItemToObject(t->ahead, h2, results[k]);
+            } else {
+                cJSON_Delete(results[k]);
+            }
+            free(kws[k]);
+        }
+        if (rc) {
+            cJSON_Delete(results[0]);
+            return rc;
+        }
+        *res = results[0];
+    }
+    ka_note_rss(&t->rss_tim_kib, *res);
     *wall = jnum(*res, "wall_seconds", 0);
     t->evals++;
     /* sandbox failures (limits, crashes) are not cached: they may be transient */
@@ -890,49 +1027,140 @@ static void ka_validation_key(const ka_tuner *t, const ka_eval_req *r, char hex[
     kf_buf_release(&key);
 }
 
+/* One verdict from the per-seed results, as one child running the seeds in
+ * order and stopping at the first failing one would give it. */
+static cJSON *ka_merge_seeds(cJSON **parts, int n, double wall)
+{
+    cJSON *m = cJSON_CreateObject(), *checks = cJSON_AddArrayToObject(m, "checks");
+    bool ok = true, pass = true;
+    double sim_s = 0, ref_s = 0, computed = 0, read = 0;
+    long rss = 0;
+    int ran = 0;
+
+    for (int i = 0; i < n && parts[i]; i++) {
+        const cJSON *c, *e = cJSON_GetObjectItemCaseSensitive(parts[i], "error");
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(parts[i], "checks"))
+            cJSON_AddItemToArray(checks, cJSON_Duplicate(c, true));
+        ran++;
+        computed += jnum(parts[i], "ref_computed", 0);
+        read += jnum(parts[i], "ref_read", 0);
+        sim_s += jnum(parts[i], "sim_seconds", 0);
+        ref_s += jnum(parts[i], "ref_seconds", 0);
+        if ((long)jnum(parts[i], "max_rss_kib", 0) > rss)
+            rss = (long)jnum(parts[i], "max_rss_kib", 0);
+        if (e && !cJSON_GetObjectItemCaseSensitive(m, "error"))
+            cJSON_AddItemToObject(m, "error", cJSON_Duplicate(e, true));
+        if (cJSON_GetObjectItemCaseSensitive(parts[i], "ref_error") && !cJSON_GetObjectItemCaseSensitive(m, "ref_error"))
+            cJSON_AddStringToObject(m, "ref_error", jstr(parts[i], "ref_error", ""));
+        ok = ok && jbool(parts[i], "ok");
+        pass = pass && jbool(parts[i], "pass");
+        if (!jbool(parts[i], "pass"))
+            break;
+    }
+    cJSON_AddBoolToObject(m, "ok", ok);
+    cJSON_AddBoolToObject(m, "pass", pass && ok);
+    cJSON_AddNumberToObject(m, "sim_seconds", sim_s);
+    cJSON_AddNumberToObject(m, "ref_seconds", ref_s);
+    cJSON_AddNumberToObject(m, "seeds_run", ran);
+    cJSON_AddNumberToObject(m, "ref_computed", computed);
+    cJSON_AddNumberToObject(m, "ref_read", read);
+    cJSON_AddNumberToObject(m, "wall_seconds", wall);
+    cJSON_AddNumberToObject(m, "max_rss_kib", (double)rss);
+    if (parts[0])
+        cJSON_AddStringToObject(m, "isolation", jstr(parts[0], "isolation", ""));
+    return m;
+}
+
 /* Validate one candidate on n_seeds seeded input sets.  The seeds derive
- * from the run's seed and the candidate (its settings), not from the
- * iteration, so one candidate always meets the same inputs and its verdict
- * can come from the cache: a re-tune of an unchanged kernel on an unchanged
- * simulator costs no validation (*cached).  Sandbox failures (limits,
- * crashes) are not cached: they may be transient. */
+ * from the run's seed only: every candidate meets the same inputs, so a
+ * failure can be replayed exactly, a verdict can come from the cache (a
+ * re-tune of an unchanged kernel on an unchanged simulator costs no
+ * validation, *cached), and the reference's outputs on each seed are
+ * computed once per run (when the reference takes none of the tunables)
+ * and read by the next candidates' validations.  One child per seed: the
+ * first seed runs alone (a candidate that fails it stops there; its child's
+ * resident set sizes the rest), then the others side by side as the memory
+ * budget allows, stopping at the first failing seed in seed order.
+ * Sandbox failures (limits, crashes) are not cached: they may be
+ * transient. */
 static kf_code ka_validate(ka_tuner *t, const char *kwargs, cJSON **res, bool *cached, kf_err *err)
 {
-    ka_eval_req r;
-    char hex[65];
+    ka_eval_req base, reqs[KA_MAX_SEEDS];
+    cJSON *parts[KA_MAX_SEEDS] = { NULL };
+    char hex[65], paths[KA_MAX_SEEDS][300];
     const cJSON *hit;
-    uint64_t cand = 1469598103934665603ULL;   /* FNV-1a of the settings */
-    kf_code rc;
+    cJSON *names = cJSON_CreateArray();
+    char *names_json;
+    double t0 = ka_now();
+    int n;
+    kf_code rc = KF_OK;
 
     *cached = false;
-    for (const char *p = kwargs; *p; p++)
-        cand = (cand ^ (unsigned char)*p) * 1099511628211ULL;
-    memset(&r, 0, sizeof(r));
-    r.pb = t->pb;
-    r.kwargs_json = kwargs;
-    r.mode = KA_EVAL_VALIDATE;
-    r.rtol = r.atol = -1;
-    r.n_seeds = t->o->n_seeds > 0 ? t->o->n_seeds : KA_DEF_SEEDS;
-    if (r.n_seeds > KA_MAX_SEEDS)
-        r.n_seeds = KA_MAX_SEEDS;
-    for (int s = 0; s < r.n_seeds; s++) {
-        uint64_t z = t->o->seed * 0x100000001b3ULL + cand * 131ULL + (uint64_t)s + 1;
-        r.seeds[s] = ka_rng(&z) & 0xffffffffULL;
+    memset(&base, 0, sizeof(base));
+    base.pb = t->pb;
+    base.kwargs_json = kwargs;
+    base.mode = KA_EVAL_VALIDATE;
+    base.rtol = base.atol = -1;
+    base.n_seeds = t->o->n_seeds > 0 ? t->o->n_seeds : KA_DEF_SEEDS;
+    if (base.n_seeds > KA_MAX_SEEDS)
+        base.n_seeds = KA_MAX_SEEDS;
+    for (int s = 0; s < base.n_seeds; s++) {
+        uint64_t z = t->o->seed * 0x100000001b3ULL + (uint64_t)s + 1;
+        base.seeds[s] = ka_rng(&z) & 0xffffffffULL;
     }
-    ka_validation_key(t, &r, hex);
+    ka_validation_key(t, &base, hex);
     hit = ka_cache_get(t->cache, hex);
     if (hit) {
         *res = cJSON_Duplicate(hit, true);
         *cached = true;
+        cJSON_Delete(names);
         return KF_OK;
     }
     t->validations++;
-    rc = ka_eval_run(&r, res, err);
-    if (rc)
-        return rc;
-    if (jbool(*res, "ok") || cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*res, "error"), "line"))
-        ka_cache_put(t->cache, hex, *res);
-    return KF_OK;
+    for (int i = 0; i < t->sp->n; i++)
+        cJSON_AddItemToArray(names, cJSON_CreateString(t->sp->t[i].name));
+    names_json = cJSON_PrintUnformatted(names);
+    cJSON_Delete(names);
+    n = base.n_seeds;
+    for (int s = 0; s < n; s++) {
+        reqs[s] = base;
+        reqs[s].n_seeds = 1;
+        reqs[s].seeds[0] = base.seeds[s];
+        reqs[s].tunables_json = names_json;
+        if (t->ref_dir[0]) {
+            snprintf(paths[s], sizeof(paths[s]), "%s/seed%d.ref", t->ref_dir, s);
+            if (t->ref_have[s])
+                reqs[s].ref_in[0] = paths[s];
+            else
+                reqs[s].ref_out[0] = paths[s];
+        }
+    }
+    rc = ka_eval_run(&reqs[0], &parts[0], err);
+    if (rc == KF_OK && jbool(parts[0], "pass") && n > 1) {
+        long rss;
+        ka_note_rss(t->ref_have[0] ? &t->rss_val_kib : &t->rss_ref_kib, parts[0]);
+        rss = t->ref_have[1] ? t->rss_val_kib : t->rss_ref_kib;
+        rc = ka_eval_run_many(&reqs[1], n - 1, ka_concurrency(t, rss), true, &parts[1], err);
+    }
+    for (int s = 0; s < n; s++) {
+        const cJSON *st;
+        if (!parts[s])
+            continue;
+        ka_note_rss(t->ref_have[s] ? &t->rss_val_kib : &t->rss_ref_kib, parts[s]);
+        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(parts[s], "ref_stored"))
+            if (st->valueint == 0)
+                t->ref_have[s] = true;
+    }
+    if (rc == KF_OK) {
+        *res = ka_merge_seeds(parts, n, ka_now() - t0);
+        if (jbool(*res, "ok") ||
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*res, "error"), "line"))
+            ka_cache_put(t->cache, hex, *res);
+    }
+    for (int s = 0; s < n; s++)
+        cJSON_Delete(parts[s]);
+    free(names_json);
+    return rc;
 }
 
 static cJSON *ka_profile_part(const cJSON *timing, bool cached)
@@ -977,7 +1205,7 @@ static kf_code ka_iterate(ka_tuner *t, const ka_prop *c, kf_err *err)
         snprintf(what, sizeof(what), "iteration 1: simulating %s (timing only)", sp->n ? params_txt : "the kernel");
         t->h->status(t->h->ctx, what);
     }
-    rc = ka_timing(t, kwargs, &timing, &cached, &wall_eval, err);
+    rc = ka_timing(t, c->idx, kwargs, &timing, &cached, &wall_eval, err);
     if (rc)
         goto out;
     sim += jnum(timing, "sim_seconds", 0) * (cached ? 0 : 1);
@@ -1317,6 +1545,16 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
     t.h = h;
     t.cache = own_cache ? ka_cache_new() : o->cache;
     t.t_start = ka_now();
+    t.jobs = o->jobs > 0 ? (o->jobs > KA_MAX_JOBS ? KA_MAX_JOBS : o->jobs) : ka_default_jobs();
+    t.budget_kib = (long)(o->memory_mib ? o->memory_mib : KA_DEF_MEMORY_MIB) * 1024L;
+    t.ahead = cJSON_CreateObject();
+    /* the per-run reference store: a private folder of this process */
+    if (pb->ref_path[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(t.ref_dir, sizeof(t.ref_dir), "%s/kforge-ref-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(t.ref_dir))
+            t.ref_dir[0] = '\0';     /* no store: every validation runs the reference */
+    }
     t.source = ka_slurp(pb->source_path);
     if (!t.source) {
         rc = kf_err_set(err, KF_IO, "cannot read the kernel source '%s'", pb->source_path);
@@ -1448,6 +1686,15 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
     ka_report(&t, stop_msg);
     *result = ka_result_json(&t.res);
 out:
+    if (t.ref_dir[0]) {
+        for (int s = 0; s < KA_MAX_SEEDS; s++) {
+            char *f = kf_asprintf("%s/seed%d.ref", t.ref_dir, s);
+            unlink(f);
+            free(f);
+        }
+        rmdir(t.ref_dir);
+    }
+    cJSON_Delete(t.ahead);
     if (own_cache)
         ka_cache_free(t.cache);
     ka_result_release(&t.res);

@@ -11,9 +11,10 @@
  *      twice (timing is deterministic, so there is no noise to average);
  *   2. validate: a candidate that would become the new best is validated
  *      (KA_EVAL_VALIDATE) on `n_seeds` seeded inputs (seeds derive from
- *      the run's seed and the candidate's settings, so a verdict is
- *      reproducible and is cached like a timing result, under a key that
- *      also holds the reference and the seeds).  Only a validated candidate
+ *      the run's seed, so a verdict is reproducible and is cached like a
+ *      timing result, under a key that also holds the reference and the
+ *      seeds; the reference's outputs per seed are computed once per run
+ *      and the seeds run side by side, docs/agent.md "Speed").  Only a validated candidate
  *      becomes best: a faster but wrong one is rejected and recorded so;
  *   3. diagnose + plan: the built-in planner turns the candidate's findings
  *      into moves of the tunables that declare they address them ("up",
@@ -81,6 +82,17 @@ typedef struct ka_opts {
     bool       validate_each;       /* validate every candidate, not only new bests */
     bool       artifacts;           /* attach ka_artifacts() to each new best's iteration */
     ka_cache  *cache;               /* NULL: a private one */
+    /* Evaluations side by side (docs/agent.md "Speed"): up to `jobs`
+     * sandboxed children at once, for a validation's seeds and for the
+     * timing-only evaluations the guided planner will ask for next, taken
+     * in the serial order (same history, same best).  0: the cores this
+     * process may run on (sched_getaffinity); 1: one at a time. */
+    int        jobs;
+    /* What those concurrent children may hold together, in MiB (0:
+     * KA_DEF_MEMORY_MIB): the concurrency is this over the largest
+     * resident set a child of the same kind has had in this run (the first
+     * one runs alone), at most `jobs`. */
+    unsigned   memory_mib;
     /* A warm start (docs/library.md): the params of a kernel library
      * entry for the same op and shape, and its id.  The guided planner
      * starts from them (instead of the template's default and the
@@ -97,6 +109,11 @@ typedef struct ka_opts {
 } ka_opts;
 
 enum { KA_DEF_ITERATIONS = 40 };   /* ka_opts.max_iterations when 0 */
+enum { KA_DEF_MEMORY_MIB = 512 };  /* ka_opts.memory_mib when 0 */
+enum { KA_MAX_JOBS = 64 };         /* ka_opts.jobs at most */
+
+/* ka_opts.jobs 0: the CPUs this process may run on (at least 1). */
+int ka_default_jobs(void);
 
 typedef struct ka_hooks {
     void *ctx;

@@ -31,7 +31,7 @@ static void tune_usage(FILE *out)
             "Tune a kernel locally, with no service: the same loop the worker's sim backend runs\n"
             "(compile -> validate -> profile -> diagnose -> plan -> record).  Candidates are explored\n"
             "timing-only on the simulator's deterministic timing model; every candidate that would\n"
-            "become the best is first validated against the NumPy reference on fresh seeded inputs.\n"
+            "become the best is first validated against the NumPy reference on the run's seeded inputs.\n"
             "It says on stderr what it is doing from its first second (binding, the first simulation,\n"
             "each validation on full-size inputs), then one progress line per iteration.\n"
             "\n"
@@ -60,6 +60,13 @@ static void tune_usage(FILE *out)
             "  --goal-latency-us X   stop once the best runs in X us or less\n"
             "  --seeds N             validation input sets per check, 1..8 (default 3)\n"
             "  --seed N              seed of the validation inputs and the random planner (default 1)\n"
+            "  --jobs N              sandboxed evaluations at once, 1..64 (default: the CPUs this process\n"
+            "                        may run on): a validation's seeds side by side, and the timing-only\n"
+            "                        evaluations the planner asks for next, taken in the serial order\n"
+            "                        (same iterations, same best as --jobs 1, which runs one at a time)\n"
+            "  --memory-mib M        what those concurrent evaluations may hold together, 64..1048576\n"
+            "                        (default 512): the concurrency is M over the largest resident set\n"
+            "                        an evaluation of the same kind had in this run (the first runs alone)\n"
             "  --output-dir DIR      where kernel.py, report.md, result.json and iterations.jsonl go\n"
             "                        (default kforge-tune)\n"
             "  --cache DIR           keep timing-only evaluations in DIR and reuse them in later runs\n"
@@ -255,7 +262,7 @@ int cli_tune_main(int argc, char **argv)
     enum {
         O_SHAPE = 256, O_DTYPE, O_TARGET, O_ENTRY, O_REF, O_REF_ENTRY, O_INPUT, O_TUN, O_KWARGS, O_PLANNER,
         O_ITER, O_SECS, O_PATIENCE, O_GOALF, O_GOALL, O_SEEDS, O_SEED, O_OUT, O_JSON, O_QUIET, O_LIST, O_HELP,
-        O_CACHE,
+        O_CACHE, O_JOBS, O_MEMORY,
     };
     static const struct option opts[] = {
         { "shape", required_argument, NULL, O_SHAPE },       { "dtype", required_argument, NULL, O_DTYPE },
@@ -269,7 +276,8 @@ int cli_tune_main(int argc, char **argv)
         { "seed", required_argument, NULL, O_SEED },         { "output-dir", required_argument, NULL, O_OUT },
         { "json", no_argument, NULL, O_JSON },               { "quiet", no_argument, NULL, O_QUIET },
         { "list", no_argument, NULL, O_LIST },               { "help", no_argument, NULL, O_HELP },
-        { "cache", required_argument, NULL, O_CACHE },
+        { "cache", required_argument, NULL, O_CACHE },       { "jobs", required_argument, NULL, O_JOBS },
+        { "memory-mib", required_argument, NULL, O_MEMORY },
         { NULL, 0, NULL, 0 },
     };
     int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
@@ -365,6 +373,16 @@ int cli_tune_main(int argc, char **argv)
             }
             break;
         }
+        case O_JOBS:
+            if (!tune_long("jobs", optarg, 1, KA_MAX_JOBS, &l))
+                return TUNE_USAGE;
+            o.jobs = (int)l;
+            break;
+        case O_MEMORY:
+            if (!tune_long("memory-mib", optarg, 64, 1048576, &l))
+                return TUNE_USAGE;
+            o.memory_mib = (unsigned)l;
+            break;
         case O_OUT: out_dir = optarg; break;
         case O_CACHE: cache_dir = optarg; break;
         case O_JSON: json = true; break;

@@ -142,6 +142,19 @@ def softmax(x, COLS=4096, EXP_BF16=0, NORM_ENGINE="vector", BUFS=2):
 
 
 def softmax_ref(x):
-    x = np.asarray(x, dtype=np.float64)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    # float64 math, a block of rows at a time (rows are independent), into a
+    # float32 result: the values float64 over the whole array would give, in
+    # a fraction of its memory (a 4096x8192 input needed 1 GB of float64
+    # temporaries at once).
+    x = np.asarray(x)
+    out = np.empty(x.shape, dtype=np.float32)
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    res = out.reshape(rows.shape)
+    step = max(1, (1 << 20) // max(1, rows.shape[-1]))
+    for r in range(0, rows.shape[0], step):
+        b = rows[r:r + step].astype(np.float64)
+        b -= b.max(axis=-1, keepdims=True)
+        np.exp(b, out=b)
+        b /= b.sum(axis=-1, keepdims=True)
+        res[r:r + step] = b
+    return out

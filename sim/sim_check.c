@@ -157,7 +157,7 @@ static const char ref_glue[] =
     "                kw = {k: v for k, v in kw.items() if k in ps}\n"
     "        except (TypeError, ValueError):\n"
     "            pass\n"
-    "        args = [np.frombuffer(b, dtype=dt).reshape(shape).copy() for b, dt, shape in arrays]\n"
+    "        args = [np.frombuffer(b, dtype=dt).reshape(shape) for b, dt, shape in arrays]\n"
     "        if slots is not None:\n"
     "            it = iter(args)\n"
     "            args = [next(it) if j is None else _kf_conv(json.loads(j)) for j in slots]\n"
@@ -170,9 +170,9 @@ static const char ref_glue[] =
     "            if a.dtype.kind in 'biu':\n"
     "                if a.size and (a.min() < -2**31 or a.max() >= 2**31):\n"
     "                    return ('error', f'result {i} has integers outside int32')\n"
-    "                out.append((np.ascontiguousarray(a, dtype=np.int32).tobytes(), 'i', a.shape))\n"
+    "                out.append((np.ascontiguousarray(a, dtype=np.int32), 'i', a.shape))\n"
     "            elif a.dtype.kind == 'f':\n"
-    "                out.append((np.ascontiguousarray(a, dtype=np.float32).tobytes(), 'f', a.shape))\n"
+    "                out.append((np.ascontiguousarray(a, dtype=np.float32), 'f', a.shape))\n"
     "            else:\n"
     "                return ('error', f'result {i} has dtype {a.dtype}; return float or int arrays')\n"
     "            if a.ndim > 8:\n"
@@ -180,9 +180,21 @@ static const char ref_glue[] =
     "        return ('ok', out)\n"
     "    except BaseException:\n"
     "        tb = traceback.format_exc().strip().splitlines()\n"
-    "        return ('error', ' | '.join(tb[-4:])[-900:])\n";
+    "        return ('error', ' | '.join(tb[-4:])[-900:])\n"
+    "def _kf_takes(path, entry, names_json):\n"
+    "    try:\n"
+    "        spec = importlib.util.spec_from_file_location('_kforge_reference', path)\n"
+    "        mod = importlib.util.module_from_spec(spec)\n"
+    "        spec.loader.exec_module(mod)\n"
+    "        names = json.loads(names_json)\n"
+    "        ps = inspect.signature(getattr(mod, entry)).parameters\n"
+    "        if any(p.kind == p.VAR_KEYWORD for p in ps.values()):\n"
+    "            return bool(names)\n"
+    "        return any(k in ps for k in names)\n"
+    "    except BaseException:\n"
+    "        return True\n";
 
-static PyObject *glue_fn;
+static PyObject *glue_fn, *takes_fn;
 
 static const char *np_dtype(sim_dtype dt)
 {
@@ -202,13 +214,14 @@ static PyObject *input_tuple(const sim_array *a)
 {
     uint64_t n = elems(a);
     PyObject *bytes, *shape, *t;
+    /* one writable buffer NumPy wraps without a copy (the reference may
+     * write to its arguments) */
     if (sim_npy_dtype_is_float(a->dtype) && a->dtype != SIM_DT_FLOAT32) {
-        float *f = kf_malloc(n * sizeof(float) + 1);
-        sim_npy_load_f32(a->dtype, a->data, 0, f, n);
-        bytes = PyBytes_FromStringAndSize((const char *)f, (Py_ssize_t)(n * sizeof(float)));
-        free(f);
+        bytes = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(float)));
+        if (bytes)
+            sim_npy_load_f32(a->dtype, a->data, 0, (float *)(void *)PyByteArray_AS_STRING(bytes), n);
     } else {
-        bytes = PyBytes_FromStringAndSize(a->data, (Py_ssize_t)(n * sim_dtype_size(a->dtype)));
+        bytes = PyByteArray_FromStringAndSize(a->data, (Py_ssize_t)(n * sim_dtype_size(a->dtype)));
     }
     shape = PyTuple_New(a->ndim);
     for (int i = 0; i < a->ndim; i++)
@@ -273,6 +286,8 @@ kf_code sim_check_reference_args(const char *path, const char *entry, const sim_
         Py_DECREF(r);
         glue_fn = PyDict_GetItemString(g, "_kf_ref");
         Py_XINCREF(glue_fn);
+        takes_fn = PyDict_GetItemString(g, "_kf_takes");
+        Py_XINCREF(takes_fn);
         Py_DECREF(g);
     }
     list = PyList_New((Py_ssize_t)n_inputs);
@@ -301,20 +316,30 @@ kf_code sim_check_reference_args(const char *path, const char *entry, const sim_
         PyErr_Clear();
         goto out;
     }
+    /* the inputs' buffers are no longer needed: free them before the
+     * outputs are copied out (a large reference's peak memory) */
+    Py_CLEAR(list);
     Py_ssize_t n = PyList_Size(payload);
     sim_array *a = kf_calloc((size_t)n + 1, sizeof(*a));
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PyList_GetItem(payload, i);
         PyObject *b = PyTuple_GetItem(t, 0), *shape = PyTuple_GetItem(t, 2);
         const char *kind = PyUnicode_AsUTF8(PyTuple_GetItem(t, 1));
+        Py_buffer view;
         snprintf(a[i].name, sizeof(a[i].name), "ref%d", (int)i);
         a[i].dtype = kind && kind[0] == 'i' ? SIM_DT_INT32 : SIM_DT_FLOAT32;
         a[i].ndim = (int)PyTuple_Size(shape);
         for (int d = 0; d < a[i].ndim; d++)
             a[i].shape[d] = PyLong_AsLongLong(PyTuple_GetItem(shape, d));
-        Py_ssize_t bl = PyBytes_Size(b);
-        a[i].data = kf_malloc((size_t)bl + 1);
-        memcpy(a[i].data, PyBytes_AsString(b), (size_t)bl);
+        /* the array's own (C-contiguous) buffer, copied once */
+        if (PyObject_GetBuffer(b, &view, PyBUF_C_CONTIGUOUS) != 0) {
+            sim_check_arrays_free(a, (size_t)i);
+            rc = py_error(err, "reference result");
+            goto out;
+        }
+        a[i].data = kf_malloc((size_t)view.len + 1);
+        memcpy(a[i].data, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
     }
     *outs = a;
     *n_outs = (size_t)n;
@@ -326,3 +351,23 @@ out:
     return rc;
 }
 
+
+bool sim_check_reference_takes(const char *path, const char *entry, const char *names_json)
+{
+    PyGILState_STATE gs;
+    PyObject *res;
+    bool takes = true;
+
+    /* the glue is loaded by a first sim_check_reference() call */
+    if (!Py_IsInitialized() || !takes_fn)
+        return true;
+    gs = PyGILState_Ensure();
+    res = PyObject_CallFunction(takes_fn, "sss", path, entry, names_json ? names_json : "[]");
+    if (res)
+        takes = PyObject_IsTrue(res) != 0;
+    else
+        PyErr_Clear();
+    Py_XDECREF(res);
+    PyGILState_Release(gs);
+    return takes;
+}

@@ -81,6 +81,14 @@ kf_code sim_check_reference_args(const char *path, const char *entry, const sim_
                                  size_t n_inputs, const sim_run_arg *args, size_t n_args,
                                  const char *kwargs_json, sim_array **outs, size_t *n_outs, kf_err *err);
 
+/* Whether the reference function would receive any of the keyword
+ * arguments named in names_json (a JSON array of names): its signature
+ * names one, or it takes **kwargs.  When it does not, its results do not
+ * depend on them (the agent then computes it once per input set).  Call it
+ * after a sim_check_reference() of the same process, inside a sandboxed
+ * child (it imports the reference's file); true whenever it cannot tell. */
+bool sim_check_reference_takes(const char *path, const char *entry, const char *names_json);
+
 /* Free arrays returned by sim_check_reference (NULL-safe). */
 void sim_check_arrays_free(sim_array *a, size_t n);
 

@@ -254,9 +254,14 @@ static void bs_opts(const kf_job_payload *job, ka_opts *o)
     o->planner = KA_PLAN_GUIDED;
     o->artifacts = true;
     /* The seed of `kforge tune` (1): a job's validation inputs are those a
-     * user gets locally, and jobs share verdicts through the cache (the
-     * seeds also vary with each candidate's settings, docs/agent.md). */
+     * user gets locally, and jobs share verdicts through the cache
+     * (docs/agent.md). */
     o->seed = 1;
+    /* Evaluations side by side as `kforge tune` runs them: up to the CPUs
+     * of this process's affinity mask, under the default memory budget
+     * (docs/agent.md "Speed"); no job field sets them. */
+    o->jobs = 0;
+    o->memory_mib = 0;
     /* A generate job's warm start, which the API attached from the kernel
      * library (docs/library.md); the payload parser checked its shape. */
     if (job->kind == KF_KIND_GENERATE) {

@@ -995,3 +995,141 @@ Test(agent, a_warm_start_from_the_library_evaluates_fewer_candidates)
     cJSON_Delete(params);
     cJSON_Delete(cold);
 }
+
+/* The fields of an iteration that make the search's history. */
+static char *history_of(const cJSON *it)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "validation");
+    char *p = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(it, "params")), *out;
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(it, "latency_ns");
+    out = kf_asprintf("%s %s %.3f %s %s", p, cJSON_GetObjectItemCaseSensitive(it, "action")->valuestring,
+                      cJSON_IsNumber(lat) ? lat->valuedouble : -1.0,
+                      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "status")),
+                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "correct")) ? "correct" : "-");
+    free(p);
+    return out;
+}
+
+/* --jobs runs the timing-only evaluations the planner asks for next and a
+ * validation's seeds side by side, but takes them in the serial order: the
+ * same iterations, the same best, the same counts as one at a time. */
+Test(agent, jobs_give_the_same_history_and_best_as_serial)
+{
+    cJSON *res[2], *hist[2];
+    for (int k = 0; k < 2; k++) {
+        ka_opts o = { 0 };
+        o.max_iterations = 10;
+        o.seed = 5;
+        o.jobs = k + 1;
+        o.memory_mib = 4096;
+        iters = cJSON_CreateArray();
+        res[k] = tune("softmax", "256x1024", &o);
+        hist[k] = iters;
+        iters = NULL;
+    }
+    cr_assert_eq(cJSON_GetArraySize(hist[0]), cJSON_GetArraySize(hist[1]), "as many iterations");
+    cr_assert_geq(cJSON_GetArraySize(hist[0]), 3);
+    for (int i = 0; i < cJSON_GetArraySize(hist[0]); i++) {
+        char *a = history_of(cJSON_GetArrayItem(hist[0], i)), *b = history_of(cJSON_GetArrayItem(hist[1], i));
+        cr_assert_str_eq(a, b, "iteration %d", i + 1);
+        free(a);
+        free(b);
+    }
+    {
+        char *a = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res[0], "best"), "params"));
+        char *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res[1], "best"), "params"));
+        cr_assert_str_eq(a, b, "same best");
+        free(a);
+        free(b);
+    }
+    cr_assert_eq(num(res[0], "latency_ns"), num(res[1], "latency_ns"));
+    cr_assert_eq(num(res[0], "evaluations"), num(res[1], "evaluations"), "evaluations count what the search used");
+    cr_assert_eq(num(res[0], "validations"), num(res[1], "validations"));
+    for (int k = 0; k < 2; k++) {
+        cJSON_Delete(hist[k]);
+        cJSON_Delete(res[k]);
+    }
+}
+
+/* The reference does not depend on the candidate: each seed's reference
+ * outputs are computed by the first validation and read by the others. */
+Test(agent, the_reference_runs_once_per_seed)
+{
+    ka_opts o = { 0 };
+    cJSON *res, *it;
+    double computed = 0, read = 0;
+    o.max_iterations = 10;
+    o.seed = 5;
+    o.jobs = 2;
+    iters = cJSON_CreateArray();
+    res = tune("softmax", "256x1024", &o);
+    cr_assert_geq(num(res, "validations"), 2, "a search with several new bests");
+    cJSON_ArrayForEach(it, iters)
+    {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "validation");
+        if (!cJSON_GetObjectItemCaseSensitive(v, "ref_computed"))
+            continue;
+        cr_assert_eq(num(v, "seeds_run"), 3, "three seeds per validation");
+        computed += num(v, "ref_computed");
+        read += num(v, "ref_read");
+    }
+    cr_assert_eq(computed, 3, "the reference ran once per seed");
+    cr_assert_eq(read, 3 * (num(res, "validations") - 1), "the later validations read it");
+    cJSON_Delete(iters);
+    iters = NULL;
+    cJSON_Delete(res);
+}
+
+/* A candidate that fails its first seed stops there, serial or not: the
+ * verdict names that seed only. */
+Test(agent, a_candidate_that_fails_its_first_seed_runs_no_other)
+{
+    char *path = write_skipping_variant();
+    int64_t sh[2][KA_MAX_DIMS] = { { 256, 8192 }, { 256, 8192 } };
+    int nd[2] = { 2, 2 };
+
+    for (int jobs = 1; jobs <= 2; jobs++) {
+        cJSON *meta = NULL, *res = NULL, *it;
+        ka_problem pb;
+        ka_space sp;
+        ka_opts o = { 0 };
+        ka_hooks h = { NULL, on_progress, NULL, NULL };
+        kf_err err = KF_ERR_INIT;
+        bool seen_wrong = false;
+
+        cr_assert_eq(ka_lib_read_meta(path, &meta, &err), KF_OK, "%s", err.msg);
+        cr_assert_eq(ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])sh, nd, 2, SIM_DT_BFLOAT16, "trn2", &pb,
+                                 &sp, &err), KF_OK, "%s", err.msg);
+        o.planner = KA_PLAN_EXHAUSTIVE;
+        o.patience = -1;
+        o.seed = 3;
+        o.jobs = jobs;
+        iters = cJSON_CreateArray();
+        cr_assert_eq(ka_tune(&pb, &sp, &o, &h, &res, &err), KF_OK, "%s", err.msg);
+        cJSON_ArrayForEach(it, iters)
+        {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "validation"), *c;
+            double seed = -1;
+            if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(it, "params"), "TILE_F")->valueint !=
+                2048)
+                continue;
+            seen_wrong = true;
+            cr_assert_eq(num(v, "seeds_run"), 1, "jobs %d: no seed after the failing first one", jobs);
+            cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(v, "checks"))
+            {
+                if (seed < 0)
+                    seed = num(c, "seed");
+                cr_assert_eq(num(c, "seed"), seed, "every check is the first seed's");
+            }
+        }
+        cr_assert(seen_wrong, "the skipping setting was evaluated");
+        cJSON_Delete(iters);
+        iters = NULL;
+        cJSON_Delete(res);
+        cJSON_Delete(meta);
+        ka_space_release(&sp);
+        ka_problem_release(&pb);
+    }
+    unlink(path);
+    free(path);
+}
