@@ -18,7 +18,11 @@
  *                     on the same inputs, and every output compared in full
  *                     (sim_check_compare: dtype tolerances, NaN/Inf counted
  *                     as mismatches).  Passes only when every seed and every
- *                     output does and the output count matches.
+ *                     output does and the output count matches;
+ *   KA_EVAL_RUN       the kernel once with numerics on, on random inputs of
+ *                     the first seed (1 when none): compile + numerics with
+ *                     no reference (kforge mcp's `run`); each output's shape,
+ *                     dtype, NaN/Inf counts and finite min/max/mean.
  * A kernel error (with its code, file and line), a crash or a limit is a
  * result ("ok": false), not a failure of the call.
  *
@@ -34,6 +38,9 @@
  *             the machine and no write outside its own tmpfs;
  *   validate: {"ok", "error"?, "pass", "ref_error"?, "checks",
  *              "sim_seconds", "ref_seconds"}
+ *   run:      {"ok", "error"?, "n_outputs", "outputs": [{"shape", "dtype",
+ *              "elements", "nan", "inf", "min"?, "max"?, "mean"?}],
+ *              "sim_seconds"}
  * plus "wall_seconds" (the whole sandboxed evaluation, parent side).
  * Failure of the call itself: KF_TOO_LARGE or KF_INVALID when an input's
  * shape is one the simulator cannot hold (sim_array_check, checked before
@@ -50,6 +57,7 @@
 typedef enum ka_eval_mode {
     KA_EVAL_TIMING = 0,
     KA_EVAL_VALIDATE,
+    KA_EVAL_RUN,
 } ka_eval_mode;
 
 enum { KA_MAX_SEEDS = 8 };
