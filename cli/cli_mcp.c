@@ -142,7 +142,7 @@ static const mcp_tool mcp_tools[] = {
     { "docs", "kforge's NKI and error-code reference",
       "Search kforge's own documentation of the simulated NKI API (docs/sim-nki.md) and of the simulator's "
       "error codes (docs/sim-errors.md), offline. With query: the sections containing every word of it "
-      "(case-insensitive), with their text. With section: that section's text. With neither: the list of "
+      "(case-insensitive), with their text and the lines that contain every word (an error code's table row). With section: that section's text. With neither: the list of "
       "section titles.",
       "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
       "\"query\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":200,\"description\":\"words to look for, "
@@ -152,7 +152,8 @@ static const mcp_tool mcp_tools[] = {
       "{\"type\":\"object\",\"required\":[\"sections\"],\"properties\":{\"sections\":{\"type\":\"array\","
       "\"items\":{\"type\":\"object\",\"required\":[\"doc\",\"title\"],\"properties\":{\"doc\":{\"type\":"
       "\"string\"},\"title\":{\"type\":\"string\"},\"level\":{\"type\":\"integer\"},\"text\":{\"type\":\"string\"},"
-      "\"truncated\":{\"type\":\"boolean\"}}}},\"matches\":{\"type\":\"integer\"}}}",
+      "\"truncated\":{\"type\":\"boolean\"},\"matching_lines\":{\"type\":\"array\",\"items\":{\"type\":"
+      "\"string\"}}}}},\"matches\":{\"type\":\"integer\"}}}",
       tool_docs },
     { "submit_job", "Submit a job to the kforge service",
       "POST a job document (the JSON `kforge submit` takes: kind, op, shapes, target, budget...) to the kforge "
@@ -656,7 +657,27 @@ static bool mcp_all_words(const char *s, size_t len, const char *q)
     return true;
 }
 
-static void mcp_add_section(cJSON *arr, const char *doc, const char *sec, size_t len, bool with_text)
+/* The lines of a section with every word of the query (a table row of
+ * docs/sim-errors.md for an error code), at most 20. */
+static void mcp_add_lines(cJSON *o, const char *sec, size_t len, const char *query)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, "matching_lines");
+    const char *p = sec, *end = sec + len;
+
+    while (p < end && cJSON_GetArraySize(arr) < 20) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (l && mcp_all_words(p, l, query)) {
+            char *line = kf_strndup(p, l);
+            cJSON_AddItemToArray(arr, cJSON_CreateString(line));
+            free(line);
+        }
+        p += l + 1;
+    }
+}
+
+static void mcp_add_section(cJSON *arr, const char *doc, const char *sec, size_t len, bool with_text,
+                            const char *query)
 {
     cJSON *o = cJSON_CreateObject();
     size_t level = strspn(sec, "#"), tl = strcspn(sec, "\n");
@@ -674,6 +695,8 @@ static void mcp_add_section(cJSON *arr, const char *doc, const char *sec, size_t
         cJSON_AddStringToObject(o, "text", text);
         cJSON_AddBoolToObject(o, "truncated", len > MCP_DOC_TEXT);
         free(text);
+        if (query)
+            mcp_add_lines(o, sec, len, query);
     }
     cJSON_AddItemToArray(arr, o);
     free(title);
@@ -706,9 +729,9 @@ static void mcp_doc_sections(const char *doc, const char *text, const char *quer
             if (hit) {
                 (*matches)++;
                 if (!query && !section)
-                    mcp_add_section(arr, doc, start, len, false);
+                    mcp_add_section(arr, doc, start, len, false, NULL);
                 else if (cJSON_GetArraySize(arr) < MCP_DOC_MATCHES)
-                    mcp_add_section(arr, doc, start, len, true);
+                    mcp_add_section(arr, doc, start, len, true, query);
             }
         }
         if (!*p)
