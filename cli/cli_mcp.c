@@ -1002,7 +1002,7 @@ static cJSON *mcp_tools_list(void)
 }
 
 /* A tools/call result: structured content with its text copy, or a tool
- * error (isError) carrying kforge's code and message. */
+ * error (isError) whose text is {"error": {"code", "message"}}. */
 static cJSON *mcp_call_result(cJSON *sc, const mcp_fail *f)
 {
     cJSON *r = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(r, "content"), *item;
@@ -1023,7 +1023,13 @@ static cJSON *mcp_call_result(cJSON *sc, const mcp_fail *f)
     cJSON_AddStringToObject(item, "type", "text");
     cJSON_AddStringToObject(item, "text", text ? text : "{}");
     cJSON_AddItemToArray(content, item);
-    cJSON_AddItemToObject(r, "structuredContent", sc);
+    /* a tool error carries its JSON only as text: clients check
+     * structuredContent against the tool's outputSchema, which describes
+     * the tool's result, not its error */
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "isError")))
+        cJSON_Delete(sc);
+    else
+        cJSON_AddItemToObject(r, "structuredContent", sc);
     free(text);
     return r;
 }

@@ -18,9 +18,10 @@
  * line longer than CLI_MCP_MAX_LINE), -32601 an unknown method, -32602 bad
  * params (unknown tool, arguments not an object, a cursor).  Arguments
  * that break a tool's schema, unknown ops, unreadable files, API refusals
- * and an unreachable API are tool errors: a result with isError true, its
- * structuredContent {"error": {"code", "message"}} carrying kforge's code
- * (kf_code_name, or the API problem's) and message.  A kernel that fails to
+ * and an unreachable API are tool errors: a result with isError true whose
+ * text item is {"error": {"code", "message"}} with kforge's code
+ * (kf_code_name, or the API problem's) and message (no structuredContent:
+ * clients check that against the outputSchema, which is the result's).  A kernel that fails to
  * compile or run is not a tool error: it is the tool's result ("ok": false
  * with the simulator's error code, file and line).
  *

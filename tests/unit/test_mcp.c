@@ -37,6 +37,24 @@ static const cJSON *get(const cJSON *o, const char *k)
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
 
+/* A tool error's {"error": {code, message}}: the text item of an isError
+ * result without structuredContent (kept with the result, freed with it). */
+static const cJSON *tool_error(cJSON *res)
+{
+    const cJSON *item = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "content"), 0);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
+    cJSON *e;
+
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "isError")), "a tool error");
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(res, "structuredContent"), "no structuredContent on an error");
+    cr_assert(cJSON_IsString(text));
+    e = cJSON_Parse(text->valuestring);
+    cr_assert(cJSON_IsObject(e));
+    cJSON_AddItemToObject(res, "parsed_error", e);
+    return e;
+}
+
+
 /* The error code of an answer (0 when it has none). */
 static int rpc_code(const cJSON *ans)
 {
@@ -176,8 +194,8 @@ Test(mcp, profiles_a_library_kernel_with_findings_on_source_lines)
     /* an op the library does not have: a tool error with kforge's code */
     res = kf_mcp_call_tool(&m, "profile", "{\"op\":\"nosuchop\",\"shapes\":[[128]]}", 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert_str_eq(get(get(get(res, "structuredContent"), "error"), "code")->valuestring, "NOT_FOUND");
-    cr_assert(strstr(get(get(get(res, "structuredContent"), "error"), "message")->valuestring, "softmax"),
+    cr_assert_str_eq(get(get(tool_error(res), "error"), "code")->valuestring, "NOT_FOUND");
+    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "softmax"),
               "the message lists the ops");
     cJSON_Delete(res);
     cr_assert_eq(kf_mcp_close(&m, 5000), 0);
@@ -255,12 +273,12 @@ Test(mcp, runs_and_validates_a_user_kernel_file)
     res = kf_mcp_call_tool(&m, "validate", args, 30000);
     free(args);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert(strstr(get(get(get(res, "structuredContent"), "error"), "message")->valuestring, "reference"));
+    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "reference"));
     cJSON_Delete(res);
     res = kf_mcp_call_tool(&m, "run", "{\"kernel\":\"missing.py\",\"entry\":\"k\",\"inputs\":[{\"name\":\"a\","
                                       "\"shape\":[4],\"dtype\":\"fp32\"}]}", 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert_str_eq(get(get(get(res, "structuredContent"), "error"), "code")->valuestring, "NOT_FOUND");
+    cr_assert_str_eq(get(get(tool_error(res), "error"), "code")->valuestring, "NOT_FOUND");
     cJSON_Delete(res);
     cr_assert_eq(kf_mcp_close(&m, 5000), 0);
     free(src);
@@ -357,18 +375,18 @@ Test(mcp, every_error_class)
     /* arguments that break the schema: tool errors the model can read */
     a = kf_mcp_call_tool(&m, "profile", "{\"op\":\"softmax\",\"shapes\":[[0]]}", 5000);
     cr_assert(cJSON_IsTrue(get(a, "isError")));
-    cr_assert_str_eq(get(get(get(a, "structuredContent"), "error"), "code")->valuestring, "INVALID");
-    cr_assert(strstr(get(get(get(a, "structuredContent"), "error"), "message")->valuestring, "shapes[0][0]"),
+    cr_assert_str_eq(get(get(tool_error(a), "error"), "code")->valuestring, "INVALID");
+    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "shapes[0][0]"),
               "names the field");
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "profile", "{\"op\":\"softmax\",\"shapes\":[[8]],\"bogus\":1}", 5000);
-    cr_assert(strstr(get(get(get(a, "structuredContent"), "error"), "message")->valuestring, "unknown property 'bogus'"));
+    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "unknown property 'bogus'"));
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "job_status", "{\"id\":\"../../etc/passwd-xxxxxxxxxxxxxxxxxxxxxxxx\"}", 5000);
     cr_assert(cJSON_IsTrue(get(a, "isError")), "an id that is not a UUID never reaches a URL");
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "run", "{\"op\":\"softmax\",\"kernel\":\"k.py\"}", 5000);
-    cr_assert(strstr(get(get(get(a, "structuredContent"), "error"), "message")->valuestring, "either op"));
+    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "either op"));
     cJSON_Delete(a);
     /* an oversized line: refused, skipped, and the server goes on */
     memset(line, ' ', big);
