@@ -2,7 +2,6 @@
 #include "cli_mcp.h"
 
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
@@ -810,8 +809,14 @@ static cJSON *mcp_api(const char *method, const char *path, const char *body, co
         const char *slug = type && strrchr(type, ':') ? strrchr(type, ':') + 1 : NULL;
         size_t i = 0;
         if (slug) {
-            for (; slug[i] && i + 1 < sizeof(f->code); i++)
-                f->code[i] = slug[i] == '-' ? '_' : (char)toupper((unsigned char)slug[i]);
+            for (; slug[i] && i + 1 < sizeof(f->code); i++) {
+                char c = slug[i];
+                if (c == '-')
+                    c = '_';
+                else if (c >= 'a' && c <= 'z')
+                    c = (char)(c - 'a' + 'A');
+                f->code[i] = c;
+            }
             f->code[i] = '\0';
         } else {
             snprintf(f->code, sizeof(f->code), "HTTP_%ld", r.status);

@@ -63,12 +63,9 @@ static void mcp_usage(FILE *out)
 /* Write all of s and a newline to fd. */
 static int mcp_write_line(int fd, const char *s)
 {
-    size_t len = strlen(s), off = 0;
-    char *line = kf_malloc(len + 1);
+    size_t len = strlen(s) + 1, off = 0;
+    char *line = kf_asprintf("%s\n", s);
 
-    memcpy(line, s, len);
-    line[len] = '\n';
-    len++;
     while (off < len) {
         ssize_t n = write(fd, line + off, len - off);
         if (n < 0 && errno == EINTR)
