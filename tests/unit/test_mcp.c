@@ -153,6 +153,23 @@ Test(mcp, tools_list_publishes_input_and_output_schemas)
         n++;
     }
     cr_assert_eq(n, 9);
+    {
+        /* --help names every tool the server lists */
+        char *bin = kf_test_bin("kforge"), *cmd = kf_asprintf("%s mcp --help", bin), help[8192];
+        FILE *p = popen(cmd, "r");
+        size_t len;
+        cr_assert_not_null(p);
+        len = fread(help, 1, sizeof(help) - 1, p);
+        help[len] = '\0';
+        cr_assert_eq(pclose(p), 0);
+        for (int i = 0; i < n; i++) {
+            char *item = kf_asprintf("  %s ", names[i]);
+            cr_assert(strstr(help, item), "--help names %s:\n%s", names[i], help);
+            free(item);
+        }
+        free(cmd);
+        free(bin);
+    }
     cr_assert(cJSON_IsObject(get(get(get(cJSON_GetArrayItem(tools, 1), "inputSchema"), "properties"), "shapes")));
     cJSON_Delete(a);
     a = kf_mcp_rpc(&m, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{\"cursor\":\"x\"}}", 5000);
