@@ -17,6 +17,9 @@
 #   make lint       cppcheck + clang-tidy over the sources, Redocly's OpenAPI
 #                   linter over api/openapi.json (scripts/openapi-lint.sh)
 #   make bench      benchmarks in bench/ (not part of make test)
+#   make mcp-inspector-check   `kforge mcp` driven by the official MCP
+#                   Inspector's CLI (npm, pinned in tools/mcp-inspector;
+#                   not part of make test: it needs the npm registry)
 #   make SANITIZE=1 test   the same tests under ASan + UBSan (float-cast-overflow too)
 #   make fuzz       every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS
 #                   each (default 60), built with clang under build-fuzz/
@@ -141,6 +144,9 @@ lint:
 bench: all
 	BUILD=$(BUILD) bench/run.sh
 
+mcp-inspector-check: $(BUILD)/bin/kforge
+	BUILD=$(BUILD) scripts/mcp-inspector-check.sh
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
@@ -163,7 +169,7 @@ fuzz-bins: $(FUZZ_BINS)
 clean:
 	rm -rf build build-asan build-fuzz
 
-.PHONY: all tests test test-python run deps lint bench install clean fuzz fuzz-bins
+.PHONY: all tests test test-python run deps lint bench install clean fuzz fuzz-bins mcp-inspector-check
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -19,6 +19,7 @@
 #include "kf_config.h"
 #include "sim_check.h"
 #include "sim_input.h"
+#include "sim_npy.h"
 #include "sim_profile.h"
 #include "sim_run.h"
 #include "sim_sandbox.h"
@@ -411,11 +412,96 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
     return rc;
 }
 
+/* One output's figures: shape, dtype, element count, NaN/Inf counts and
+ * min/max/mean over the finite elements (what a run shows without a
+ * reference: a kernel that leaves elements unwritten shows NaN there). */
+static cJSON *ka_output_stats(const sim_array *a)
+{
+    cJSON *o = cJSON_CreateObject(), *sh = cJSON_AddArrayToObject(o, "shape");
+    uint64_t n = 1, nan = 0, inf = 0, fin = 0;
+    double mn = 0, mx = 0, sum = 0;
+
+    for (int d = 0; d < a->ndim; d++) {
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)a->shape[d]));
+        n *= (uint64_t)a->shape[d];
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        double v = sim_npy_load_elem(a->dtype, a->data, i);
+        if (isnan(v)) {
+            nan++;
+        } else if (isinf(v)) {
+            inf++;
+        } else {
+            mn = fin == 0 || v < mn ? v : mn;
+            mx = fin == 0 || v > mx ? v : mx;
+            sum += v;
+            fin++;
+        }
+    }
+    cJSON_AddStringToObject(o, "dtype", sim_dtype_name(a->dtype));
+    cJSON_AddNumberToObject(o, "elements", (double)n);
+    cJSON_AddNumberToObject(o, "nan", (double)nan);
+    cJSON_AddNumberToObject(o, "inf", (double)inf);
+    if (fin) {
+        cJSON_AddNumberToObject(o, "min", mn);
+        cJSON_AddNumberToObject(o, "max", mx);
+        cJSON_AddNumberToObject(o, "mean", sum / (double)fin);
+    }
+    return o;
+}
+
+/* KA_EVAL_RUN: the kernel once with numerics on, on seeded random inputs. */
+static kf_code ka_child_run(const ka_eval_req *r, cJSON *j, kf_err *err)
+{
+    const ka_problem *pb = r->pb;
+    sim_run_opts o;
+    sim_record rec;
+    sim_error serr;
+    sim_array *in = NULL, *outs = NULL;
+    size_t n_outs = 0;
+    double t0 = ka_now();
+    kf_code rc;
+
+    memset(&o, 0, sizeof(o));
+    o.source_path = pb->source_path;
+    o.entry = pb->entry;
+    o.target = pb->target;
+    o.numerics = true;
+    o.kwargs_json = r->kwargs_json;
+    sim_record_init(&rec, pb->target);
+    sim_error_clear(&serr);
+    rc = ka_make_inputs(pb, true, r->n_seeds > 0 ? r->seeds[0] : 1, &in, err);
+    if (rc)
+        goto out;
+    rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
+    if (rc) {
+        ka_add_error(j, &serr, rc, err);
+        cJSON_AddBoolToObject(j, "ok", false);
+        rc = KF_OK;
+        goto out;
+    }
+    cJSON_AddBoolToObject(j, "ok", true);
+    cJSON_AddNumberToObject(j, "n_outputs", (double)n_outs);
+    {
+        cJSON *arr = cJSON_AddArrayToObject(j, "outputs");
+        for (size_t k = 0; k < n_outs; k++)
+            cJSON_AddItemToArray(arr, ka_output_stats(&outs[k]));
+    }
+out:
+    cJSON_AddNumberToObject(j, "sim_seconds", ka_now() - t0);
+    ka_free_arrays(outs, n_outs);
+    ka_free_arrays(in, (size_t)pb->n_inputs);
+    sim_record_release(&rec);
+    return rc;
+}
+
 static kf_code ka_child(void *arg, sim_sandbox_out *out, kf_err *err)
 {
     const ka_eval_req *r = arg;
     cJSON *j = cJSON_CreateObject();
-    kf_code rc = r->mode == KA_EVAL_TIMING ? ka_child_timing(r, j, err) : ka_child_validate(r, out, j, err);
+    kf_code rc = r->mode == KA_EVAL_TIMING ? ka_child_timing(r, j, err)
+                 : r->mode == KA_EVAL_RUN  ? ka_child_run(r, j, err)
+                                           : ka_child_validate(r, out, j, err);
     char *text = cJSON_PrintUnformatted(j);
     sim_sandbox_send_json(out, text);
     free(text);

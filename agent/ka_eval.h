@@ -22,6 +22,10 @@
  *                     seed that fails ends the run (the later ones do not
  *                     run).  With ref_in, a seed's reference outputs are
  *                     read from a file instead of running the reference.
+ *   KA_EVAL_RUN       the kernel once with numerics on, on random inputs of
+ *                     the first seed (1 when none): compile + numerics with
+ *                     no reference (kforge mcp's `run`); each output's shape,
+ *                     dtype, NaN/Inf counts and finite min/max/mean.
  * A kernel error (with its code, file and line), a crash or a limit is a
  * result ("ok": false), not a failure of the call.
  *
@@ -37,6 +41,9 @@
  *             the machine and no write outside its own tmpfs;
  *   validate: {"ok", "error"?, "pass", "ref_error"?, "checks",
  *              "sim_seconds", "ref_seconds"}
+ *   run:      {"ok", "error"?, "n_outputs", "outputs": [{"shape", "dtype",
+ *              "elements", "nan", "inf", "min"?, "max"?, "mean"?}],
+ *              "sim_seconds"}
  * plus "wall_seconds" (the whole sandboxed evaluation, parent side).
  * Failure of the call itself: KF_TOO_LARGE or KF_INVALID when an input's
  * shape is one the simulator cannot hold (sim_array_check, checked before
@@ -54,6 +61,7 @@
 typedef enum ka_eval_mode {
     KA_EVAL_TIMING = 0,
     KA_EVAL_VALIDATE,
+    KA_EVAL_RUN,
 } ka_eval_mode;
 
 enum { KA_MAX_SEEDS = 8 };

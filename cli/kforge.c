@@ -24,6 +24,7 @@
 
 #include "cli/cli_http.h"
 #include "cli/cli_library.h"
+#include "cli/cli_mcp.h"
 #include "cli/cli_out.h"
 #include "cli_batch.h"
 #include "cli_tune.h"
@@ -98,6 +99,8 @@ static const cli_cmd_help cli_helps[] = {
     { "tune", "tune OP|KERNEL.py ...", "Tune a kernel locally, no service (kforge tune --help)." },
     { "library", "library list|show ENTRY|export DIR ...",
       "The kernel library: best kernel per op, shape, dtype and target (kforge library --help)." },
+    { "mcp", "mcp",
+      "Serve kforge's tools to an MCP client (Claude Code, Kiro...) on stdio (kforge mcp --help)." },
 };
 
 static const cli_cmd_help *cli_help_of(const char *cmd)
@@ -798,6 +801,8 @@ int main(int argc, char **argv)
         return cli_tune_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "library") == 0)
         return cli_library_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "mcp") == 0)
+        return cli_mcp_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "batch") == 0) {
         if (kf_config_load(&err) != KF_OK) {
             fprintf(stderr, "kforge: %s\n", err.msg);
