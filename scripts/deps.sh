@@ -2,7 +2,8 @@
 # Install the Debian 12 packages kforge needs to build, test and run
 # (python3-pandas: only for the Python client's to_dataframe() test;
 # chromium, ~100 MB: only for the dashboard's browser test, tests/integration/test_ui;
-# docker-compose: only to validate docker-compose.yml in `make lint`, deploy/check.sh).
+# docker-compose and systemd (systemd-analyze, -sysusers, -tmpfiles): only to validate the
+# deployment files in `make lint`, deploy/check.sh).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
@@ -16,7 +17,7 @@ PKGS=(
   curl cppcheck clang-tidy valgrind wrk
   clang libclang-rt-14-dev
   chromium
-  docker-compose
+  docker-compose systemd
 )
 
 missing=()
