@@ -35,6 +35,20 @@ static double ka_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* One simulator run of the request's kernel: its options (numerics on or
+ * off), an empty record and a cleared error. */
+static void ka_run_start(const ka_eval_req *r, bool numerics, sim_run_opts *o, sim_record *rec, sim_error *serr)
+{
+    memset(o, 0, sizeof(*o));
+    o->source_path = r->pb->source_path;
+    o->entry = r->pb->entry;
+    o->target = r->pb->target;
+    o->numerics = numerics;
+    o->kwargs_json = r->kwargs_json;
+    sim_record_init(rec, r->pb->target);
+    sim_error_clear(serr);
+}
+
 const char *ka_eval_short_loc(const char *loc)
 {
     const char *s = loc ? strrchr(loc, '/') : NULL;
@@ -230,14 +244,7 @@ static kf_code ka_child_timing(const ka_eval_req *r, cJSON *j, kf_err *err)
     double t0 = ka_now();
     kf_code rc;
 
-    memset(&o, 0, sizeof(o));
-    o.source_path = pb->source_path;
-    o.entry = pb->entry;
-    o.target = pb->target;
-    o.numerics = false;
-    o.kwargs_json = r->kwargs_json;
-    sim_record_init(&rec, pb->target);
-    sim_error_clear(&serr);
+    ka_run_start(r, false, &o, &rec, &serr);
     rc = sim_target_load(pb->target, NULL, &tgt, err);
     if (rc)
         goto out;
@@ -335,14 +342,7 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
         bool have_refs = false;
         double t0;
 
-        memset(&o, 0, sizeof(o));
-        o.source_path = pb->source_path;
-        o.entry = pb->entry;
-        o.target = pb->target;
-        o.numerics = true;
-        o.kwargs_json = r->kwargs_json;
-        sim_record_init(&rec, pb->target);
-        sim_error_clear(&serr);
+        ka_run_start(r, true, &o, &rec, &serr);
         rc = ka_make_inputs(pb, true, r->seeds[s], &in, err);
         if (rc) {
             sim_record_release(&rec);
@@ -462,14 +462,7 @@ static kf_code ka_child_run(const ka_eval_req *r, cJSON *j, kf_err *err)
     double t0 = ka_now();
     kf_code rc;
 
-    memset(&o, 0, sizeof(o));
-    o.source_path = pb->source_path;
-    o.entry = pb->entry;
-    o.target = pb->target;
-    o.numerics = true;
-    o.kwargs_json = r->kwargs_json;
-    sim_record_init(&rec, pb->target);
-    sim_error_clear(&serr);
+    ka_run_start(r, true, &o, &rec, &serr);
     rc = ka_make_inputs(pb, true, r->n_seeds > 0 ? r->seeds[0] : 1, &in, err);
     if (rc)
         goto out;
