@@ -167,8 +167,15 @@ static kf_code kt_handshake(kf_tls_relay *r, const char *host, int port, int64_t
     if (is_ip) {
         if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(r->ssl), host) != 1)
             return kf_err_set(err, KF_INTERNAL, "cannot check the certificate against %s", host);
-    } else if (SSL_set_tlsext_host_name(r->ssl, host) != 1 || SSL_set1_host(r->ssl, host) != 1) {
-        return kf_err_set(err, KF_INTERNAL, "cannot check the certificate against %s", host);
+    } else {
+        /* SSL_set_tlsext_host_name() is a macro that casts its argument to
+           void *; hand it a writable copy (a DNS name is at most 253 bytes). */
+        char sni[256];
+        if (strlen(host) >= sizeof(sni))
+            return kf_err_set(err, code, "Redis host name '%.64s...' is longer than a DNS name can be", host);
+        memcpy(sni, host, strlen(host) + 1);
+        if (SSL_set_tlsext_host_name(r->ssl, sni) != 1 || SSL_set1_host(r->ssl, host) != 1)
+            return kf_err_set(err, KF_INTERNAL, "cannot check the certificate against %s", host);
     }
     for (;;) {
         int rc = SSL_connect(r->ssl), e, w;
