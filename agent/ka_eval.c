@@ -610,6 +610,18 @@ static void ka_store_refs(const ka_eval_req *req, const sim_sandbox_result *sb, 
     }
 }
 
+/* path (a buffer of len bytes) replaced by its real path; false when that
+ * does not fit. */
+static bool ka_real_path(char *path, size_t len)
+{
+    char *r = sim_sandbox_real_path(path);
+    bool fits = strlen(r) < len;
+    if (fits)
+        memcpy(path, r, strlen(r) + 1);
+    free(r);
+    return fits;
+}
+
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
 {
     sim_sandbox_limits lim;
@@ -648,8 +660,16 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
         if (rc)
             return rc;
     }
-    /* The sandbox API takes a mutable context; the child only reads req. */
-    rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err); /* NOLINT(performance-no-int-to-ptr) */
+    /* The child opens the kernel and the reference where the sandbox mounts
+     * them: at their real paths (sim_sandbox_real_path). */
+    ka_problem real_pb = *req->pb;
+    ka_eval_req real_req = *req;
+    if (!ka_real_path(real_pb.source_path, sizeof(real_pb.source_path)) ||
+        (real_pb.ref_path[0] && !ka_real_path(real_pb.ref_path, sizeof(real_pb.ref_path))))
+        return kf_err_set(err, KF_INVALID, "the kernel or reference path is longer than %d bytes once resolved",
+                          PATH_MAX - 1);
+    real_req.pb = &real_pb;
+    rc = sim_sandbox_run(&lim, ka_child, &real_req, &sb, err);
     if (rc)
         return rc;
     if (sb.json)
