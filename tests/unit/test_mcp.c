@@ -511,7 +511,7 @@ Test(mcp, core_answers_are_json_text_whatever_the_line)
     cJSON_Delete(a);
     /* a method of 99 bytes and a 2-byte character: quoted up to 100 bytes */
     memset(name, 'm', 99);
-    strcpy(name + 99, "\xc3\xa9");
+    memcpy(name + 99, "\xc3\xa9", 3);
     snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"%s\"}", name);
     a = core_answer(&s, line);
     cr_assert_eq(rpc_code(a), -32601);
@@ -526,7 +526,7 @@ Test(mcp, core_answers_are_json_text_whatever_the_line)
     cJSON_Delete(a);
     /* a property name of 63 bytes and a character, quoted up to 64 bytes */
     memset(name, 'a', 63);
-    strcpy(name + 63, "\xc3\xa9");
+    memcpy(name + 63, "\xc3\xa9", 3);
     snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":\"run\","
              "\"arguments\":{\"kernel\":\"k.py\",\"entry\":\"k\",\"inputs\":[{\"name\":\"a\",\"shape\":[1],"
              "\"dtype\":\"fp32\",\"%s\":1}]}}}", name);
