@@ -105,7 +105,7 @@ enum {
     XX(NEURON_EXPLORER,  STR, "neuron-explorer",                        0, 0,            KF_USE_WORKER,                   \
        "neuron backend: the Neuron profiler CLI (capture, view --output-format summary-json), a path or a name on PATH.") \
     XX(NEURON_CC,        STR, "neuronx-cc",                             0, 0,            KF_USE_WORKER,                   \
-       "neuron backend: the Neuron compiler the runner compiles with (passed to it; its --version goes into provenance).") \
+       "neuron backend: the Neuron compiler the runner compiles with (passed to the runner as NEURON_CC).") \
     XX(NEURON_CORE,      INT, "0",                                      0, 1023,         KF_USE_WORKER,                   \
        "neuron backend: the NeuronCore this worker evaluates on (NEURON_RT_VISIBLE_CORES of every device tool): one device per evaluation.") \
     XX(NEURON_TIMEOUT_S, INT, "900",                                    1, 86400,        KF_USE_WORKER,                   \
