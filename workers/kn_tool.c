@@ -70,7 +70,7 @@ static void kn_child(const kn_tool_opts *o, int out_fd, int err_fd)
         if (strncmp(o->env[i], "KFORGE_", 7) != 0)
             env[n++] = kf_strdup(o->env[i]);
     env[n] = NULL;
-    for (na = 0; o->argv[na] && na < KN_ARGV_MAX; na++)
+    for (na = 0; na < KN_ARGV_MAX && o->argv[na]; na++)
         argv[na] = kf_strdup(o->argv[na]);
     argv[na] = NULL;
     /* execvpe looks argv[0] up on the PATH of this process (the worker's) */
