@@ -714,7 +714,8 @@ static kf_code neuron_run(const kf_backend *self, const kf_job_payload *job, con
                           char **result_json, bool *retryable, kf_err *err)
 {
     const char *tmp = getenv("TMPDIR");
-    char why[600];
+    char why[600] = "";
+    bool sick = false;
     bn_job j;
     kf_code rc;
 
@@ -746,7 +747,14 @@ static kf_code neuron_run(const kf_backend *self, const kf_job_payload *job, con
         *retryable = true;
         rc = kf_err_set(err, KF_UNAVAILABLE, "the job stopped before its evaluation (cancelled or lease lost)");
     }
-    if (rc == KF_OK && bn_health_check(&j, why, sizeof(why)) != KF_OK) {
+    if (rc == KF_OK) {
+        /* the health check gets the between-jobs check's minute, not a compile's limit */
+        unsigned full = j.timeout_s;
+        j.timeout_s = full < 60 ? full : 60;
+        sick = bn_health_check(&j, why, sizeof(why)) != KF_OK;
+        j.timeout_s = full;
+    }
+    if (sick) {
         *retryable = true;
         rc = kf_err_set(err, KF_UNAVAILABLE, "the Neuron device is not healthy (%s); another attempt will run on a "
                         "healthy worker", why);
