@@ -4,6 +4,7 @@
 
 #include "kw_beat.h"
 #include "kw_lease.h"
+#include "kf_backend.h"
 #include "kf_job.h"
 #include "kf_log.h"
 
@@ -78,6 +79,23 @@ kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err)
     }
     if (w->n_targets == 0)
         return kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_TARGETS is empty");
+    return KF_OK;
+}
+
+kf_code kw_worker_set_caps(kw_worker *w, kf_err *err)
+{
+    const kf_backend *const *all = kf_backend_all();
+
+    w->n_backends = 0;
+    for (int i = 0; all[i]; i++) {
+        if (w->n_backends >= KW_MAX_BACKENDS)
+            return kf_err_set(err, KF_CONFIG, "kforge-worker has more than %d backends compiled in", KW_MAX_BACKENDS);
+        w->backends[w->n_backends++] = all[i]->name;
+    }
+    if (w->n_backends * w->n_targets > KF_QUEUE_MAX_PAIRS)
+        return kf_err_set(err, KF_CONFIG, "%d targets x %d backends is more than the %d pairs a worker may serve",
+                          w->n_targets, w->n_backends, KF_QUEUE_MAX_PAIRS);
+    w->caps = (kf_queue_caps){ w->targets, w->n_targets, w->backends, w->n_backends };
     return KF_OK;
 }
 

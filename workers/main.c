@@ -88,7 +88,8 @@ static kf_code w_configure(kf_err *err)
         snprintf(why, sizeof(why), "%s", err->msg);
         return kf_err_set(err, err->code, "refusing to start: %s", why);
     }
-    if (kw_worker_parse_targets(&w, kf_config_str(KF_CFG_WORKER_TARGETS), err) != KF_OK)
+    if (kw_worker_parse_targets(&w, kf_config_str(KF_CFG_WORKER_TARGETS), err) != KF_OK ||
+        kw_worker_set_caps(&w, err) != KF_OK)
         return err->code;
     w.lease_ms = kf_config_int(KF_CFG_LEASE_MS);
     w.heartbeat_ms = kf_config_int(KF_CFG_HEARTBEAT_MS);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "workers/kf_backend.h"
 #include "workers/kw_beat.h"
 #include "workers/kw_deliver.h"
 #include "workers/kw_lease.h"
@@ -195,6 +196,8 @@ static void check_lists(const cJSON *doc)
     cr_assert(cJSON_IsArray(t) && cJSON_GetArraySize(t) == 2);
     cr_assert_str_eq(cJSON_GetArrayItem(t, 1)->valuestring, "trn2");
     cr_assert(cJSON_IsArray(b) && cJSON_GetArraySize(b) >= 1);
+    for (int i = 0; kf_backend_all()[i]; i++)
+        cr_assert_str_eq(cJSON_GetArrayItem(b, i)->valuestring, kf_backend_all()[i]->name);
 }
 
 Test(beat, the_registry_entry_and_the_api_heartbeat)
@@ -208,6 +211,15 @@ Test(beat, the_registry_entry_and_the_api_heartbeat)
     snprintf(w.host, sizeof(w.host), "h");
     w.started_ms = 1700000000123LL;
     cr_assert_eq(kw_worker_parse_targets(&w, "trn1,trn2", &e), KF_OK);
+    cr_assert_eq(kw_worker_set_caps(&w, &e), KF_OK, "%s", e.msg);
+    /* It leases, waits on and advertises its targets x the backends compiled in. */
+    cr_assert_eq(w.caps.n_targets, 2);
+    cr_assert_eq(w.caps.targets, (const char *const *)w.targets);
+    cr_assert_eq(w.caps.backends, (const char *const *)w.backends);
+    for (int i = 0; kf_backend_all()[i]; i++) {
+        cr_assert_lt(i, w.caps.n_backends);
+        cr_assert_str_eq(w.backends[i], kf_backend_all()[i]->name);
+    }
 
     txt = kw_beat_registry_json(&w, "job-9");
     doc = cJSON_Parse(txt);
