@@ -5,6 +5,7 @@
 #include "kw_beat.h"
 #include "kw_lease.h"
 #include "kf_backend.h"
+#include "kf_buf.h"
 #include "kf_job.h"
 #include "kf_log.h"
 
@@ -82,16 +83,52 @@ kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err)
     return KF_OK;
 }
 
-kf_code kw_worker_set_caps(kw_worker *w, kf_err *err)
+/* The compiled-in backend named by the n bytes at p, or NULL. */
+static const kf_backend *kw_backend_named(const char *p, size_t n)
 {
     const kf_backend *const *all = kf_backend_all();
 
-    w->n_backends = 0;
     for (int i = 0; all[i]; i++) {
-        if (w->n_backends >= KW_MAX_BACKENDS)
-            return kf_err_set(err, KF_CONFIG, "kforge-worker has more than %d backends compiled in", KW_MAX_BACKENDS);
-        w->backends[w->n_backends++] = all[i]->name;
+        if (strlen(all[i]->name) == n && strncmp(all[i]->name, p, n) == 0)
+            return all[i];
     }
+    return NULL;
+}
+
+kf_code kw_worker_set_caps(kw_worker *w, const char *list, kf_err *err)
+{
+    const kf_backend *const *all = kf_backend_all();
+    const char *p = list ? list : "";
+    kf_buf names = KF_BUF_INIT;
+
+    w->n_backends = 0;
+    for (int i = 0; all[i]; i++)
+        kf_buf_addf(&names, "%s%s", i ? ", " : "", all[i]->name);
+    if (!*p) {
+        for (int i = 0; all[i] && w->n_backends < KW_MAX_BACKENDS; i++)
+            w->backends[w->n_backends++] = all[i]->name;
+    }
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        const kf_backend *b = kw_backend_named(p, n);
+        bool dup = false;
+        for (int i = 0; b && i < w->n_backends; i++)
+            dup = dup || w->backends[i] == b->name;
+        if (!b || dup || w->n_backends >= KW_MAX_BACKENDS) {
+            kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_BACKENDS='%s': '%.*s' is %s (compiled in: %s)", list, (int)n, p,
+                       !b ? "not a backend of this worker" : "named twice", names.data);
+            kf_buf_release(&names);
+            return KF_CONFIG;
+        }
+        w->backends[w->n_backends++] = b->name;
+        p += n;
+        if (*p == ',' && !*++p) {
+            kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_BACKENDS='%s' ends with a comma", list);
+            kf_buf_release(&names);
+            return KF_CONFIG;
+        }
+    }
+    kf_buf_release(&names);
     if (w->n_backends * w->n_targets > KF_QUEUE_MAX_PAIRS)
         return kf_err_set(err, KF_CONFIG, "%d targets x %d backends is more than the %d pairs a worker may serve",
                           w->n_targets, w->n_backends, KF_QUEUE_MAX_PAIRS);

@@ -117,12 +117,14 @@ void kw_sleep(kw_worker *w, int ms);
  * (kf_job_targets) into w->targets; KF_CONFIG saying what is wrong. */
 kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err);
 
-/* After kw_worker_parse_targets: w->backends from the backends compiled
- * in (kf_backend_all()) and w->caps, the (target, backend) pairs the
- * worker leases, blocks on and advertises in its heartbeats: its targets x
- * its backends.  KF_CONFIG when there are more than KW_MAX_BACKENDS
- * backends or more pairs than the queue takes (KF_QUEUE_MAX_PAIRS). */
-kf_code kw_worker_set_caps(kw_worker *w, kf_err *err);
+/* After kw_worker_parse_targets: w->backends from KFORGE_WORKER_BACKENDS
+ * (`list`: comma-separated names of backends compiled in, kf_backend_all();
+ * NULL or empty: every one compiled in) and w->caps, the (target, backend)
+ * pairs the worker leases, blocks on and advertises in its heartbeats: its
+ * targets x its backends.  KF_CONFIG saying what is wrong for a backend
+ * not compiled in, a repeated or empty name, or more pairs than the queue
+ * takes (KF_QUEUE_MAX_PAIRS). */
+kf_code kw_worker_set_caps(kw_worker *w, const char *list, kf_err *err);
 
 /* KFORGE_WORKER_ID: empty (learn it from the token) or 1-128 letters,
  * digits and _ . : - */
