@@ -18,7 +18,10 @@
     "end\n"                                                                            \
     "local function n2s(x) return string.format('%.0f', x) end\n"                      \
     "local function wait_score(prio, ms) return (10 - prio) * 1e13 + ms end\n"        \
-    "local function pair(backend, target) return backend .. ':' .. target end\n"      \
+    "local function pair(backend, target)\n"                                          \
+    "  if not backend or backend == '' then backend = 'sim' end\n"                    \
+    "  return backend .. ':' .. target\n"                                             \
+    "end\n"                                                                            \
     "local function wait_key(backend, target) return 'kf:wait:' .. pair(backend, target) end\n" \
     "local function signal(backend, target)\n"                                        \
     "  local k = 'kf:signal:' .. pair(backend, target)\n"                             \
@@ -239,7 +242,7 @@ static const char lua_cancel[] = PRELUDE
 /* KEYS[1] job hash.  ARGV: id */
 static const char lua_forget[] = PRELUDE
     "local h = redis.call('HMGET', KEYS[1], 'target', 'backend')\n"
-    "if h[1] and h[2] then redis.call('ZREM', wait_key(h[2], h[1]), ARGV[1]) end\n"
+    "if h[1] then redis.call('ZREM', wait_key(h[2], h[1]), ARGV[1]) end\n"
     "redis.call('ZREM', 'kf:active', ARGV[1])\n"
     "redis.call('ZREM', 'kf:delayed', ARGV[1])\n"
     "redis.call('ZREM', 'kf:dead', ARGV[1])\n"

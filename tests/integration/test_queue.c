@@ -975,4 +975,18 @@ Test(queue, migration_moves_target_only_waiting_sets_to_pairs)
     cr_assert(take_as("w-s", "trn2", "sim", &l));
     cr_assert_str_eq(l.id, "o2");
     kf_queue_lease_free(&l);
+
+    /* A retry the previous version scheduled, its hash without a backend,
+     * comes back to the simulator's set too (no script error). */
+    freeReplyObject(redisCommand(raw, "HSET kf:job:o4 kind generate target trn2 priority 5 attempt 1 "
+                                      "max_attempts 3 state retrying payload {}"));
+    freeReplyObject(redisCommand(raw, "ZADD kf:delayed 1 o4"));
+    {
+        kf_queue_moved *m = NULL;
+        int n = 0;
+        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+        kf_queue_moved_free(m, n);
+        cr_assert_eq(n, 1);
+    }
+    cr_assert_eq(zscore_exists("kf:wait:sim:trn2", "o4"), 1);
 }
