@@ -392,7 +392,7 @@ typedef struct api_new_job {
     const char *spec, *budget, *goal, *labels;   /* JSON texts */
     const char *created_at;     /* ISO 8601 (api_job_clock), also updated_at */
     int64_t     created_us;     /* the same instant, microseconds since 1970 */
-    const char *doc;            /* the job document the client gets (api_job_doc) */
+    const char *doc;            /* the answer the client gets: api_job_doc, plus any warnings */
     api_req    *req;            /* suspended (api_req_suspend); resumed when done */
     /* outputs */
     int         status;         /* 202, or 503/500 when nothing was written */
@@ -618,6 +618,27 @@ bool api_route_is_ui(const api_route *r);
 /* api_artifacts.c: whether an If-None-Match list names etag (or is "*"),
  * comparing weakly (RFC 9110 13.1.2). */
 bool api_etag_listed(const char *h, const char *etag);
+
+/* ---- routing by capability (api_caps.c) ------------------------------------ */
+
+/* The warnings for the distinct (targets[i], backends[i]) pairs (n of
+ * them) no worker has ever offered: an array of {code:
+ * "capability-never-offered", message, capability {target, backend}}, or
+ * NULL when there is none (or Redis cannot tell; logged).  Caller frees. */
+cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *const *backends, int n);
+/* A JSON object's text with `"name" : value` added as its last member (a
+ * copy of doc when value is NULL); name is a plain identifier.  Caller
+ * frees. */
+char *api_doc_with_member(const char *doc, const char *name, const cJSON *value);
+/* A queued job's `waiting` object {reason, capability {target, backend},
+ * ever_offered} when no live worker offers its pair; NULL when one does
+ * (or Redis cannot tell).  Caller frees. */
+cJSON *api_caps_waiting(api_req *r, const char *target, const char *backend);
+/* /readyz: checks.capabilities ("ok", "missing", "unknown") and, when
+ * missing, doc's missing_capabilities [{target, backend, waiting,
+ * ever_offered, reason}] and a line in doc's warnings.  Readiness is not
+ * changed: the API serves whether or not workers are there. */
+void api_caps_readyz(api_req *r, cJSON *doc, cJSON *checks);
 
 /* ---- the embedded OpenAPI document (api_openapi.c) ------------------------ */
 extern const char api_openapi_json[];      /* NUL-terminated */

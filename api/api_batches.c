@@ -195,7 +195,8 @@ static void api_batch_enqueue(api_req *r, const kf_batchspec *bs, const api_batc
     kf_pg_array_release(&done);
 }
 
-static char *api_batch_doc(const char *id, const kf_batchspec *bs, const char *hash, const char *created)
+static char *api_batch_doc(const char *id, const kf_batchspec *bs, const char *hash, const char *created,
+                           cJSON *warnings)
 {
     cJSON *o = cJSON_CreateObject();
     char *s;
@@ -211,9 +212,31 @@ static char *api_batch_doc(const char *id, const kf_batchspec *bs, const char *h
     cJSON_AddStringToObject(o, "matrix_hash", hash);
     cJSON_AddStringToObject(o, "state", "open");
     cJSON_AddStringToObject(o, "created_at", created);
+    if (warnings)
+        cJSON_AddItemToObject(o, "warnings", warnings);
     s = kf_json_print(o);
     cJSON_Delete(o);
     return s;
+}
+
+/* The capability warnings of the batch's distinct (target, backend)
+ * pairs (api_caps_warnings), or NULL. */
+static cJSON *api_batch_warnings(api_req *r, const kf_batchspec *bs)
+{
+    const char *t[KF_QUEUE_MAX_PAIRS], *b[KF_QUEUE_MAX_PAIRS];
+    int n = 0;
+
+    for (int i = 0; i < bs->n && n < KF_QUEUE_MAX_PAIRS; i++) {
+        const kf_job_request *jr = &bs->entries[i].jr;
+        bool dup = false;
+        for (int k = 0; k < n && !dup; k++)
+            dup = strcmp(t[k], jr->target) == 0 && strcmp(b[k], jr->backend) == 0;
+        if (!dup) {
+            t[n] = jr->target;
+            b[n++] = jr->backend;
+        }
+    }
+    return n ? api_caps_warnings(r, t, b, n) : NULL;
 }
 
 /* Each generate job's warm start from the kernel library, as POST
@@ -351,7 +374,7 @@ void api_h_batch_create(api_req *r)
     if (!api_req_commit(r))
         goto out;
     t_written = api_batches_ms();
-    doc = api_batch_doc(batch_id, &bs, hash, created);
+    doc = api_batch_doc(batch_id, &bs, hash, created, api_batch_warnings(r, &bs));
     api_reply_json_text(r, 202, doc);
     snprintf(r->location, sizeof(r->location), "/v1/batches/%s", batch_id);
     api_batch_enqueue(r, &bs, &cols, res);

@@ -218,7 +218,20 @@ void api_h_job_create(api_req *r)
     nj->labels = c->labels;
     nj->created_us = api_job_clock(c->created_at);
     nj->created_at = c->created_at;
-    nj->doc = c->doc = api_job_doc(nj);
+    c->doc = api_job_doc(nj);
+    {
+        /* The answer warns when no worker has ever offered the job's
+         * (target, backend); the idempotency record keeps the answer as
+         * given, warnings and all. */
+        cJSON *warnings = api_caps_warnings(r, &nj->target, &nj->backend, 1);
+        if (warnings) {
+            char *doc = api_doc_with_member(c->doc, "warnings", warnings);
+            free(c->doc);
+            c->doc = doc;
+            cJSON_Delete(warnings);
+        }
+    }
+    nj->doc = c->doc;
     nj->req = r;
     r->ctx = c;
     r->ctx_free = api_create_free;
@@ -227,7 +240,7 @@ void api_h_job_create(api_req *r)
 
 static const api_stmt api_st_job_get = {
     2, "kf_job_get",
-    "SELECT " API_JOB_JSON " FROM jobs j WHERE j.id = $1::uuid "
+    "SELECT " API_JOB_JSON ", j.state, j.target, j.backend FROM jobs j WHERE j.id = $1::uuid "
     "AND ($2::bigint IS NULL OR j.owner_token_id = $2::bigint)",
     2,
 };
@@ -245,10 +258,18 @@ void api_h_job_get(api_req *r)
     res = api_req_stmt(r, &api_st_job_get, params);
     if (!res)
         return;
-    if (PQntuples(res) == 0)
+    if (PQntuples(res) == 0) {
         api_reply_code(r, KF_NOT_FOUND, "not-found", "no job with id %s", r->param);
-    else
-        api_reply_json_text(r, 200, PQgetvalue(res, 0, 0));
+    } else {
+        /* A queued job no live worker can run says why it waits. */
+        cJSON *waiting = strcmp(PQgetvalue(res, 0, 1), "queued") == 0
+                             ? api_caps_waiting(r, PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3))
+                             : NULL;
+        char *doc = api_doc_with_member(PQgetvalue(res, 0, 0), "waiting", waiting);
+        api_reply_json_text(r, 200, doc);
+        free(doc);
+        cJSON_Delete(waiting);
+    }
     PQclear(res);
 }
 

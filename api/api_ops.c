@@ -79,6 +79,7 @@ void api_h_readyz(api_req *r)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "status", "ready");
         api_readyz_sandbox(r, o, checks);
+        api_caps_readyz(r, o, checks);
         cJSON_AddItemToObject(o, "checks", checks);
         api_reply_json(r, 200, o);
         cJSON_Delete(o);

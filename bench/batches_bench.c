@@ -233,7 +233,7 @@ static void *bb_interactive(void *arg)
             bb_sleep_us(200);
         }
         while (!got) {
-            if (kf_queue_lease_job(q, targets, 1, "bench-w0", 60000, &l, &got, &e) != KF_OK)
+            if (kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "bench-w0", 60000, &l, &got, &e) != KF_OK)
                 bb_die(e.msg);
             if (!got)
                 bb_sleep_us(200);

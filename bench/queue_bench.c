@@ -701,7 +701,7 @@ static int qb_memory(int n)
         bool created, got;
         snprintf(id, sizeof(id), "00000000-0000-4000-8000-%012d", i);
         if (kf_queue_enqueue(q, &j, &created, &e) != KF_OK ||
-            kf_queue_lease_job(q, targets, 1, "bench", 30000, &l, &got, &e) != KF_OK || !got ||
+            kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "bench", 30000, &l, &got, &e) != KF_OK || !got ||
             kf_queue_ack(q, l.id, l.token, &e) != KF_OK)
             qb_die(e.msg[0] ? e.msg : "lease found nothing");
         kf_queue_lease_free(&l);

@@ -282,6 +282,7 @@ static int cli_submitted(const cli_opts *o, const cJSON *job)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(job, "id");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(job, "state");
+    const cJSON *w;
 
     if (!cJSON_IsString(id)) {
         fprintf(stderr, "kforge: the API's answer has no job id\n");
@@ -290,6 +291,13 @@ static int cli_submitted(const cli_opts *o, const cJSON *job)
     if (!o->json && !o->quiet)
         printf("job %s %s\n", id->valuestring, cJSON_IsString(st) ? st->valuestring : "");
     fflush(stdout);
+    /* Accepted, but e.g. no worker has ever offered its (target, backend). */
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(job, "warnings"))
+    {
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(w, "message");
+        if (cJSON_IsString(msg))
+            fprintf(stderr, "kforge: warning: %s\n", msg->valuestring);
+    }
     return o->wait ? cli_wait(o, id->valuestring) : 0;
 }
 

@@ -84,6 +84,8 @@ enum {
        "Longest retry delay.")                                                                                            \
     XX(WORKER_TARGETS,   STR, "trn1,inf2,trn2,trn3",                    0, 0,            KF_USE_WORKER,                   \
        "Comma-separated targets this worker leases jobs for.")                                                            \
+    XX(WORKER_BACKENDS,  STR, "",                                       0, 0,            KF_USE_WORKER,                   \
+       "Comma-separated backends this worker leases jobs for, among those compiled in (diag, sim, ...).  Empty: every one compiled in.  It leases exactly its targets x these backends.") \
     XX(WORKER_ID,        STR, "",                                       0, 0,            KF_USE_WORKER,                   \
        "Worker id (registry, leases, reports); must equal its token's name.  Empty: the token's name (asked of the API at start-up).")                                                          \
     XX(SPOOL_DIR,        STR, "var/spool",                              0, 0,            KF_USE_WORKER,                   \

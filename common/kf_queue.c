@@ -26,7 +26,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define KQ_MAX_TARGETS  16
+#define KQ_MAX_PAIRS    KF_QUEUE_MAX_PAIRS
+#define KQ_PAIR_LEN     (2 * 64 + 2)   /* 'backend:target' + NUL */
 /* a script's keys + arguments: the largest is an enqueue of KF_QUEUE_ENQUEUE_MAX jobs */
 #define KQ_MAX_ARGS     (KF_QUEUE_ENQUEUE_MAX * 10)
 #define KQ_CONNECT_MS   2000
@@ -387,6 +388,41 @@ static kf_code kq_check_name(const char *what, const char *s, kf_err *err)
     return KF_OK;
 }
 
+/* A target or backend: a name (kq_check_name) without ':', which
+ * separates the two in a pair's key. */
+static kf_code kq_check_part(const char *what, const char *s, kf_err *err)
+{
+    kf_code rc = kq_check_name(what, s, err);
+
+    if (rc == KF_OK && strchr(s, ':'))
+        return kf_err_set(err, KF_INVALID, "queue: %s '%s' must not contain ':'", what, s);
+    return rc;
+}
+
+/* The pairs 'backend:target' of caps (every target with every backend),
+ * into pairs[] (*n of them), checked. */
+static kf_code kq_pairs(const kf_queue_caps *caps, char pairs[][KQ_PAIR_LEN], int *n, kf_err *err)
+{
+    kf_code rc;
+
+    *n = 0;
+    if (!caps || caps->n_targets < 1 || caps->n_backends < 1 ||
+        caps->n_targets * caps->n_backends > KQ_MAX_PAIRS)
+        return kf_err_set(err, KF_INVALID, "queue: a worker serves 1..%d (target, backend) pairs, not %d x %d",
+                          KQ_MAX_PAIRS, caps ? caps->n_targets : 0, caps ? caps->n_backends : 0);
+    for (int b = 0; b < caps->n_backends; b++) {
+        if ((rc = kq_check_part("backend", caps->backends[b], err)) != KF_OK)
+            return rc;
+        for (int t = 0; t < caps->n_targets; t++) {
+            if ((rc = kq_check_part("target", caps->targets[t], err)) != KF_OK)
+                return rc;
+            snprintf(pairs[*n], KQ_PAIR_LEN, "%s:%s", caps->backends[b], caps->targets[t]);
+            (*n)++;
+        }
+    }
+    return KF_OK;
+}
+
 static double kq_random_unit(void)
 {
     uint64_t v = 0;
@@ -420,7 +456,7 @@ kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf
 
 /* The per-job strings a script call needs: keys and formatted numbers. */
 typedef struct kq_enq_strs {
-    char jk[96], wk[96], prio[12], att[12], maxa[12];
+    char jk[96], wk[160], prio[12], att[12], maxa[12];
 } kq_enq_strs;
 
 kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool *created, kf_err *err)
@@ -438,7 +474,8 @@ kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool
     for (int i = 0; i < n; i++) {
         const kf_queue_job *job = &jobs[i];
         if ((rc = kq_check_name("job id", job->id, err)) != KF_OK ||
-            (rc = kq_check_name("target", job->target, err)) != KF_OK)
+            (rc = kq_check_part("target", job->target, err)) != KF_OK ||
+            (rc = kq_check_part("backend", job->backend, err)) != KF_OK)
             return rc;
         if (job->priority < 0 || job->priority > 9 || job->max_attempts < 1 || job->attempt < 0)
             return kf_err_set(err, KF_INVALID, "queue: job %s has priority %d, attempt %d, max_attempts %d "
@@ -450,7 +487,7 @@ kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool
     for (size_t i = 0; i < (size_t)n; i++) {
         const kf_queue_job *job = &jobs[i];
         kq_job_key(st[i].jk, sizeof(st[i].jk), job->id);
-        snprintf(st[i].wk, sizeof(st[i].wk), "kf:wait:%s", job->target);
+        snprintf(st[i].wk, sizeof(st[i].wk), "kf:wait:%s:%s", job->backend, job->target);
         snprintf(st[i].prio, sizeof(st[i].prio), "%d", job->priority);
         snprintf(st[i].att, sizeof(st[i].att), "%d", job->attempt);
         snprintf(st[i].maxa, sizeof(st[i].maxa), "%d", job->max_attempts);
@@ -459,7 +496,7 @@ kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool
         args[8 * i] = job->id;
         args[8 * i + 1] = job->kind ? job->kind : "";
         args[8 * i + 2] = job->target;
-        args[8 * i + 3] = job->backend ? job->backend : "";
+        args[8 * i + 3] = job->backend;
         args[8 * i + 4] = st[i].prio;
         args[8 * i + 5] = st[i].att;
         args[8 * i + 6] = st[i].maxa;
@@ -484,35 +521,33 @@ out:
     return rc;
 }
 
-kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
-                           int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err)
+kf_code kf_queue_lease_job(kf_queue *q, const kf_queue_caps *caps, const char *worker_id, int64_t lease_ms,
+                           kf_queue_lease *out, bool *got, kf_err *err)
 {
-    char wkeys[KQ_MAX_TARGETS][96];
-    const char *keys[KQ_MAX_TARGETS + 1];
+    char pairs[KQ_MAX_PAIRS][KQ_PAIR_LEN], wkeys[KQ_MAX_PAIRS][KQ_PAIR_LEN + 8];
+    const char *keys[KQ_MAX_PAIRS + 1];
     char lms[24], token[33];
     const char *args[3] = { worker_id, lms, token };
     redisReply *r;
     kf_code rc;
+    int np = 0;
 
     *got = false;
     memset(out, 0, sizeof(*out));
-    if (n_targets < 1 || n_targets > KQ_MAX_TARGETS)
-        return kf_err_set(err, KF_INVALID, "queue: a worker serves 1..%d targets, not %d", KQ_MAX_TARGETS,
-                          n_targets);
+    if ((rc = kq_pairs(caps, pairs, &np, err)) != KF_OK)
+        return rc;
     if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
         return rc;
     if (lease_ms < 1)
         return kf_err_set(err, KF_INVALID, "queue: lease must be at least 1 ms");
     keys[0] = "kf:active";
-    for (int i = 0; i < n_targets; i++) {
-        if ((rc = kq_check_name("target", targets[i], err)) != KF_OK)
-            return rc;
-        snprintf(wkeys[i], sizeof(wkeys[i]), "kf:wait:%s", targets[i]);
+    for (int i = 0; i < np; i++) {
+        snprintf(wkeys[i], sizeof(wkeys[i]), "kf:wait:%.129s", pairs[i]);
         keys[i + 1] = wkeys[i];
     }
     snprintf(lms, sizeof(lms), "%lld", (long long)lease_ms);
     kf_queue_new_token(token);
-    r = kq_eval(q, KF_QS_LEASE, n_targets + 1, keys, 3, args, err);
+    r = kq_eval(q, KF_QS_LEASE, np + 1, keys, 3, args, err);
     if (!r)
         return err ? err->code : KF_REDIS;
     if (kq_status_is(r, "OK") && r->elements >= 10) {
@@ -802,19 +837,25 @@ kf_code kf_queue_trim_dead(kf_queue *q, int64_t older_than_ms, int limit, int *n
     return KF_OK;
 }
 
-kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms, kf_err *err)
+kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms,
+                           const kf_queue_caps *caps, kf_err *err)
 {
-    char wk[96], ttl[24];
+    char wk[96], ttl[24], pairs[KQ_MAX_PAIRS][KQ_PAIR_LEN];
     const char *keys[1] = { wk };
-    const char *args[3] = { worker_id, json ? json : "{}", ttl };
+    const char *args[3 + KQ_MAX_PAIRS] = { worker_id, json ? json : "{}", ttl };
     redisReply *r;
     kf_code rc;
+    int np = 0;
 
     if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
         return rc;
+    if (caps && (rc = kq_pairs(caps, pairs, &np, err)) != KF_OK)
+        return rc;
+    for (int i = 0; i < np; i++)
+        args[3 + i] = pairs[i];
     snprintf(wk, sizeof(wk), "kf:worker:%s", worker_id);
     snprintf(ttl, sizeof(ttl), "%lld", (long long)(ttl_ms < 1 ? 1 : ttl_ms));
-    r = kq_eval(q, KF_QS_HEARTBEAT, 1, keys, 3, args, err);
+    r = kq_eval(q, KF_QS_HEARTBEAT, 1, keys, 3 + np, args, err);
     if (!r)
         return err ? err->code : KF_REDIS;
     freeReplyObject(r);
@@ -824,18 +865,104 @@ kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json,
 kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err)
 {
     char wk[96];
-    const char *a1[2] = { "DEL", wk };
-    const char *a2[3] = { "ZREM", "kf:workers", worker_id };
+    const char *keys[1] = { wk };
+    const char *args[1] = { worker_id };
+    redisReply *r;
     kf_code rc;
 
     if ((rc = kq_check_name("worker id", worker_id, err)) != KF_OK)
         return rc;
-    if ((rc = kq_ensure(q, err)) != KF_OK)
-        return rc;
     snprintf(wk, sizeof(wk), "kf:worker:%s", worker_id);
-    if ((rc = kq_simple(q, err, "DEL", 2, a1)) != KF_OK)
-        return rc;
-    return kq_simple(q, err, "ZREM", 3, a2);
+    if (!(r = kq_eval(q, KF_QS_WORKER_GONE, 1, keys, 1, args, err)))
+        return err ? err->code : KF_REDIS;
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+/* "backend:target" into a cap state's names ("" when it is not a pair). */
+static void kq_cap_names(kf_queue_cap_state *c, const char *pair)
+{
+    const char *colon = strchr(pair, ':');
+    size_t nb = colon ? (size_t)(colon - pair) : 0;
+
+    snprintf(c->backend, sizeof(c->backend), "%.*s", (int)(nb < sizeof(c->backend) ? nb : 0), pair);
+    snprintf(c->target, sizeof(c->target), "%s", colon ? colon + 1 : "");
+}
+
+kf_code kf_queue_caps_get(kf_queue *q, const char *const *targets, const char *const *backends, int n,
+                          kf_queue_cap_state *out, kf_err *err)
+{
+    char pairs[KQ_MAX_PAIRS][KQ_PAIR_LEN];
+    const char *args[KQ_MAX_PAIRS];
+    redisReply *r;
+    kf_code rc;
+
+    if (n < 1 || n > KQ_MAX_PAIRS)
+        return kf_err_set(err, KF_INVALID, "queue: ask about 1..%d capabilities at once, not %d", KQ_MAX_PAIRS, n);
+    memset(out, 0, (size_t)n * sizeof(*out));
+    for (int i = 0; i < n; i++) {
+        if ((rc = kq_check_part("target", targets[i], err)) != KF_OK ||
+            (rc = kq_check_part("backend", backends[i], err)) != KF_OK)
+            return rc;
+        snprintf(pairs[i], sizeof(pairs[i]), "%s:%s", backends[i], targets[i]);
+        args[i] = pairs[i];
+    }
+    if (!(r = kq_eval(q, KF_QS_CAPS, 0, NULL, n, args, err)))
+        return err ? err->code : KF_REDIS;
+    if (r->elements != 1 + 3 * (size_t)n) {
+        freeReplyObject(r);
+        return kf_err_set(err, KF_REDIS, "queue script CAPS: %zu replies for %d capabilities", r->elements, n);
+    }
+    for (int i = 0; i < n; i++) {
+        size_t b = 1 + 3 * (size_t)i;
+        kq_cap_names(&out[i], pairs[i]);
+        out[i].live_workers = kq_int(r, b);
+        out[i].offered = kq_int(r, b + 1) == 1;
+        out[i].waiting = kq_int(r, b + 2);
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err)
+{
+    char lim[12];
+    const char *args[1] = { lim };
+    redisReply *r;
+
+    *n = 0;
+    if (limit < 1)
+        return KF_OK;
+    snprintf(lim, sizeof(lim), "%d", limit);
+    if (!(r = kq_eval(q, KF_QS_CAPS_MISSING, 0, NULL, 1, args, err)))
+        return err ? err->code : KF_REDIS;
+    for (size_t b = 1; b + 2 < r->elements; b += 3) {
+        kf_queue_cap_state *c;
+        if (*n >= limit || r->element[b]->type != REDIS_REPLY_STRING || r->element[b]->len >= KQ_PAIR_LEN)
+            break;
+        c = &out[(*n)++];
+        memset(c, 0, sizeof(*c));
+        kq_cap_names(c, r->element[b]->str);
+        c->offered = kq_int(r, b + 1) == 1;
+        c->waiting = kq_int(r, b + 2);
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
+kf_code kf_queue_migrate_wait(kf_queue *q, int limit, int *moved, kf_err *err)
+{
+    char lim[12];
+    const char *args[1] = { lim };
+    redisReply *r;
+
+    *moved = 0;
+    snprintf(lim, sizeof(lim), "%d", limit < 1 ? 1 : limit);
+    if (!(r = kq_eval(q, KF_QS_MIGRATE_WAIT, 0, NULL, 1, args, err)))
+        return err ? err->code : KF_REDIS;
+    *moved = (int)kq_int(r, 1);
+    freeReplyObject(r);
+    return KF_OK;
 }
 
 kf_code kf_queue_workers_list(kf_queue *q, int limit, kf_queue_worker **out, int *n, kf_err *err)
@@ -1126,36 +1253,34 @@ static kf_code kq_zcard(kf_queue *q, const char *key, int64_t *n, kf_err *err)
 
 kf_code kf_queue_stats_get(kf_queue *q, const char *target, kf_queue_stats *st, kf_err *err)
 {
-    char wk[96];
+    char wk[KQ_PAIR_LEN + 8];
+    const char *argv[2] = { "SMEMBERS", "kf:queues" };
+    redisReply *r;
     kf_code rc;
     int64_t n = 0;
 
     memset(st, 0, sizeof(*st));
+    if (target && (rc = kq_check_part("target", target, err)) != KF_OK)
+        return rc;
     if ((rc = kq_ensure(q, err)) != KF_OK)
         return rc;
-    if (target) {
-        if ((rc = kq_check_name("target", target, err)) != KF_OK)
+    /* Every waiting set is a pair 'backend:target' in kf:queues: sum the
+     * pairs of `target` (all of them without one). */
+    if (!(r = redisCommandArgv(q->c, 2, argv, NULL)))
+        return kq_transport_err(q, err, "SMEMBERS");
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const char *p = r->element[i]->str, *colon;
+        if (r->element[i]->type != REDIS_REPLY_STRING || r->element[i]->len >= KQ_PAIR_LEN ||
+            !(colon = strchr(p, ':')) || (target && strcmp(colon + 1, target) != 0))
+            continue;
+        snprintf(wk, sizeof(wk), "kf:wait:%s", p);
+        if ((rc = kq_zcard(q, wk, &n, err)) != KF_OK) {
+            freeReplyObject(r);
             return rc;
-        snprintf(wk, sizeof(wk), "kf:wait:%s", target);
-        if ((rc = kq_zcard(q, wk, &st->waiting, err)) != KF_OK)
-            return rc;
-    } else {
-        const char *argv[2] = { "SMEMBERS", "kf:targets" };
-        redisReply *r = redisCommandArgv(q->c, 2, argv, NULL);
-        if (!r)
-            return kq_transport_err(q, err, "SMEMBERS");
-        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-            if (r->element[i]->type != REDIS_REPLY_STRING || r->element[i]->len > 64)
-                continue;
-            snprintf(wk, sizeof(wk), "kf:wait:%s", r->element[i]->str);
-            if ((rc = kq_zcard(q, wk, &n, err)) != KF_OK) {
-                freeReplyObject(r);
-                return rc;
-            }
-            st->waiting += n;
         }
-        freeReplyObject(r);
+        st->waiting += n;
     }
+    freeReplyObject(r);
     if ((rc = kq_zcard(q, "kf:active", &st->active, err)) != KF_OK ||
         (rc = kq_zcard(q, "kf:delayed", &st->delayed, err)) != KF_OK ||
         (rc = kq_zcard(q, "kf:dead", &st->dead, err)) != KF_OK)
@@ -1173,27 +1298,23 @@ kf_code kf_queue_ping(kf_queue *q, kf_err *err)
     return kq_simple(q, err, "PING", 1, argv);
 }
 
-kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
-                      kf_err *err)
+kf_code kf_queue_wait(kf_queue *q, const kf_queue_caps *caps, int timeout_ms, bool *woken, kf_err *err)
 {
-    char keys[KQ_MAX_TARGETS][96];
-    const char *argv[KQ_MAX_TARGETS + 2];
+    char pairs[KQ_MAX_PAIRS][KQ_PAIR_LEN], keys[KQ_MAX_PAIRS][KQ_PAIR_LEN + 10];
+    const char *argv[KQ_MAX_PAIRS + 2];
     char tmo[24];
     redisReply *r;
     kf_code rc;
-    int argc = 0;
+    int argc = 0, np = 0;
 
     *woken = false;
-    if (n_targets < 1 || n_targets > KQ_MAX_TARGETS)
-        return kf_err_set(err, KF_INVALID, "queue: a worker serves 1..%d targets, not %d", KQ_MAX_TARGETS,
-                          n_targets);
+    if ((rc = kq_pairs(caps, pairs, &np, err)) != KF_OK)
+        return rc;
     if ((rc = kq_ensure(q, err)) != KF_OK)
         return rc;
     argv[argc++] = "BLPOP";
-    for (int i = 0; i < n_targets; i++) {
-        if ((rc = kq_check_name("target", targets[i], err)) != KF_OK)
-            return rc;
-        snprintf(keys[i], sizeof(keys[i]), "kf:signal:%s", targets[i]);
+    for (int i = 0; i < np; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "kf:signal:%.129s", pairs[i]);
         argv[argc++] = keys[i];
     }
     if (timeout_ms < 1)

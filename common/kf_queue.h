@@ -12,6 +12,15 @@
  * kf_queue_free() (NULL-safe).  Strings in returned structs are owned by
  * the struct and freed by the matching function: kf_queue_lease_free(),
  * kf_queue_info_release(), kf_queue_moved_free().
+ *
+ * Routing by capability: a job waits in the set of its (target, backend)
+ * pair, kf:wait:{backend}:{target} (e.g. kf:wait:neuron:trn2), and a worker
+ * leases from, and blocks on the wake-up lists kf:signal:{backend}:{target}
+ * of, exactly the pairs it can run (its targets x its backends).  Every
+ * transition that puts a job back (release, promote) uses the pair in the
+ * job's hash.  Heartbeats record what each worker offers (kf:cap:{pair},
+ * kf:caps), which is how the API tells a job no live worker can serve.
+ * Targets and backends are names without ':'.
  */
 #ifndef KF_QUEUE_H
 #define KF_QUEUE_H
@@ -104,12 +113,24 @@ kf_code kf_queue_enqueue(kf_queue *q, const kf_queue_job *job, bool *created, kf
  * idempotent).  created (n entries, may be NULL) says which were new. */
 kf_code kf_queue_enqueue_many(kf_queue *q, const kf_queue_job *jobs, int n, bool *created, kf_err *err);
 
-/* Lease the best waiting job among `targets` (n_targets names) for
- * `worker_id`, for lease_ms.  *got = false when nothing is waiting.
- * (Named kf_queue_lease_job because C does not allow a function and the
- * typedef kf_queue_lease to share a name.) */
-kf_code kf_queue_lease_job(kf_queue *q, const char *const *targets, int n_targets, const char *worker_id,
-                           int64_t lease_ms, kf_queue_lease *out, bool *got, kf_err *err);
+/* Most (target, backend) pairs one worker serves. */
+#define KF_QUEUE_MAX_PAIRS 64
+
+/* What a worker runs: every one of its targets with every one of its
+ * backends (at most KF_QUEUE_MAX_PAIRS pairs; KF_INVALID otherwise). */
+typedef struct kf_queue_caps {
+    const char *const *targets;
+    int                n_targets;
+    const char *const *backends;
+    int                n_backends;
+} kf_queue_caps;
+
+/* Lease the best waiting job among the pairs of `caps` for `worker_id`,
+ * for lease_ms.  *got = false when nothing is waiting there.  (Named
+ * kf_queue_lease_job because C does not allow a function and the typedef
+ * kf_queue_lease to share a name.) */
+kf_code kf_queue_lease_job(kf_queue *q, const kf_queue_caps *caps, const char *worker_id, int64_t lease_ms,
+                           kf_queue_lease *out, bool *got, kf_err *err);
 /* Free the strings a lease holds (not the struct, which the caller owns)
  * and zero it; NULL-safe.  Not kf_queue_release(), which hands a lease
  * back to the queue. */
@@ -136,7 +157,7 @@ kf_code kf_queue_release(kf_queue *q, const char *id, const char *token, kf_err 
 
 kf_code kf_queue_cancel(kf_queue *q, const char *id, kf_queue_cancel_result *res, kf_err *err);
 
-/* Number of jobs waiting for `target` (NULL: all targets), active, delayed and dead. */
+/* Number of jobs waiting for `target` (any backend; NULL: all targets), active, delayed and dead. */
 typedef struct kf_queue_stats {
     int64_t waiting, active, delayed, dead;
 } kf_queue_stats;
@@ -216,9 +237,39 @@ kf_code kf_queue_forget(kf_queue *q, const char *id, kf_err *err);
  * `limit`); *n = how many. */
 kf_code kf_queue_trim_dead(kf_queue *q, int64_t older_than_ms, int limit, int *n, kf_err *err);
 
-/* Worker registry: kf:worker:{id} = json with TTL ttl_ms, kf:workers zset. */
-kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms, kf_err *err);
+/* Worker registry: kf:worker:{id} = json with TTL ttl_ms, kf:workers zset.
+ * With caps (NULL: none), each of its pairs gets the worker in
+ * kf:cap:{backend}:{target} until the same expiry, and joins kf:caps, the
+ * pairs ever offered (never expires).  kf_queue_worker_gone removes the
+ * worker from the registry and from every kf:cap set. */
+kf_code kf_queue_heartbeat(kf_queue *q, const char *worker_id, const char *json, int64_t ttl_ms,
+                           const kf_queue_caps *caps, kf_err *err);
 kf_code kf_queue_worker_gone(kf_queue *q, const char *worker_id, kf_err *err);
+
+/* One (target, backend) pair as the queue sees it. */
+typedef struct kf_queue_cap_state {
+    char    target[65], backend[65];
+    int64_t live_workers;      /* workers offering it whose heartbeat has not expired */
+    bool    offered;           /* some worker has ever offered it (kf:caps) */
+    int64_t waiting;           /* jobs waiting for it */
+} kf_queue_cap_state;
+/* The state of n (1..KF_QUEUE_MAX_PAIRS) pairs (targets[i], backends[i])
+ * into out[0..n-1], in one round trip. */
+kf_code kf_queue_caps_get(kf_queue *q, const char *const *targets, const char *const *backends, int n,
+                          kf_queue_cap_state *out, kf_err *err);
+/* The pairs that have waiting jobs and no live worker (sorted by
+ * 'backend:target'), at most `limit`, into out (caller's, `limit`
+ * entries); live_workers is 0 in each.  One round trip; cost grows with
+ * the number of pairs ever queued (kf:queues), not with the workers. */
+kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err);
+
+/* Upgrade from the waiting sets keyed by target only: move at most `limit`
+ * ids from each old kf:wait:{target} to kf:wait:{backend}:{target} (the
+ * job's backend, "sim" when its hash has none), keeping their scores and
+ * waking the pair's workers; *moved = how many.  Idempotent; the scheduler
+ * calls it until it moves nothing, at leadership start and periodically
+ * (an API of the old version may still enqueue during a rolling upgrade). */
+kf_code kf_queue_migrate_wait(kf_queue *q, int limit, int *moved, kf_err *err);
 /* The live registry, for reading (GET /v1/workers): at most `limit`
  * workers, the most recent heartbeat first, each with its registry
  * document (the JSON the worker last sent, as it sent it) and the time of
@@ -237,7 +288,7 @@ void kf_queue_workers_free(kf_queue_worker *w, int n);
  * at_ms the time of death, attempt 0 (PostgreSQL has the rest).  Caller
  * frees with kf_queue_moved_free. */
 kf_code kf_queue_dead_list(kf_queue *q, int limit, kf_queue_moved **out, int *n, kf_err *err);
-/* Every target a job was ever queued for (kf:targets), sorted; at most
+/* Every target a job was ever queued for (kf:targets, any backend), sorted; at most
  * `limit` names, each a heap string; free with kf_queue_targets_free. */
 kf_code kf_queue_targets_list(kf_queue *q, int limit, char ***names, int *n, kf_err *err);
 void kf_queue_targets_free(char **names, int n);
@@ -254,12 +305,11 @@ kf_code kf_queue_leader_resign(kf_queue *q, const char *token, kf_err *err);
 kf_code kf_queue_epoch(kf_queue *q, bool *present, kf_err *err);
 
 /* Block up to timeout_ms (<= 4000) until a job may be waiting for one of
- * `targets` (enqueue, promote and release push a wake-up signal per
- * target).  *woken tells whether a signal arrived; a spurious wake-up just
- * finds nothing to lease.  Lets idle workers pick a job up within a round
- * trip instead of a polling interval. */
-kf_code kf_queue_wait(kf_queue *q, const char *const *targets, int n_targets, int timeout_ms, bool *woken,
-                      kf_err *err);
+ * the pairs of `caps` (enqueue, promote and release push a wake-up signal
+ * per pair).  *woken tells whether a signal arrived; a spurious wake-up
+ * just finds nothing to lease.  Lets idle workers pick a job up within a
+ * round trip instead of a polling interval. */
+kf_code kf_queue_wait(kf_queue *q, const kf_queue_caps *caps, int timeout_ms, bool *woken, kf_err *err);
 
 /* The Redis server's run_id (40 hex characters + NUL): it changes when
  * Redis restarts, which may have lost up to a second of writes (AOF

@@ -18,8 +18,13 @@
     "end\n"                                                                            \
     "local function n2s(x) return string.format('%.0f', x) end\n"                      \
     "local function wait_score(prio, ms) return (10 - prio) * 1e13 + ms end\n"        \
-    "local function signal(target)\n"                                                 \
-    "  local k = 'kf:signal:' .. target\n"                                            \
+    "local function pair(backend, target)\n"                                          \
+    "  if not backend or backend == '' then backend = 'sim' end\n"                    \
+    "  return backend .. ':' .. target\n"                                             \
+    "end\n"                                                                            \
+    "local function wait_key(backend, target) return 'kf:wait:' .. pair(backend, target) end\n" \
+    "local function signal(backend, target)\n"                                        \
+    "  local k = 'kf:signal:' .. pair(backend, target)\n"                             \
     "  if redis.call('RPUSH', k, '1') > 64 then redis.call('LTRIM', k, -64, -1) end\n" \
     "end\n"                                                                           \
     "local function fail_job(id, err, retryable, base, cap, rnd, now)\n"               \
@@ -93,7 +98,7 @@ static const char lua_enqueue[] = PRELUDE
     "      'state', 'queued', 'payload', ARGV[a + 8], 'enqueued_ms', now_s)\n"
     "    local z = adds[wk]\n"
     "    if not z then\n"
-    "      z = {target = target}\n"   /* unpack(z) reads only its array part */
+    "      z = {target = target, backend = ARGV[a + 4]}\n"   /* unpack(z) reads only its array part */
     "      adds[wk] = z\n"
     "    end\n"
     "    z[#z + 1] = score\n"
@@ -105,8 +110,9 @@ static const char lua_enqueue[] = PRELUDE
     "  redis.call('ZADD', wk, unpack(z))\n"
     "  local target, ones = z.target, {}\n"
     "  redis.call('SADD', 'kf:targets', target)\n"
+    "  redis.call('SADD', 'kf:queues', pair(z.backend, target))\n"
     "  for j = 1, math.min(#z / 2, 64) do ones[j] = '1' end\n"
-    "  local k = 'kf:signal:' .. target\n"
+    "  local k = 'kf:signal:' .. pair(z.backend, target)\n"
     "  if redis.call('RPUSH', k, unpack(ones)) > 64 then redis.call('LTRIM', k, -64, -1) end\n"
     "end\n"
     "return out\n";
@@ -167,7 +173,7 @@ static const char lua_fail[] = PRELUDE
 
 /* KEYS[1] job hash.  ARGV: id token */
 static const char lua_release[] = PRELUDE
-    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token', 'target', 'priority', 'cancel')\n"
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'lease_token', 'target', 'priority', 'cancel', 'backend')\n"
     "if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'STALE'} end\n"
     "redis.call('ZREM', 'kf:active', ARGV[1])\n"
     "if h[5] == '1' then\n"
@@ -176,8 +182,8 @@ static const char lua_release[] = PRELUDE
     "end\n"
     "redis.call('HINCRBY', KEYS[1], 'released', 1)\n"
     "redis.call('HSET', KEYS[1], 'state', 'queued', 'lease_token', '', 'worker', '')\n"
-    "redis.call('ZADD', 'kf:wait:' .. h[3], n2s(wait_score(tonumber(h[4]) or 5, 0)), ARGV[1])\n"
-    "signal(h[3])\n"
+    "redis.call('ZADD', wait_key(h[6], h[3]), n2s(wait_score(tonumber(h[4]) or 5, 0)), ARGV[1])\n"
+    "signal(h[6], h[3])\n"
     "return {'OK'}\n";
 
 /* ARGV: limit base_ms cap_ms seed.  Reply: flat list id fate at attempt ... */
@@ -205,11 +211,11 @@ static const char lua_promote[] = PRELUDE
     "for _, id in ipairs(ids) do\n"
     "  redis.call('ZREM', 'kf:delayed', id)\n"
     "  local jk = 'kf:job:' .. id\n"
-    "  local h = redis.call('HMGET', jk, 'state', 'target', 'priority', 'attempt')\n"
+    "  local h = redis.call('HMGET', jk, 'state', 'target', 'priority', 'attempt', 'backend')\n"
     "  if h[1] == 'retrying' then\n"
     "    redis.call('HSET', jk, 'state', 'queued')\n"
-    "    redis.call('ZADD', 'kf:wait:' .. h[2], n2s(wait_score(tonumber(h[3]) or 5, now)), id)\n"
-    "    signal(h[2])\n"
+    "    redis.call('ZADD', wait_key(h[5], h[2]), n2s(wait_score(tonumber(h[3]) or 5, now)), id)\n"
+    "    signal(h[5], h[2])\n"
     "    table.insert(out, id); table.insert(out, tonumber(h[4]) or 0)\n"
     "  end\n"
     "end\n"
@@ -217,9 +223,9 @@ static const char lua_promote[] = PRELUDE
 
 /* KEYS[1] job hash.  ARGV: id */
 static const char lua_cancel[] = PRELUDE
-    "local h = redis.call('HMGET', KEYS[1], 'state', 'target')\n"
+    "local h = redis.call('HMGET', KEYS[1], 'state', 'target', 'backend')\n"
     "if h[1] == 'queued' then\n"
-    "  redis.call('ZREM', 'kf:wait:' .. h[2], ARGV[1])\n"
+    "  redis.call('ZREM', wait_key(h[3], h[2]), ARGV[1])\n"
     "  redis.call('DEL', KEYS[1])\n"
     "  return {'REMOVED'}\n"
     "elseif h[1] == 'retrying' then\n"
@@ -235,8 +241,8 @@ static const char lua_cancel[] = PRELUDE
 
 /* KEYS[1] job hash.  ARGV: id */
 static const char lua_forget[] = PRELUDE
-    "local t = redis.call('HGET', KEYS[1], 'target')\n"
-    "if t then redis.call('ZREM', 'kf:wait:' .. t, ARGV[1]) end\n"
+    "local h = redis.call('HMGET', KEYS[1], 'target', 'backend')\n"
+    "if h[1] then redis.call('ZREM', wait_key(h[2], h[1]), ARGV[1]) end\n"
     "redis.call('ZREM', 'kf:active', ARGV[1])\n"
     "redis.call('ZREM', 'kf:delayed', ARGV[1])\n"
     "redis.call('ZREM', 'kf:dead', ARGV[1])\n"
@@ -253,21 +259,103 @@ static const char lua_trim_dead[] = PRELUDE
     "end\n"
     "return {'OK', #ids}\n";
 
-/* KEYS[1] kf:worker:{id}.  ARGV: id json ttl_ms */
+/* KEYS[1] kf:worker:{id}.  ARGV: id json ttl_ms, then the pairs
+ * 'backend:target' the worker leases.  Each pair's kf:cap:{pair} gets the
+ * worker with the same expiry as its registry entry (so "live" means what
+ * it means for the registry), and kf:caps, which never expires, the pair. */
 static const char lua_heartbeat[] = PRELUDE
+    "local now = now_ms()\n"
+    "local exp = n2s(now + tonumber(ARGV[3]))\n"
     "redis.call('SET', KEYS[1], ARGV[2], 'PX', tonumber(ARGV[3]))\n"
-    "redis.call('ZADD', 'kf:workers', n2s(now_ms()), ARGV[1])\n"
+    "redis.call('ZADD', 'kf:workers', n2s(now), ARGV[1])\n"
+    "for i = 4, #ARGV do\n"
+    "  local ck = 'kf:cap:' .. ARGV[i]\n"
+    "  redis.call('ZADD', ck, exp, ARGV[1])\n"
+    "  redis.call('ZREMRANGEBYSCORE', ck, '-inf', '(' .. n2s(now))\n"
+    "  redis.call('SADD', 'kf:caps', ARGV[i])\n"
+    "end\n"
     "return {'OK'}\n";
 
 static const char lua_workers_clean[] = PRELUDE
-    "local n = 0\n"
+    "local n, now = 0, now_ms()\n"
     "for _, id in ipairs(redis.call('ZRANGE', 'kf:workers', 0, -1)) do\n"
     "  if redis.call('EXISTS', 'kf:worker:' .. id) == 0 then\n"
     "    redis.call('ZREM', 'kf:workers', id)\n"
     "    n = n + 1\n"
     "  end\n"
     "end\n"
+    "for _, p in ipairs(redis.call('SMEMBERS', 'kf:caps')) do\n"
+    "  redis.call('ZREMRANGEBYSCORE', 'kf:cap:' .. p, '-inf', '(' .. n2s(now))\n"
+    "end\n"
     "return {'OK', n}\n";
+
+/* KEYS[1] kf:worker:{id}.  ARGV: id.  The worker leaves the registry and
+ * every capability it offered. */
+static const char lua_worker_gone[] = PRELUDE
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('ZREM', 'kf:workers', ARGV[1])\n"
+    "for _, p in ipairs(redis.call('SMEMBERS', 'kf:caps')) do\n"
+    "  redis.call('ZREM', 'kf:cap:' .. p, ARGV[1])\n"
+    "end\n"
+    "return {'OK'}\n";
+
+/* ARGV: pairs 'backend:target'.  Reply: OK, then per pair: live workers
+ * (heartbeat not expired), ever offered (0/1), jobs waiting. */
+static const char lua_caps[] = PRELUDE
+    "local now, out = n2s(now_ms()), {'OK'}\n"
+    "for i = 1, #ARGV do\n"
+    "  out[#out + 1] = redis.call('ZCOUNT', 'kf:cap:' .. ARGV[i], now, '+inf')\n"
+    "  out[#out + 1] = redis.call('SISMEMBER', 'kf:caps', ARGV[i])\n"
+    "  out[#out + 1] = redis.call('ZCARD', 'kf:wait:' .. ARGV[i])\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: limit.  The pairs with waiting jobs and no live worker, sorted.
+ * Reply: OK, then per pair: pair, ever offered (0/1), jobs waiting. */
+static const char lua_caps_missing[] = PRELUDE
+    "local now, out, lim = n2s(now_ms()), {'OK'}, tonumber(ARGV[1])\n"
+    "local ps = redis.call('SMEMBERS', 'kf:queues')\n"
+    "table.sort(ps)\n"
+    "for _, p in ipairs(ps) do\n"
+    "  if #out > 3 * lim then break end\n"
+    "  local w = redis.call('ZCARD', 'kf:wait:' .. p)\n"
+    "  if w > 0 and redis.call('ZCOUNT', 'kf:cap:' .. p, now, '+inf') == 0 then\n"
+    "    out[#out + 1] = p\n"
+    "    out[#out + 1] = redis.call('SISMEMBER', 'kf:caps', p)\n"
+    "    out[#out + 1] = w\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: limit.  Moves up to `limit` ids from the waiting sets of before
+ * routing by capability, kf:wait:{target} (one per target in kf:targets),
+ * to kf:wait:{backend}:{target} with the job's backend from its hash
+ * ('sim' when the hash has none), keeping the score; an emptied old set's
+ * wake-up list kf:signal:{target} is deleted.  Reply: OK moved. */
+static const char lua_migrate_wait[] = PRELUDE
+    "local lim, moved = tonumber(ARGV[1]), 0\n"
+    "for _, t in ipairs(redis.call('SMEMBERS', 'kf:targets')) do\n"
+    "  if not string.find(t, ':', 1, true) then\n"
+    "    local old = 'kf:wait:' .. t\n"
+    "    if moved < lim then\n"
+    "      local r = redis.call('ZRANGE', old, 0, lim - moved - 1, 'WITHSCORES')\n"
+    "      for i = 1, #r, 2 do\n"
+    "        local b = redis.call('HGET', 'kf:job:' .. r[i], 'backend')\n"
+    "        if not b or b == '' then\n"
+    "          b = 'sim'\n"
+    "          if redis.call('EXISTS', 'kf:job:' .. r[i]) == 1 then redis.call('HSET', 'kf:job:' .. r[i], 'backend', b) end\n"
+    "        end\n"
+    "        redis.call('ZADD', wait_key(b, t), r[i + 1], r[i])\n"
+    "        redis.call('SADD', 'kf:queues', pair(b, t))\n"
+    "        redis.call('ZREM', old, r[i])\n"
+    "        signal(b, t)\n"
+    "        moved = moved + 1\n"
+    "      end\n"
+    "    end\n"
+    "    if redis.call('EXISTS', old) == 0 then redis.call('DEL', 'kf:signal:' .. t) end\n"
+    "  end\n"
+    "end\n"
+    "return {'OK', moved}\n";
 
 /* KEYS[1] kf:leader.  ARGV: token ttl_ms.  Reply: OK 1 (leader) / OK 0 */
 static const char lua_leader[] = PRELUDE
@@ -302,7 +390,9 @@ static const char *const kf_queue_lua_sources[KF_QS__COUNT] = {
     [KF_QS_TRIM_DEAD] = lua_trim_dead, [KF_QS_HEARTBEAT] = lua_heartbeat,
     [KF_QS_WORKERS_CLEAN] = lua_workers_clean,
     [KF_QS_LEADER] = lua_leader,       [KF_QS_RESIGN] = lua_resign,
-    [KF_QS_EPOCH] = lua_epoch,
+    [KF_QS_EPOCH] = lua_epoch,         [KF_QS_WORKER_GONE] = lua_worker_gone,
+    [KF_QS_CAPS] = lua_caps,           [KF_QS_CAPS_MISSING] = lua_caps_missing,
+    [KF_QS_MIGRATE_WAIT] = lua_migrate_wait,
 };
 
 static const char *const kf_queue_lua_names[KF_QS__COUNT] = {

@@ -27,7 +27,11 @@
     XX(WORKERS_CLEAN) /* registry entries whose heartbeat expired */       \
     XX(LEADER)        /* take or extend the scheduler lock */              \
     XX(RESIGN)        /* give the scheduler lock up */                     \
-    XX(EPOCH)         /* Redis-loss marker */
+    XX(EPOCH)         /* Redis-loss marker */                              \
+    XX(WORKER_GONE)   /* a worker leaves the registry and its capabilities */ \
+    XX(CAPS)          /* live workers / ever offered / waiting per pair */ \
+    XX(CAPS_MISSING)  /* pairs with waiting jobs and no live worker */     \
+    XX(MIGRATE_WAIT)  /* kf:wait:{target} → kf:wait:{backend}:{target} */
 
 typedef enum kf_queue_script {
 #define XX(id) KF_QS_##id,

@@ -18,6 +18,7 @@
 
 #define KS_BATCH          200     /* rows per Redis call or transaction */
 #define KS_RECONCILE_MS   60000
+#define KS_MIGRATE_BATCH  1000    /* ids moved per script run (keeps each run short for Redis) */
 #define KS_RETAIN_MS      10000
 #define KS_ARTIFACT_MS    600000
 #define KS_ARTIFACT_GRACE 3600    /* seconds an unreferenced content is kept (an upload may be in flight) */
@@ -32,7 +33,7 @@ struct ks_sched {
     kf_db_prepared pg_moves;          /* moves prepared on pg; zeroed with it */
     char        token[33];
     bool        leader;
-    long long   next_reconcile, next_retain, next_artifacts;
+    long long   next_reconcile, next_retain, next_artifacts, next_migrate;
     char        redis_run_id[41];     /* "" until first seen */
     const char *pending_reconcile;    /* why a reconcile is owed, or NULL */
     bool        pg_warned, redis_warned;
@@ -557,6 +558,26 @@ void ks_retain_artifacts(ks_sched *s)
                     blobs);
 }
 
+/* ---- upgrade: waiting sets keyed by target only ------------------------------------- */
+
+bool ks_migrate_wait(ks_sched *s)
+{
+    kf_err err = KF_ERR_INIT;
+    int moved = 0, total = 0;
+
+    do {
+        if (kf_queue_migrate_wait(s->q, KS_MIGRATE_BATCH, &moved, &err) != KF_OK) {
+            ks_redis_failed(s, &err);
+            return false;
+        }
+        total += moved;
+    } while (moved > 0);
+    if (total)
+        kf_log_warn("moved waiting jobs from the pre-routing queues kf:wait:{target} to kf:wait:{backend}:{target} "
+                    "jobs=%d", total);
+    return true;
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 void ks_tick(ks_sched *s, long long now)
@@ -578,7 +599,7 @@ void ks_tick(ks_sched *s, long long now)
     if (leader != s->leader)
         kf_log_info(leader ? "became leader" : "lost the leader lock; standing by");
     if (leader && !s->leader)
-        s->next_reconcile = s->next_artifacts = 0;
+        s->next_reconcile = s->next_artifacts = s->next_migrate = 0;
     s->leader = leader;
     if (!leader)
         return;
@@ -586,6 +607,11 @@ void ks_tick(ks_sched *s, long long now)
     if (kf_queue_epoch(s->q, &present, &err) != KF_OK || kf_queue_server_id(s->q, run_id, &err) != KF_OK) {
         ks_redis_failed(s, &err);
         return;
+    }
+    if (now >= s->next_migrate) {
+        if (!ks_migrate_wait(s))
+            return;
+        s->next_migrate = now + KS_RECONCILE_MS;
     }
     restarted = s->redis_run_id[0] && strcmp(run_id, s->redis_run_id) != 0;
     snprintf(s->redis_run_id, sizeof(s->redis_run_id), "%s", run_id);

@@ -85,5 +85,12 @@ void ks_promote(ks_sched *s);
 bool ks_reconcile(ks_sched *s, const char *why);
 void ks_retain(ks_sched *s);
 void ks_retain_artifacts(ks_sched *s);
+/* Upgrade: move every job still in a waiting set keyed by target only
+ * (kf:wait:{target}, before routing by capability) to its (target,
+ * backend) set, in batches (kf_queue_migrate_wait).  Needs Redis only;
+ * ks_tick runs it at leadership start and then every minute (an API of
+ * the old version may still enqueue during a rolling upgrade).  False when
+ * Redis failed (logged). */
+bool ks_migrate_wait(ks_sched *s);
 
 #endif

@@ -223,7 +223,8 @@ export async function jobView(main, route, signal) {
         kv({ id, kind: job.kind, op: spec.op || spec.entry || '—', target: job.target, backend: job.backend,
           shapes: spec.shapes, dtype: spec.dtype, attempt: `${job.attempt} of ${job.max_attempts}`,
           created: when(job.created_at), started: when(job.started_at), finished: when(job.finished_at),
-          worker: job.worker_id || '—', labels: job.labels, last_error: job.last_error || '—' }),
+          worker: job.worker_id || '—', labels: job.labels, last_error: job.last_error || '—',
+          ...(job.waiting ? { waiting: job.waiting.reason } : {}) }),
         h('div', {}, h('h2', {}, 'Provenance'), kv(job.provenance))));
 
     const curveBox = h('div', { id: 'curve' });

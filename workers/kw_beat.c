@@ -13,18 +13,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* "targets":[...],"backends":[...] without the braces. */
+/* "targets":[...],"backends":[...] without the braces: the lists the
+ * worker leases from (w->caps). */
 static void kw_beat_lists(kf_buf *b, const kw_worker *w)
 {
-    const kf_backend *const *all = kf_backend_all();
-
     kf_buf_adds(b, "\"targets\":[");
     for (int i = 0; i < w->n_targets; i++)
         kf_buf_addf(b, "%s\"%s\"", i ? "," : "", w->targets[i]);
     kf_buf_adds(b, "],\"backends\":[");
-    for (int i = 0, n = 0; all[i]; i++)
-        if (kf_backend_available(all[i]))
-            kf_buf_addf(b, "%s\"%s\"", n++ ? "," : "", all[i]->name);
+    for (int i = 0; i < w->n_backends; i++)
+        kf_buf_addf(b, "%s\"%s\"", i ? "," : "", w->backends[i]);
     kf_buf_adds(b, "]");
 }
 

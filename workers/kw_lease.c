@@ -77,7 +77,7 @@ static void kw_lease_registry(kw_worker *w, kf_queue *tq, const char *job, bool 
 
     kw_fork_lock();
     json = kw_beat_registry_json(w, job);
-    if (kf_queue_heartbeat(tq, w->id, json, w->heartbeat_ms * 3, &err) != KF_OK) {
+    if (kf_queue_heartbeat(tq, w->id, json, w->heartbeat_ms * 3, &w->caps, &err) != KF_OK) {
         if (!*warned)
             kf_log_warn("registry heartbeat failed (will retry) err=\"%s\"", err.msg);
         *warned = true;

@@ -313,7 +313,7 @@ int kw_loop_run(kw_worker *w)
             kw_sleep(w, KW_WAIT_MS);
             continue;
         }
-        if (kf_queue_lease_job(w->q, w->targets, w->n_targets, w->id, w->lease_ms, &l, &got, &err) != KF_OK) {
+        if (kf_queue_lease_job(w->q, &w->caps, w->id, w->lease_ms, &l, &got, &err) != KF_OK) {
             if (!warned)
                 kf_log_warn("cannot lease (retrying with backoff) err=\"%s\"", err.msg);
             warned = true;
@@ -327,7 +327,7 @@ int kw_loop_run(kw_worker *w)
         backoff = KW_BACKOFF_MIN;
         if (!got) {
             bool woken = false;
-            if (kf_queue_wait(w->q, w->targets, w->n_targets, KW_WAIT_MS, &woken, &err) != KF_OK)
+            if (kf_queue_wait(w->q, &w->caps, KW_WAIT_MS, &woken, &err) != KF_OK)
                 kw_sleep(w, KW_BACKOFF_MIN);
             continue;
         }

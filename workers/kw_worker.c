@@ -4,6 +4,8 @@
 
 #include "kw_beat.h"
 #include "kw_lease.h"
+#include "kf_backend.h"
+#include "kf_buf.h"
 #include "kf_job.h"
 #include "kf_log.h"
 
@@ -78,6 +80,68 @@ kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err)
     }
     if (w->n_targets == 0)
         return kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_TARGETS is empty");
+    return KF_OK;
+}
+
+/* The compiled-in backend named by the n bytes at p, or NULL. */
+static const kf_backend *kw_backend_named(const char *p, size_t n)
+{
+    const kf_backend *const *all = kf_backend_all();
+
+    for (int i = 0; all[i]; i++) {
+        if (strlen(all[i]->name) == n && strncmp(all[i]->name, p, n) == 0)
+            return all[i];
+    }
+    return NULL;
+}
+
+kf_code kw_worker_set_caps(kw_worker *w, const char *list, kf_err *err)
+{
+    const kf_backend *const *all = kf_backend_all();
+    const char *p = list ? list : "";
+    kf_buf names = KF_BUF_INIT;
+
+    w->n_backends = 0;
+    for (int i = 0; all[i]; i++)
+        kf_buf_addf(&names, "%s%s", i ? ", " : "", all[i]->name);
+    if (!*p) {   /* every compiled-in backend this machine can run */
+        for (int i = 0; all[i] && w->n_backends < KW_MAX_BACKENDS; i++)
+            if (kf_backend_available(all[i]))
+                w->backends[w->n_backends++] = all[i]->name;
+    }
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        const kf_backend *b = kw_backend_named(p, n);
+        bool dup = false;
+        for (int i = 0; b && i < w->n_backends; i++)
+            dup = dup || w->backends[i] == b->name;
+        if (!b || dup || w->n_backends >= KW_MAX_BACKENDS) {
+            kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_BACKENDS='%s': '%.*s' is %s (compiled in: %s)", list, (int)n, p,
+                       !b ? "not a backend of this worker" : "named twice", names.data);
+            kf_buf_release(&names);
+            return KF_CONFIG;
+        }
+        if (!kf_backend_available(b)) {
+            kf_err_set(err, KF_CONFIG,
+                       "KFORGE_WORKER_BACKENDS='%s': backend '%s' cannot run on this machine (for neuron: "
+                       "KFORGE_NEURON_RUNNER must name the device runner, docs/neuron-backend.md)",
+                       list, b->name);
+            kf_buf_release(&names);
+            return KF_CONFIG;
+        }
+        w->backends[w->n_backends++] = b->name;
+        p += n;
+        if (*p == ',' && !*++p) {
+            kf_err_set(err, KF_CONFIG, "KFORGE_WORKER_BACKENDS='%s' ends with a comma", list);
+            kf_buf_release(&names);
+            return KF_CONFIG;
+        }
+    }
+    kf_buf_release(&names);
+    if (w->n_backends * w->n_targets > KF_QUEUE_MAX_PAIRS)
+        return kf_err_set(err, KF_CONFIG, "%d targets x %d backends is more than the %d pairs a worker may serve",
+                          w->n_targets, w->n_backends, KF_QUEUE_MAX_PAIRS);
+    w->caps = (kf_queue_caps){ w->targets, w->n_targets, w->backends, w->n_backends };
     return KF_OK;
 }
 

@@ -38,6 +38,7 @@
 #include "kf_report.h"
 
 #define KW_MAX_TARGETS    8
+#define KW_MAX_BACKENDS   8
 #define KW_WAIT_MS        500        /* longest idle block on the wake-up list */
 #define KW_HEALTH_RETRY_MS 10000     /* an unhealthy worker checks its device again after this */
 #define KW_BACKOFF_MIN    100
@@ -54,6 +55,9 @@ typedef struct kw_worker {
     const char *targets[KW_MAX_TARGETS];
     char        target_buf[KW_MAX_TARGETS][16];
     int         n_targets;
+    const char *backends[KW_MAX_BACKENDS];   /* names of kf_backend_all() (kw_worker_set_caps) */
+    int         n_backends;
+    kf_queue_caps caps;       /* targets x backends: the pairs it leases, waits on and advertises */
     int64_t     lease_ms, heartbeat_ms, drain_ms, retry_base_ms, retry_cap_ms;
     const char *redis_url, *api_url;
     char       *token;        /* from KFORGE_TOKEN_FILE (or KFORGE_TOKEN); never in the environment */
@@ -113,6 +117,15 @@ void kw_sleep(kw_worker *w, int ms);
 /* KFORGE_WORKER_TARGETS: 1..KW_MAX_TARGETS comma-separated known targets
  * (kf_job_targets) into w->targets; KF_CONFIG saying what is wrong. */
 kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err);
+
+/* After kw_worker_parse_targets: w->backends from KFORGE_WORKER_BACKENDS
+ * (`list`: comma-separated names of backends compiled in, kf_backend_all();
+ * NULL or empty: every one compiled in) and w->caps, the (target, backend)
+ * pairs the worker leases, blocks on and advertises in its heartbeats: its
+ * targets x its backends.  KF_CONFIG saying what is wrong for a backend
+ * not compiled in, a repeated or empty name, or more pairs than the queue
+ * takes (KF_QUEUE_MAX_PAIRS). */
+kf_code kw_worker_set_caps(kw_worker *w, const char *list, kf_err *err);
 
 /* KFORGE_WORKER_ID: empty (learn it from the token) or 1-128 letters,
  * digits and _ . : - */

@@ -93,7 +93,8 @@ static kf_code w_configure(kf_err *err)
         snprintf(why, sizeof(why), "%s", err->msg);
         return kf_err_set(err, err->code, "refusing to start: %s", why);
     }
-    if (kw_worker_parse_targets(&w, kf_config_str(KF_CFG_WORKER_TARGETS), err) != KF_OK)
+    if (kw_worker_parse_targets(&w, kf_config_str(KF_CFG_WORKER_TARGETS), err) != KF_OK ||
+        kw_worker_set_caps(&w, kf_config_str(KF_CFG_WORKER_BACKENDS), err) != KF_OK)
         return err->code;
     w.lease_ms = kf_config_int(KF_CFG_LEASE_MS);
     w.heartbeat_ms = kf_config_int(KF_CFG_HEARTBEAT_MS);
@@ -193,8 +194,14 @@ int main(int argc, char **argv)
         w.started_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;   /* the registry's started_ms */
     }
     kw_worker_start_threads(&w);
-    kf_log_info("worker started id=%s targets=%s lease_ms=%lld api=%s", w.id,
-                kf_config_str(KF_CFG_WORKER_TARGETS), (long long)w.lease_ms, w.api_url);
+    {
+        char backends[256] = "";
+        for (int i = 0; i < w.n_backends; i++)
+            snprintf(backends + strlen(backends), sizeof(backends) - strlen(backends), "%s%s", i ? "," : "",
+                     w.backends[i]);
+        kf_log_info("worker started id=%s targets=%s backends=%s lease_ms=%lld api=%s", w.id,
+                    kf_config_str(KF_CFG_WORKER_TARGETS), backends, (long long)w.lease_ms, w.api_url);
+    }
     rc = kw_loop_run(&w);
     kw_worker_stop_threads(&w);
 

@@ -258,11 +258,23 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "sleep_ms")->valueint, 100);
     kf_http_resp_release(&r);
 
+    /* No worker runs in this fixture: the 202 warns that none ever
+     * offered (trn2, diag), and GET says why the job waits.  Both are the
+     * last member, outside the job's row. */
+    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "warnings"), 0), "code"),
+                     "capability-never-offered", "%s", r.body);
+    cJSON_DeleteItemFromObject(j, "warnings");
+
     /* The API builds the 202's document itself; it is the one GET reads
      * from the row: every key and value, in the same order. */
     cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &r), 200);
     {
-        cJSON *g = fx_json(&r), *a = j->child, *b = g->child;
+        cJSON *g = fx_json(&r), *a, *b;
+        cr_assert_str_eq(fx_str(cJSON_GetObjectItem(g, "waiting"), "reason"),
+                         "no live worker offers backend 'diag' for target 'trn2' (none ever has)", "%s", r.body);
+        cJSON_DeleteItemFromObject(g, "waiting");
+        a = j->child;
+        b = g->child;
         cr_assert(cJSON_Compare(j, g, true), "POST answered a document GET does not return:\n%s", r.body);
         for (; a && b; a = a->next, b = b->next)
             cr_assert_str_eq(a->string, b->string, "keys in another order");
@@ -277,7 +289,7 @@ Test(api, a_created_job_is_in_postgres_and_redis_with_its_events)
     /* Delivered by the fast path: in Redis, and its outbox row is gone. */
     cr_assert_eq(fx_sql_int_soon(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", id, 0), 0);
     cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", id), 1, "job not in Redis");
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 1);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:diag:%s", "trn2"), 1);
 
     free(path);
     path = kf_asprintf("/v1/jobs/%s/events", id);
@@ -393,13 +405,19 @@ Test(api, idempotency_key_replays_refuses_other_bodies_and_in_flight_keys)
     kf_http_resp_release(&b);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs", NULL), 1);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM jobs WHERE idempotency_key = 'k-1'", NULL), 1);
-    /* The stored answer is the job as GET reads it, key included. */
+    /* The stored answer is the job as GET reads it, key included, plus the
+     * create's warnings (no worker in this fixture), where GET has the
+     * waiting reason instead. */
     {
         cJSON *s1 = cJSON_Parse(replayed), *g;
         char *path = kf_asprintf("/v1/jobs/%s", fx_str(s1, "id"));
         cr_assert_eq(fx_req(&fx, "GET", path, fx.user, NULL, &a), 200);
         g = fx_json(&a);
         cr_assert_str_eq(fx_str(g, "idempotency_key"), "k-1");
+        cr_assert_not_null(cJSON_GetObjectItem(s1, "warnings"), "the replay keeps the answer's warnings");
+        cr_assert_not_null(cJSON_GetObjectItem(g, "waiting"));
+        cJSON_DeleteItemFromObject(s1, "warnings");
+        cJSON_DeleteItemFromObject(g, "waiting");
         cr_assert(cJSON_Compare(s1, g, true), "replayed %s\nGET %s", replayed, a.body);
         cJSON_Delete(s1);
         cJSON_Delete(g);
@@ -703,7 +721,7 @@ static test_lease lease_as(const char *id, const char *worker)
 
         cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
         kf_queue_moved_free(m, n);
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, worker, 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, worker, 60000, &l, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(l.id, id, "another job was waiting");
             snprintf(tl.token, sizeof(tl.token), "%s", l.token);
@@ -744,13 +762,13 @@ Test(api, cancel_in_each_state)
     test_lease lr, lt, ld;
     char *q = fx_submit(&fx, fx.user, NULL);
 
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD kf:wait:%s", "trn2", 1), 1);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD kf:wait:diag:%s", "trn2", 1), 1);
     /* queued → cancelled at once, and gone from Redis. */
     cr_assert_eq(cancel(q, &r), 200, "%s", r.body);
     cr_assert(strstr(r.body, "\"cancelled\""), "%s", r.body);
     kf_http_resp_release(&r);
     cr_assert_eq(fx_redis_int(&fx, "EXISTS kf:job:%s", q), 0);
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), 0);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:diag:%s", "trn2"), 0);
     /* The cancel reached Redis at once: nothing left pending for the relay. */
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox WHERE job_id = $1", q), 0);
     cr_assert_eq(cancel(q, &r), 409, "%s", r.body);
@@ -1440,7 +1458,7 @@ Test(api, concurrent_submissions_are_all_written_queued_and_ordered)
                  "every job delivered and its outbox row deleted");
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events WHERE type = 'created'", NULL), (long)T * 20);
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events", NULL), (long)T * 20, "one event per job: created");
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn1"), (long long)T * 20);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:diag:%s", "trn1"), (long long)T * 20);
     /* Each client's jobs are created (and queued) in the order it sent them. */
     for (int i = 0; i < T; i++) {
         for (int k = 1; k < 20; k++) {
@@ -1634,4 +1652,136 @@ Test(api, what_the_api_stores_the_relay_can_queue_and_the_worker_takes)
         free(goal);
         free(id);
     }
+}
+
+/* ---- routing by capability ---------------------------------------------------- */
+
+/* A worker's registry heartbeat, as kforge-worker's lease thread sends it. */
+static void heartbeat_as(kf_queue *q, const char *id, const char *target, const char *backend)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_caps c = { &target, 1, &backend, 1 };
+    char *doc = kf_asprintf("{\"id\":\"%s\",\"targets\":[\"%s\"],\"backends\":[\"%s\"]}", id, target, backend);
+
+    cr_assert_eq(kf_queue_heartbeat(q, id, doc, 60000, &c, &e), KF_OK, "%s", e.msg);
+    free(doc);
+}
+
+/* POST /v1/jobs, 202; *warnings gets the reply's warnings (NULL if none). */
+static char *submit_warned(const char *body, cJSON **warnings)
+{
+    kf_http_resp r;
+    cJSON *j;
+    char *id;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/jobs", fx.user, body, &r), 202, "%s", r.body);
+    j = fx_json(&r);
+    id = kf_strdup(fx_str(j, "id"));
+    *warnings = cJSON_DetachItemFromObject(j, "warnings");
+    cJSON_Delete(j);
+    kf_http_resp_release(&r);
+    return id;
+}
+
+Test(api, a_job_no_live_worker_can_run_waits_with_a_reason_until_one_comes)
+{
+#define ROUTE_JOB(backend)                                                                                      \
+    "{\"kind\":\"generate\",\"target\":\"trn2\",\"backend\":\"" backend "\",\"op\":\"add\","                    \
+    "\"shapes\":[[128,512],[128,512]],\"dtype\":\"float32\"}"
+    static const char neuron_body[] = ROUTE_JOB("neuron");
+    static const char sim_body[] = ROUTE_JOB("sim");
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
+    const char *trn2 = "trn2", *sim = "sim", *neuron = "neuron";
+    kf_queue_caps sim_caps = { &trn2, 1, &sim, 1 }, neuron_caps = { &trn2, 1, &neuron, 1 };
+    kf_queue_lease l;
+    bool got = false;
+    cJSON *w, *j, *rd;
+    const cJSON *m;
+    char *nid, *sid, *nid2;
+
+    cr_assert_not_null(q, "%s", e.msg);
+    heartbeat_as(q, "w-sim", "trn2", "sim");
+
+    /* Accepted, with a warning: no worker ever offered neuron on trn2. */
+    nid = submit_warned(neuron_body, &w);
+    cr_assert_not_null(w, "POST warns about a backend no worker has ever offered");
+    cr_assert_eq(cJSON_GetArraySize(w), 1);
+    m = cJSON_GetArrayItem(w, 0);
+    cr_assert_str_eq(fx_str(m, "code"), "capability-never-offered");
+    cr_assert(strstr(fx_str(m, "message"), "backend 'neuron' for target 'trn2'"), "%s", fx_str(m, "message"));
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(m, "capability"), "backend"), "neuron");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(m, "capability"), "target"), "trn2");
+    cJSON_Delete(w);
+    sid = submit_warned(sim_body, &w);
+    cr_assert_null(w, "a sim worker has offered (trn2, sim): no warning");
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:neuron:trn2", 1), 1);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn2", 1), 1);
+
+    /* The sim worker takes the sim job (submitted second) and nothing else. */
+    cr_assert_eq(kf_queue_lease_job(q, &sim_caps, "w-sim", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert(got);
+    cr_assert_str_eq(l.id, sid);
+    kf_queue_lease_free(&l);
+    cr_assert_eq(kf_queue_lease_job(q, &sim_caps, "w-sim", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_not(got, "the neuron job is not the sim worker's");
+
+    /* The neuron job stays queued and says why. */
+    j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", nid);
+    cr_assert_str_eq(fx_str(j, "state"), "queued");
+    cr_assert_eq(cJSON_GetObjectItem(j, "attempt")->valueint, 0, "no attempt burnt");
+    m = cJSON_GetObjectItem(j, "waiting");
+    cr_assert_not_null(m, "a queued job with no live worker for its pair has a waiting object");
+    cr_assert_str_eq(fx_str(m, "reason"), "no live worker offers backend 'neuron' for target 'trn2' (none ever has)");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(m, "capability"), "backend"), "neuron");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(m, "capability"), "target"), "trn2");
+    cJSON_Delete(j);
+    j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", sid);
+    cr_assert_null(cJSON_GetObjectItem(j, "waiting"), "a live worker runs (trn2, sim)");
+    cJSON_Delete(j);
+
+    /* /readyz names the missing capability (and stays ready). */
+    rd = fx_get_json(&fx, NULL, 200, "/readyz");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(rd, "checks"), "capabilities"), "missing");
+    m = cJSON_GetArrayItem(cJSON_GetObjectItem(rd, "missing_capabilities"), 0);
+    cr_assert_not_null(m);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(rd, "missing_capabilities")), 1);
+    cr_assert_str_eq(fx_str(m, "target"), "trn2");
+    cr_assert_str_eq(fx_str(m, "backend"), "neuron");
+    cr_assert_eq(cJSON_GetObjectItem(m, "waiting")->valueint, 1);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(m, "ever_offered")));
+    cJSON_Delete(rd);
+
+    /* A neuron worker comes: no more warning, no more waiting reason, and
+     * it leases the job. */
+    heartbeat_as(q, "w-neuron", "trn2", "neuron");
+    nid2 = submit_warned(neuron_body, &w);
+    cr_assert_null(w, "a worker has offered (trn2, neuron) now");
+    j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", nid);
+    cr_assert_null(cJSON_GetObjectItem(j, "waiting"), "a live worker offers its pair now");
+    cJSON_Delete(j);
+    rd = fx_get_json(&fx, NULL, 200, "/readyz");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(rd, "checks"), "capabilities"), "ok");
+    cr_assert_null(cJSON_GetObjectItem(rd, "missing_capabilities"));
+    cJSON_Delete(rd);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:neuron:trn2", 2), 2);
+    cr_assert_eq(kf_queue_lease_job(q, &neuron_caps, "w-neuron", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert(got);
+    cr_assert_str_eq(l.id, nid, "the neuron worker takes the job that waited");
+    cr_assert_str_eq(l.backend, "neuron");
+    cr_assert_eq(l.attempt, 1);
+    kf_queue_lease_free(&l);
+
+    /* The neuron worker leaves: the job queued after it waits again, with
+     * the reason that one did offer it before. */
+    cr_assert_eq(kf_queue_worker_gone(q, "w-neuron", &e), KF_OK, "%s", e.msg);
+    j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", nid2);
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(j, "waiting"), "reason"),
+                     "no live worker offers backend 'neuron' for target 'trn2' (one did before: it stopped or lost "
+                     "its heartbeat)");
+    cJSON_Delete(j);
+    kf_queue_free(q);
+    free(nid);
+    free(nid2);
+    free(sid);
 }

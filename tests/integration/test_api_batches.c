@@ -139,7 +139,7 @@ static lease lease_job(const char *id, const char *target)
     for (int i = 0; i < 300 && !tl.attempt; i++) {
         kf_queue_lease l;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(l.id, id, "another job was waiting");
             snprintf(tl.token, sizeof(tl.token), "%s", l.token);
@@ -230,9 +230,42 @@ Test(batches, a_matrix_becomes_one_job_per_entry_written_with_its_events_and_que
         free(k1);
     }
     /* On Redis by the API itself, their outbox rows gone once delivered. */
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 4), 4);
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn3", 4), 4);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn2", 4), 4);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn3", 4), 4);
     cr_assert_eq(fx_sql_int_soon(&fx, "SELECT count(*) FROM outbox", NULL, 0), 0);
+    cJSON_Delete(b);
+}
+
+/* The batch's reply warns once per (target, backend) pair of its cells
+ * that no worker has ever offered; the jobs are accepted and wait. */
+Test(batches, the_create_reply_warns_about_pairs_no_worker_ever_offered)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
+    const char *trn2 = "trn2", *sim = "sim";
+    kf_queue_caps c = { &trn2, 1, &sim, 1 };
+    const cJSON *w;
+    cJSON *b;
+
+    cr_assert_not_null(q, "%s", e.msg);
+    cr_assert_eq(kf_queue_heartbeat(q, "w-sim", "{\"id\":\"w-sim\"}", 60000, &c, &e), KF_OK, "%s", e.msg);
+    kf_queue_free(q);
+
+    b = create(fx.user, "{\"template\":{\"kind\":\"generate\",\"backend\":\"neuron\"},\"matrix\":{\"op\":[\"add\",\"mul\"],"
+                        "\"shapes\":[[[64,64],[64,64]]],\"dtype\":[\"float32\"],\"target\":[\"trn2\",\"trn3\"]}}");
+    w = cJSON_GetObjectItem(b, "warnings");
+    cr_assert_eq(cJSON_GetArraySize(w), 2, "one warning per pair, not per cell");
+    cr_assert_str_eq(fx_str(cJSON_GetArrayItem(w, 0), "code"), "capability-never-offered");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(cJSON_GetArrayItem(w, 0), "capability"), "backend"), "neuron");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(cJSON_GetArrayItem(w, 0), "capability"), "target"), "trn2");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(cJSON_GetArrayItem(w, 1), "capability"), "target"), "trn3");
+    cr_assert_eq(fx_num(b, "n_jobs"), 4, "accepted all the same");
+    cJSON_Delete(b);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:neuron:trn2", 2), 2);
+
+    b = create(fx.user, "{\"template\":{\"kind\":\"generate\"},\"matrix\":{\"op\":[\"add\"],"
+                        "\"shapes\":[[[64,64],[64,64]]],\"dtype\":[\"float32\"],\"target\":[\"trn2\"]}}");
+    cr_assert_null(cJSON_GetObjectItem(b, "warnings"), "a worker offered (trn2, sim)");
     cJSON_Delete(b);
 }
 
@@ -388,7 +421,7 @@ Test(batches, interactive_jobs_are_leased_before_a_queued_batch)
     char *job;
     lease l;
 
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 4), 4);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn2", 4), 4);
     job = fx_submit(&fx, fx.user2, NULL);   /* a notebook's job, priority 5, submitted after */
     l = lease_job(job, "trn2");             /* asserts the first job leased is this one */
     cr_assert_eq(l.attempt, 1);
@@ -468,7 +501,7 @@ Test(batches, cancel_moves_every_queued_job_through_the_lifecycle)
     kf_http_resp r;
     cJSON *b;
 
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 5), 5);
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn2", 5), 5);
     cr_assert_eq(post(path, fx.user, NULL, NULL, &r), 200, "%s", r.body);
     b = fx_json(&r);
     kf_http_resp_release(&r);
@@ -481,7 +514,7 @@ Test(batches, cancel_moves_every_queued_job_through_the_lifecycle)
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE "
                                  "j.batch_id = $1::uuid AND e.type = 'cancelled' AND e.detail->>'batch' = j.batch_id::text",
                             bid), 5, "one cancelled event per job, naming the batch");
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 0), 0, "the queue let go of them");
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:sim:trn2", 0), 0, "the queue let go of them");
     cr_assert_eq(fx_sql_int(&fx, "SELECT count(*) FROM outbox", NULL), 0, "the cancels Redis took leave no outbox row");
     free(path);
     free(bid);

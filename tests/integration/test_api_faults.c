@@ -114,7 +114,7 @@ Test(faults, postgres_down_is_503_with_retry_after_then_recovers)
     long long waiting, t0;
 
     cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS kf:job:%s", id, 1), 1, "job not in Redis");
-    waiting = fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2");
+    waiting = fx_redis_int(&fx, "ZCARD kf:wait:diag:%s", "trn2");
 
     pg_stop();
     fx_req(&fx, "GET", path, fx.user, NULL, &r);
@@ -130,7 +130,7 @@ Test(faults, postgres_down_is_503_with_retry_after_then_recovers)
     expect_503(&r, "heartbeat");
     kf_http_resp_release(&r);
     /* Nothing half-written: no Redis entry without its PostgreSQL row. */
-    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:%s", "trn2"), waiting);
+    cr_assert_eq(fx_redis_int(&fx, "ZCARD kf:wait:diag:%s", "trn2"), waiting);
 
     cr_assert_eq(fx_req(&fx, "GET", "/readyz", NULL, NULL, &r), 503);
     cr_assert(strstr(r.body, "\"missing\":[\"postgresql\"]"), "%s", r.body);

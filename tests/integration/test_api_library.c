@@ -59,7 +59,7 @@ static char *leased(const char *tok, const char *spec, lease *l)
     for (int i = 0; i < 300 && !l->attempt; i++) {
         kf_queue_lease ql;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, targets, 4, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 4, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(ql.id, id);
             snprintf(l->token, sizeof(l->token), "%s", ql.token);
@@ -385,7 +385,7 @@ Test(api_library, a_user_kernel_is_its_owners_and_the_source_is_rebuilt_from_dif
     for (int i = 0; i < 300 && !l.attempt; i++) {
         kf_queue_lease ql;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             snprintf(l.token, sizeof(l.token), "%s", ql.token);
             l.attempt = ql.attempt;

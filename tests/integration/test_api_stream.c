@@ -175,7 +175,7 @@ static lease lease_job(const char *id)
     for (int i = 0; i < 300 && !tl.attempt; i++) {
         kf_queue_lease l;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(l.id, id, "another job was waiting");
             snprintf(tl.token, sizeof(tl.token), "%s", l.token);

@@ -111,7 +111,7 @@ static void register_worker(const char *id, const char *job)
                             id, job ? "\"" : "", job ? job : "null", job ? "\"" : "");
 
     cr_assert_not_null(q, "%s", e.msg);
-    cr_assert_eq(kf_queue_heartbeat(q, id, doc, 60000, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_heartbeat(q, id, doc, 60000, &(kf_queue_caps){ (const char *const[]){ "trn2" }, 1, (const char *const[]){ "sim" }, 1 }, &e), KF_OK, "%s", e.msg);
     kf_queue_free(q);
     free(doc);
 }
@@ -148,7 +148,7 @@ Test(api_ui, workers_show_jobs_to_their_owners_and_dead_letters_to_admins)
 
     register_worker("w1", job);
     register_worker("w2", NULL);
-    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:trn2", 1), 1, "the job is waiting for trn2");
+    cr_assert_eq(fx_redis_int_soon(&fx, "ZCARD %s", "kf:wait:diag:trn2", 1), 1, "the job is waiting for trn2");
 
     alice = workers(fx.user);
     w = worker_named(alice, "w1");

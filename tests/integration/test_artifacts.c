@@ -67,7 +67,7 @@ static char *leased_job(const char *tok, lease *l)
     for (int i = 0; i < 300 && !l->attempt; i++) {
         kf_queue_lease ql;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(ql.id, id);
             snprintf(l->token, sizeof(l->token), "%s", ql.token);

@@ -231,3 +231,25 @@ Test(cli, a_download_never_overwrites_without_force)
     free(dir);
     free(id);
 }
+
+/* kforge submit shows the API's warnings on stderr: the job is accepted
+ * (exit 0, its id on stdout) but no worker has ever offered what it needs. */
+Test(cli, submit_says_when_no_worker_ever_offered_the_jobs_backend)
+{
+    char *dir = kf_test_tmpdir("cli-route"), *file = kf_asprintf("%s/job.json", dir);
+    FILE *f = fopen(file, "w");
+    cli_out r;
+
+    cr_assert_not_null(f);
+    fputs("{\"kind\":\"generate\",\"target\":\"trn2\",\"backend\":\"neuron\",\"op\":\"add\","
+          "\"shapes\":[[64,64],[64,64]],\"dtype\":\"float32\"}\n", f);
+    fclose(f);
+    r = KF(fx.user, "submit", file);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    cr_assert(strncmp(r.out, "job ", 4) == 0 && strstr(r.out, " queued"), "%s", r.out);
+    cr_assert(strstr(r.err, "kforge: warning: no worker has ever offered backend 'neuron' for target 'trn2'"), "%s",
+              r.err);
+    cli_out_release(&r);
+    free(file);
+    free(dir);
+}

@@ -2,7 +2,9 @@
  * against real PostgreSQL and Redis.  Jobs are submitted over HTTP and
  * their history is read back from PostgreSQL. */
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,4 +263,65 @@ Test(e2e, an_admin_requeue_of_a_dead_job_runs_it_again)
     cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:dead"), 1, "one dead letter, not two");
     free(id);
     free(body);
+}
+
+/* GET url (token may be NULL) answered 200, parsed. */
+static cJSON *get_json(const char *path, const char *token)
+{
+    char url[256];
+    kf_http_resp r;
+    cJSON *v;
+
+    snprintf(url, sizeof(url), "%s%s", S.api_url, path);
+    cr_assert_eq(kf_http_json("GET", url, token, NULL, &r), 200, "GET %s: %s", path, r.body ? r.body : r.error);
+    v = cJSON_Parse(r.body);
+    cr_assert_not_null(v, "%s", r.body);
+    kf_http_resp_release(&r);
+    return v;
+}
+
+/* Routing by capability with the real processes: a worker built with the
+ * diag and sim backends runs the diag job and never leases the neuron one,
+ * which stays queued (no attempt used) and says why. */
+Test(e2e, a_worker_never_leases_a_job_of_a_backend_it_does_not_run)
+{
+    kf_stack_opts o = { .redis_db = E2E_DB, .n_workers = 1, .n_schedulers = 1 };
+    char *diag, *neuron;
+    cJSON *j, *rd;
+    const cJSON *w, *m;
+
+    kf_stack_start(&S, &o);
+    neuron = kf_stack_submit(&S, "{\"kind\":\"generate\",\"target\":\"trn2\",\"backend\":\"neuron\",\"op\":\"add\","
+                                 "\"shapes\":[[64,64],[64,64]],\"dtype\":\"float32\"}");
+    diag = kf_stack_submit(&S, "{\"kind\":\"diag\",\"target\":\"trn2\",\"spec\":{\"sleep_ms\":10}}");
+    cr_assert(kf_stack_wait_state(&S, diag, "succeeded", 15000), "job %s is %s; see %s", diag,
+              kf_stack_state(&S, diag), S.dir);
+    kf_test_sleep_ms(1500);   /* the worker idles past a few lease polls and wake-ups */
+    cr_assert_str_eq(kf_stack_state(&S, neuron), "queued");
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", neuron), 0,
+                 "no attempt was spent on a worker without the backend");
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:wait:neuron:trn2"), 1);
+    /* The worker's heartbeat offered exactly its targets x backends. */
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:cap:sim:trn2"), 1);
+    cr_assert_eq(kf_stack_redis_int(&S, "ZCARD %s", "kf:cap:diag:trn2"), 1);
+    cr_assert_eq(kf_stack_redis_int(&S, "SISMEMBER kf:caps %s", "neuron:trn2"), 0);
+
+    {
+        char *path = kf_asprintf("/v1/jobs/%s", neuron);
+        j = get_json(path, S.user);
+        free(path);
+    }
+    w = cJSON_GetObjectItem(j, "waiting");
+    cr_assert_not_null(w);
+    cr_assert_str_eq(cJSON_GetObjectItem(w, "reason")->valuestring,
+                     "no live worker offers backend 'neuron' for target 'trn2' (none ever has)");
+    cJSON_Delete(j);
+    rd = get_json("/readyz", NULL);
+    m = cJSON_GetArrayItem(cJSON_GetObjectItem(rd, "missing_capabilities"), 0);
+    cr_assert_not_null(m, "/readyz names the missing capability");
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "backend")->valuestring, "neuron");
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "target")->valuestring, "trn2");
+    cJSON_Delete(rd);
+    free(diag);
+    free(neuron);
 }

@@ -244,7 +244,7 @@ Test(fault, postgres_down_during_enqueue)
     snprintf(url, sizeof(url), "%s/v1/jobs", S.api_url);
     long st = kf_http_json("POST", url, S.user, body, &r);
     char *retry_after = kf_http_header(&r, "Retry-After");
-    long long waiting = kf_stack_redis_int(&S, "ZCARD %s", "kf:wait:trn2");
+    long long waiting = kf_stack_redis_int(&S, "ZCARD %s", "kf:wait:diag:trn2");
     long long jobs = kf_stack_redis_int(&S, "EXISTS %s", "kf:active");
     kf_http_resp_release(&r);
     kf_stack_pg_start(&S);

@@ -58,7 +58,7 @@ static bool take(const char *target, kf_queue_lease *l)
     kf_err e = KF_ERR_INIT;
     bool got = false;
     const char *t[1] = { target };
-    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w1", 10000, l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ t, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 10000, l, &got, &e), KF_OK, "%s", e.msg);
     return got;
 }
 
@@ -146,7 +146,7 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     }
     cr_assert_eq(kf_queue_enqueue_many(q, j, 5, created, &e), KF_OK, "%s", e.msg);
     cr_assert(created[0] && created[1] && !created[2] && created[3] && created[4]);
-    r = redisCommand(raw, "LLEN kf:signal:trn2");
+    r = redisCommand(raw, "LLEN kf:signal:diag:trn2");
     cr_assert_eq(r->integer, 4, "one wake-up per new trn2 job (m2 by put, m0 m1 m3 by the batch)");
     freeReplyObject(r);
     /* The batch keeps its order at one priority (m0 m1 m3; ordering by id
@@ -219,14 +219,14 @@ Test(queue, enqueue_many_keeps_order_and_is_all_or_nothing)
     /* Job k of the call is k/64 ms after the call's millisecond, exactly,
      * on top of its priority band: big0 and big60 have priority 0, big63
      * priority 3 (3e13 lower: it runs first). */
-    r = redisCommand(raw, "ZMSCORE kf:wait:trn3 big0 big60 big63");
+    r = redisCommand(raw, "ZMSCORE kf:wait:diag:trn3 big0 big60 big63");
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     double s0 = strtod(r->element[0]->str, NULL), s60 = strtod(r->element[1]->str, NULL),
            s63 = strtod(r->element[2]->str, NULL);
     freeReplyObject(r);
     cr_assert_eq(s60 - s0, 60.0 / 64, "%.17g %.17g", s0, s60);
     cr_assert_eq(s0 - s63, 3e13 - 63.0 / 64, "%.17g %.17g", s0, s63);
-    r = redisCommand(raw, "LLEN kf:signal:trn3");
+    r = redisCommand(raw, "LLEN kf:signal:diag:trn3");
     cr_assert_eq(r->integer, 64, "wake-ups are capped at 64 per target");
     freeReplyObject(r);
 }
@@ -244,7 +244,7 @@ Test(queue, lease_order_is_priority_then_arrival_across_targets)
     put("d", "inf2", 9, 3);
     const char *expect[3] = { "c", "a", "b" };
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(kf_queue_lease_job(q, targets, 2, "w1", 5000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 2, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 5000, &l, &got, &e), KF_OK, "%s", e.msg);
         cr_assert(got);
         cr_assert_str_eq(l.id, expect[i]);
         cr_assert_eq(l.attempt, 1);
@@ -256,7 +256,7 @@ Test(queue, lease_order_is_priority_then_arrival_across_targets)
         cr_assert(zscore_exists("kf:active", l.id));
         kf_queue_lease_free(&l);
     }
-    cr_assert_eq(kf_queue_lease_job(q, targets, 2, "w1", 5000, &l, &got, &e), KF_OK);
+    cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 2, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 5000, &l, &got, &e), KF_OK);
     cr_assert_not(got, "the inf2 job must not go to a trn1/trn2 worker");
 }
 
@@ -380,7 +380,7 @@ Test(queue, reap_counts_expired_leases_as_attempts)
     int n = 0;
 
     put("r", "trn2", 5, 2);
-    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w1", 100, &l, &got, &e), KF_OK);
+    cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ t, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 100, &l, &got, &e), KF_OK);
     cr_assert(got);
     cr_assert_eq(kf_queue_reap(q, 100, 10, 10, &m, &n, &e), KF_OK);
     cr_assert_eq(n, 0, "lease not yet expired");
@@ -398,7 +398,7 @@ Test(queue, reap_counts_expired_leases_as_attempts)
     kf_test_sleep_ms(20);
     cr_assert_eq(kf_queue_promote(q, 100, &m, &n, &e), KF_OK);
     kf_queue_moved_free(m, n);
-    cr_assert_eq(kf_queue_lease_job(q, t, 1, "w2", 100, &l, &got, &e), KF_OK);
+    cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ t, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w2", 100, &l, &got, &e), KF_OK);
     cr_assert(got);
     cr_assert_eq(l.attempt, 2);
     kf_queue_lease_free(&l);
@@ -533,8 +533,8 @@ Test(queue, worker_registry_and_cleanup)
     kf_err e = KF_ERR_INIT;
     int removed = -1;
 
-    cr_assert_eq(kf_queue_heartbeat(q, "w-a", "{\"id\":\"w-a\"}", 100, &e), KF_OK, "%s", e.msg);
-    cr_assert_eq(kf_queue_heartbeat(q, "w-b", "{\"id\":\"w-b\"}", 60000, &e), KF_OK);
+    cr_assert_eq(kf_queue_heartbeat(q, "w-a", "{\"id\":\"w-a\"}", 100, NULL, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_heartbeat(q, "w-b", "{\"id\":\"w-b\"}", 60000, NULL, &e), KF_OK);
     cr_assert_eq(kf_queue_workers_cleanup(q, &removed, &e), KF_OK);
     cr_assert_eq(removed, 0);
     kf_test_sleep_ms(150);
@@ -605,7 +605,7 @@ Test(queue, two_leasers_never_share_a_job)
         kf_queue *h = (i % 2) ? q : q2;
         kf_queue_lease l;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(h, t, 1, "w", 1000, &l, &got, &e), KF_OK);
+        cr_assert_eq(kf_queue_lease_job(h, &(kf_queue_caps){ t, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w", 1000, &l, &got, &e), KF_OK);
         if (!got)
             break;
         int k = atoi(l.id + 3);
@@ -624,12 +624,12 @@ Test(queue, wait_wakes_on_enqueue_and_times_out_otherwise)
     bool woken = true;
     long long t0 = kf_test_now_ms();
 
-    cr_assert_eq(kf_queue_wait(q, t, 2, 200, &woken, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_wait(q, &(kf_queue_caps){ t, 2, (const char *const[]){ "diag", "sim" }, 2 }, 200, &woken, &e), KF_OK, "%s", e.msg);
     cr_assert_not(woken);
     cr_assert(kf_test_now_ms() - t0 >= 150, "waited for the timeout");
     put("s1", "trn2", 5, 3);
     t0 = kf_test_now_ms();
-    cr_assert_eq(kf_queue_wait(q, t, 2, 2000, &woken, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_wait(q, &(kf_queue_caps){ t, 2, (const char *const[]){ "diag", "sim" }, 2 }, 2000, &woken, &e), KF_OK, "%s", e.msg);
     cr_assert(woken);
     cr_assert(kf_test_now_ms() - t0 < 100, "a signal wakes at once");
 }
@@ -751,4 +751,242 @@ Test(queue, the_granted_lease_outlives_the_lease)
     cr_assert_str_neq(g.token, t1);
     kf_queue_lease_free(&l1);
     kf_queue_lease_free(&l2);
+}
+
+/* ---- routing by capability ------------------------------------------------------ */
+
+static void put_on(const char *id, const char *target, const char *backend)
+{
+    kf_err e = KF_ERR_INIT;
+    bool created = false;
+    kf_queue_job j = { .id = id, .kind = "generate", .target = target, .backend = backend, .priority = 5,
+                       .attempt = 0, .max_attempts = 3, .payload = "{\"spec\":{}}" };
+    cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_OK, "%s", e.msg);
+    cr_assert(created);
+}
+
+/* Lease as a worker with one target and one backend. */
+static bool take_as(const char *worker, const char *target, const char *backend, kf_queue_lease *l)
+{
+    kf_err e = KF_ERR_INIT;
+    bool got = false;
+    kf_queue_caps c = { &target, 1, &backend, 1 };
+    cr_assert_eq(kf_queue_lease_job(q, &c, worker, 10000, l, &got, &e), KF_OK, "%s", e.msg);
+    return got;
+}
+
+static long long zcard(const char *key)
+{
+    redisReply *r = redisCommand(raw, "ZCARD %s", key);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+Test(queue, jobs_wait_by_target_and_backend_and_only_a_worker_that_runs_them_leases_them)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    const char *targets[2] = { "trn1", "trn2" }, *backends[2] = { "diag", "sim" };
+    kf_queue_caps both = { targets, 2, backends, 2 };
+    bool got = true, woken = false;
+    kf_queue_stats st;
+
+    put_on("n1", "trn2", "neuron");   /* first in: the oldest, highest-ranked job */
+    put_on("s1", "trn2", "sim");
+    cr_assert_eq(zcard("kf:wait:neuron:trn2"), 1);
+    cr_assert_eq(zcard("kf:wait:sim:trn2"), 1);
+    cr_assert_eq(kf_queue_stats_get(q, "trn2", &st, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(st.waiting, 2, "a target's depth counts every backend");
+
+    /* The simulator worker takes the sim job and never sees the neuron one. */
+    cr_assert(take_as("w-sim", "trn2", "sim", &l));
+    cr_assert_str_eq(l.id, "s1");
+    cr_assert_str_eq(l.backend, "sim");
+    kf_queue_lease_free(&l);
+    cr_assert_not(take_as("w-sim", "trn2", "sim", &l), "nothing left that a sim worker runs");
+    cr_assert_not(take_as("w-trn1", "trn1", "neuron", &l), "another target's neuron worker does not take it");
+    cr_assert_eq(kf_queue_lease_job(q, &both, "w-both", 10000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_not(got, "targets x backends without neuron: nothing");
+    cr_assert_eq(zcard("kf:wait:neuron:trn2"), 1, "the neuron job still waits, attempts untouched");
+
+    /* A neuron worker is woken by the signal of its own pair, and takes it. */
+    {
+        const char *t = "trn2", *b = "neuron";
+        kf_queue_caps c = { &t, 1, &b, 1 };
+        cr_assert_eq(kf_queue_wait(q, &c, 200, &woken, &e), KF_OK, "%s", e.msg);
+        cr_assert(woken, "the enqueue signalled kf:signal:neuron:trn2");
+    }
+    cr_assert(take_as("w-neuron", "trn2", "neuron", &l));
+    cr_assert_str_eq(l.id, "n1");
+    cr_assert_eq(l.attempt, 1);
+    kf_queue_lease_free(&l);
+}
+
+Test(queue, release_retry_and_cancel_keep_the_jobs_pair)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    kf_queue_moved *m = NULL;
+    kf_queue_cancel_result cr;
+    int n = 0;
+
+    put_on("a", "inf2", "neuron");
+    cr_assert(take_as("w-n", "inf2", "neuron", &l));
+    cr_assert_eq(kf_queue_release(q, "a", l.token, &e), KF_OK, "%s", e.msg);
+    kf_queue_lease_free(&l);
+    cr_assert_eq(zscore_exists("kf:wait:neuron:inf2", "a"), 1, "handed back to its own pair");
+    cr_assert_not(take_as("w-s", "inf2", "sim", &l));
+
+    cr_assert(take_as("w-n", "inf2", "neuron", &l));
+    cr_assert_eq(kf_queue_fail(q, "a", l.token, "device busy", true, 1, 1, NULL, NULL, &e), KF_OK, "%s", e.msg);
+    kf_queue_lease_free(&l);
+    kf_test_sleep_ms(20);
+    cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+    kf_queue_moved_free(m, n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(zscore_exists("kf:wait:neuron:inf2", "a"), 1, "a retry waits in its own pair");
+    cr_assert_not(take_as("w-s", "inf2", "sim", &l));
+
+    cr_assert_eq(kf_queue_cancel(q, "a", &cr, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(cr, KF_CANCEL_REMOVED);
+    cr_assert_eq(zcard("kf:wait:neuron:inf2"), 0, "cancel removed it from its pair's set");
+
+    put_on("b", "inf2", "neuron");
+    cr_assert_eq(kf_queue_forget(q, "b", &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(zcard("kf:wait:neuron:inf2"), 0, "forget removed it from its pair's set");
+}
+
+Test(queue, a_pair_with_a_colon_is_refused)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_job j = { .id = "c", .kind = "diag", .target = "trn2", .backend = "sim:trn2", .priority = 5,
+                       .attempt = 0, .max_attempts = 1, .payload = "{}" };
+    kf_queue_lease l;
+    bool got;
+    const char *t = "trn2", *b = "a:b";
+    kf_queue_caps c = { &t, 1, &b, 1 }, none = { &t, 1, &b, 0 };
+
+    cr_assert_eq(kf_queue_enqueue(q, &j, NULL, &e), KF_INVALID);
+    cr_assert(strstr(e.msg, "must not contain ':'"), "%s", e.msg);
+    cr_assert_eq(kf_queue_lease_job(q, &c, "w", 1000, &l, &got, &e), KF_INVALID);
+    cr_assert_eq(kf_queue_lease_job(q, &none, "w", 1000, &l, &got, &e), KF_INVALID, "a worker needs a backend");
+    j.backend = NULL;
+    cr_assert_eq(kf_queue_enqueue(q, &j, NULL, &e), KF_INVALID, "a job needs a backend");
+}
+
+Test(queue, heartbeats_record_live_and_ever_offered_capabilities)
+{
+    kf_err e = KF_ERR_INIT;
+    const char *targets[2] = { "trn2", "trn3" }, *sim = "sim";
+    kf_queue_caps c = { targets, 2, &sim, 1 };
+    const char *qt[3] = { "trn2", "trn3", "trn2" }, *qb[3] = { "sim", "sim", "neuron" };
+    kf_queue_cap_state st[3], miss[8];
+    int n = 0;
+
+    cr_assert_eq(kf_queue_caps_get(q, qt, qb, 3, st, &e), KF_OK, "%s", e.msg);
+    for (int i = 0; i < 3; i++)
+        cr_assert(st[i].live_workers == 0 && !st[i].offered, "nothing offered yet");
+
+    cr_assert_eq(kf_queue_heartbeat(q, "w-sim", "{\"id\":\"w-sim\"}", 60000, &c, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_heartbeat(q, "w-brief", "{\"id\":\"w-brief\"}", 150, &c, &e), KF_OK, "%s", e.msg);
+    put_on("n", "trn2", "neuron");
+    put_on("s", "trn3", "sim");
+    cr_assert_eq(kf_queue_caps_get(q, qt, qb, 3, st, &e), KF_OK, "%s", e.msg);
+    cr_assert_str_eq(st[0].target, "trn2");
+    cr_assert_str_eq(st[0].backend, "sim");
+    cr_assert_eq(st[0].live_workers, 2);
+    cr_assert(st[0].offered);
+    cr_assert_eq(st[1].waiting, 1);
+    cr_assert_eq(st[2].live_workers, 0);
+    cr_assert_not(st[2].offered, "nobody ever offered neuron");
+    cr_assert_eq(st[2].waiting, 1);
+    cr_assert_eq(kf_queue_caps_missing(q, 8, miss, &n, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(n, 1, "only the pair with waiting jobs and no live worker");
+    cr_assert_str_eq(miss[0].backend, "neuron");
+    cr_assert_str_eq(miss[0].target, "trn2");
+    cr_assert_eq(miss[0].waiting, 1);
+
+    /* A heartbeat that expired is not live: the same expiry as the registry. */
+    kf_test_sleep_ms(250);
+    cr_assert_eq(kf_queue_caps_get(q, qt, qb, 1, st, &e), KF_OK);
+    cr_assert_eq(st[0].live_workers, 1, "w-brief's heartbeat expired");
+
+    /* A worker that leaves takes its capabilities along; ever-offered stays. */
+    cr_assert_eq(kf_queue_worker_gone(q, "w-sim", &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_caps_get(q, qt, qb, 3, st, &e), KF_OK);
+    cr_assert_eq(st[0].live_workers, 0);
+    cr_assert(st[0].offered, "kf:caps never forgets");
+    cr_assert_eq(kf_queue_caps_missing(q, 8, miss, &n, &e), KF_OK);
+    cr_assert_eq(n, 2, "now (trn3, sim) has a waiting job and no live worker too");
+    cr_assert_str_eq(miss[0].backend, "neuron", "sorted by backend:target");
+    cr_assert_str_eq(miss[1].backend, "sim");
+    cr_assert_str_eq(miss[1].target, "trn3");
+    cr_assert(miss[1].offered);
+    cr_assert_eq(kf_queue_caps_missing(q, 1, miss, &n, &e), KF_OK);
+    cr_assert_eq(n, 1, "at most limit");
+}
+
+/* Upgrade: jobs queued by a version that keyed the waiting sets by target
+ * only move to their pair's set, score (order) kept, in batches. */
+Test(queue, migration_moves_target_only_waiting_sets_to_pairs)
+{
+    kf_err e = KF_ERR_INIT;
+    kf_queue_lease l;
+    redisReply *r;
+    int moved = -1, total = 0;
+
+    freeReplyObject(redisCommand(raw, "HSET kf:job:o1 kind generate target trn2 backend neuron priority 5 "
+                                      "attempt 0 max_attempts 3 state queued payload {}"));
+    freeReplyObject(redisCommand(raw, "HSET kf:job:o2 kind generate target trn2 priority 5 "
+                                      "attempt 0 max_attempts 3 state queued payload {}"));
+    freeReplyObject(redisCommand(raw, "HSET kf:job:o3 kind diag target inf2 backend diag priority 5 "
+                                      "attempt 0 max_attempts 3 state queued payload {}"));
+    freeReplyObject(redisCommand(raw, "ZADD kf:wait:trn2 50000000000001 o1 50000000000002 o2"));
+    freeReplyObject(redisCommand(raw, "ZADD kf:wait:inf2 50000000000003 o3"));
+    freeReplyObject(redisCommand(raw, "SADD kf:targets trn2 inf2"));
+    freeReplyObject(redisCommand(raw, "RPUSH kf:signal:trn2 1"));
+
+    cr_assert_eq(kf_queue_migrate_wait(q, 2, &moved, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(moved, 2, "at most the limit per call");
+    total += moved;
+    cr_assert_eq(kf_queue_migrate_wait(q, 2, &moved, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(moved, 1);
+    total += moved;
+    cr_assert_eq(kf_queue_migrate_wait(q, 2, &moved, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(moved, 0, "idempotent: nothing left");
+    cr_assert_eq(total, 3);
+
+    r = redisCommand(raw, "EXISTS kf:wait:trn2 kf:wait:inf2 kf:signal:trn2");
+    cr_assert_eq(r->integer, 0, "the old sets and their wake-up list are gone");
+    freeReplyObject(r);
+    r = redisCommand(raw, "ZSCORE kf:wait:neuron:trn2 o1");
+    cr_assert_str_eq(r->str, "50000000000001", "score kept");
+    freeReplyObject(r);
+    cr_assert_eq(zscore_exists("kf:wait:sim:trn2", "o2"), 1, "a hash without a backend goes to sim");
+    r = redisCommand(raw, "HGET kf:job:o2 backend");
+    cr_assert_str_eq(r->str, "sim", "and says so, so release and retry find the same set");
+    freeReplyObject(r);
+    cr_assert_eq(zscore_exists("kf:wait:diag:inf2", "o3"), 1);
+
+    cr_assert(take_as("w-n", "trn2", "neuron", &l));
+    cr_assert_str_eq(l.id, "o1");
+    kf_queue_lease_free(&l);
+    cr_assert(take_as("w-s", "trn2", "sim", &l));
+    cr_assert_str_eq(l.id, "o2");
+    kf_queue_lease_free(&l);
+
+    /* A retry the previous version scheduled, its hash without a backend,
+     * comes back to the simulator's set too (no script error). */
+    freeReplyObject(redisCommand(raw, "HSET kf:job:o4 kind generate target trn2 priority 5 attempt 1 "
+                                      "max_attempts 3 state retrying payload {}"));
+    freeReplyObject(redisCommand(raw, "ZADD kf:delayed 1 o4"));
+    {
+        kf_queue_moved *m = NULL;
+        int n = 0;
+        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+        kf_queue_moved_free(m, n);
+        cr_assert_eq(n, 1);
+    }
+    cr_assert_eq(zscore_exists("kf:wait:sim:trn2", "o4"), 1);
 }

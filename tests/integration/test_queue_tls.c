@@ -178,7 +178,7 @@ Test(queue_tls, round_trip_with_a_payload_larger_than_a_record)
                        .backend = "diag", .priority = 5, .attempt = 0, .max_attempts = 3, .payload = payload };
     cr_assert_eq(kf_queue_enqueue(q, &j, &created, &e), KF_OK, "%s", e.msg);
     cr_assert(created);
-    cr_assert_eq(kf_queue_lease_job(q, targets, 1, "w-tls", 30000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w-tls", 30000, &l, &got, &e), KF_OK, "%s", e.msg);
     cr_assert(got);
     cr_assert_str_eq(l.id, j.id);
     cr_assert_eq(strlen(l.payload), strlen(payload), "the whole payload came back through the relay");

@@ -182,3 +182,55 @@ Test(ks_sched, one_of_two_schedulers_leads_and_the_other_takes_over_when_it_resi
     cr_assert(ks_is_leader(other));
     s = other;
 }
+
+static long long redis_int(redisContext *raw, const char *cmd)
+{
+    redisReply *r = redisCommand(raw, cmd);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Upgrade: the jobs a previous version left in kf:wait:{target} are moved
+ * to their (target, backend) set when a scheduler becomes leader, all of
+ * them (more than one batch), before any worker of the new version could
+ * miss them. */
+Test(ks_sched, a_new_leader_moves_the_previous_versions_waiting_jobs_to_their_pairs)
+{
+    enum { N = 1500 };
+    redisContext *raw = redisConnect("127.0.0.1", atoi(kf_test_env("KFORGE_TEST_REDIS_PORT")));
+    const char *trn2 = "trn2", *neuron = "neuron";
+    kf_queue_caps c = { &trn2, 1, &neuron, 1 };
+    kf_queue_lease l;
+    kf_err e = KF_ERR_INIT;
+    bool got = false;
+
+    cr_assert(raw && !raw->err);
+    freeReplyObject(redisCommand(raw, "SELECT %d", SCHED_DUTIES_DB));
+    for (int i = 0; i < N; i++) {
+        if (i % 2 == 0)
+            redisAppendCommand(raw, "HSET kf:job:old-%d kind generate target trn2 backend neuron priority 5 attempt 0 "
+                                    "max_attempts 3 state queued payload {}", i);
+        else
+            redisAppendCommand(raw, "HSET kf:job:old-%d kind generate target trn2 priority 5 attempt 0 "
+                                    "max_attempts 3 state queued payload {}", i);
+        redisAppendCommand(raw, "ZADD kf:wait:trn2 %d old-%d", 50000000 + i, i);
+    }
+    for (int i = 0; i < 2 * N; i++) {
+        redisReply *r = NULL;
+        cr_assert_eq(redisGetReply(raw, (void **)&r), REDIS_OK);
+        freeReplyObject(r);
+    }
+    freeReplyObject(redisCommand(raw, "SADD kf:targets trn2"));
+
+    ks_tick(s, kf_test_now_ms());
+    cr_assert(ks_is_leader(s));
+    cr_assert_eq(redis_int(raw, "EXISTS kf:wait:trn2"), 0, "nothing left in the old set");
+    cr_assert_eq(redis_int(raw, "ZCARD kf:wait:neuron:trn2"), N / 2);
+    cr_assert_eq(redis_int(raw, "ZCARD kf:wait:sim:trn2"), N / 2, "no backend recorded: the simulator");
+    cr_assert_eq(kf_queue_lease_job(q, &c, "w-n", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+    cr_assert(got);
+    cr_assert_str_eq(l.id, "old-0", "the oldest first, as before the upgrade");
+    kf_queue_lease_free(&l);
+    redisFree(raw);
+}

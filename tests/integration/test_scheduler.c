@@ -129,7 +129,7 @@ Test(scheduler, redis_restart_triggers_reconciliation)
     kf_test_sleep_ms(300);
     snprintf(cmd, sizeof(cmd), "DEL kf:job:%s", id);
     kf_stack_redis(&S, cmd);
-    snprintf(cmd, sizeof(cmd), "ZREM kf:wait:trn2 %s", id);
+    snprintf(cmd, sizeof(cmd), "ZREM kf:wait:diag:trn2 %s", id);
     kf_stack_redis(&S, cmd);
     kf_test_sleep_ms(1200);   /* AOF everysec has the deletion on disk */
     char key[80];

@@ -196,7 +196,7 @@ static void play_worker(const char *batch, int n, double (*lat_of)(const char *o
         long st;
         const char *what[3] = { "start", "iterations", "result" };
 
-        cr_assert_eq(kf_queue_lease_job(q, targets, 1, "test-w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "test-w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
         if (!got) {
             kf_test_sleep_ms(10);
             continue;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "workers/kf_backend.h"
 #include "workers/kw_beat.h"
 #include "workers/kw_deliver.h"
 #include "workers/kw_lease.h"
@@ -170,6 +171,31 @@ Test(config, targets)
                  "more than %d targets", KW_MAX_TARGETS);
 }
 
+Test(config, backends)
+{
+    static kw_worker w;
+    kf_err e = KF_ERR_INIT;
+
+    cr_assert_eq(kw_worker_parse_targets(&w, "trn1,trn2", &e), KF_OK);
+    cr_assert_eq(kw_worker_set_caps(&w, "sim", &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(w.n_backends, 1);
+    cr_assert_str_eq(w.backends[0], "sim");
+    cr_assert_eq(w.caps.n_backends, 1, "it leases (trn1, sim) and (trn2, sim) only");
+    cr_assert_eq(w.caps.n_targets, 2);
+    cr_assert_eq(kw_worker_set_caps(&w, "diag,sim", &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(w.n_backends, 2);
+    cr_assert_str_eq(w.backends[0], "diag");
+    cr_assert_eq(kw_worker_set_caps(&w, "", &e), KF_OK, "empty: every backend compiled in");
+    for (int i = 0; kf_backend_all()[i]; i++)
+        cr_assert_str_eq(w.backends[i], kf_backend_all()[i]->name);
+    cr_assert_eq(kw_worker_set_caps(&w, "sim,gpu", &e), KF_CONFIG);
+    cr_assert(strstr(e.msg, "'gpu' is not a backend of this worker (compiled in: "), "%s", e.msg);
+    cr_assert_eq(kw_worker_set_caps(&w, "sim,sim", &e), KF_CONFIG);
+    cr_assert(strstr(e.msg, "named twice"), "%s", e.msg);
+    cr_assert_eq(kw_worker_set_caps(&w, "sim,", &e), KF_CONFIG);
+    cr_assert_eq(kw_worker_set_caps(&w, ",sim", &e), KF_CONFIG);
+}
+
 Test(config, worker_id)
 {
     char longid[200];
@@ -195,6 +221,8 @@ static void check_lists(const cJSON *doc)
     cr_assert(cJSON_IsArray(t) && cJSON_GetArraySize(t) == 2);
     cr_assert_str_eq(cJSON_GetArrayItem(t, 1)->valuestring, "trn2");
     cr_assert(cJSON_IsArray(b) && cJSON_GetArraySize(b) >= 1);
+    for (int i = 0; kf_backend_all()[i]; i++)
+        cr_assert_str_eq(cJSON_GetArrayItem(b, i)->valuestring, kf_backend_all()[i]->name);
 }
 
 Test(beat, the_registry_entry_and_the_api_heartbeat)
@@ -208,6 +236,15 @@ Test(beat, the_registry_entry_and_the_api_heartbeat)
     snprintf(w.host, sizeof(w.host), "h");
     w.started_ms = 1700000000123LL;
     cr_assert_eq(kw_worker_parse_targets(&w, "trn1,trn2", &e), KF_OK);
+    cr_assert_eq(kw_worker_set_caps(&w, NULL, &e), KF_OK, "%s", e.msg);
+    /* It leases, waits on and advertises its targets x the backends compiled in. */
+    cr_assert_eq(w.caps.n_targets, 2);
+    cr_assert_eq(w.caps.targets, (const char *const *)w.targets);
+    cr_assert_eq(w.caps.backends, (const char *const *)w.backends);
+    for (int i = 0; kf_backend_all()[i]; i++) {
+        cr_assert_lt(i, w.caps.n_backends);
+        cr_assert_str_eq(w.backends[i], kf_backend_all()[i]->name);
+    }
 
     txt = kw_beat_registry_json(&w, "job-9");
     doc = cJSON_Parse(txt);

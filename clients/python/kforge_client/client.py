@@ -45,8 +45,11 @@ _MAX_ARTIFACT_BYTES = 1 << 31
 class Job:
     """One job as the service last described it.  The document is in
     ``data``; the common fields are attributes (id, kind, state, target,
-    labels, result, provenance, best, attempt, last_error); ``job["x"]`` and
-    ``job.get("x")`` read any other field."""
+    labels, result, provenance, best, attempt, last_error, waiting,
+    warnings); ``job["x"]`` and ``job.get("x")`` read any other field.
+    ``waiting`` (``get``) is why a queued job waits, or None; ``warnings``
+    (``submit``) what the service said on accepting it, e.g. that no worker
+    has ever offered its target and backend."""
 
     def __init__(self, data):
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
@@ -69,6 +72,8 @@ class Job:
     best = property(lambda self: self.data.get("best"))
     attempt = property(lambda self: self.data.get("attempt"))
     last_error = property(lambda self: self.data.get("last_error"))
+    waiting = property(lambda self: self.data.get("waiting"))
+    warnings = property(lambda self: self.data.get("warnings") or [])
 
     @property
     def done(self):

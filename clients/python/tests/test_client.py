@@ -81,6 +81,27 @@ class SubmitTest(unittest.TestCase):
                                       "budget": {"iterations": 5}, "labels": {"team": "infra"},
                                       "spec": {"op": "softmax", "shapes": [[256, 1024]], "dtype": "bfloat16"}})
 
+    def test_warnings_and_the_waiting_reason(self):
+        cap = {"target": "trn2", "backend": "neuron"}
+        warn = {"code": "capability-never-offered", "capability": cap,
+                "message": "no worker has ever offered backend 'neuron' for target 'trn2': ..."}
+        waiting = {"reason": "no live worker offers backend 'neuron' for target 'trn2' (none ever has)",
+                   "capability": cap, "ever_offered": False}
+
+        def h(req):
+            if req.method == "POST":
+                return json_reply(202, dict(job_doc(), warnings=[warn]), {"Location": "/v1/jobs/" + A})
+            return json_reply(200, dict(job_doc(), waiting=waiting))
+
+        with FakeServer(h) as srv:
+            c = client(srv)
+            job = c.submit("generate", target="trn2", backend="neuron", op="add")
+            self.assertEqual(job.warnings, [warn])
+            self.assertIsNone(job.waiting)
+            job = c.get(job)
+            self.assertEqual(job.waiting, waiting)
+            self.assertEqual(job.warnings, [])
+
     def test_refuses_what_could_never_be_sent(self):
         c = kc.Client("http://127.0.0.1:1", TOKEN)
         with self.assertRaisesRegex(ValueError, "op given both"):
