@@ -80,6 +80,8 @@ void ka_llm_init(ka_llm *c, const ka_llm_cfg *cfg, int64_t budget_tokens)
 
 void ka_llm_release(ka_llm *c)
 {
+    cJSON_Delete(c->replay);
+    c->replay = NULL;
     if (c->curl)
         curl_easy_cleanup(c->curl);
     c->curl = NULL;
@@ -427,6 +429,86 @@ kf_code ka_llm_args_parse(const char *text, size_t len, const cJSON *schema, cJS
     return KF_OK;
 }
 
+/* ---- replay --------------------------------------------------------------------------- */
+
+kf_code ka_llm_replay_load(ka_llm *c, const char *path, kf_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    cJSON *turns;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int lineno = 0;
+
+    if (!f)
+        return kf_err_set(err, KF_IO, "cannot read the transcript %s: %s", path, strerror(errno));
+    turns = cJSON_CreateArray();
+    while ((n = getline(&line, &cap, f)) > 0) {
+        cJSON *t = NULL;
+        const cJSON *r, *e;
+        kf_err pe = KF_ERR_INIT;
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            n--;
+        if (n == 0)
+            continue;
+        if (kf_json_parse(line, (size_t)n, LLM_REPLY_DEPTH, &t, &pe) != KF_OK) {
+            free(line);
+            fclose(f);
+            cJSON_Delete(turns);
+            return kf_err_set(err, KF_INVALID, "%s:%d: not JSON: %s", path, lineno, pe.msg);
+        }
+        r = cJSON_GetObjectItemCaseSensitive(t, "reply");
+        e = cJSON_GetObjectItemCaseSensitive(t, "error");
+        if (!cJSON_IsObject(t) || !(cJSON_IsString(r) || cJSON_IsNull(r)) || (e && !cJSON_IsString(e)) ||
+            (cJSON_IsNull(r) && !e)) {
+            cJSON_Delete(t);
+            free(line);
+            fclose(f);
+            cJSON_Delete(turns);
+            return kf_err_set(err, KF_INVALID, "%s:%d: not a transcript turn (\"reply\": a string, or null with \"error\")",
+                              path, lineno);
+        }
+        cJSON_AddItemToArray(turns, t);
+    }
+    free(line);
+    fclose(f);
+    cJSON_Delete(c->replay);
+    c->replay = turns;
+    c->replay_next = 0;
+    return KF_OK;
+}
+
+/* The next recorded turn as the answer of a call. */
+static kf_code llm_replay_turn(ka_llm *c, ka_llm_reply *out, kf_err *err)
+{
+    const cJSON *t = cJSON_GetArrayItem(c->replay, c->replay_next);
+    const cJSON *r, *e;
+    kf_err pe = KF_ERR_INIT;
+
+    out->attempts = 1;
+    if (!t) {
+        snprintf(out->error, sizeof(out->error), "replay_end");
+        return kf_err_set(err, KF_UNAVAILABLE, "the transcript has no more turns (%d replayed)", c->replay_next);
+    }
+    c->replay_next++;
+    r = cJSON_GetObjectItemCaseSensitive(t, "reply");
+    e = cJSON_GetObjectItemCaseSensitive(t, "error");
+    if (cJSON_IsString(r))
+        out->raw = kf_strdup(r->valuestring);
+    if (cJSON_IsString(e) && e->valuestring[0]) {
+        kf_utf8_copy(out->error, sizeof(out->error), e->valuestring);
+        return kf_err_set(err, KF_UNAVAILABLE, "replayed turn %d: the call failed then (%s)", c->replay_next,
+                          out->error);
+    }
+    out->http_status = 200;
+    if (ka_llm_reply_parse(out->raw, strlen(out->raw), out, &pe) != KF_OK) {
+        snprintf(out->error, sizeof(out->error), "bad_reply");
+        return kf_err_set(err, KF_INVALID, "replayed turn %d: %s", c->replay_next, pe.msg);
+    }
+    return KF_OK;
+}
+
 /* ---- the call ------------------------------------------------------------------------ */
 
 static char *llm_request_body(const ka_llm *c, const cJSON *messages, const cJSON *tools, const char *tool_choice,
@@ -491,6 +573,10 @@ kf_code ka_llm_chat(ka_llm *c, const cJSON *messages, const cJSON *tools, const 
                             (long long)ka_llm_used(c), (long long)c->budget_tokens, (long long)est);
         if (max_tokens <= 0 || left < max_tokens)
             max_tokens = left;
+    }
+    if (c->replay) {
+        rc = llm_replay_turn(c, out, err);
+        goto counted;
     }
     body = llm_request_body(c, messages, tools, tool_choice, max_tokens);
     body_len = strlen(body);
@@ -601,6 +687,7 @@ kf_code ka_llm_chat(ka_llm *c, const cJSON *messages, const cJSON *tools, const 
     }
     curl_slist_free_all(hdrs);
     free(body);
+counted:
     out->seconds = llm_now() - t0;
     if (rc == KF_OK) {
         if (out->usage_estimated)

@@ -97,10 +97,23 @@ typedef struct ka_llm {
     int        calls;              /* requests answered with a reply */
     uint64_t   rng;                /* jitter */
     void      *curl;               /* CURL *, reused across calls */
+    cJSON     *replay;             /* ka_llm_replay_load: the recorded turns, or NULL */
+    int        replay_next;
 } ka_llm;
 
 void ka_llm_init(ka_llm *c, const ka_llm_cfg *cfg, int64_t budget_tokens);
 void ka_llm_release(ka_llm *c);
+
+/* Replay a transcript instead of asking the endpoint: path is a JSONL
+ * file of turns as ka_plan_llm writes them (each line an object with
+ * "reply": the raw response body or null, and "error": the ka_llm error
+ * word of a failed call).  Each ka_llm_chat then takes the next turn: its
+ * reply is parsed as a response would be (usage counted, the budget
+ * enforced), its error returned as that failure (KF_UNAVAILABLE), and past
+ * the last turn the call fails with "replay_end" (KF_UNAVAILABLE).  No
+ * request is sent and no key is read.  KF_IO / KF_INVALID when the file
+ * cannot be read or a line is not such an object. */
+kf_code ka_llm_replay_load(ka_llm *c, const char *path, kf_err *err);
 
 /* Tokens used so far (prompt + completion). */
 int64_t ka_llm_used(const ka_llm *c);
