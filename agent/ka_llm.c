@@ -264,9 +264,9 @@ static void llm_server_msg(const char *body, size_t len, char *out, size_t cap, 
     c = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "code") : NULL;
     if (!cJSON_IsString(c) && cJSON_IsObject(e))
         c = cJSON_GetObjectItemCaseSensitive(e, "type");
-    if (cJSON_IsString(m))
+    if (m && cJSON_IsString(m))
         kf_utf8_copy(out, cap, m->valuestring);
-    if (cJSON_IsString(c))
+    if (c && cJSON_IsString(c))
         kf_utf8_copy(code, code_cap, c->valuestring);
     cJSON_Delete(j);
 }
@@ -329,7 +329,7 @@ kf_code ka_llm_reply_parse(const char *body, size_t len, ka_llm_reply *out, kf_e
     }
     msg_out = cJSON_CreateObject();
     cJSON_AddStringToObject(msg_out, "role", "assistant");
-    if (cJSON_IsString(content)) {
+    if (content && cJSON_IsString(content)) {
         out->content = kf_strdup(content->valuestring);
         est += strlen(content->valuestring);
         cJSON_AddStringToObject(msg_out, "content", content->valuestring);
@@ -349,7 +349,7 @@ kf_code ka_llm_reply_parse(const char *body, size_t len, ka_llm_reply *out, kf_e
 
         if (out->n_calls == KA_LLM_MAX_CALLS)
             break;   /* the rest are dropped: the message sent back holds only these */
-        if (!cJSON_IsObject(fn) || !cJSON_IsString(name)) {
+        if (!fn || !name || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
             llm_parse_undo(out);
             cJSON_Delete(msg_out);
             cJSON_Delete(calls_out);
@@ -364,9 +364,9 @@ kf_code ka_llm_reply_parse(const char *body, size_t len, ka_llm_reply *out, kf_e
         if (llm_name_ok(name->valuestring))
             snprintf(cl->name, sizeof(cl->name), "%s", name->valuestring);
         /* arguments: a JSON string by the protocol; some servers send the object itself */
-        if (cJSON_IsString(args))
+        if (args && cJSON_IsString(args))
             cl->arguments = kf_strdup(args->valuestring);
-        else if (cJSON_IsObject(args))
+        else if (args && cJSON_IsObject(args))
             cl->arguments = kf_json_print(args);
         else
             cl->arguments = kf_strdup("");

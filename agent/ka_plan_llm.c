@@ -134,9 +134,13 @@ static bool plan_write(plan *p, const char *src, char *path, size_t n)
 
     snprintf(path, n, "%s/cand-%03d.py", p->dir, ++p->seq);
     f = fopen(path, "wb");
-    if (!f || fputs(src, f) == EOF || fclose(f) != 0) {
-        if (f)
-            fclose(f);
+    if (f && fputs(src, f) == EOF) {
+        fclose(f);
+        f = NULL;
+    } else if (f && fclose(f) != 0) {
+        f = NULL;
+    }
+    if (!f) {
         kf_err_set(p->err, KF_IO, "cannot write the candidate %s: %s", path, strerror(errno));
         p->fatal = KF_IO;
         return false;
@@ -399,8 +403,10 @@ static char *plan_call(plan *p, const ka_llm_call *call)
         } else {
             p->rounds++;
             p->iteration++;
+            char *copy = kf_strdup(src);   /* src may be p->last_src */
             free(p->last_src);
-            p->last_src = kf_strdup(src);
+            p->last_src = copy;
+            src = copy;
             it = plan_candidate(p, src, "propose", cJSON_IsString(why) ? why->valuestring : NULL);
             plan_record(p, it);
             ans = cJSON_CreateObject();

@@ -37,7 +37,8 @@ typedef struct llm_conn {
 
 static enum MHD_Result llm_send(struct MHD_Connection *c, int status, const char *headers, const char *body)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)(uintptr_t)body,
+    /* MUST_COPY: MHD copies the bytes and never writes through the pointer */
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)(uintptr_t)body, /* NOLINT(performance-no-int-to-ptr) */
                                                              MHD_RESPMEM_MUST_COPY);
     enum MHD_Result ok;
 

@@ -380,8 +380,9 @@ Test(llm_offline, tool_arguments_are_checked_against_the_schema)
     cr_assert_eq(args("  ", s, m, sizeof(m)), KF_INVALID, "{} lacks the required source");
     /* nesting beyond the bound */
     char deep[200] = "{\"a\":";
-    for (int i = 0; i < 40; i++)
-        strcat(deep, "[");
+    size_t dl = strlen(deep);
+    memset(deep + dl, '[', 40);
+    deep[dl + 40] = '\0';
     cr_assert_eq(args(deep, NULL, m, sizeof(m)), KF_INVALID);
     /* size bound */
     size_t big = KA_LLM_MAX_ARGS + 10;
