@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "ka_eval.h"
+#include "ka_hack.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "kf_fs.h"
@@ -96,6 +97,7 @@ typedef struct plan {
     bool                    correct;      /* a best exists */
     const char             *mode;         /* "repair" or "restructure" */
     int                     rounds, mode_rounds, turns, failed_in_row, iteration, seq;
+    uint64_t                fresh;        /* != 0: validate on these seeds instead (never shown) */
     bool                    finished;
     kf_code                 fatal;
     kf_err                 *err;
@@ -165,7 +167,7 @@ static cJSON *plan_eval(plan *p, const char *path, ka_eval_mode mode)
     req.rtol = req.atol = -1;
     req.n_seeds = n > KA_MAX_SEEDS ? KA_MAX_SEEDS : n;
     for (int i = 0; i < req.n_seeds; i++)
-        req.seeds[i] = p->o->seed * 1000003ull + (uint64_t)i + 1;
+        req.seeds[i] = (p->fresh ? p->fresh : p->o->seed * 1000003ull) + (uint64_t)i + 1;
     if (ka_eval_run(&req, &res, p->err) != KF_OK) {
         if (p->err->code == KF_INTERNAL)
             p->fatal = KF_INTERNAL;
@@ -184,11 +186,71 @@ static bool plan_true(const cJSON *o, const char *k)
     return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
 }
 
+static cJSON *plan_finish_iter(plan *p, cJSON *it)
+{
+    cJSON *u;
+
+    if (!cJSON_GetObjectItemCaseSensitive(it, "accepted"))
+        cJSON_AddBoolToObject(it, "accepted", false);
+    u = cJSON_AddObjectToObject(it, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)p->llm->used_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)p->llm->used_completion);
+    return it;
+}
+
+static void plan_hack(cJSON *it, const char *rule, int line, const char *why)
+{
+    cJSON *h = cJSON_AddObjectToObject(it, "hack");
+
+    cJSON_AddStringToObject(h, "rule", rule);
+    if (line > 0)
+        cJSON_AddNumberToObject(h, "line", line);
+    cJSON_AddStringToObject(h, "message", why);
+    if (!cJSON_GetObjectItemCaseSensitive(it, "correct"))
+        cJSON_AddBoolToObject(it, "correct", false);
+}
+
+/* The static check (ka_hack.h): false, with the hack on the iteration. */
+static bool plan_hack_check(plan *p, const char *src, cJSON *it)
+{
+    char rule[32], why[400], module[128] = "";
+    const char *base = strrchr(p->pb->ref_path, '/');
+    int line;
+
+    base = base ? base + 1 : p->pb->ref_path;
+    if (p->pb->ref_path[0] && strcmp(p->pb->ref_path, p->pb->source_path) != 0)
+        snprintf(module, sizeof(module), "%.*s", (int)strcspn(base, "."), base);
+    if (ka_hack_check(src, p->pb->entry, p->pb->ref_entry, module, rule, &line, why, sizeof(why)))
+        return true;
+    plan_hack(it, rule, line, why);   /* not run: nothing of it reaches the sandbox */
+    return false;
+}
+
+/* A candidate that would become the best, validated again on seeds the
+ * model was never shown: false (a "fresh_seeds" hack) when it fails them. */
+static bool plan_fresh_seeds(plan *p, const char *path, cJSON *it)
+{
+    uint64_t keep = p->fresh;
+    cJSON *val;
+    bool pass;
+
+    p->fresh = 0x9e3779b97f4a7c15ull ^ (p->o->seed + (uint64_t)p->iteration * 7919u);
+    val = plan_eval(p, path, KA_EVAL_VALIDATE);
+    p->fresh = keep;
+    pass = plan_true(val, "ok") && plan_true(val, "pass");
+    if (!pass)
+        plan_hack(it, "fresh_seeds", 0,
+                  "correct on the run's seeds but not on fresh ones the model never saw: outputs fitted to the "
+                  "inputs it was shown");
+    cJSON_Delete(val);
+    return pass;
+}
+
 /* Validate then (when it passes) profile a candidate: the iteration record. */
 static cJSON *plan_candidate(plan *p, const char *src, const char *action, const char *reason)
 {
     char path[4300];
-    cJSON *it = cJSON_CreateObject(), *val, *tim = NULL, *u;
+    cJSON *it = cJSON_CreateObject(), *val, *tim = NULL;
     bool pass;
 
     cJSON_AddNumberToObject(it, "iteration", p->iteration);
@@ -201,6 +263,8 @@ static cJSON *plan_candidate(plan *p, const char *src, const char *action, const
         return it;
     }
     cJSON_AddStringToObject(it, "source_file", path);
+    if (!plan_hack_check(p, src, it))
+        return plan_finish_iter(p, it);
     val = plan_eval(p, path, KA_EVAL_VALIDATE);
     pass = plan_true(val, "ok") && plan_true(val, "pass");
     cJSON_AddBoolToObject(it, "compiled", plan_true(val, "ok"));
@@ -216,7 +280,9 @@ static cJSON *plan_candidate(plan *p, const char *src, const char *action, const
             cJSON_AddNumberToObject(it, "latency_ns", ns);
             cJSON_AddItemToObject(it, "findings",
                                   cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(tim, "findings"), true));
-            if (!p->correct || ns < p->best_ns) {
+            if ((!p->correct || ns < p->best_ns) && !plan_fresh_seeds(p, path, it)) {
+                cJSON_ReplaceItemInObject(it, "correct", cJSON_CreateFalse());
+            } else if (!p->correct || ns < p->best_ns) {
                 p->correct = true;
                 p->best_ns = ns;
                 p->best_iter = p->iteration;
@@ -231,19 +297,14 @@ static cJSON *plan_candidate(plan *p, const char *src, const char *action, const
         }
         cJSON_Delete(tim);
     }
-    if (!cJSON_GetObjectItemCaseSensitive(it, "accepted"))
-        cJSON_AddBoolToObject(it, "accepted", false);
-    u = cJSON_AddObjectToObject(it, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)p->llm->used_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)p->llm->used_completion);
-    return it;
+    return plan_finish_iter(p, it);
 }
 
 static void plan_record(plan *p, cJSON *it)
 {
     cJSON *h = cJSON_CreateObject();
     static const char *keep[] = { "iteration", "mode", "action", "correct", "compiled", "latency_ns", "accepted",
-                                  "error", "reason" };
+                                  "hack", "error", "reason" };
 
     if (p->o->iteration)
         p->o->iteration(p->o->ctx, it);
@@ -410,8 +471,8 @@ static char *plan_call(plan *p, const ka_llm_call *call)
             it = plan_candidate(p, src, "propose", cJSON_IsString(why) ? why->valuestring : NULL);
             plan_record(p, it);
             ans = cJSON_CreateObject();
-            static const char *show[] = { "iteration", "compiled", "correct", "error", "latency_ns", "accepted",
-                                          "findings" };
+            static const char *show[] = { "iteration", "compiled", "correct", "hack", "error", "latency_ns",
+                                          "accepted", "findings" };
             for (size_t i = 0; i < sizeof(show) / sizeof(show[0]); i++) {
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, show[i]);
                 if (v)
@@ -522,7 +583,7 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
     plan_msg(&p, "system", plan_system);
     {
         cJSON *shown = cJSON_CreateObject();
-        static const char *keep[] = { "compiled", "correct", "error", "latency_ns", "findings" };
+        static const char *keep[] = { "compiled", "correct", "hack", "error", "latency_ns", "findings" };
         for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(start, keep[i]);
             if (v)

@@ -20,10 +20,14 @@
  *   best {}             the best kernel so far and the iterations' history
  *   propose {source, reason?}   a new candidate: one iteration
  *   finish {reason?}    the model is done
- * (source defaults to the last proposed one.)  Every candidate is written
- * to a file of the output folder and evaluated only by ka_eval, in the
- * sandbox, like any other; only one that validates can become the best,
- * and it does when it is the first correct one or faster.
+ * (source defaults to the last proposed one.)  Every candidate (the start
+ * too) first passes the static reward-hacking check (ka_hack.h; a caught
+ * one is not run and its iteration carries "hack": {"rule", "line",
+ * "message"}), is written to a file of the output folder and evaluated
+ * only by ka_eval, in the sandbox, like any other; only one that validates
+ * can become the best, when it is the first correct one or faster, and
+ * only after it also validates on seeds the model was never shown (else
+ * the hack "fresh_seeds").
  *
  * A model that misbehaves never takes the run down: a reply without a tool
  * call, an unknown tool, arguments that break the schema, a source that
@@ -35,8 +39,8 @@
  *
  * Records: each proposal (and the start) is an iteration handed to the
  * iteration hook as a JSON object {"iteration", "phase": "llm", "mode",
- * "action": "start"|"propose", "reason", "source_file", "compiled",
- * "correct", "error"?, "latency_ns"?, "accepted", "usage": {prompt_tokens,
+ * "action": "start"|"propose", "reason", "source_file", "compiled"?,
+ * "correct", "hack"?, "error"?, "latency_ns"?, "accepted", "usage": {prompt_tokens,
  * completion_tokens}}; each model turn is a transcript record for the
  * transcript hook {"turn", "iteration", "messages": the messages added
  * since the last turn, "reply": the raw body (the key redacted by ka_llm)

@@ -1,7 +1,8 @@
 /* `kforge tune --planner llm` (issue 20) against the scripted
  * OpenAI-compatible server (tests/lib/kf_test_llm) over real HTTP: a kernel
  * that does not compile is repaired -- through a docs lookup, a candidate
- * with wrong numbers the validator rejects, a call to an unknown tool and
+ * with wrong numbers the validator rejects, a hack (NumPy on the inputs) the
+ * static check catches and records, a call to an unknown tool and
  * arguments that break the schema (each an answer the model sees), a
  * correct repair -- then restructured (a faster tiling the profile
  * confirms) and handed to the guided planner for its tunables; the
@@ -121,6 +122,7 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
     char *good = kf_test_read_file(add_path);
     char *broken = replace(good, "op=nl.add)", "op=nl.addd)");
     char *wrong = replace(good, "op=nl.add)", "op=nl.subtract)");
+    char *hack = replace(good, "    return out\n", "    return np.asarray(a, dtype=np.float64) + np.asarray(b)\n");
     char *wide0 = replace(good, "\"default\": 512", "\"default\": 2048");
     char *wide = replace(wide0, "TILE_F=512", "TILE_F=2048");
     char *start = kf_asprintf("%s/start.py", dir);
@@ -132,6 +134,9 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
     push_tool(s, "c1", "docs", "{\"query\":\"tensor_tensor\"}");
     a = args_source(wrong, "use subtract");
     push_tool(s, "c2", "propose", a);
+    free(a);
+    a = args_source(hack, "compute it with numpy");
+    push_tool(s, "c2h", "propose", a);
     free(a);
     push_tool(s, "c3", "shell", "{\"cmd\":\"cat /etc/passwd\"}");
     push_tool(s, "c4", "propose", "{\"reason\":\"forgot the source\"}");
@@ -151,16 +156,19 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
                             r, kf_test_llm_url(s), k, start, dir);
     int rc = sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert_eq(kf_test_llm_requests(s), 7, "%s", out);
+    cr_assert_eq(kf_test_llm_requests(s), 8, "%s", out);
 
     /* the model saw each problem as a tool answer */
     char *req = kf_test_llm_request(s, 2);
     cr_assert_not_null(strstr(req, "\"correct\\\":false"), "the wrong candidate's verdict: %.2000s", req);
     free(req);
     req = kf_test_llm_request(s, 3);
-    cr_assert_not_null(strstr(req, "unknown tool 'shell'"), "%.500s", strstr(req, "shell"));
+    cr_assert_not_null(strstr(req, "numpy_on_inputs"), "the hack is shown to the model");
     free(req);
     req = kf_test_llm_request(s, 4);
+    cr_assert_not_null(strstr(req, "unknown tool 'shell'"), "%.500s", strstr(req, "shell"));
+    free(req);
+    req = kf_test_llm_request(s, 5);
     cr_assert_not_null(strstr(req, "'source' is required"), "%s", "schema error shown");
     free(req);
     req = kf_test_llm_request(s, 1);
@@ -175,27 +183,32 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
     cr_assert_str_eq(get(llm, "mode")->valuestring, "restructure");
     cr_assert_not(cJSON_IsTrue(get(get(llm, "start"), "correct")), "the start did not compile");
     const cJSON *hist = get(llm, "history");
-    cr_assert_eq(cJSON_GetArraySize(hist), 4, "start + 3 proposals");
+    cr_assert_eq(cJSON_GetArraySize(hist), 5, "start + 4 proposals");
     cr_assert_not(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 1), "correct")), "wrong numbers rejected");
     cr_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 1), "compiled")));
-    cr_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 2), "accepted")));
-    cr_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 3), "accepted")), "the restructure is faster");
-    cr_assert_lt(get(cJSON_GetArrayItem(hist, 3), "latency_ns")->valuedouble,
-                 get(cJSON_GetArrayItem(hist, 2), "latency_ns")->valuedouble);
-    cr_assert_eq(get(get(llm, "llm"), "prompt_tokens")->valueint, 7 * 900);
+    /* the hack is caught by the static check and recorded on its iteration */
+    const cJSON *hk = get(cJSON_GetArrayItem(hist, 2), "hack");
+    cr_assert_not_null(hk, "the numpy hack is recorded");
+    cr_assert_str_eq(get(hk, "rule")->valuestring, "numpy_on_inputs");
+    cr_assert_not(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 2), "correct")));
+    cr_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 3), "accepted")));
+    cr_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(hist, 4), "accepted")), "the restructure is faster");
+    cr_assert_lt(get(cJSON_GetArrayItem(hist, 4), "latency_ns")->valuedouble,
+                 get(cJSON_GetArrayItem(hist, 3), "latency_ns")->valuedouble);
+    cr_assert_eq(get(get(llm, "llm"), "prompt_tokens")->valueint, 8 * 900);
     /* then the guided planner tuned TILE_F of the model's kernel */
     cr_assert_not_null(get(get(get(res, "best"), "params"), "TILE_F"));
     cr_assert_leq(get(get(res, "best"), "latency_ns")->valuedouble,
-                  get(cJSON_GetArrayItem(hist, 3), "latency_ns")->valuedouble);
+                  get(cJSON_GetArrayItem(hist, 4), "latency_ns")->valuedouble);
     free(p);
 
     p = kf_asprintf("%s/out/transcript.jsonl", dir);
-    cr_assert_eq(count_lines(p, NULL), 7, "one record per model turn");
+    cr_assert_eq(count_lines(p, NULL), 8, "one record per model turn");
     char *tr = kf_test_read_file(p);
     cr_assert_not_null(strstr(tr, "\"role\":\"system\""));
     free(tr);
     char *it = kf_asprintf("%s/out/iterations.jsonl", dir);
-    cr_assert_eq(count_lines(it, "\"phase\":\"llm\""), 4);
+    cr_assert_eq(count_lines(it, "\"phase\":\"llm\""), 5);
     free(it);
 
     /* replay: the same turns with no model, to the same verdicts */
@@ -207,12 +220,12 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
                       r, k, start, p, dir);
     rc = sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert_eq(kf_test_llm_requests(s), 7, "no request in a replay");
+    cr_assert_eq(kf_test_llm_requests(s), 8, "no request in a replay");
     char *p2 = kf_asprintf("%s/replay/result.json", dir);
     cJSON *res2 = read_json(p2);
     const cJSON *h2 = get(get(res2, "llm"), "history");
-    cr_assert_eq(cJSON_GetArraySize(h2), 4);
-    for (int i = 0; i < 4; i++) {
+    cr_assert_eq(cJSON_GetArraySize(h2), 5);
+    for (int i = 0; i < 5; i++) {
         cr_assert(cJSON_Compare(get(cJSON_GetArrayItem(hist, i), "correct"), get(cJSON_GetArrayItem(h2, i), "correct"),
                                 true));
         const cJSON *l1 = get(cJSON_GetArrayItem(hist, i), "latency_ns"), *l2 = get(cJSON_GetArrayItem(h2, i), "latency_ns");
@@ -231,6 +244,7 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
     free(start);
     free(broken);
     free(wrong);
+    free(hack);
     free(wide0);
     free(wide);
     free(good);
