@@ -400,6 +400,21 @@ kf_code ka_llm_reply_parse(const char *body, size_t len, ka_llm_reply *out, kf_e
 
 /* ---- arguments ---------------------------------------------------------------------- */
 
+/* The first number of v that is not finite (1e400 parses as infinity). */
+static bool llm_all_finite(const cJSON *v)
+{
+    const cJSON *c;
+
+    if (cJSON_IsNumber(v))
+        return isfinite(v->valuedouble);
+    cJSON_ArrayForEach(c, v)
+    {
+        if (!llm_all_finite(c))
+            return false;
+    }
+    return true;
+}
+
 kf_code ka_llm_args_parse(const char *text, size_t len, const cJSON *schema, cJSON **out, kf_err *err)
 {
     kf_err pe = KF_ERR_INIT;
@@ -420,6 +435,11 @@ kf_code ka_llm_args_parse(const char *text, size_t len, const cJSON *schema, cJS
         cJSON_Delete(*out);
         *out = NULL;
         return kf_err_set(err, KF_INVALID, "the arguments must be a JSON object");
+    }
+    if (!llm_all_finite(*out)) {   /* the depth is bounded by KA_LLM_ARGS_DEPTH */
+        cJSON_Delete(*out);
+        *out = NULL;
+        return kf_err_set(err, KF_INVALID, "the arguments hold a number too large for a double");
     }
     if (schema && !ka_schema_check(schema, *out, "", msg, sizeof(msg))) {
         cJSON_Delete(*out);

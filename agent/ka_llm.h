@@ -153,7 +153,8 @@ kf_code ka_llm_chat(ka_llm *c, const cJSON *messages, const cJSON *tools, const 
 kf_code ka_llm_reply_parse(const char *body, size_t len, ka_llm_reply *out, kf_err *err);
 
 /* A tool call's arguments: at most KA_LLM_MAX_ARGS bytes of strict JSON
- * (kf_json_parse, depth KA_LLM_ARGS_DEPTH) that is an object, checked
+ * (kf_json_parse, depth KA_LLM_ARGS_DEPTH) that is an object with finite
+ * numbers only (1e400 would be infinity), checked
  * against the tool's parameters schema (NULL: any object; "" counts as
  * {}).  KF_INVALID with a message meant for the model otherwise. */
 kf_code ka_llm_args_parse(const char *text, size_t len, const cJSON *schema, cJSON **out, kf_err *err);

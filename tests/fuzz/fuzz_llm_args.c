@@ -2,9 +2,10 @@
  * fuzz_llm_args — a tool call's arguments as a language model sends them
  * (ka_llm_args_parse): the text of tool_calls[].function.arguments, parsed
  * strictly and checked against a tool's JSON Schema (ka_schema_check).  The
- * first byte picks the schema (none, a source proposal, a kernel problem
- * with nested arrays, enums and bounds like kforge mcp's run/profile); the
- * rest is the text.  The same bytes are also parsed as a whole reply body
+ * first byte picks the schema: one of the LLM planner's own tools
+ * (ka_llm_plan_tools: run, profile, validate, docs, best, propose, finish),
+ * a kernel problem with nested arrays, enums and bounds like kforge mcp's
+ * run/profile, a job-id pattern, or none; the rest is the text.  The same bytes are also parsed as a whole reply body
  * (ka_llm_reply_parse), the other untrusted text the LLM client reads.
  *
  * Promises checked: no crash; a refusal says why, in UTF-8, and leaves no
@@ -20,37 +21,51 @@
 #include <cjson/cJSON.h>
 
 #include "ka_llm.h"
+#include "ka_plan_llm.h"
 #include "ka_schema.h"
 #include "kf_json.h"
 
-static const char *const schemas[] = {
-    "{\"type\":\"object\",\"required\":[\"source\"],\"additionalProperties\":false,\"properties\":{"
-    "\"source\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":65536},"
-    "\"reason\":{\"type\":\"string\",\"maxLength\":2000}}}",
-    "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
-    "\"op\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
-    "\"shapes\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":16,\"items\":{\"type\":\"array\",\"minItems\":1,"
-    "\"maxItems\":8,\"items\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":2147483648}}},"
-    "\"dtype\":{\"type\":\"string\",\"enum\":[\"bf16\",\"fp32\",\"fp16\"]},"
-    "\"inputs\":{\"type\":\"array\",\"maxItems\":16,\"items\":{\"type\":\"object\",\"required\":[\"name\",\"shape\"],"
-    "\"additionalProperties\":false,\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
-    "\"shape\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1}},"
-    "\"std\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1000000}}}},"
-    "\"kwargs\":{\"type\":\"object\"},\"validate\":{\"type\":\"boolean\"}}}",
-    "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\",\"maxLength\":200},"
-    "\"job\":{\"type\":\"string\",\"pattern\":\"^[0-9a-fA-F-]{36}$\",\"minLength\":36,\"maxLength\":36}}}",
+/* Schemas besides the planner's tools: deeper nesting, enums, a pattern. */
+static const char *const extra[] = {
+    ("{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+     "\"op\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
+     "\"shapes\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":16,\"items\":{\"type\":\"array\",\"minItems\":1,"
+     "\"maxItems\":8,\"items\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":2147483648}}},"
+     "\"dtype\":{\"type\":\"string\",\"enum\":[\"bf16\",\"fp32\",\"fp16\"]},"
+     "\"inputs\":{\"type\":\"array\",\"maxItems\":16,\"items\":{\"type\":\"object\",\"required\":[\"name\",\"shape\"],"
+     "\"additionalProperties\":false,\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":63},"
+     "\"shape\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1}},"
+     "\"std\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1000000}}}},"
+     "\"kwargs\":{\"type\":\"object\"},\"validate\":{\"type\":\"boolean\"}}}"),
+    ("{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\",\"maxLength\":200},"
+     "\"job\":{\"type\":\"string\",\"pattern\":\"^[0-9a-fA-F-]{36}$\",\"minLength\":36,\"maxLength\":36}}}"),
 };
-#define N_SCHEMAS (sizeof(schemas) / sizeof(schemas[0]))
+#define N_EXTRA (sizeof(extra) / sizeof(extra[0]))
+enum { MAX_SCHEMAS = 16 };
 
-static cJSON *parsed[N_SCHEMAS];
+static cJSON *tools, *extras[N_EXTRA];
+static const cJSON *schemas[MAX_SCHEMAS];
+static int n_schemas;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+    const cJSON *t;
+
     (void)argc, (void)argv;
-    for (size_t i = 0; i < N_SCHEMAS; i++)
-        if (kf_json_parse(schemas[i], strlen(schemas[i]), 16, &parsed[i], NULL) != KF_OK)
+    tools = ka_llm_plan_tools();
+    cJSON_ArrayForEach(t, tools)
+    {
+        if (n_schemas < MAX_SCHEMAS)
+            schemas[n_schemas++] =
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "parameters");
+    }
+    for (size_t i = 0; i < N_EXTRA; i++) {
+        if (kf_json_parse(extra[i], strlen(extra[i]), 16, &extras[i], NULL) != KF_OK)
             abort();
+        if (n_schemas < MAX_SCHEMAS)
+            schemas[n_schemas++] = extras[i];
+    }
     return 0;
 }
 
@@ -113,12 +128,14 @@ static void check_reply(const char *text, size_t len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const cJSON *sch;
+    int pick;
 
-    if (!parsed[0])
+    if (!tools)
         LLVMFuzzerInitialize(NULL, NULL);
     if (size == 0)
         return 0;
-    sch = data[0] % (N_SCHEMAS + 1) == N_SCHEMAS ? NULL : parsed[data[0] % (N_SCHEMAS + 1)];
+    pick = data[0] % (n_schemas + 1);
+    sch = pick == n_schemas ? NULL : schemas[pick];
     check_args((const char *)data + 1, size - 1, sch);
     check_reply((const char *)data, size);
     return 0;

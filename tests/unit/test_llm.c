@@ -376,6 +376,8 @@ Test(llm_offline, tool_arguments_are_checked_against_the_schema)
     cr_assert_eq(args("{\"source\":\"x\",\"source\":\"y\"}", s, m, sizeof(m)), KF_INVALID, "duplicate members");
     cr_assert_eq(args("{\"source\":\"x\"} trailing", s, m, sizeof(m)), KF_INVALID);
     cr_assert_eq(args("{\"source\":\"\\u0000\"}", s, m, sizeof(m)), KF_INVALID);
+    cr_assert_eq(args("{\"source\":\"x\",\"seeds\":1e400}", s, m, sizeof(m)), KF_INVALID, "infinity");
+    cr_assert_not_null(strstr(m, "too large"), "%s", m);
     cr_assert_eq(args("  ", NULL, m, sizeof(m)), KF_OK, "no arguments: {}");
     cr_assert_eq(args("  ", s, m, sizeof(m)), KF_INVALID, "{} lacks the required source");
     /* nesting beyond the bound */

@@ -304,3 +304,43 @@ Test(llm_plan, an_endpoint_that_is_down_ends_the_run_with_the_best_so_far)
     free(k);
     free(r);
 }
+
+Test(llm_plan, the_token_budget_ends_the_models_part)
+{
+    char *r = root(), *k = kforge(), *out = NULL, *dir = kf_test_tmpdir("llmbudget");
+    char *add_path = kf_asprintf("%s/kernels/add.py", r);
+    char *good = kf_test_read_file(add_path);
+    char *broken = replace(good, "op=nl.add)", "op=nl.addd)");
+    char *start = kf_asprintf("%s/broken.py", dir);
+    kf_test_llm *s = kf_test_llm_start();
+    char *a = args_source(good, "the right op");
+
+    kf_test_write_file(start, broken);
+    push_tool(s, "c1", "propose", a);   /* the first prompt is about 2300 tokens (tools, reference, source); the server counts 900 + 300: 1200 used, and the second prompt (about 3000) no longer fits in 4000 */
+    push_tool(s, "c2", "finish", "{}");
+    char *cmd = kf_asprintf("cd %s && KFORGE_LLM_URL=%s KFORGE_LLM_MODEL=m %s tune %s --entry add "
+                            "--reference kernels/add.py --ref-entry add_ref --input a=shape:130x300:fp32 "
+                            "--input b=shape:130x300:fp32 --planner llm --llm-tokens 4000 --iterations 2 --jobs 1 "
+                            "--output-dir %s/o 2>&1",
+                            r, kf_test_llm_url(s), k, start, dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_llm_requests(s), 1, "the second call is refused before any request");
+    char *p = kf_asprintf("%s/o/result.json", dir);
+    cJSON *res = read_json(p);
+    cr_assert_str_eq(get(get(res, "llm"), "stop")->valuestring, "llm_budget");
+    cr_assert(cJSON_IsTrue(get(res, "correct")), "the repair made before the budget ran out is kept");
+    cr_assert_eq(get(get(get(res, "llm"), "llm"), "budget")->valueint, 4000);
+    cJSON_Delete(res);
+    kf_test_llm_stop(s);
+    free(p);
+    free(cmd);
+    free(out);
+    free(a);
+    free(start);
+    free(broken);
+    free(good);
+    free(add_path);
+    free(dir);
+    free(k);
+    free(r);
+}
