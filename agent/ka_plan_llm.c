@@ -96,7 +96,7 @@ typedef struct plan {
     int                     best_iter;
     bool                    correct;      /* a best exists */
     const char             *mode;         /* "repair" or "restructure" */
-    int                     rounds, mode_rounds, turns, failed_in_row, iteration, seq;
+    int                     rounds, mode_rounds, turns, mode_turns, failed_in_row, iteration, seq;
     uint64_t                fresh;        /* != 0: validate on these seeds instead (never shown) */
     bool                    finished;
     kf_code                 fatal;
@@ -408,6 +408,7 @@ static void plan_switch_mode(plan *p)
         p->mode = "restructure";
         p->mode_rounds = r > 0 ? r : 0;
         p->rounds = 0;
+        p->mode_turns = 0;
     }
 }
 
@@ -608,11 +609,12 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
             snprintf(stop, sizeof(stop), "rounds");
             break;
         }
-        if (p.turns >= PLAN_TURNS_PER_ROUND * (p.mode_rounds + 1)) {
+        if (p.mode_turns >= PLAN_TURNS_PER_ROUND * (p.mode_rounds + 1)) {
             snprintf(stop, sizeof(stop), "turns");
             break;
         }
         p.turns++;
+        p.mode_turns++;
         if (ka_llm_chat(llm, p.messages, p.tools, "auto", &r, &le) != KF_OK) {
             cJSON *it = cJSON_CreateObject();
             plan_transcript(&p, &r);
@@ -625,6 +627,18 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
             if (o->iteration)
                 o->iteration(o->ctx, it);
             cJSON_Delete(it);
+            /* a reply that was no chat completion, or came too late: the
+             * model is asked again, told why, up to the strikes */
+            if ((strcmp(r.error, "bad_reply") == 0 || strcmp(r.error, "timeout") == 0) &&
+                ++no_tool < PLAN_NO_TOOL_STRIKES) {
+                char *note = kf_asprintf("Your last reply could not be used (%s): %s. Reply again with one tool "
+                                         "call.",
+                                         r.error, le.msg);
+                plan_msg(&p, "user", note);
+                free(note);
+                ka_llm_reply_release(&r);
+                continue;
+            }
             snprintf(stop, sizeof(stop), "llm_%s", r.error[0] ? r.error : "error");
             ka_llm_reply_release(&r);
             break;

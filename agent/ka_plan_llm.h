@@ -32,7 +32,12 @@
  * A model that misbehaves never takes the run down: a reply without a tool
  * call, an unknown tool, arguments that break the schema, a source that
  * does not compile are tool answers it sees on its next turn (and count
- * against the turns, at most 4 per allowed proposal); an endpoint that is
+ * against the turns: 4 per allowed proposal plus 4, in each mode, then the
+ * stop reason "turns"); a reply without a tool call gets a nudge, a reply
+ * that is not a chat completion or one past the timeout is a recorded
+ * iteration ("action": "llm_error") and the model is asked again, told
+ * why; three such unusable turns in a row stop it ("llm_no_tool_calls",
+ * "llm_bad_reply" or "llm_timeout", the last one's); an endpoint that is
  * down, slow, rate-limited past its retries, or a spent token budget ends
  * the run with the best validated kernel so far and a stop reason
  * ("llm_" + the ka_llm error word).

@@ -557,6 +557,10 @@ int cli_tune_main(int argc, char **argv)
     }
     if (rc_exit == -1)
         return tune_list();
+    if (!llm && (llm_replay || llm_tokens)) {
+        fprintf(stderr, "kforge tune: --llm-replay and --llm-tokens go with --planner llm\n");
+        return TUNE_USAGE;
+    }
     rc_exit = TUNE_USAGE;
     if (optind != argc - 1) {
         tune_usage(stderr);

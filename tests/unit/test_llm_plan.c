@@ -344,3 +344,44 @@ Test(llm_plan, the_token_budget_ends_the_models_part)
     free(k);
     free(r);
 }
+
+Test(llm_plan, nonsense_replies_are_answered_then_the_run_ends)
+{
+    char *r = root(), *k = kforge(), *out = NULL, *dir = kf_test_tmpdir("llmnonsense");
+    kf_test_llm *s = kf_test_llm_start();
+    char *c1 = kf_test_llm_content("I think the kernel is fine.", 10, 10);
+
+    /* correct start: restructure mode; a reply that is not JSON (asked again, told why), then
+     * plain text twice: three unusable turns in a row end the model's part */
+    kf_test_llm_push(s, 200, NULL, 0, "{\"choices\": [");
+    for (int i = 0; i < 2; i++)
+        kf_test_llm_push(s, 200, NULL, 0, c1);
+    char *cmd = kf_asprintf("cd %s && KFORGE_LLM_URL=%s KFORGE_LLM_MODEL=m %s tune kernels/add.py --entry add "
+                            "--reference kernels/add.py --ref-entry add_ref --input a=shape:130x300:fp32 "
+                            "--input b=shape:130x300:fp32 --planner llm --iterations 2 --jobs 1 --output-dir %s/o 2>&1",
+                            r, kf_test_llm_url(s), k, dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_llm_requests(s), 3);
+    char *req = kf_test_llm_request(s, 1);
+    cr_assert_not_null(strstr(req, "could not be used (bad_reply)"), "the model is told: %.300s", req);
+    free(req);
+    req = kf_test_llm_request(s, 2);
+    cr_assert_not_null(strstr(req, "Reply with a tool call"), "%.300s", req);
+    free(req);
+    char *p = kf_asprintf("%s/o/result.json", dir);
+    cJSON *res = read_json(p);
+    cr_assert_str_eq(get(get(res, "llm"), "stop")->valuestring, "llm_no_tool_calls");
+    cr_assert(cJSON_IsTrue(get(res, "correct")), "the starting kernel stays the best and is tuned");
+    cJSON_Delete(res);
+    char *it = kf_asprintf("%s/o/iterations.jsonl", dir);
+    cr_assert_eq(count_lines(it, "\"action\":\"llm_error\""), 1, "the bad reply is a recorded iteration");
+    free(it);
+    kf_test_llm_stop(s);
+    free(p);
+    free(cmd);
+    free(out);
+    free(c1);
+    free(dir);
+    free(k);
+    free(r);
+}
