@@ -115,6 +115,11 @@ static kf_code ka_make_inputs(const ka_problem *pb, bool random, uint64_t seed, 
     return KF_OK;
 }
 
+kf_code ka_eval_inputs(const ka_problem *pb, uint64_t seed, sim_array **out, kf_err *err)
+{
+    return ka_make_inputs(pb, true, seed, out, err);
+}
+
 static void ka_add_error(cJSON *j, const sim_error *serr, kf_code rc, const kf_err *err)
 {
     char line[1024];
@@ -138,6 +143,11 @@ static const char *const ka_summary_keys[] = {
     "gpsimd_engine_active_time_percent", "dma_active_time_percent", "dma_transfer_count",
     "dma_transfer_average_bytes", "hbm_read_bytes", "hbm_write_bytes", "model_flops", NULL,
 };
+
+const char *const *ka_eval_summary_keys(void)
+{
+    return ka_summary_keys;
+}
 
 static void ka_add_profile(cJSON *j, const sim_profile *p, const ka_problem *pb, const sim_target *tgt)
 {
@@ -349,7 +359,18 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
             break;
         }
         t0 = ka_now();
-        rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
+        if (r->out_in[s]) {
+            kf_err oerr = KF_ERR_INIT;
+            /* the outputs of a run elsewhere on these same inputs */
+            if (ka_ref_read(r->out_in[s], &outs, &n_outs, &oerr) != KF_OK) {
+                sim_record_release(&rec);
+                ka_free_arrays(in, (size_t)pb->n_inputs);
+                rc = kf_err_set(err, KF_IO, "%s", oerr.msg);
+                break;
+            }
+        } else {
+            rc = sim_run_kernel(&o, in, (size_t)pb->n_inputs, &outs, &n_outs, &rec, &serr, err);
+        }
         sim_s += ka_now() - t0;
         sim_record_release(&rec);
         if (rc) {
@@ -610,6 +631,18 @@ static void ka_store_refs(const ka_eval_req *req, const sim_sandbox_result *sb, 
     }
 }
 
+/* path (a buffer of len bytes) replaced by its real path; false when that
+ * does not fit. */
+static bool ka_real_path(char *path, size_t len)
+{
+    char *r = sim_sandbox_real_path(path);
+    bool fits = strlen(r) < len;
+    if (fits)
+        memcpy(path, r, strlen(r) + 1);
+    free(r);
+    return fits;
+}
+
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
 {
     sim_sandbox_limits lim;
@@ -630,11 +663,14 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
         if (req->ref_out[i])
             lim.max_result_bytes += (size_t)lim.memory_mib << 20;
     /* all the evaluation may read of the machine: the kernel and its reference */
-    const char *files[3 + KA_MAX_SEEDS] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL };
+    const char *files[3 + 2 * KA_MAX_SEEDS] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL };
     size_t nf = files[1] ? 2 : 1;
-    for (int i = 0; req->mode == KA_EVAL_VALIDATE && i < req->n_seeds && i < KA_MAX_SEEDS; i++)
+    for (int i = 0; req->mode == KA_EVAL_VALIDATE && i < req->n_seeds && i < KA_MAX_SEEDS; i++) {
         if (req->ref_in[i])
             files[nf++] = req->ref_in[i];
+        if (req->out_in[i])
+            files[nf++] = req->out_in[i];
+    }
     files[nf] = NULL;
     lim.ro_paths = files;
     if (req->mode == KA_EVAL_VALIDATE && !req->pb->ref_path[0])
@@ -648,8 +684,16 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
         if (rc)
             return rc;
     }
-    /* The sandbox API takes a mutable context; the child only reads req. */
-    rc = sim_sandbox_run(&lim, ka_child, (void *)(uintptr_t)req, &sb, err); /* NOLINT(performance-no-int-to-ptr) */
+    /* The child opens the kernel and the reference where the sandbox mounts
+     * them: at their real paths (sim_sandbox_real_path). */
+    ka_problem real_pb = *req->pb;
+    ka_eval_req real_req = *req;
+    if (!ka_real_path(real_pb.source_path, sizeof(real_pb.source_path)) ||
+        (real_pb.ref_path[0] && !ka_real_path(real_pb.ref_path, sizeof(real_pb.ref_path))))
+        return kf_err_set(err, KF_INVALID, "the kernel or reference path is longer than %d bytes once resolved",
+                          PATH_MAX - 1);
+    real_req.pb = &real_pb;
+    rc = sim_sandbox_run(&lim, ka_child, &real_req, &sb, err);
     if (rc)
         return rc;
     if (sb.json)

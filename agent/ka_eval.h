@@ -88,7 +88,20 @@ typedef struct ka_eval_req {
      * "ref_stored": the number of seeds stored.  NULL: not stored */
     const char       *ref_out[KA_MAX_SEEDS];
     const char       *tunables_json;    /* JSON array of the tunables' names */
+    /* validate, per seed: a file of the kernel's outputs on that seed's
+     * inputs (ka_ref_write), produced elsewhere (the neuron backend's
+     * device run on ka_eval_inputs); the child reads them instead of
+     * running the kernel on the simulator, and compares them with the
+     * reference exactly as it compares the simulator's.  NULL: the child
+     * runs the kernel */
+    const char       *out_in[KA_MAX_SEEDS];
 } ka_eval_req;
+
+/* The seeded random inputs a validation child makes for `seed`
+ * (KA_EVAL_VALIDATE's, bit for bit), for a backend that runs the kernel
+ * outside the simulator; n = pb->n_inputs arrays, freed with
+ * sim_check_arrays_free.  No user code runs. */
+kf_code ka_eval_inputs(const ka_problem *pb, uint64_t seed, sim_array **out, kf_err *err);
 
 kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err);
 
@@ -110,6 +123,10 @@ kf_code ka_eval_run_many(const ka_eval_req *reqs, int n, int jobs, bool stop_at_
  * process that writes it): arrays with their dtype and shape. */
 kf_code ka_ref_write(const char *path, const sim_array *a, size_t n, kf_err *err);
 kf_code ka_ref_read(const char *path, sim_array **a, size_t *n, kf_err *err);
+
+/* The neuron-explorer Summary fields a timing result's "summary" keeps
+ * (NULL-terminated), for a backend that maps a device profile onto it. */
+const char *const *ka_eval_summary_keys(void);
 
 /* "kernel.py:41" from a path:line location (the base name of the file). */
 const char *ka_eval_short_loc(const char *loc);

@@ -1762,20 +1762,26 @@ kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned 
     return ka_eval_run(&r, result, err);
 }
 
+void ka_validate_req(ka_eval_req *r, const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
+                     unsigned timeout_s)
+{
+    memset(r, 0, sizeof(*r));
+    r->pb = pb;
+    r->kwargs_json = kwargs_json;
+    r->mode = KA_EVAL_VALIDATE;
+    r->timeout_s = timeout_s;
+    r->rtol = r->atol = -1;
+    r->n_seeds = n_seeds > 0 ? (n_seeds > KA_MAX_SEEDS ? KA_MAX_SEEDS : n_seeds) : KA_DEF_SEEDS;
+    for (int s = 0; s < r->n_seeds; s++) {
+        uint64_t z = seed + (uint64_t)s * 977ULL + 1;
+        r->seeds[s] = ka_rng(&z) & 0xffffffffULL;
+    }
+}
+
 kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
                          unsigned timeout_s, cJSON **result, kf_err *err)
 {
     ka_eval_req r;
-    memset(&r, 0, sizeof(r));
-    r.pb = pb;
-    r.kwargs_json = kwargs_json;
-    r.mode = KA_EVAL_VALIDATE;
-    r.timeout_s = timeout_s;
-    r.rtol = r.atol = -1;
-    r.n_seeds = n_seeds > 0 ? (n_seeds > KA_MAX_SEEDS ? KA_MAX_SEEDS : n_seeds) : KA_DEF_SEEDS;
-    for (int s = 0; s < r.n_seeds; s++) {
-        uint64_t z = seed + (uint64_t)s * 977ULL + 1;
-        r.seeds[s] = ka_rng(&z) & 0xffffffffULL;
-    }
+    ka_validate_req(&r, pb, kwargs_json, seed, n_seeds, timeout_s);
     return ka_eval_run(&r, result, err);
 }

@@ -56,6 +56,7 @@
 #include <stdint.h>
 
 #include "ka_cache.h"
+#include "ka_eval.h"
 #include "ka_iter.h"
 #include "ka_lib.h"
 #include "kf_buf.h"
@@ -134,6 +135,10 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
  * "wall_limit" or "cpu_limit". */
 kf_code ka_profile_once(const ka_problem *pb, const char *kwargs_json, unsigned timeout_s, cJSON **result,
                         kf_err *err);
+/* The request ka_validate_once runs (its seeds, tolerances and limit),
+ * for a caller that fills out_in with outputs computed elsewhere. */
+void ka_validate_req(ka_eval_req *r, const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
+                     unsigned timeout_s);
 kf_code ka_validate_once(const ka_problem *pb, const char *kwargs_json, uint64_t seed, int n_seeds,
                          unsigned timeout_s, cJSON **result, kf_err *err);
 

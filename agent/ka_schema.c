@@ -7,6 +7,19 @@
 
 #include "kf_buf.h"
 
+/* The precision ("%.*s") that quotes at most max bytes of s and cuts it
+ * between characters: a message quoting the caller's text stays UTF-8. */
+static int schema_prec(const char *s, size_t max)
+{
+    return (int)kf_utf8_cut(s, strnlen(s, max));
+}
+
+/* Cut a formatted text that may have been truncated back to a character's end. */
+static void schema_cut_end(char *s)
+{
+    s[kf_utf8_cut(s, strlen(s))] = '\0';
+}
+
 static bool ka_schema_is_type(const cJSON *v, const char *t)
 {
     if (strcmp(t, "object") == 0)
@@ -69,7 +82,8 @@ bool ka_schema_check(const cJSON *sch, const cJSON *v, const char *where, char *
         }
         /* the only pattern used: a UUID's characters */
         if (pat && strspn(v->valuestring, "0123456789abcdefABCDEF-") != len) {
-            snprintf(msg, n, "%s: '%.64s' is not a job id (a UUID like 0b6c1f3e-...)", w, v->valuestring);
+            snprintf(msg, n, "%s: '%.*s' is not a job id (a UUID like 0b6c1f3e-...)", w, schema_prec(v->valuestring, 64),
+                     v->valuestring);
             return false;
         }
     }
@@ -87,6 +101,7 @@ bool ka_schema_check(const cJSON *sch, const cJSON *v, const char *where, char *
             {
                 char sub[256];
                 snprintf(sub, sizeof(sub), "%s[%d]", w, i++);
+                schema_cut_end(sub);
                 if (!ka_schema_check(items, k, sub, msg, n))
                     return false;
             }
@@ -107,10 +122,11 @@ bool ka_schema_check(const cJSON *sch, const cJSON *v, const char *where, char *
             const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, k->string) : NULL;
             char sub[256];
             if (!ps && cJSON_IsFalse(addl)) {
-                snprintf(msg, n, "%s: unknown property '%.64s'", w, k->string);
+                snprintf(msg, n, "%s: unknown property '%.*s'", w, schema_prec(k->string, 64), k->string);
                 return false;
             }
             snprintf(sub, sizeof(sub), "%s%s%s", *where ? where : "", *where ? "." : "", k->string);
+            schema_cut_end(sub);
             if (ps && !ka_schema_check(ps, k, sub, msg, n))
                 return false;
         }

@@ -113,6 +113,11 @@ static bool api_fleet_workers(api_req *r, const kf_queue_worker *w, int n, cJSON
             cJSON_AddNullToObject(o, "job");
         if (cJSON_IsString(sandbox))
             cJSON_AddStringToObject(o, "sandbox", sandbox->valuestring);
+        /* why the worker leases nothing now (its device failed a health check) */
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(doc, "unhealthy")))
+            cJSON_AddStringToObject(o, "unhealthy", cJSON_GetObjectItemCaseSensitive(doc, "unhealthy")->valuestring);
+        else
+            cJSON_AddNullToObject(o, "unhealthy");
         cJSON_AddStringToObject(o, "last_heartbeat", at);
         cJSON_AddItemToArray(arr, o);
         cJSON_Delete(doc);

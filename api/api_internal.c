@@ -282,8 +282,8 @@ bool api_report_lease(api_req *r, kf_fields *fe, int *attempt)
  * after answering 403. */
 static bool api_provenance_check(api_req *r, kf_fields *fe, char **out)
 {
-    static const char *const keys[] = { "worker", "backend", "sim_build", "target_hash", "template_hash",
-                                        "compiler", "runtime", NULL };
+    static const char *const keys[] = { "worker",   "backend", "sim_build", "target_hash", "template_hash", "compiler",
+                                        "runtime",  "driver",  "neff_sha256", "neuron_core", "isolation", NULL };
     const cJSON *p = NULL, *w;
 
     *out = NULL;

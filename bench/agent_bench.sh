@@ -36,3 +36,35 @@ bench_agent_search() {
   done
   "$PY" bench/agent_tables.py search "$out"
 }
+
+# Speed of one tune as a user runs it (issue 19): `kforge tune softmax
+# --shape 4096x8192 --dtype bf16 --target trn2`, wall time (target <= 30 s)
+# and the peak resident memory of the largest process it ran (the CLI or a
+# sandboxed evaluation; target <= 600 MB), with the setting it chose and its
+# fraction of the bound, so a faster tune can be checked to choose the same.
+# OpenBLAS picks its kernels from the CPU (OPENBLAS_CORETYPE is unset for
+# the run).  BENCH_TUNE_ARGS replaces the op and its options (not KFORGE_*:
+# kforge refuses KFORGE_ names it does not know).
+bench_agent_speed() {
+  local args=${BENCH_TUNE_ARGS:-"softmax --shape 4096x8192 --dtype bf16 --target trn2"}
+  echo "== agent_speed: kforge tune $args"
+  # shellcheck disable=SC2086 # the arguments are words
+  env -u OPENBLAS_CORETYPE "$PY" - "$BUILD/bin/kforge" "$TMP/tune" $args <<'PYEOF'
+import json, resource, subprocess, sys, time
+kforge, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+t0 = time.monotonic()
+p = subprocess.run([kforge, "tune", *args, "--output-dir", out], capture_output=True, text=True)
+wall = time.monotonic() - t0
+if p.returncode != 0:
+    print(f"   kforge tune failed (exit {p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    sys.exit(1)
+rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+r = json.load(open(f"{out}/result.json"))
+best = r["best"]
+print(f"   wall {wall:.1f} s (target <= 30 s), peak RSS {rss_mb:.0f} MB (target <= 600 MB)")
+print(f"   {r['iterations']} iterations, {r['evaluations']} evaluations, {r['validations']} validations; "
+      f"stopped: {r['stop']['message'] if isinstance(r['stop'], dict) else r['stop']}")
+print(f"   best {json.dumps(best['params'], sort_keys=True)}: {best['latency_ns'] / 1e3:.1f} us, "
+      f"{best['fraction_of_bound']:.2f} of the bound")
+PYEOF
+}

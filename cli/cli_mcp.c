@@ -2,6 +2,7 @@
 #include "cli_mcp.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include "kf_buf.h"
 #include "kf_config.h"
 #include "kf_error.h"
+#include "kf_json.h"
 #include "kf_libmeta.h"
 #include "sim/sim_input.h"
 
@@ -204,6 +206,19 @@ static const mcp_tool *mcp_tool_find(const char *name)
     return NULL;
 }
 
+/* The precision ("%.*s") that quotes at most max bytes of s and cuts it
+ * between characters: a message quoting the client's text stays UTF-8. */
+static int mcp_prec(const char *s, size_t max)
+{
+    return (int)kf_utf8_cut(s, strnlen(s, max));
+}
+
+/* Cut a formatted text that may have been truncated back to a character's end. */
+static void mcp_cut_end(char *s)
+{
+    s[kf_utf8_cut(s, strlen(s))] = '\0';
+}
+
 static void mcp_failf(mcp_fail *f, kf_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void mcp_failf(mcp_fail *f, kf_code code, const char *fmt, ...)
 {
@@ -213,6 +228,7 @@ static void mcp_failf(mcp_fail *f, kf_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
     va_end(ap);
+    mcp_cut_end(f->msg);
 }
 
 static void mcp_fail_err(mcp_fail *f, const kf_err *e)
@@ -248,12 +264,13 @@ static bool mcp_file(const char *what, const char *path, char *out, mcp_fail *f)
     struct stat st;
 
     if (!realpath(path, out)) {
-        mcp_failf(f, KF_NOT_FOUND, "%s '%.200s': %s (paths are relative to where kforge mcp runs)", what, path,
+        mcp_failf(f, KF_NOT_FOUND, "%s '%.*s': %s (paths are relative to where kforge mcp runs)", what,
+                  mcp_prec(path, 200), path,
                   strerror(errno));
         return false;
     }
     if (stat(out, &st) != 0 || !S_ISREG(st.st_mode)) {
-        mcp_failf(f, KF_INVALID, "%s '%.200s' is not a regular file", what, path);
+        mcp_failf(f, KF_INVALID, "%s '%.*s' is not a regular file", what, mcp_prec(path, 200), path);
         return false;
     }
     return true;
@@ -371,105 +388,111 @@ out:
     return ok;
 }
 
-static cJSON *mcp_eval(const ka_eval_req *req, mcp_fail *f)
+/* A run, profile or validate call's evaluation: the problem and kwargs
+ * the arguments describe (mcp_problem) and the request around them. */
+typedef struct mcp_eval_call {
+    ka_problem  pb;
+    ka_eval_req req;
+    char       *kw;
+} mcp_eval_call;
+
+/* Set e up for mode: req points at e's problem and kwargs, no seeds, the
+ * dtype's tolerances.  On failure f says why and e holds nothing. */
+static bool mcp_eval_setup(const cJSON *a, ka_eval_mode mode, mcp_eval_call *e, mcp_fail *f)
+{
+    e->kw = NULL;
+    if (!mcp_problem(a, &e->pb, &e->kw, f))
+        return false;
+    memset(&e->req, 0, sizeof(e->req));
+    e->req.pb = &e->pb;
+    e->req.kwargs_json = e->kw;
+    e->req.mode = mode;
+    e->req.rtol = e->req.atol = -1;
+    return true;
+}
+
+static void mcp_eval_release(mcp_eval_call *e)
+{
+    free(e->kw);
+    e->kw = NULL;
+    ka_problem_release(&e->pb);
+}
+
+/* Evaluate in the sandbox (ka_eval_run) and release e: the result, or NULL
+ * with f set. */
+static cJSON *mcp_eval_run(mcp_eval_call *e, mcp_fail *f)
 {
     cJSON *res = NULL;
     kf_err err = KF_ERR_INIT;
 
-    if (ka_eval_run(req, &res, &err) != KF_OK) {
+    if (ka_eval_run(&e->req, &res, &err) != KF_OK) {
         mcp_fail_err(f, &err);
-        return NULL;
+        res = NULL;
     }
+    mcp_eval_release(e);
     return res;
 }
 
 static cJSON *tool_run(const cJSON *a, mcp_fail *f)
 {
-    ka_problem pb;
-    ka_eval_req req;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(a, "seed");
-    char *kw = NULL;
-    cJSON *res;
+    mcp_eval_call e;
 
-    if (!mcp_problem(a, &pb, &kw, f))
+    if (!mcp_eval_setup(a, KA_EVAL_RUN, &e, f))
         return NULL;
-    memset(&req, 0, sizeof(req));
-    req.pb = &pb;
-    req.kwargs_json = kw;
-    req.mode = KA_EVAL_RUN;
-    req.seeds[0] = seed ? (uint64_t)seed->valuedouble : 1;
-    req.n_seeds = 1;
-    req.rtol = req.atol = -1;
-    res = mcp_eval(&req, f);
-    free(kw);
-    ka_problem_release(&pb);
-    return res;
+    e.req.seeds[0] = seed ? (uint64_t)seed->valuedouble : 1;
+    e.req.n_seeds = 1;
+    return mcp_eval_run(&e, f);
 }
 
 static cJSON *tool_profile(const cJSON *a, mcp_fail *f)
 {
-    ka_problem pb;
-    ka_eval_req req;
-    char *kw = NULL;
-    cJSON *res;
+    mcp_eval_call e;
 
-    if (!mcp_problem(a, &pb, &kw, f))
+    if (!mcp_eval_setup(a, KA_EVAL_TIMING, &e, f))
         return NULL;
-    memset(&req, 0, sizeof(req));
-    req.pb = &pb;
-    req.kwargs_json = kw;
-    req.mode = KA_EVAL_TIMING;
-    req.rtol = req.atol = -1;
-    res = mcp_eval(&req, f);
-    free(kw);
-    ka_problem_release(&pb);
-    return res;
+    return mcp_eval_run(&e, f);
 }
 
 static cJSON *tool_validate(const cJSON *a, mcp_fail *f)
 {
-    ka_problem pb;
-    ka_eval_req req;
     const cJSON *seeds = cJSON_GetObjectItemCaseSensitive(a, "seeds"), *s;
     const cJSON *rtol = cJSON_GetObjectItemCaseSensitive(a, "rtol"), *atol = cJSON_GetObjectItemCaseSensitive(a, "atol");
     const char *ref = mcp_str(a, "reference"), *ref_entry = mcp_str(a, "ref_entry");
-    char *kw = NULL;
-    cJSON *res = NULL;
+    mcp_eval_call e;
+    ka_problem *pb = &e.pb;
 
-    if (!mcp_problem(a, &pb, &kw, f))
+    if (!mcp_eval_setup(a, KA_EVAL_VALIDATE, &e, f))
         return NULL;
-    memset(&req, 0, sizeof(req));
-    if (!pb.op[0]) {
+    if (!pb->op[0]) {
         if (!ref && !ref_entry) {
             mcp_failf(f, KF_INVALID, "give the NumPy reference: ref_entry (a function in the kernel's file) "
                                      "and/or reference (another file)");
-            goto out;
+            mcp_eval_release(&e);
+            return NULL;
         }
         if (ref) {
-            if (!mcp_file("reference", ref, pb.ref_path, f))
-                goto out;
+            if (!mcp_file("reference", ref, pb->ref_path, f)) {
+                mcp_eval_release(&e);
+                return NULL;
+            }
         } else {
-            snprintf(pb.ref_path, sizeof(pb.ref_path), "%s", pb.source_path);
+            snprintf(pb->ref_path, sizeof(pb->ref_path), "%s", pb->source_path);
         }
-        snprintf(pb.ref_entry, sizeof(pb.ref_entry), "%s", ref_entry ? ref_entry : pb.entry);
+        snprintf(pb->ref_entry, sizeof(pb->ref_entry), "%s", ref_entry ? ref_entry : pb->entry);
     }
-    req.pb = &pb;
-    req.kwargs_json = kw;
-    req.mode = KA_EVAL_VALIDATE;
     if (seeds) {
         cJSON_ArrayForEach(s, seeds)
-            req.seeds[req.n_seeds++] = (uint64_t)s->valuedouble;
+            e.req.seeds[e.req.n_seeds++] = (uint64_t)s->valuedouble;
     } else {
-        for (req.n_seeds = 0; req.n_seeds < 3; req.n_seeds++)
-            req.seeds[req.n_seeds] = (uint64_t)req.n_seeds + 1;
+        for (e.req.n_seeds = 0; e.req.n_seeds < 3; e.req.n_seeds++)
+            e.req.seeds[e.req.n_seeds] = (uint64_t)e.req.n_seeds + 1;
     }
-    req.rtol = rtol ? rtol->valuedouble : -1;
-    req.atol = atol ? atol->valuedouble : -1;
-    res = mcp_eval(&req, f);
-out:
-    free(kw);
-    ka_problem_release(&pb);
-    return res;
+    if (rtol)
+        e.req.rtol = rtol->valuedouble;
+    if (atol)
+        e.req.atol = atol->valuedouble;
+    return mcp_eval_run(&e, f);
 }
 
 /* ---- docs: sections of docs/sim-nki.md and docs/sim-errors.md --------------------- */
@@ -519,12 +542,22 @@ static bool mcp_docs_dir(char *out, size_t n)
     return false;
 }
 
+/* a[0..n) and b[0..n) equal but for ASCII case (no NUL needed: hay is a
+ * window of a document, and strncasecmp may read on to the document's end) */
+static bool mcp_eq_ci(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
+            return false;
+    return true;
+}
+
 static bool mcp_contains_ci(const char *hay, size_t hlen, const char *needle, size_t nlen)
 {
     if (nlen == 0)
         return true;
     for (size_t i = 0; i + nlen <= hlen; i++)
-        if (strncasecmp(hay + i, needle, nlen) == 0)
+        if (mcp_eq_ci(hay + i, needle, nlen))
             return true;
     return false;
 }
@@ -668,7 +701,8 @@ static cJSON *tool_docs(const cJSON *a, mcp_fail *f)
     cJSON_AddNumberToObject(res, "matches", matches);
     if (section && matches == 0) {
         cJSON_Delete(res);
-        mcp_failf(f, KF_NOT_FOUND, "no section titled '%.200s' (call docs without arguments for the titles)", section);
+        mcp_failf(f, KF_NOT_FOUND, "no section titled '%.*s' (call docs without arguments for the titles)",
+                  mcp_prec(section, 200), section);
         return NULL;
     }
     return res;
@@ -704,12 +738,13 @@ static cJSON *mcp_api(const char *method, const char *path, const char *body, co
                     c = (char)(c - 'a' + 'A');
                 f->code[i] = c;
             }
-            f->code[i] = '\0';
+            f->code[kf_utf8_cut(f->code, i)] = '\0';
         } else {
             snprintf(f->code, sizeof(f->code), "HTTP_%ld", r.status);
         }
         snprintf(f->msg, sizeof(f->msg), "%ld %s: %s", r.status, title ? title : "error",
                  detail ? detail : (r.body.data ? r.body.data : ""));
+        mcp_cut_end(f->msg);
         cJSON_Delete(j);
         cli_resp_release(&r);
         return NULL;
@@ -893,6 +928,18 @@ static cJSON *mcp_tools_list(void)
     return r;
 }
 
+/* Each byte of s that is not part of a UTF-8 character becomes '?' (a
+ * failure may quote what an API answered or a file name). */
+static void mcp_utf8_clean(char *s)
+{
+    size_t len = strlen(s), off = 0, bad;
+
+    while (off < len && !kf_utf8_valid(s + off, len - off, &bad)) {
+        s[off + bad] = '?';
+        off += bad + 1;
+    }
+}
+
 /* A tools/call result: structured content with its text copy, or a tool
  * error (isError) whose text is {"error": {"code", "message"}}. */
 static cJSON *mcp_call_result(cJSON *sc, const mcp_fail *f)
@@ -901,11 +948,14 @@ static cJSON *mcp_call_result(cJSON *sc, const mcp_fail *f)
     char *text;
 
     if (!sc) {
+        mcp_fail clean = *f;
         cJSON *e;
+        mcp_utf8_clean(clean.code);
+        mcp_utf8_clean(clean.msg);
         sc = cJSON_CreateObject();
         e = cJSON_AddObjectToObject(sc, "error");
-        cJSON_AddStringToObject(e, "code", f->code[0] ? f->code : "INTERNAL");
-        cJSON_AddStringToObject(e, "message", f->msg[0] ? f->msg : "the tool failed");
+        cJSON_AddStringToObject(e, "code", clean.code[0] ? clean.code : "INTERNAL");
+        cJSON_AddStringToObject(e, "message", clean.msg[0] ? clean.msg : "the tool failed");
         cJSON_AddBoolToObject(r, "isError", true);
     } else {
         cJSON_AddBoolToObject(r, "isError", false);
@@ -926,49 +976,111 @@ static cJSON *mcp_call_result(cJSON *sc, const mcp_fail *f)
     return r;
 }
 
-static char *mcp_tools_call(const cJSON *id, const cJSON *params)
+struct cli_mcp_call {
+    const mcp_tool *tool;
+    cJSON *id;      /* the request's id (a copy) */
+    cJSON *args;    /* its arguments (a copy; {} when it gave none), valid for the tool's inputSchema */
+};
+
+/* A tools/call's checks, short of the tool's work: a protocol error, a
+ * tool error (arguments that break the inputSchema), or NULL with *call
+ * set: the call to run. */
+static char *mcp_tools_accept(const cJSON *id, const cJSON *params, cli_mcp_call **call)
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
     const mcp_tool *t;
+    cJSON *sch, *av;
     mcp_fail f;
-    cJSON *sch, *sc = NULL;
     char msg[512];
+    bool ok;
 
     if (!cJSON_IsString(name))
         return mcp_error(id, RPC_BAD_PARAMS, "tools/call needs params.name, the tool's name", NULL);
     t = mcp_tool_find(name->valuestring);
     if (!t) {
-        snprintf(msg, sizeof(msg), "unknown tool '%.100s' (tools/list lists them)", name->valuestring);
+        snprintf(msg, sizeof(msg), "unknown tool '%.*s' (tools/list lists them)",
+                 mcp_prec(name->valuestring, 100), name->valuestring);
         return mcp_error(id, RPC_BAD_PARAMS, msg, NULL);
     }
     if (args && !cJSON_IsObject(args) && !cJSON_IsNull(args))
         return mcp_error(id, RPC_BAD_PARAMS, "params.arguments must be an object", NULL);
-    memset(&f, 0, sizeof(f));
+    av = cJSON_IsObject(args) ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
     sch = cJSON_Parse(t->input);
-    {
-        cJSON *empty = cJSON_CreateObject();
-        const cJSON *av = cJSON_IsObject(args) ? args : empty;
-        if (ka_schema_check(sch, av, "", msg, sizeof(msg)))
-            sc = t->fn(av, &f);
-        else
-            mcp_failf(&f, KF_INVALID, "%s", msg);
-        cJSON_Delete(empty);
-    }
+    ok = ka_schema_check(sch, av, "", msg, sizeof(msg));
     cJSON_Delete(sch);
-    return mcp_reply(id, mcp_call_result(sc, &f));
+    if (!ok) {
+        cJSON_Delete(av);
+        memset(&f, 0, sizeof(f));
+        mcp_cut_end(msg);
+        mcp_failf(&f, KF_INVALID, "%s", msg);
+        return mcp_reply(id, mcp_call_result(NULL, &f));
+    }
+    *call = kf_calloc(1, sizeof(**call));
+    (*call)->tool = t;
+    (*call)->id = cJSON_Duplicate(id, true);
+    (*call)->args = av;
+    return NULL;
+}
+
+const char *cli_mcp_call_tool(const cli_mcp_call *c)
+{
+    return c->tool->name;
+}
+
+const cJSON *cli_mcp_call_args(const cli_mcp_call *c)
+{
+    return c->args;
+}
+
+void cli_mcp_call_free(cli_mcp_call *c)
+{
+    if (!c)
+        return;
+    cJSON_Delete(c->id);
+    cJSON_Delete(c->args);
+    free(c);
+}
+
+char *cli_mcp_call_run(cli_mcp_call *c)
+{
+    mcp_fail f;
+    cJSON *sc;
+    char *out;
+
+    memset(&f, 0, sizeof(f));
+    sc = c->tool->fn(c->args, &f);
+    out = mcp_reply(c->id, mcp_call_result(sc, &f));
+    cli_mcp_call_free(c);
+    return out;
 }
 
 char *cli_mcp_handle(cli_mcp *s, const char *line, size_t len)
 {
-    cJSON *m = cJSON_ParseWithLength(line, len);
+    cli_mcp_call *call = NULL;
+    char *out = cli_mcp_accept(s, line, len, &call);
+
+    return call ? cli_mcp_call_run(call) : out;
+}
+
+char *cli_mcp_accept(cli_mcp *s, const char *line, size_t len, cli_mcp_call **call)
+{
+    cJSON *m = NULL;
     const cJSON *id, *method, *params, *jv;
     const char *meth;
     char *out = NULL, msg[256];
+    kf_err perr = KF_ERR_INIT;
 
+    *call = NULL;
     snprintf(s->last, sizeof(s->last), "message");
-    if (!m)
-        return mcp_error(NULL, RPC_PARSE, "parse error: the line is not JSON", NULL);
+    /* strict: cJSON alone takes invalid UTF-8 (echoed back, the answer would
+     * not be JSON text) and text after the value */
+    if (kf_json_parse(line, len, CLI_MCP_MAX_DEPTH, &m, &perr) != KF_OK) {
+        char *why = kf_asprintf("parse error: the line is not JSON: %s", perr.msg);
+        out = mcp_error(NULL, RPC_PARSE, why, NULL);
+        free(why);
+        return out;
+    }
     if (cJSON_IsArray(m)) {
         cJSON_Delete(m);
         return mcp_error(NULL, RPC_INVALID_REQUEST, "batches are not supported: send one message per line", NULL);
@@ -1003,8 +1115,8 @@ char *cli_mcp_handle(cli_mcp *s, const char *line, size_t len)
     meth = method->valuestring;
     {
         const cJSON *tn = cJSON_GetObjectItemCaseSensitive(params, "name");
-        snprintf(s->last, sizeof(s->last), "%.40s%s%.32s", meth, cJSON_IsString(tn) ? " " : "",
-                 cJSON_IsString(tn) ? tn->valuestring : "");
+        snprintf(s->last, sizeof(s->last), "%.*s%s%.*s", mcp_prec(meth, 40), meth, cJSON_IsString(tn) ? " " : "",
+                 cJSON_IsString(tn) ? mcp_prec(tn->valuestring, 32) : 0, cJSON_IsString(tn) ? tn->valuestring : "");
     }
     if (!id)
         goto done;   /* a notification (initialized, cancelled, ...): never answered */
@@ -1023,7 +1135,7 @@ char *cli_mcp_handle(cli_mcp *s, const char *line, size_t len)
         else
             out = mcp_reply(id, mcp_initialize(s, pv->valuestring));
     } else if (!s->initialized) {
-        snprintf(msg, sizeof(msg), "not initialized: send initialize before %.64s", meth);
+        snprintf(msg, sizeof(msg), "not initialized: send initialize before %.*s", mcp_prec(meth, 64), meth);
         out = mcp_error(id, RPC_INVALID_REQUEST, msg, NULL);
     } else if (strcmp(meth, "tools/list") == 0) {
         if (cJSON_GetObjectItemCaseSensitive(params, "cursor"))
@@ -1034,9 +1146,9 @@ char *cli_mcp_handle(cli_mcp *s, const char *line, size_t len)
         if (!params)
             out = mcp_error(id, RPC_BAD_PARAMS, "tools/call needs params {name, arguments}", NULL);
         else
-            out = mcp_tools_call(id, params);
+            out = mcp_tools_accept(id, params, call);
     } else {
-        snprintf(msg, sizeof(msg), "method not found: %.100s", meth);
+        snprintf(msg, sizeof(msg), "method not found: %.*s", mcp_prec(meth, 100), meth);
         out = mcp_error(id, RPC_NO_METHOD, msg, NULL);
     }
 done:

@@ -100,6 +100,18 @@ enum {
        "Wall-clock limit of one sandboxed kernel evaluation (kforge-sim --timeout; CPU limit likewise).")               \
     XX(SIM_MEMORY_MIB,   INT, "8192",                                   64, 1048576,     KF_USE_SIM | KF_USE_WORKER,      \
        "Memory limit (address space and resident set) of one sandboxed kernel evaluation, MiB.")                       \
+    XX(NEURON_RUNNER,    STR, "kforge-neuron-runner",                   0, 0,            KF_USE_WORKER,                   \
+       "neuron backend: the device runner (compile, run, health, versions; docs/neuron-backend.md), a path or a name on PATH.") \
+    XX(NEURON_EXPLORER,  STR, "neuron-explorer",                        0, 0,            KF_USE_WORKER,                   \
+       "neuron backend: the Neuron profiler CLI (capture, view --output-format summary-json), a path or a name on PATH.") \
+    XX(NEURON_CC,        STR, "neuronx-cc",                             0, 0,            KF_USE_WORKER,                   \
+       "neuron backend: the Neuron compiler the runner compiles with (passed to the runner as NEURON_CC).") \
+    XX(NEURON_CORE,      INT, "0",                                      0, 1023,         KF_USE_WORKER,                   \
+       "neuron backend: the NeuronCore this worker evaluates on (NEURON_RT_VISIBLE_CORES of every device tool): one device per evaluation.") \
+    XX(NEURON_TIMEOUT_S, INT, "900",                                    1, 86400,        KF_USE_WORKER,                   \
+       "neuron backend: wall-clock (and CPU) limit of one device tool run (compile, run, capture, view); a device run past it counts as wedged.") \
+    XX(NEURON_BENCH_ITERS, INT, "20",                                   3, 100000,       KF_USE_WORKER,                   \
+       "neuron backend: timed runs of the latency measurement (after 5 warm-up runs); the result has percentiles over them.") \
     XX(SIM_THREADS,      INT, "0",                                      0, 8,            KF_USE_SIM,                      \
        "Threads of the simulator's numerics (kforge-sim run --threads); 0: the CPUs available. Values do not depend on it.") \
     XX(SANDBOX,          STR, "strict",                                 0, 0,            KF_USE_SIM | KF_USE_WORKER | KF_USE_CLI, \

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_config.h"
 
 enum { KF_LIBMETA_MAX_FILE = 1 << 20 };
@@ -40,23 +41,34 @@ const char *kf_libmeta_dir(void)
 char *kf_libmeta_read_file(const char *path, kf_err *err)
 {
     FILE *f = fopen(path, "rb");
-    char *buf = NULL;
+    kf_buf b = KF_BUF_INIT;
+    char chunk[16384];
     size_t n;
 
     if (!f) {
         kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
         return NULL;
     }
-    buf = kf_malloc(KF_LIBMETA_MAX_FILE + 1);
-    n = fread(buf, 1, KF_LIBMETA_MAX_FILE + 1, f);
-    fclose(f);
-    if (n > KF_LIBMETA_MAX_FILE) {
-        free(buf);
-        kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %d bytes", path, KF_LIBMETA_MAX_FILE);
+    /* grown as read: a kernel file or a doc is tens of KiB, and a buffer of
+     * the bound for each (docs are read on every MCP docs call) costs a
+     * MiB of memory to map and clear */
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (b.len + n > KF_LIBMETA_MAX_FILE) {
+            fclose(f);
+            kf_buf_release(&b);
+            kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %d bytes", path, KF_LIBMETA_MAX_FILE);
+            return NULL;
+        }
+        kf_buf_add(&b, chunk, n);
+    }
+    if (ferror(f)) {
+        fclose(f);
+        kf_buf_release(&b);
+        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
         return NULL;
     }
-    buf[n] = '\0';
-    return buf;
+    fclose(f);
+    return kf_buf_detach(&b);
 }
 
 kf_code kf_libmeta_from_text(const char *text, const char *what, cJSON **meta, kf_err *err)

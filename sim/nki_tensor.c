@@ -328,6 +328,7 @@ nki_tensor *nki_tensor_alloc_ex(sim_mem mem, sim_dtype dt, int ndim, const int64
         ra->sbuf_offset = st->acct_off;
         ra->reserve = reserve;
         ra->place = place;
+        ra->blocks = blocks > 1 ? (uint32_t)blocks : 1;
         ra->hint_offset = hint_off;
         ra->loc = nki_loc();
         ra->api = sim_record_str(c->rec, api);

@@ -650,8 +650,11 @@ void simc_gather(const simc_view *v, float *out)
                 o[i] = simc_to_f32(v->dtype, p + i * is * (int64_t)es);
         }
         if (s->open) {
-            for (int64_t i = 0; i < n; i++)
-                s->open[base + i * is] = 0;
+            if (is == 1)
+                memset(s->open + base, 0, (size_t)n);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    s->open[base + i * is] = 0;
         }
         o += n;
     SIMC_ROWS_END(v, base)
@@ -716,6 +719,30 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     SIMC_ROWS_END(v, base)
 }
 
+/* One row of simc_scatter_accum when it is contiguous (or one element),
+ * unmasked, and either without data or FP32: a timing-only run's matmuls
+ * land here with no data, and walked element by element their rows cost
+ * more than the rest of the trace. */
+static bool scatter_accum_row_fast(simc_store *s, int64_t base, int64_t n, const float *x,
+                                   int accumulate)
+{
+    bool acc = accumulate > 0 || (accumulate == 0 && s->open && memchr(s->open + base, 1, (size_t)n));
+    if (s->data) {
+        float *p = (float *)s->data + base;
+        if (accumulate > 0)
+            for (int64_t i = 0; i < n; i++)
+                p[i] += x[i];
+        else if (!acc)
+            memcpy(p, x, (size_t)n * sizeof(float));
+        else
+            for (int64_t i = 0; i < n; i++)
+                p[i] = s->open[base + i] ? p[i] + x[i] : x[i];
+    }
+    if (s->open)
+        memset(s->open + base, 1, (size_t)n);
+    return acc && n > 0;
+}
+
 void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, const uint8_t *mask,
                         bool *any_accum)
 {
@@ -725,29 +752,34 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, con
     unsigned es = sim_dtype_size(v->dtype);
     const float *x = in;
     bool acc_any = false;
+    bool fast = !mask && (is == 1 || n == 1) && (!s->data || v->dtype == SIM_DT_FLOAT32);
 
     if (s->data)
         simc_store_writable(s);
     SIMC_ROWS_BEGIN(v, base, r)
         (void)r;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t f = base + i * is;
-            bool acc = accumulate > 0 || (accumulate == 0 && s->open && s->open[f]);
-            if (mask && !mask[(x - in) + i])
-                continue;
-            if (!s->data) {
-                /* numerics off: accumulation state only */
-            } else if (v->dtype == SIM_DT_FLOAT32) {
-                float *p = (float *)s->data + f;
-                *p = acc ? *p + x[i] : x[i];
-            } else {
-                uint8_t *p = (uint8_t *)s->data + f * (int64_t)es;
-                float old = acc ? simc_to_f32(v->dtype, p) : 0.0f;
-                simc_from_f32(v->dtype, old + x[i], p);
+        if (fast) {
+            acc_any |= scatter_accum_row_fast(s, base, n, x, accumulate);
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                int64_t f = base + i * is;
+                bool acc = accumulate > 0 || (accumulate == 0 && s->open && s->open[f]);
+                if (mask && !mask[(x - in) + i])
+                    continue;
+                if (!s->data) {
+                    /* numerics off: accumulation state only */
+                } else if (v->dtype == SIM_DT_FLOAT32) {
+                    float *p = (float *)s->data + f;
+                    *p = acc ? *p + x[i] : x[i];
+                } else {
+                    uint8_t *p = (uint8_t *)s->data + f * (int64_t)es;
+                    float old = acc ? simc_to_f32(v->dtype, p) : 0.0f;
+                    simc_from_f32(v->dtype, old + x[i], p);
+                }
+                acc_any |= acc;
+                if (s->open)
+                    s->open[f] = 1;
             }
-            acc_any |= acc;
-            if (s->open)
-                s->open[f] = 1;
         }
         x += n;
     SIMC_ROWS_END(v, base)

@@ -154,7 +154,21 @@ kf_code sim_check_evaluate(const sim_sandbox_limits *lim, const sim_eval_spec *s
     for (size_t i = 0; spec->run.paths && spec->run.paths[i] && i < SIM_RUN_MAX_PATHS; i++)
         files[nf++] = spec->run.paths[i];
     l.ro_paths = files;
+    /* the child opens them where the sandbox mounts them */
+    char *real_src = sim_sandbox_real_path(spec->run.source_path);
+    char *real_ref = sim_sandbox_real_path(spec->ref_path);
+    char *real_roots[SIM_RUN_MAX_PATHS + 1] = { NULL };
+    for (size_t i = 0; spec->run.paths && spec->run.paths[i] && i < SIM_RUN_MAX_PATHS; i++)
+        real_roots[i] = sim_sandbox_real_path(spec->run.paths[i]);
+    copy.run.source_path = real_src;
+    copy.ref_path = real_ref;
+    if (spec->run.paths)
+        copy.run.paths = (const char *const *)real_roots;
     rc = sim_sandbox_run(&l, sim_check_eval_child, &copy, &ev->sb, err);
+    free(real_src);
+    free(real_ref);
+    for (size_t i = 0; real_roots[i]; i++)
+        free(real_roots[i]);
     if (rc != KF_OK)
         return rc;
     if (ev->sb.json)

@@ -317,6 +317,8 @@ static struct {
     void *arg;
     int nparts, next_part, pending;
     atomic_int pending_pub;
+    int sleepers;                 /* workers waiting on go, under mu */
+    bool poster_waits;            /* the poster waits on done, under mu */
     bool stop;
     bool atfork;
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
@@ -351,7 +353,7 @@ static void run_parts(unsigned long g)
         pthread_mutex_unlock(&pool.mu);
         fn(arg, part, nparts);
         pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0)
+        if (--pool.pending == 0 && pool.poster_waits)
             pthread_cond_signal(&pool.done);
         atomic_store_explicit(&pool.pending_pub, pool.pending, memory_order_release);
         pthread_mutex_unlock(&pool.mu);
@@ -369,8 +371,10 @@ static void *worker_main(void *unused)
                         atomic_load_explicit(&pool.gen_pub, memory_order_acquire) == seen; i++)
             spin_pause();
         pthread_mutex_lock(&pool.mu);
+        pool.sleepers++;
         while (pool.gen == seen && !pool.stop)
             pthread_cond_wait(&pool.go, &pool.mu);
+        pool.sleepers--;
         g = pool.gen;
         stop = pool.stop;
         pthread_mutex_unlock(&pool.mu);
@@ -391,6 +395,8 @@ static void pool_after_fork(void)
     pool.threads = 1;
     pool.stop = false;
     pool.pending = pool.nparts = pool.next_part = 0;
+    pool.sleepers = 0;
+    pool.poster_waits = false;
     atomic_store(&pool.pending_pub, 0);
 }
 
@@ -467,15 +473,18 @@ void simn_parallel(simn_part_fn fn, void *arg, int nparts)
     atomic_store_explicit(&pool.pending_pub, nparts, memory_order_release);
     g = ++pool.gen;
     atomic_store_explicit(&pool.gen_pub, g, memory_order_release);
-    pthread_cond_broadcast(&pool.go);
+    if (pool.sleepers > 0)   /* spinning workers see gen_pub: no futex call */
+        pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
     run_parts(g);
     for (int i = 0; i < SIMN_SPIN &&
                     atomic_load_explicit(&pool.pending_pub, memory_order_acquire) > 0; i++)
         spin_pause();
     pthread_mutex_lock(&pool.mu);
+    pool.poster_waits = true;
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.mu);
+    pool.poster_waits = false;
     pthread_mutex_unlock(&pool.mu);
 }
 

@@ -276,7 +276,8 @@ static int pcli_parse(int argc, char **argv, pcli_args *a)
 
 int sim_profile_cli_main(int argc, char **argv)
 {
-    pcli_args a;
+    pcli_args a, real;
+    char *real_kernel = NULL, *real_roots[SIM_RUN_MAX_PATHS] = { NULL };
     sim_array *inputs = NULL;
     sim_sandbox_limits lim;
     sim_sandbox_result res;
@@ -322,7 +323,12 @@ int sim_profile_cli_main(int argc, char **argv)
     for (size_t i = 0; i < a.n_paths; i++)
         files[i + 1] = a.paths[i];
     lim.ro_paths = files;
-    child.a = &a;
+    /* the child opens them where the sandbox mounts them */
+    real = a;
+    real.kernel = real_kernel = sim_sandbox_real_path(a.kernel);
+    for (size_t i = 0; i < a.n_paths; i++)
+        real.paths[i] = real_roots[i] = sim_sandbox_real_path(a.paths[i]);
+    child.a = &real;
     child.inputs = inputs;
     if (sim_sandbox_run(&lim, pcli_child_fn, &child, &res, &err) != KF_OK) {
         fprintf(stderr, "kforge-sim profile: %s\n", err.msg);
@@ -370,6 +376,9 @@ int sim_profile_cli_main(int argc, char **argv)
         cJSON_Delete(doc);
     }
 out:
+    free(real_kernel);
+    for (size_t i = 0; i < SIM_RUN_MAX_PATHS; i++)
+        free(real_roots[i]);
     if (inputs)
         for (size_t i = 0; i < a.n_inputs; i++)
             free(inputs[i].data);

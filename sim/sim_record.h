@@ -90,7 +90,10 @@ typedef struct sim_alloc {
     uint8_t  place;           /* sim_place: constraints on the placement */
     uint8_t  live_used;       /* some instruction touches it (else it lives while Python
                                  holds it: born_seq..died_seq) */
-    uint8_t  pad2_[6];
+    uint8_t  pad2_[2];
+    uint32_t blocks;          /* on-chip: logical tiles of a tensor with block dims (legacy
+                                 nl.par_dim), each bytes_per_part / blocks bytes; 0 or 1:
+                                 one tile.  The compiler places and reuses each separately. */
 } sim_alloc;
 
 /* How an on-chip allocation may be placed (sim_alloc.place). */

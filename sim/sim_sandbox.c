@@ -1141,6 +1141,23 @@ static int shorter_first(const void *a, const void *b)
  * first: a folder is bound before the files under it, which it then shows
  * (bound the other way round, the file's mount point would hide the rest of
  * the folder). */
+char *sim_sandbox_real_path(const char *path)
+{
+    char *r, cwd[PATH_MAX], joined[2 * PATH_MAX];
+    if (!path)
+        return NULL;
+    r = realpath(path, NULL);
+    if (!r)
+        return kf_strdup(path);
+    /* a plain relative name keeps working (and keeps messages short) */
+    if (path[0] != '/' && getcwd(cwd, sizeof(cwd)) &&
+        (size_t)snprintf(joined, sizeof(joined), "%s/%s", cwd, path) < sizeof(joined) && strcmp(joined, r) == 0) {
+        free(r);
+        return kf_strdup(path);
+    }
+    return r;
+}
+
 static char **resolve_paths(const char *const *in)
 {
     size_t n = 0, k = 0;

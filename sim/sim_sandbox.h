@@ -150,6 +150,17 @@ kf_code sim_sandbox_run(const sim_sandbox_limits *lim, sim_sandbox_fn fn, void *
 
 void sim_sandbox_result_release(sim_sandbox_result *r);
 
+/* The name a sandboxed child must open for a path its caller lists in
+ * lim->ro_paths.  The sandbox mounts each path at its real location
+ * (symlinks and ".." resolved), so a name that goes through a folder the
+ * sandbox does not have (e.g. build/bin/../../kernels/x.py, or a symlinked
+ * folder) does not open inside it.  Returns a malloc'd copy of the real
+ * path; of path itself when it is a relative name that needs no resolving
+ * (the sandbox starts in the caller's folder), or when it cannot be
+ * resolved (the child's open then fails with its usual message); NULL for
+ * NULL.  The caller frees it. */
+char *sim_sandbox_real_path(const char *path);
+
 /* True when KFORGE_SANDBOX=unconfined (read at each call). */
 bool sim_sandbox_unconfined(void);
 

@@ -60,7 +60,41 @@ typedef struct alloc_st {
     uint32_t floor_idx;
     uint64_t last_use_ps; /* latest end of any access */
     uint32_t last_use_idx;
+    /* A tensor with block dims (sim_alloc.blocks > 1) is nblk logical tiles
+     * of blk_stride bytes per partition, which the compiler places and
+     * reuses one by one: buffer reuse is tracked per block. */
+    uint32_t nblk;
+    uint64_t blk_stride;
+    uint64_t *blk_floor_ps, *blk_last_ps;
+    uint32_t *blk_floor_idx, *blk_last_idx;
 } alloc_st;
+
+/* The blocks [*b0, *b1] of a block tensor that bytes [lo, hi) touch. */
+static void blk_range(const alloc_st *a, uint64_t lo, uint64_t hi, uint32_t *b0, uint32_t *b1)
+{
+    uint64_t x = lo / a->blk_stride, y = hi > lo ? (hi - 1) / a->blk_stride : x;
+    *b0 = x < a->nblk ? (uint32_t)x : a->nblk - 1;
+    *b1 = y < a->nblk ? (uint32_t)y : a->nblk - 1;
+}
+
+/* Instruction i used region r of allocation a until end. */
+static void note_use(alloc_st *a, const sim_region *r, uint64_t end, uint32_t i)
+{
+    if (end >= a->last_use_ps) {
+        a->last_use_ps = end;
+        a->last_use_idx = i;
+    }
+    if (a->nblk > 1) {
+        uint32_t b0, b1;
+        blk_range(a, r->byte_lo, r->byte_hi, &b0, &b1);
+        for (uint32_t b = b0; b <= b1; b++)
+            if (end >= a->blk_last_ps[b] || a->blk_last_idx[b] == UINT32_MAX) {
+                a->blk_last_ps[b] = end;
+                a->blk_last_idx[b] = i;
+            }
+    }
+}
+
 
 static void pmask(const sim_region *r, uint64_t pm[2])
 {
@@ -646,6 +680,18 @@ static void prepass(model *m, const uint32_t *by_death)
         m->as[a].last_read = UINT32_MAX;
         m->as[a].floor_idx = UINT32_MAX;
         m->as[a].last_use_idx = UINT32_MAX;
+        const sim_alloc *ra = &rec->allocs[a];
+        if (ra->mem != SIM_MEM_HBM && ra->blocks > 1 && ra->bytes_per_part >= ra->blocks) {
+            alloc_st *st = &m->as[a];
+            st->nblk = ra->blocks;
+            st->blk_stride = ra->bytes_per_part / ra->blocks;
+            st->blk_floor_ps = kf_calloc(st->nblk, sizeof(uint64_t));
+            st->blk_last_ps = kf_calloc(st->nblk, sizeof(uint64_t));
+            st->blk_floor_idx = kf_malloc(st->nblk * sizeof(uint32_t));
+            st->blk_last_idx = kf_malloc(st->nblk * sizeof(uint32_t));
+            for (uint32_t b = 0; b < st->nblk; b++)
+                st->blk_floor_idx[b] = st->blk_last_idx[b] = UINT32_MAX;
+        }
     }
     for (size_t i = 0; i < rec->n_insns; i++) {
         const sim_insn *in = &rec->insns[i];
@@ -707,38 +753,57 @@ static void prepass(model *m, const uint32_t *by_death)
         free(live[mem].e);
 }
 
-static void on_death(model *m, const sim_alloc *a)
+/* Memory p (p->t, p->idx: its last use) is free again. */
+static void dead_add(model *m, int mem, phys *p)
 {
-    const alloc_st *st = &m->as[a->id];
-    physlist *l;
-    phys p;
-
-    if (!m->track_reuse || a->mem == SIM_MEM_HBM || st->last_use_idx == UINT32_MAX)
-        return;
-    phys_of(a, &p);
-    p.t = st->last_use_ps;
-    p.idx = st->last_use_idx;
-    l = &m->dead[a->mem];
+    physlist *l = &m->dead[mem];
     for (size_t k = 0; k < l->n; k++) {
         phys *e = &l->e[k];
-        if (e->lo == p.lo && e->hi == p.hi && e->parts == p.parts) {
-            if (p.t >= e->t) {
-                e->t = p.t;
-                e->idx = p.idx;
+        if (e->lo == p->lo && e->hi == p->hi && e->parts == p->parts) {
+            if (p->t >= e->t) {
+                e->t = p->t;
+                e->idx = p->idx;
             }
             memmove(&e->hist_t[1], &e->hist_t[0], (SIM_MAX_ROTATE - 1) * sizeof(uint64_t));
             memmove(&e->hist_idx[1], &e->hist_idx[0], (SIM_MAX_ROTATE - 1) * sizeof(uint32_t));
-            e->hist_t[0] = p.t;
-            e->hist_idx[0] = p.idx;
+            e->hist_t[0] = p->t;
+            e->hist_idx[0] = p->idx;
             if (e->nhist < SIM_MAX_ROTATE)
                 e->nhist++;
             return;
         }
     }
-    p.hist_t[0] = p.t;
-    p.hist_idx[0] = p.idx;
-    p.nhist = 1;
-    phys_push(l, &p);
+    p->hist_t[0] = p->t;
+    p->hist_idx[0] = p->idx;
+    p->nhist = 1;
+    phys_push(l, p);
+}
+
+static void on_death(model *m, const sim_alloc *a)
+{
+    const alloc_st *st = &m->as[a->id];
+    phys p;
+
+    if (!m->track_reuse || a->mem == SIM_MEM_HBM || st->last_use_idx == UINT32_MAX)
+        return;
+    phys_of(a, &p);
+    if (st->nblk > 1) {
+        uint64_t base = p.lo;
+        for (uint32_t b = 0; b < st->nblk; b++) {
+            if (st->blk_last_idx[b] == UINT32_MAX)
+                continue;
+            p.lo = base + b * st->blk_stride;
+            p.hi = p.lo + st->blk_stride;
+            p.t = st->blk_last_ps[b];
+            p.idx = st->blk_last_idx[b];
+            p.nhist = 0;
+            dead_add(m, a->mem, &p);
+        }
+        return;
+    }
+    p.t = st->last_use_ps;
+    p.idx = st->last_use_idx;
+    dead_add(m, a->mem, &p);
 }
 
 /* Dead entries whose use ended before every track is free can never delay
@@ -762,18 +827,12 @@ static void dead_prune(model *m)
     }
 }
 
-static void on_birth(model *m, const sim_alloc *a)
+/* When memory p may be written again: the latest end of a use of the freed
+ * memory it overlaps (*floor, *floor_idx raised to it). */
+static void reuse_floor(const model *m, int mem, const phys *pp, uint64_t *floor, uint32_t *floor_idx)
 {
-    alloc_st *st = &m->as[a->id];
-    physlist *l;
-    phys p;
-
-    if (!m->track_reuse || a->mem == SIM_MEM_HBM)
-        return;
-    if ((++m->births & 63) == 0)
-        dead_prune(m);
-    phys_of(a, &p);
-    l = &m->dead[a->mem];
+    const physlist *l = &m->dead[mem];
+    phys p = *pp;
     for (size_t k = 0; k < l->n; k++) {
         const phys *e = &l->e[k];
         uint64_t t = e->t;
@@ -789,18 +848,45 @@ static void on_birth(model *m, const sim_alloc *a)
             t = e->hist_t[m->rotate - 1];
             idx = e->hist_idx[m->rotate - 1];
         }
-        if (t > st->floor_ps) {
-            st->floor_ps = t;
-            st->floor_idx = idx;
+        if (t > *floor) {
+            *floor = t;
+            *floor_idx = idx;
         }
     }
+}
+
+static void on_birth(model *m, const sim_alloc *a)
+{
+    alloc_st *st = &m->as[a->id];
+    phys p;
+
+    if (!m->track_reuse || a->mem == SIM_MEM_HBM)
+        return;
+    if ((++m->births & 63) == 0)
+        dead_prune(m);
+    phys_of(a, &p);
+    if (st->nblk > 1) {
+        uint64_t base = p.lo;
+        for (uint32_t b = 0; b < st->nblk; b++) {
+            p.lo = base + b * st->blk_stride;
+            p.hi = p.lo + st->blk_stride;
+            reuse_floor(m, a->mem, &p, &st->blk_floor_ps[b], &st->blk_floor_idx[b]);
+        }
+        return;
+    }
+    reuse_floor(m, a->mem, &p, &st->floor_ps, &st->floor_idx);
 }
 
 static void model_release(model *m)
 {
     if (m->as)
-        for (size_t a = 0; a < m->rec->n_allocs; a++)
+        for (size_t a = 0; a < m->rec->n_allocs; a++) {
             free(m->as[a].e);
+            free(m->as[a].blk_floor_ps);
+            free(m->as[a].blk_last_ps);
+            free(m->as[a].blk_floor_idx);
+            free(m->as[a].blk_last_idx);
+        }
     free(m->as);
     for (int i = 0; i < 3; i++)
         free(m->dead[i].e);
@@ -889,7 +975,14 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
                 }
         }
         note_wait(t, idx, w ? SIM_WAIT_WAW : SIM_WAIT_WAR, &ready, &widx, &wkind);
-        note_wait(a->floor_ps, a->floor_idx, SIM_WAIT_REUSE, &ready, &widx, &wkind);
+        if (a->nblk > 1) {
+            uint32_t b0, b1;
+            blk_range(a, r->byte_lo, r->byte_hi, &b0, &b1);
+            for (uint32_t b = b0; b <= b1; b++)
+                note_wait(a->blk_floor_ps[b], a->blk_floor_idx[b], SIM_WAIT_REUSE, &ready, &widx, &wkind);
+        } else {
+            note_wait(a->floor_ps, a->floor_idx, SIM_WAIT_REUSE, &ready, &widx, &wkind);
+        }
     }
     uint64_t tfree = m->track_free[track];
     int port = m->t->conflict_ve_pool_sbuf >= 0.5 &&
@@ -937,10 +1030,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
             pmask(r, pm);
             ent_record(a, r->byte_lo, r->byte_hi, pm, end, (uint32_t)i, track, 0);
         }
-        if (end >= a->last_use_ps) {
-            a->last_use_ps = end;
-            a->last_use_idx = (uint32_t)i;
-        }
+        note_use(a, r, end, (uint32_t)i);
     }
     for (unsigned k = 0; k < in->ndst; k++) {
         const sim_region *r = &in->dst[k];
@@ -952,10 +1042,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
             pmask(r, pm);
             ent_record(a, r->byte_lo, r->byte_hi, pm, avail, (uint32_t)i, track, 1);
         }
-        if (end >= a->last_use_ps) {
-            a->last_use_ps = end;
-            a->last_use_idx = (uint32_t)i;
-        }
+        note_use(a, r, end, (uint32_t)i);
     }
     m->track_free[track] = end;
     tm->start_ps = start;

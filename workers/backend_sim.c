@@ -49,6 +49,7 @@
 
 #include "kf_alloc.h"
 #include "kf_config.h"
+#include "kf_jobprob.h"
 #include "kf_log.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_loop.h"
@@ -62,36 +63,6 @@ typedef struct bs_ctx {
     const kf_backend_hooks *hooks;
 } bs_ctx;
 
-/* Lower-case hex SHA-256 of a file into out[65]; false when unreadable. */
-static bool bs_file_sha256(const char *path, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char md[EVP_MAX_MD_SIZE], buf[65536];
-    unsigned mdlen = 0;
-    EVP_MD_CTX *c;
-    FILE *f = fopen(path, "rb");
-    size_t n;
-    bool ok;
-
-    if (!f)
-        return false;
-    c = EVP_MD_CTX_new();
-    ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
-    while (ok && (n = fread(buf, 1, sizeof(buf), f)) > 0)
-        ok = EVP_DigestUpdate(c, buf, n) == 1;
-    ok = ok && !ferror(f) && EVP_DigestFinal_ex(c, md, &mdlen) == 1 && mdlen == 32;
-    EVP_MD_CTX_free(c);
-    fclose(f);
-    if (!ok)
-        return false;
-    for (size_t i = 0; i < 32; i++) {
-        out[2 * i] = hex[md[i] >> 4];
-        out[2 * i + 1] = hex[md[i] & 15];
-    }
-    out[64] = '\0';
-    return true;
-}
-
 /* res.provenance: what produced this result (see the header comment); a
  * file that cannot be read leaves its hash out. */
 static void bs_provenance(const ka_problem *pb, cJSON *res)
@@ -103,9 +74,9 @@ static void bs_provenance(const ka_problem *pb, cJSON *res)
 
     cJSON_AddStringToObject(p, "backend", "sim");
     cJSON_AddStringToObject(p, "sim_build", sim_build_id());
-    if (sim_target_load(pb->target, NULL, &tgt, &e) == KF_OK && bs_file_sha256(tgt.path, h))
+    if (sim_target_load(pb->target, NULL, &tgt, &e) == KF_OK && kf_jobprob_sha256(tgt.path, h))
         cJSON_AddStringToObject(p, "target_hash", h);
-    if (bs_file_sha256(pb->source_path, h))
+    if (kf_jobprob_sha256(pb->source_path, h))
         cJSON_AddStringToObject(p, "template_hash", h);
 }
 
@@ -139,80 +110,6 @@ static double bs_num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
-static kf_code bs_write(const char *dir, const char *name, const char *text, char *path, size_t len, kf_err *err)
-{
-    FILE *f;
-    snprintf(path, len, "%s/%s", dir, name);
-    f = fopen(path, "w");
-    if (!f)
-        return kf_err_set(err, KF_IO, "cannot write %s: %s", path, strerror(errno));
-    fputs(text, f);
-    if (fclose(f) != 0)
-        return kf_err_set(err, KF_IO, "writing %s failed", path);
-    return KF_OK;
-}
-
-/* The user's kernel (and reference) as files, the inputs from the spec. */
-/* One dimension of a shape from the job, checked again here rather than
- * trusted to the API's validation (kf_job_spec_check): an integer number
- * of 1..KF_JOB_MAX_DIM elements, at most KA_MAX_DIMS of them, converted
- * only once it is known to fit. */
-static kf_code bs_dim(const cJSON *d, int k, int64_t *out, const char *what, kf_err *err)
-{
-    double v = cJSON_IsNumber(d) ? d->valuedouble : 0;
-
-    if (k >= KA_MAX_DIMS)
-        return kf_err_set(err, KF_UNPROCESSABLE, "%s has more than %d dimensions", what, KA_MAX_DIMS);
-    if (!(v >= 1 && v <= (double)KF_JOB_MAX_DIM) || v != floor(v))
-        return kf_err_set(err, KF_UNPROCESSABLE, "%s: dimension %d is not a whole number of 1 to %lld elements", what,
-                          k, (long long)KF_JOB_MAX_DIM);
-    *out = (int64_t)v;
-    return KF_OK;
-}
-
-static kf_code bs_user_problem(const kf_job_payload *job, const char *dir, ka_problem *pb, kf_err *err)
-{
-    const cJSON *spec = job->spec, *in;
-    const char *src = bs_str(spec, "source"), *ref = bs_str(spec, "reference"), *entry = bs_str(spec, "entry");
-    kf_code rc;
-
-    memset(pb, 0, sizeof(*pb));
-    snprintf(pb->target, sizeof(pb->target), "%s", job->target);
-    snprintf(pb->entry, sizeof(pb->entry), "%s", entry ? entry : "");
-    rc = bs_write(dir, "kernel.py", src ? src : "", pb->source_path, sizeof(pb->source_path), err);
-    if (rc)
-        return rc;
-    if (ref) {
-        rc = bs_write(dir, "reference.py", ref, pb->ref_path, sizeof(pb->ref_path), err);
-        if (rc)
-            return rc;
-        snprintf(pb->ref_entry, sizeof(pb->ref_entry), "%s", pb->entry);
-    }
-    cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(spec, "inputs"))
-    {
-        ka_input *pi = &pb->inputs[pb->n_inputs < KA_MAX_INPUTS ? pb->n_inputs : 0];
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape"), *d;
-        int dt = sim_input_dtype(bs_str(in, "dtype"));
-        if (pb->n_inputs >= KA_MAX_INPUTS)
-            return kf_err_set(err, KF_UNPROCESSABLE, "more than %d inputs; the simulator backend takes at most %d",
-                              KA_MAX_INPUTS, KA_MAX_INPUTS);
-        snprintf(pi->name, sizeof(pi->name), "%s", in->string);
-        if (dt < 0)
-            return kf_err_set(err, KF_UNPROCESSABLE, "input %s: dtype %s is not supported by the simulator", in->string,
-                              bs_str(in, "dtype"));
-        pi->dtype = (sim_dtype)dt;
-        pi->std = 1.0;
-        cJSON_ArrayForEach(d, shape)
-        {
-            if (bs_dim(d, pi->ndim, &pi->shape[pi->ndim], in->string, err) != KF_OK)
-                return KF_UNPROCESSABLE;
-            pi->ndim++;
-        }
-        pb->n_inputs++;
-    }
-    return KF_OK;
 }
 
 static double bs_now(void)
@@ -396,7 +293,7 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
         snprintf(what, sizeof(what), "shapes[%d]", n);
         cJSON_ArrayForEach(d, sh)
         {
-            if (bs_dim(d, ndims[n], &shapes[n][ndims[n]], what, err) != KF_OK)
+            if (kf_jobprob_dim(d, ndims[n], &shapes[n][ndims[n]], what, err) != KF_OK)
                 return KF_UNPROCESSABLE;
             ndims[n]++;
         }
@@ -448,7 +345,7 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
         *retryable = true;
         return kf_err_set(err, KF_IO, "cannot create a temporary folder: %s", strerror(errno));
     }
-    rc = bs_user_problem(job, tmpl, &pb, err);
+    rc = kf_jobprob_user(job, tmpl, "sim", &pb, err);
     if (rc)
         goto out;
     if (job->kind == KF_KIND_PROFILE || job->kind == KF_KIND_VALIDATE ||

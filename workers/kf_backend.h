@@ -19,6 +19,7 @@
 #define KF_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "kf_error.h"
 #include "kf_job.h"
@@ -42,6 +43,16 @@ struct kf_backend {
      * (a transient failure) or not (the job itself is wrong). */
     kf_code (*run)(const kf_backend *self, const kf_job_payload *job, const kf_backend_hooks *hooks,
                    char **result_json, bool *retryable, kf_err *err);
+    /* Optional (NULL: always healthy): whether the backend's device can
+     * take a job now, with why not in why[len].  The worker calls it in
+     * its own process between jobs (never while a job runs) and leases no
+     * job while a backend is unhealthy; it must finish within about a
+     * minute and run no user code. */
+    bool (*health)(const kf_backend *self, char *why, size_t len);
+    /* Optional (NULL: always): whether this machine has what the backend
+     * needs (the neuron backend: its device runner).  A worker offers
+     * (advertises, health-checks) only the backends that are available. */
+    bool (*available)(const kf_backend *self);
 };
 
 /* The backend named `name` that runs `kind`, or NULL. */
@@ -49,5 +60,12 @@ const kf_backend *kf_backend_find(const char *name, const char *kind);
 
 /* NULL-terminated list of every backend compiled into this worker. */
 const kf_backend *const *kf_backend_all(void);
+
+/* Whether b is available on this machine (its available hook, or true). */
+bool kf_backend_available(const kf_backend *b);
+
+/* Every available backend's health hook in turn: true when all are healthy, else
+ * false with "<backend>: <why>" of the first that is not. */
+bool kf_backend_healthy(char *why, size_t len);
 
 #endif

@@ -1,14 +1,17 @@
 /* kf_backends — the table of backends compiled into kforge-worker. */
 #include "kf_backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 extern const kf_backend kf_backend_diag;
 extern const kf_backend kf_backend_sim;
+extern const kf_backend kf_backend_neuron;
 
 static const kf_backend *const kf_backend_table[] = {
     &kf_backend_diag,
     &kf_backend_sim,
+    &kf_backend_neuron,
     NULL,
 };
 
@@ -31,4 +34,24 @@ const kf_backend *kf_backend_find(const char *name, const char *kind)
         }
     }
     return NULL;
+}
+
+bool kf_backend_available(const kf_backend *b)
+{
+    return !b->available || b->available(b);
+}
+
+bool kf_backend_healthy(char *why, size_t len)
+{
+    for (size_t i = 0; kf_backend_table[i]; i++) {
+        const kf_backend *b = kf_backend_table[i];
+        char w[512] = "";
+        if (kf_backend_available(b) && b->health && !b->health(b, w, sizeof(w))) {
+            snprintf(why, len, "%s: %s", b->name, w[0] ? w : "unhealthy");
+            return false;
+        }
+    }
+    if (len)
+        why[0] = '\0';
+    return true;
 }

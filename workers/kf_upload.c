@@ -19,7 +19,8 @@ cJSON *kf_upload_take_artifacts(cJSON *obj)
     cJSON_ArrayForEach(f, a)
     {
         if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "name")) ||
-            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "content"))) {
+            cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "content")) ==
+                cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "content_base64"))) {
             cJSON_Delete(a);
             return NULL;
         }
@@ -56,9 +57,10 @@ char *kf_upload_artifact_body(int attempt, const char *lease_token, const char *
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(file, "name");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(file, "content");
+    const cJSON *b64 = cJSON_GetObjectItemCaseSensitive(file, "content_base64");
     kf_buf b = KF_BUF_INIT;
 
-    if (!cJSON_IsString(name) || !cJSON_IsString(content))
+    if (!cJSON_IsString(name) || (!cJSON_IsString(content) && !cJSON_IsString(b64)))
         return NULL;
     kf_buf_addf(&b, "{\"attempt\":%d,\"lease_token\":", attempt);
     kf_json_add_str(&b, lease_token);
@@ -67,7 +69,17 @@ char *kf_upload_artifact_body(int attempt, const char *lease_token, const char *
     kf_buf_addf(&b, ",\"seq\":%d,\"final\":%s,\"name\":", seq, final ? "true" : "false");
     kf_json_add_str(&b, name->valuestring);
     kf_buf_adds(&b, ",\"content_base64\":\"");
-    kf_upload_base64(content->valuestring, strlen(content->valuestring), &b);
+    if (cJSON_IsString(content)) {
+        kf_upload_base64(content->valuestring, strlen(content->valuestring), &b);
+    } else {
+        /* already encoded: only the base64 alphabet goes into the JSON string */
+        if (strspn(b64->valuestring, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") !=
+            strlen(b64->valuestring)) {
+            kf_buf_release(&b);
+            return NULL;
+        }
+        kf_buf_adds(&b, b64->valuestring);
+    }
     kf_buf_adds(&b, "\"}");
     return kf_buf_detach(&b);
 }

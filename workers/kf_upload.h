@@ -3,7 +3,9 @@
  * turned into the reports of docs/protocol.md.
  *
  * A backend's iteration may carry "artifacts": [{"name", "content"}] (the
- * files kept for a new best: agent/ka_loop.h ka_artifacts), and its result
+ * files kept for a new best: agent/ka_loop.h ka_artifacts), or
+ * [{"name", "content_base64"}] for binary files (the neuron backend's
+ * NEFF and NTFF), and its result
  * "provenance": {...}.  The worker takes them out of what it relays
  * (kf_upload_take_*), sends each file as its own report to
  * POST /v1/internal/jobs/{id}/artifacts (kf_upload_artifact_body: JSON with
@@ -26,7 +28,8 @@
 #include "kf_buf.h"
 
 /* obj["artifacts"] detached: an array whose every element is
- * {"name": string, "content": string}, or NULL (absent or another shape,
+ * {"name": string, "content": string} or {"name": string,
+ * "content_base64": string}, or NULL (absent or another shape,
  * which is dropped from obj all the same). */
 cJSON *kf_upload_take_artifacts(cJSON *obj);
 /* {"attempt","lease_token","worker","seq","name","final","content_base64"}

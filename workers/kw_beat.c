@@ -4,9 +4,12 @@
 #include "kf_alloc.h"
 #include "kf_backend.h"
 #include "kf_buf.h"
+#include "kf_json.h"
 #include "kf_log.h"
 #include "sim_sandbox.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,14 +22,41 @@ static void kw_beat_lists(kf_buf *b, const kw_worker *w)
     for (int i = 0; i < w->n_targets; i++)
         kf_buf_addf(b, "%s\"%s\"", i ? "," : "", w->targets[i]);
     kf_buf_adds(b, "],\"backends\":[");
-    for (int i = 0; all[i]; i++)
-        kf_buf_addf(b, "%s\"%s\"", i ? "," : "", all[i]->name);
+    for (int i = 0, n = 0; all[i]; i++)
+        if (kf_backend_available(all[i]))
+            kf_buf_addf(b, "%s\"%s\"", n++ ? "," : "", all[i]->name);
     kf_buf_adds(b, "]");
 }
 
 static const char *kw_beat_sandbox(void)
 {
     return sim_sandbox_unconfined() ? "unconfined" : "strict";
+}
+
+/* Why this worker leases nothing now ("" when healthy): written by the
+ * main thread between jobs, read by the registry and heartbeat writers. */
+static pthread_mutex_t kw_health_mu = PTHREAD_MUTEX_INITIALIZER;
+static char kw_health_why[512];
+
+void kw_beat_set_unhealthy(const char *why)
+{
+    pthread_mutex_lock(&kw_health_mu);
+    snprintf(kw_health_why, sizeof(kw_health_why), "%s", why ? why : "");
+    pthread_mutex_unlock(&kw_health_mu);
+}
+
+/* ,"unhealthy":null or the reason this worker leases nothing now. */
+static void kw_beat_health(kf_buf *b)
+{
+    char why[sizeof(kw_health_why)];
+    pthread_mutex_lock(&kw_health_mu);
+    snprintf(why, sizeof(why), "%s", kw_health_why);
+    pthread_mutex_unlock(&kw_health_mu);
+    kf_buf_adds(b, ",\"unhealthy\":");
+    if (why[0])
+        kf_json_add_str(b, why);
+    else
+        kf_buf_adds(b, "null");
 }
 
 char *kw_beat_registry_json(const kw_worker *w, const char *job)
@@ -39,7 +69,9 @@ char *kw_beat_registry_json(const kw_worker *w, const char *job)
         kf_buf_addf(&b, ",\"job\":\"%s\"", job);
     else
         kf_buf_adds(&b, ",\"job\":null");
-    kf_buf_addf(&b, ",\"started_ms\":%lld,\"sandbox\":\"%s\"}", w->started_ms, kw_beat_sandbox());
+    kf_buf_addf(&b, ",\"started_ms\":%lld,\"sandbox\":\"%s\"", w->started_ms, kw_beat_sandbox());
+    kw_beat_health(&b);
+    kf_buf_adds(&b, "}");
     return kf_buf_detach(&b);
 }
 
@@ -49,7 +81,9 @@ char *kw_beat_api_body(const kw_worker *w)
 
     kf_buf_adds(&b, "{");
     kw_beat_lists(&b, w);
-    kf_buf_addf(&b, ",\"host\":\"%s\",\"sandbox\":\"%s\"}", w->host, kw_beat_sandbox());
+    kf_buf_addf(&b, ",\"host\":\"%s\",\"sandbox\":\"%s\"", w->host, kw_beat_sandbox());
+    kw_beat_health(&b);
+    kf_buf_adds(&b, "}");
     return kf_buf_detach(&b);
 }
 
@@ -71,6 +105,9 @@ void *kw_beat_thread(void *arg)
         char why[256] = "";
         pthread_mutex_unlock(&w->mu);
         kw_fork_lock();
+        /* rebuilt each beat: the health it carries changes between jobs */
+        free(body);
+        body = kw_beat_api_body(w);
         long st = rep ? kf_report_post(rep, path, body, why, sizeof(why)) : 0;
         if (st < 200 || st >= 300) {
             if (!warned)

@@ -20,11 +20,18 @@
 #include "kw_worker.h"
 
 /* {"id","host","pid","targets":[...],"backends":[...],"job":string|null,
- *  "started_ms","sandbox":"strict"|"unconfined"}; job "" or NULL: null. */
+ *  "started_ms","sandbox":"strict"|"unconfined","unhealthy":string|null};
+ * job "" or NULL: null.  "backends" lists the available ones
+ * (kf_backend_available); "unhealthy" is why the worker leases nothing
+ * now (a backend's device failed its health check), null when healthy. */
 char *kw_beat_registry_json(const kw_worker *w, const char *job);
 
-/* {"targets":[...],"backends":[...],"host","sandbox"} */
+/* {"targets":[...],"backends":[...],"host","sandbox","unhealthy"} */
 char *kw_beat_api_body(const kw_worker *w);
+
+/* Set (or with "" or NULL clear) why this worker is unhealthy; the next
+ * registry entry and heartbeat carry it.  Thread-safe. */
+void kw_beat_set_unhealthy(const char *why);
 
 /* The thread's body (pthread_create argument: the kw_worker). */
 void *kw_beat_thread(void *worker);

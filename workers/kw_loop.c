@@ -10,9 +10,11 @@
 #include "kf_log.h"
 #include "kf_upload.h"
 #include "kw_deliver.h"
+#include "kw_beat.h"
 #include "kw_lease.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,8 +285,8 @@ int kw_loop_run(kw_worker *w)
 {
     kf_err err = KF_ERR_INIT;
     int backoff = KW_BACKOFF_MIN, pending = 0;
-    long long next_flush = 0;
-    bool warned = false;
+    long long next_flush = 0, next_health = 0;
+    bool warned = false, unhealthy = false;
 
     while (!w->term) {
         kf_queue_lease l;
@@ -293,6 +295,23 @@ int kw_loop_run(kw_worker *w)
         if (kw_now_ms() >= next_flush && kf_spool_count(w->spool) > 0) {
             kf_spool_flush(w->spool, w->rep, &pending, &err);
             next_flush = kw_now_ms() + (pending ? 1000 : 0);
+        }
+        /* device health, between jobs: after each job, and every
+         * KW_HEALTH_RETRY_MS while unhealthy (no lease meanwhile) */
+        if (kw_now_ms() >= next_health) {
+            char why[512];
+            bool ok = kf_backend_healthy(why, sizeof(why));
+            if (!ok && !unhealthy)
+                kf_log_warn("worker unhealthy; leasing no job until the device recovers why=\"%s\"", why);
+            else if (ok && unhealthy)
+                kf_log_info("worker healthy again; leasing");
+            unhealthy = !ok;
+            kw_beat_set_unhealthy(ok ? "" : why);
+            next_health = ok ? LLONG_MAX : kw_now_ms() + KW_HEALTH_RETRY_MS;
+        }
+        if (unhealthy) {
+            kw_sleep(w, KW_WAIT_MS);
+            continue;
         }
         if (kf_queue_lease_job(w->q, w->targets, w->n_targets, w->id, w->lease_ms, &l, &got, &err) != KF_OK) {
             if (!warned)
@@ -314,6 +333,7 @@ int kw_loop_run(kw_worker *w)
         }
         kw_loop_run_job(w, &l);
         kf_queue_lease_free(&l);
+        next_health = 0;
     }
     return 0;
 }

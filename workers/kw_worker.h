@@ -39,6 +39,7 @@
 
 #define KW_MAX_TARGETS    8
 #define KW_WAIT_MS        500        /* longest idle block on the wake-up list */
+#define KW_HEALTH_RETRY_MS 10000     /* an unhealthy worker checks its device again after this */
 #define KW_BACKOFF_MIN    100
 #define KW_BACKOFF_MAX    5000
 #define KW_STOP_GRACE_MS  1000       /* job process: SIGTERM, then SIGKILL after this */

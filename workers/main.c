@@ -18,6 +18,7 @@
 #include "kf_error.h"
 #include "kf_jobproc.h"
 #include "kf_log.h"
+#include "kn_selftest.h"
 #include "kw_ident.h"
 #include "kw_loop.h"
 #include "kw_worker.h"
@@ -43,7 +44,7 @@ static void w_on_term(int sig)
 static void w_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kforge-worker [--help]\n"
+            "usage: kforge-worker [--help | --self-test]\n"
             "\n"
             "Leases kforge jobs for KFORGE_WORKER_TARGETS from Redis, runs each in a child\n"
             "process through its backend (compiled in: ");
@@ -64,7 +65,11 @@ static void w_usage(FILE *out)
             "Each job runs in a fresh `kforge-worker --job-process` image that never saw\n"
             "this worker's token or Redis address; every evaluation of user code runs in\n"
             "the sandbox of docs/security.md (KFORGE_SANDBOX).  The worker refuses to\n"
-            "start when this machine cannot build that sandbox, and says what to enable.\n");
+            "start when this machine cannot build that sandbox, and says what to enable.\n"
+            "\n"
+            "--self-test runs the neuron backend once on a tiny kernel (compile, run,\n"
+            "validate, time, profile, artifacts, versions) and prints a checklist; run it\n"
+            "once on a new Trn/Inf worker (docs/neuron-backend.md).  Exit 0 all passed.\n");
     kf_config_print_help(out, KF_USE_WORKER);
 }
 
@@ -100,6 +105,26 @@ static kf_code w_configure(kf_err *err)
     return kw_ident_token(&w, err);
 }
 
+/* --self-test: the neuron backend's first-machine checklist
+ * (kn_selftest.h) on the first of KFORGE_WORKER_TARGETS; 0 all passed,
+ * 1 an item failed, 2 the configuration or the sandbox is unusable. */
+static int w_self_test(void)
+{
+    kf_err err = KF_ERR_INIT;
+    char first[16];
+    size_t n;
+
+    if (kf_config_load(&err) != KF_OK || kf_log_init("worker", kf_config_str(KF_CFG_LOG_LEVEL)) != 0 ||
+        sim_sandbox_probe(&err) != KF_OK) {
+        fprintf(stderr, "kforge-worker --self-test: %s\n", err.msg[0] ? err.msg : "bad KFORGE_LOG_LEVEL");
+        return 2;
+    }
+    n = strcspn(kf_config_str(KF_CFG_WORKER_TARGETS), ",");
+    snprintf(first, sizeof(first), "%.*s", (int)(n < sizeof(first) ? n : sizeof(first) - 1),
+             kf_config_str(KF_CFG_WORKER_TARGETS));
+    return kn_selftest_run(stdout, first[0] ? first : "trn2");
+}
+
 static void w_signals(void)
 {
     struct sigaction sa;
@@ -131,6 +156,8 @@ int main(int argc, char **argv)
             w_usage(stdout);
             return 0;
         }
+        if (strcmp(argv[i], "--self-test") == 0 && argc == 2)
+            return w_self_test();
         fprintf(stderr, "kforge-worker: unknown argument '%s'\n\n", argv[i]);
         w_usage(stderr);
         return 2;

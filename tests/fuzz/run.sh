@@ -7,6 +7,9 @@
 # Environment:
 #   BUILD          the FUZZ=1 build folder (default build-fuzz)
 #   FUZZ_SECONDS   how long each harness runs (default 60)
+#   FUZZ_TIMEOUT   seconds one input may take before it counts as a hang
+#                  (default 20; libFuzzer measures wall time, so a long
+#                  campaign at low priority on a busy machine needs more)
 #   FUZZ_REPORT    where the table goes (default $BUILD/fuzz-report.txt;
 #                  give each of several runs side by side its own)
 #
@@ -25,6 +28,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 case $SECONDS_EACH in ''|*[!0-9]*) echo "FUZZ_SECONDS must be a whole number of seconds, not '$SECONDS_EACH'" >&2; exit 2;; esac
+UNIT_TIMEOUT=${FUZZ_TIMEOUT:-20}
+case $UNIT_TIMEOUT in ''|0|*[!0-9]*) echo "FUZZ_TIMEOUT must be a whole number of seconds above 0, not '$UNIT_TIMEOUT'" >&2; exit 2;; esac
 
 if [ $# -gt 0 ]; then
   names=("$@")
@@ -56,7 +61,7 @@ for name in "${names[@]}"; do
   log="$BUILD/fuzz-log/$name.log"
   mkdir -p "$work"
   rm -f "$BUILD/fuzz-crash/$name-"*
-  opts=(-max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1
+  opts=(-max_total_time="$SECONDS_EACH" -timeout="$UNIT_TIMEOUT" -rss_limit_mb=3072 -print_final_stats=1
         -artifact_prefix="$BUILD/fuzz-crash/$name-")
   [ -f "tests/fuzz/$name.dict" ] && opts+=(-dict="tests/fuzz/$name.dict")
   echo "== fuzz_$name for ${SECONDS_EACH}s"

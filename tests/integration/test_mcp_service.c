@@ -31,24 +31,6 @@ static const cJSON *get(const cJSON *o, const char *k)
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
 
-/* A tool error's {"error": {code, message}}: the text item of an isError
- * result without structuredContent (kept with the result, freed with it). */
-static const cJSON *tool_error(cJSON *res)
-{
-    const cJSON *item = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "content"), 0);
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
-    cJSON *e;
-
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "isError")), "a tool error");
-    cr_assert_null(cJSON_GetObjectItemCaseSensitive(res, "structuredContent"), "no structuredContent on an error");
-    cr_assert(cJSON_IsString(text));
-    e = cJSON_Parse(text->valuestring);
-    cr_assert(cJSON_IsObject(e));
-    cJSON_AddItemToObject(res, "parsed_error", e);
-    return e;
-}
-
-
 /* The API's JSON for GET path as token. */
 static cJSON *api_get(const char *path, const char *token)
 {
@@ -75,7 +57,7 @@ static void start(kf_mcp *m, const char *url, const char *token)
 
 static const char *err_code(cJSON *res)
 {
-    const cJSON *c = get(get(tool_error(res), "error"), "code");
+    const cJSON *c = get(kf_mcp_tool_error(res), "code");
     return cJSON_IsString(c) ? c->valuestring : "";
 }
 
@@ -139,7 +121,7 @@ Test(mcp_service, tools_return_the_apis_json)
             cr_assert(cJSON_Compare(get(res, "structuredContent"), want, true), "%s", cJSON_PrintUnformatted(res));
         } else {
             cr_assert(cJSON_IsTrue(get(res, "isError")), "status %ld: %s", st, cJSON_PrintUnformatted(res));
-            cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring,
+            cr_assert(strstr(get(kf_mcp_tool_error(res), "message")->valuestring,
                              fx_str(want, "detail")), "the API's detail: %s", cJSON_PrintUnformatted(res));
         }
         kf_http_resp_release(&r);
@@ -175,8 +157,8 @@ Test(mcp_service, api_refusals_are_tool_errors_with_the_apis_code)
     res = kf_mcp_call_tool(&m, "submit_job", "{\"job\":{\"kind\":\"nonsense\"}}", 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
     cr_assert_str_eq(err_code(res), "VALIDATION", "the API's problem type: %s", cJSON_PrintUnformatted(res));
-    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "422") &&
-              strstr(get(get(tool_error(res), "error"), "message")->valuestring, "kind: must be one of"),
+    cr_assert(strstr(get(kf_mcp_tool_error(res), "message")->valuestring, "422") &&
+              strstr(get(kf_mcp_tool_error(res), "message")->valuestring, "kind: must be one of"),
               "the status and the API's detail: %s", cJSON_PrintUnformatted(res));
     cJSON_Delete(res);
     ping = kf_mcp_rpc(&m, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}", 5000);
@@ -194,7 +176,7 @@ Test(mcp_service, api_refusals_are_tool_errors_with_the_apis_code)
     res = kf_mcp_call_tool(&m, "job_status", args, 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
     cr_assert_str_eq(err_code(res), "UNAVAILABLE", "%s", cJSON_PrintUnformatted(res));
-    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "cannot reach"));
+    cr_assert(strstr(get(kf_mcp_tool_error(res), "message")->valuestring, "cannot reach"));
     cJSON_Delete(res);
     cr_assert_eq(kf_mcp_close(&m, 5000), 0);
     free(dead);

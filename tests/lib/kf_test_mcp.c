@@ -158,3 +158,22 @@ int kf_mcp_close(kf_mcp *m, int timeout_ms)
     m->err_path = NULL;
     return st;
 }
+
+const cJSON *kf_mcp_tool_error(cJSON *res)
+{
+    const cJSON *item = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "content"), 0);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(res, "parsed_error");
+
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "isError")), "a tool error");
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(res, "structuredContent"), "no structuredContent on an error");
+    cr_assert(cJSON_IsString(text));
+    if (!e) {
+        e = cJSON_Parse(text->valuestring);
+        cr_assert(cJSON_IsObject(e), "the text item is JSON: %s", text->valuestring);
+        cJSON_AddItemToObject(res, "parsed_error", e);
+    }
+    e = cJSON_GetObjectItemCaseSensitive(e, "error");
+    cr_assert(cJSON_IsObject(e), "the text item is {\"error\": {...}}: %s", text->valuestring);
+    return e;
+}

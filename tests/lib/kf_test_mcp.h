@@ -43,6 +43,11 @@ void kf_mcp_handshake(kf_mcp *m);
 /* tools/call NAME with ARGS_JSON (id 100+): the result object (owned; NULL on no answer). */
 cJSON *kf_mcp_call_tool(kf_mcp *m, const char *name, const char *args_json, int timeout_ms);
 
+/* A tool error's {"code", "message"}: asserts that res is a tools/call
+ * result with isError, no structuredContent and a text item holding
+ * {"error": {...}}.  The parsed text is kept in res (freed with it). */
+const cJSON *kf_mcp_tool_error(cJSON *res);
+
 /* Close its stdin and wait up to timeout_ms: the wait status (SIGKILL after). */
 int kf_mcp_close(kf_mcp *m, int timeout_ms);
 

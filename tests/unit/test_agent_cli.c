@@ -87,6 +87,28 @@ Test(agent_cli, tunes_a_library_op_and_writes_the_results)
     free(k);
 }
 
+/* As a user runs it: from their own folder, the library found next to the
+ * binary (build/bin/../../kernels, a name through folders the evaluation
+ * sandbox does not have; it failed with "cannot open kernel file"). */
+Test(agent_cli, tunes_a_library_op_from_any_folder)
+{
+    char *k = kforge(), *out = NULL;
+    char *dir = kf_asprintf("/tmp/kforge-test-tune-cwd-%d", (int)getpid());
+    char *cmd = kf_asprintf("mkdir -p %s && cd %s && env -u KFORGE_KERNELS_DIR %s tune softmax --shape 128x512 "
+                            "--dtype fp32 --target trn2 --iterations 1 2>&1", dir, dir, k);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert(strstr(out, "[  1] baseline") && !strstr(out, "cannot open"), "%s", out);
+    cr_assert(exists(dir, "kforge-tune/kernel.py") && exists(dir, "kforge-tune/result.json"));
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("rm -rf %s", dir);
+    cr_assert_eq(sh(cmd, &out), 0);
+    free(out);
+    free(cmd);
+    free(dir);
+    free(k);
+}
+
 Test(agent_cli, tunes_a_user_kernel_over_its_tunables)
 {
     char *r = root(), *k = kforge(), *out = NULL;

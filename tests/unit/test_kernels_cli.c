@@ -395,3 +395,34 @@ Test(kforge_sim, run_help_tells_about_arg_kwargs_path_and_stubs)
     run_free(&r);
     free(dir);
 }
+
+/* The sandbox mounts the kernel, the reference and the import roots at their
+ * real paths: names that reach them through a symlinked folder or through
+ * ".." over folders the sandbox does not have must still open (they did
+ * not: "cannot open kernel file", for run, --check and profile alike). */
+Test(kforge_sim, kernel_and_reference_named_through_a_symlink_or_dotdot_open)
+{
+    char *dir = kf_test_tmpdir("cli-real"), *k = kernel_path("legacy/tensor_add.py");
+    char *kdir = kernel_path(""), *link = kf_asprintf("%s/kernels-link", dir);
+    char *a = kf_asprintf("%s/a", dir), *sub = kf_asprintf("%s/a/b", dir), *od = kf_asprintf("%s/out", dir);
+    cr_assert_eq(symlink(kdir, link), 0);
+    cr_assert(mkdir(a, 0755) == 0 && mkdir(sub, 0755) == 0);
+    char *via_link = kf_asprintf("%s/legacy/tensor_add.py", link);
+    char *ref_link = kf_asprintf("%s/ref_tensor_add.py", link);
+    /* dir/a/b/../../kernels-link/...: ".." over folders only the caller has */
+    char *via_dots = kf_asprintf("%s/../../kernels-link/legacy/tensor_add.py", sub);
+
+    run_out r = sim(dir, "run", via_link, "--entry", "tensor_add", "--grid", "2x1",
+                    "--input", "a_input=shape:256x512:fp32:seed=1", "--input", "b_input=shape:256x512:fp32:seed=2",
+                    "--check", ref_link, "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.out, "PASS") != NULL, "%s", r.out);
+    run_free(&r);
+    r = sim(dir, "profile", via_dots, "--entry", "tensor_add", "--grid", "2x1",
+            "--input", "a_input=shape:256x512:fp32", "--input", "b_input=shape:256x512:fp32",
+            "--output-dir", od, (char *)NULL);
+    cr_assert_eq(r.status, 0, "exit %d\n%s%s", r.status, r.out, r.err);
+    run_free(&r);
+    free(dir); free(k); free(kdir); free(link); free(a); free(sub); free(od);
+    free(via_link); free(ref_link); free(via_dots);
+}

@@ -11,16 +11,21 @@
  * core (cli_mcp_handle) called directly.  No service is needed. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli_mcp.h"
 #include "kf_alloc.h"
 #include "kf_config.h"
+#include "kf_json.h"
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_mcp.h"
 
@@ -36,24 +41,6 @@ static const cJSON *get(const cJSON *o, const char *k)
 {
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
-
-/* A tool error's {"error": {code, message}}: the text item of an isError
- * result without structuredContent (kept with the result, freed with it). */
-static const cJSON *tool_error(cJSON *res)
-{
-    const cJSON *item = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "content"), 0);
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
-    cJSON *e;
-
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "isError")), "a tool error");
-    cr_assert_null(cJSON_GetObjectItemCaseSensitive(res, "structuredContent"), "no structuredContent on an error");
-    cr_assert(cJSON_IsString(text));
-    e = cJSON_Parse(text->valuestring);
-    cr_assert(cJSON_IsObject(e));
-    cJSON_AddItemToObject(res, "parsed_error", e);
-    return e;
-}
-
 
 /* The error code of an answer (0 when it has none). */
 static int rpc_code(const cJSON *ans)
@@ -211,8 +198,8 @@ Test(mcp, profiles_a_library_kernel_with_findings_on_source_lines)
     /* an op the library does not have: a tool error with kforge's code */
     res = kf_mcp_call_tool(&m, "profile", "{\"op\":\"nosuchop\",\"shapes\":[[128]]}", 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert_str_eq(get(get(tool_error(res), "error"), "code")->valuestring, "NOT_FOUND");
-    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "softmax"),
+    cr_assert_str_eq(get(kf_mcp_tool_error(res), "code")->valuestring, "NOT_FOUND");
+    cr_assert(strstr(get(kf_mcp_tool_error(res), "message")->valuestring, "softmax"),
               "the message lists the ops");
     cJSON_Delete(res);
     cr_assert_eq(kf_mcp_close(&m, 5000), 0);
@@ -290,12 +277,12 @@ Test(mcp, runs_and_validates_a_user_kernel_file)
     res = kf_mcp_call_tool(&m, "validate", args, 30000);
     free(args);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert(strstr(get(get(tool_error(res), "error"), "message")->valuestring, "reference"));
+    cr_assert(strstr(get(kf_mcp_tool_error(res), "message")->valuestring, "reference"));
     cJSON_Delete(res);
     res = kf_mcp_call_tool(&m, "run", "{\"kernel\":\"missing.py\",\"entry\":\"k\",\"inputs\":[{\"name\":\"a\","
                                       "\"shape\":[4],\"dtype\":\"fp32\"}]}", 30000);
     cr_assert(cJSON_IsTrue(get(res, "isError")));
-    cr_assert_str_eq(get(get(tool_error(res), "error"), "code")->valuestring, "NOT_FOUND");
+    cr_assert_str_eq(get(kf_mcp_tool_error(res), "code")->valuestring, "NOT_FOUND");
     cJSON_Delete(res);
     cr_assert_eq(kf_mcp_close(&m, 5000), 0);
     free(src);
@@ -392,18 +379,18 @@ Test(mcp, every_error_class)
     /* arguments that break the schema: tool errors the model can read */
     a = kf_mcp_call_tool(&m, "profile", "{\"op\":\"softmax\",\"shapes\":[[0]]}", 5000);
     cr_assert(cJSON_IsTrue(get(a, "isError")));
-    cr_assert_str_eq(get(get(tool_error(a), "error"), "code")->valuestring, "INVALID");
-    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "shapes[0][0]"),
+    cr_assert_str_eq(get(kf_mcp_tool_error(a), "code")->valuestring, "INVALID");
+    cr_assert(strstr(get(kf_mcp_tool_error(a), "message")->valuestring, "shapes[0][0]"),
               "names the field");
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "profile", "{\"op\":\"softmax\",\"shapes\":[[8]],\"bogus\":1}", 5000);
-    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "unknown property 'bogus'"));
+    cr_assert(strstr(get(kf_mcp_tool_error(a), "message")->valuestring, "unknown property 'bogus'"));
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "job_status", "{\"id\":\"../../etc/passwd-xxxxxxxxxxxxxxxxxxxxxxxx\"}", 5000);
     cr_assert(cJSON_IsTrue(get(a, "isError")), "an id that is not a UUID never reaches a URL");
     cJSON_Delete(a);
     a = kf_mcp_call_tool(&m, "run", "{\"op\":\"softmax\",\"kernel\":\"k.py\"}", 5000);
-    cr_assert(strstr(get(get(tool_error(a), "error"), "message")->valuestring, "either op"));
+    cr_assert(strstr(get(kf_mcp_tool_error(a), "message")->valuestring, "either op"));
     cJSON_Delete(a);
     /* an oversized line: refused, skipped, and the server goes on */
     memset(line, ' ', big);
@@ -476,4 +463,168 @@ Test(mcp, core_answers_one_line_at_a_time)
     cr_assert_eq(rpc_code(a), -32600);
     cJSON_Delete(a);
     free(out);
+}
+
+/* The answer to line through the core, checked to be JSON text as a strict
+ * client reads it (kf_json_parse: RFC 8259 in UTF-8) and parsed. */
+static cJSON *core_answer(cli_mcp *s, const char *line)
+{
+    char *out = cli_mcp_handle(s, line, strlen(line));
+    cJSON *a = NULL;
+    kf_err err = KF_ERR_INIT;
+
+    cr_assert_not_null(out, "answered: %s", line);
+    cr_assert_eq(kf_json_parse(out, strlen(out), 64, &a, &err), KF_OK, "the answer is JSON text: %s (%s)", out,
+                 err.msg);
+    free(out);
+    return a;
+}
+
+/* fuzz_mcp's findings (tests/fuzz/corpus/mcp/regress-*): a line that is not
+ * UTF-8 or has text after its value is -32700, and the client's text quoted
+ * in an error is cut between characters. */
+Test(mcp, core_answers_are_json_text_whatever_the_line)
+{
+    cli_mcp s;
+    kf_err err = KF_ERR_INIT;
+    cJSON *a;
+    char line[600], name[128];
+    const char *msg;
+
+    cr_assert_eq(kf_config_load(&err), KF_OK);
+    cli_mcp_init(&s);
+    /* a member name that is not UTF-8: was answered (with id 1) as if read */
+    a = core_answer(&s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"m\xcf" "ethod\":\"initialize\",\"params\":"
+                        "{\"protocolVersion\":\"2025-11-25\"}}");
+    cr_assert_eq(rpc_code(a), -32700);
+    cr_assert(cJSON_IsNull(get(a, "id")), "a line that is not JSON has no id to echo");
+    cr_assert_not(s.initialized);
+    cJSON_Delete(a);
+    /* text after the value */
+    a = core_answer(&s, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}GARBAGE");
+    cr_assert_eq(rpc_code(a), -32700);
+    cr_assert(strstr(get(get(a, "error"), "message")->valuestring, "offset"), "says where");
+    cJSON_Delete(a);
+    a = core_answer(&s, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                        "\"2025-11-25\"}}");
+    cr_assert(s.initialized);
+    cJSON_Delete(a);
+    /* a method of 99 bytes and a 2-byte character: quoted up to 100 bytes */
+    memset(name, 'm', 99);
+    memcpy(name + 99, "\xc3\xa9", 3);
+    snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"%s\"}", name);
+    a = core_answer(&s, line);
+    cr_assert_eq(rpc_code(a), -32601);
+    msg = get(get(a, "error"), "message")->valuestring;
+    cr_assert(strlen(msg) == strlen("method not found: ") + 99, "cut before the character: %s", msg);
+    cJSON_Delete(a);
+    /* the same for an unknown tool's name */
+    snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\"}}",
+             name);
+    a = core_answer(&s, line);
+    cr_assert_eq(rpc_code(a), -32602);
+    cJSON_Delete(a);
+    /* a property name of 63 bytes and a character, quoted up to 64 bytes */
+    memset(name, 'a', 63);
+    memcpy(name + 63, "\xc3\xa9", 3);
+    snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":\"run\","
+             "\"arguments\":{\"kernel\":\"k.py\",\"entry\":\"k\",\"inputs\":[{\"name\":\"a\",\"shape\":[1],"
+             "\"dtype\":\"fp32\",\"%s\":1}]}}}", name);
+    a = core_answer(&s, line);
+    msg = get(kf_mcp_tool_error(cJSON_GetObjectItemCaseSensitive(a, "result")), "message")->valuestring;
+    cr_assert(strstr(msg, "inputs[0]: unknown property 'aaaa") && strstr(msg, "aaa'"), "%s", msg);
+    cJSON_Delete(a);
+}
+
+/* The seam fuzz_mcp uses: cli_mcp_accept checks a tools/call fully and
+ * hands it back without running it; cli_mcp_handle is accept + run. */
+Test(mcp, accept_hands_back_a_checked_call_without_running_it)
+{
+    cli_mcp s;
+    cli_mcp_call *call = NULL;
+    kf_err err = KF_ERR_INIT;
+    const char *init = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                       "\"2025-11-25\"}}";
+    const char *run = "{\"jsonrpc\":\"2.0\",\"id\":\"r\",\"method\":\"tools/call\",\"params\":{\"name\":\"run\","
+                      "\"arguments\":{\"op\":\"softmax\",\"shapes\":[[128,512]],\"seed\":3}}}";
+    const char *bad = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"run\","
+                      "\"arguments\":{\"op\":\"softmax\",\"shapes\":[[0]]}}}";
+    const char *ping = "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}";
+    char *out;
+    cJSON *a;
+
+    cr_assert_eq(kf_config_load(&err), KF_OK);
+    cli_mcp_init(&s);
+    out = cli_mcp_accept(&s, run, strlen(run), &call);
+    cr_assert_null(call, "no call before initialize");
+    a = cJSON_Parse(out);
+    cr_assert_eq(rpc_code(a), -32600);
+    cJSON_Delete(a);
+    free(out);
+    free(cli_mcp_handle(&s, init, strlen(init)));
+    out = cli_mcp_accept(&s, run, strlen(run), &call);
+    cr_assert_null(out, "a valid call is not answered yet");
+    cr_assert_not_null(call);
+    cr_assert_str_eq(cli_mcp_call_tool(call), "run");
+    cr_assert_eq(get(cli_mcp_call_args(call), "seed")->valueint, 3);
+    cli_mcp_call_free(call);
+    /* arguments that break the schema: answered at once, nothing to run */
+    out = cli_mcp_accept(&s, bad, strlen(bad), &call);
+    cr_assert_null(call);
+    a = cJSON_Parse(out);
+    cr_assert_str_eq(get(kf_mcp_tool_error(cJSON_GetObjectItemCaseSensitive(a, "result")), "code")->valuestring, "INVALID");
+    cJSON_Delete(a);
+    free(out);
+    /* anything else: answered, no call */
+    out = cli_mcp_accept(&s, ping, strlen(ping), &call);
+    cr_assert_null(call);
+    cr_assert_not_null(out);
+    free(out);
+}
+
+/* A server at KFORGE_API_URL that answers one request with a 404 whose
+ * body is not UTF-8: the tool error quotes it with '?' for the bad bytes,
+ * so the answer stays JSON text. */
+Test(mcp, an_api_answer_that_is_not_utf8_is_quoted_as_json_text)
+{
+    static const char resp[] = "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n"
+                               "Connection: close\r\n\r\nbad \xff\xfe body\n";
+    struct sockaddr_in sa;
+    int port = kf_test_free_port(), ls = socket(AF_INET, SOCK_STREAM, 0), one = 1, st;
+    kf_err err = KF_ERR_INIT;
+    char url[64], req[4096];
+    const char *msg;
+    cli_mcp s;
+    cJSON *a;
+    pid_t pid;
+
+    cr_assert_geq(ls, 0);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    cr_assert_eq(listen(ls, 1), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int c = accept(ls, NULL, NULL);
+        if (c >= 0 && read(c, req, sizeof(req)) > 0 && write(c, resp, sizeof(resp) - 1) > 0)
+            shutdown(c, SHUT_WR);
+        _exit(0);
+    }
+    close(ls);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    setenv("KFORGE_API_URL", url, 1);
+    cr_assert_eq(kf_config_load(&err), KF_OK);
+    cli_mcp_init(&s);
+    cJSON_Delete(core_answer(&s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
+                                 "{\"protocolVersion\":\"2025-11-25\"}}"));
+    a = core_answer(&s, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+                        "\"job_status\",\"arguments\":{\"id\":\"0b6c1f3e-1111-2222-3333-444455556666\"}}}");
+    msg = get(kf_mcp_tool_error(cJSON_GetObjectItemCaseSensitive(a, "result")), "message")->valuestring;
+    cr_assert(strstr(msg, "404") && strstr(msg, "bad ?? body"), "%s", msg);
+    cJSON_Delete(a);
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
 }

@@ -125,7 +125,7 @@ static kf_code stubborn_run(const kf_backend *self, const kf_job_payload *job, c
     *result_json = kf_strdup("{\"done\":1}");
     return KF_OK;
 }
-static const kf_backend stubborn = { "stubborn", stubborn_kinds, stubborn_run };
+static const kf_backend stubborn = { .name = "stubborn", .kinds = stubborn_kinds, .run = stubborn_run };
 
 Test(runner, progress_frames_reach_the_parent)
 {

@@ -233,7 +233,25 @@ Test(beat, the_registry_entry_and_the_api_heartbeat)
     check_lists(doc);
     cr_assert_str_eq(cJSON_GetObjectItem(doc, "host")->valuestring, "h");
     cr_assert_null(cJSON_GetObjectItem(doc, "id"), "the API knows the id from the path");
-    cr_assert_eq(cJSON_GetArraySize(doc), 4, "%s", txt);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "unhealthy")), "a healthy worker: %s", txt);
+    cr_assert_eq(cJSON_GetArraySize(doc), 5, "%s", txt);
+    cJSON_Delete(doc);
+    free(txt);
+
+    /* a device that failed its health check: both documents say why */
+    kw_beat_set_unhealthy("neuron: runner health: exit 75: NRT_TIMEOUT");
+    for (int k = 0; k < 2; k++) {
+        txt = k ? kw_beat_api_body(&w) : kw_beat_registry_json(&w, "");
+        doc = cJSON_Parse(txt);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "unhealthy")),
+                         "neuron: runner health: exit 75: NRT_TIMEOUT", "%s", txt);
+        cJSON_Delete(doc);
+        free(txt);
+    }
+    kw_beat_set_unhealthy("");
+    txt = kw_beat_registry_json(&w, "");
+    doc = cJSON_Parse(txt);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "unhealthy")), "healthy again: %s", txt);
     cJSON_Delete(doc);
     free(txt);
 }

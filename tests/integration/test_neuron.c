@@ -1,0 +1,364 @@
+/* The neuron backend's contract tests: kforge-api + kforge-scheduler +
+ * kforge-worker against real PostgreSQL and Redis, with the test doubles
+ * of the device tools (tests/doubles/neuron: kforge-neuron-runner and
+ * neuron-explorer, which run the kernel in kforge-sim) first on the
+ * worker's PATH.  A neuron job goes compile -> run -> validate -> profile
+ * -> artifacts; a compile error arrives as NCC code, file and line; a
+ * wedged device ends the attempt as retryable and marks the worker
+ * unhealthy (GET /v1/workers) until it recovers. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kf_alloc.h"
+#include "kf_buf.h"
+#include "kf_json.h"
+#include "tests/lib/kf_test.h"
+#include "tests/lib/kf_test_http.h"
+#include "tests/lib/kf_test_stack.h"
+#include <cjson/cJSON.h>
+
+#define NEURON_DB 14
+
+static kf_stack S;
+static char *doubles;   /* a scratch copy of tests/doubles/neuron: `wedged` goes here */
+
+static void teardown(void)
+{
+    kf_stack_stop(&S);
+    if (doubles) {
+        char *w = kf_asprintf("%s/wedged", doubles), *t = kf_asprintf("%s/wedge-on-run", doubles);
+        unlink(w);
+        unlink(t);
+        free(w);
+        free(t);
+    }
+    free(doubles);
+    doubles = NULL;
+}
+
+TestSuite(neuron, .fini = teardown, .timeout = 300);
+
+static cJSON *get_json(const char *path)
+{
+    char *url = kf_asprintf("%s%s", S.api_url, path);
+    kf_http_resp r;
+    cJSON *j;
+
+    cr_assert_eq(kf_http_request("GET", url, S.user, NULL, NULL, 0, &r), 200, "GET %s: %s", path, r.body);
+    j = cJSON_Parse(r.body);
+    cr_assert_not_null(j, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(url);
+    return j;
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Wait for a terminal state; the state, and the job's last error in err. */
+static const char *wait_done(const char *id, int timeout_ms, char **err)
+{
+    static const char *const done[] = { "succeeded", "failed", "dead", "cancelled", NULL };
+    long long end = kf_test_now_ms() + timeout_ms;
+    const char *st = "";
+
+    while (kf_test_now_ms() < end) {
+        st = kf_stack_state(&S, id);
+        for (int i = 0; done[i]; i++)
+            if (strcmp(st, done[i]) == 0)
+                goto out;
+        kf_test_sleep_ms(100);
+    }
+out:
+    *err = kf_stack_sql_value(&S, "SELECT coalesce(last_error, '') FROM jobs WHERE id = $1::uuid", id);
+    return st;
+}
+
+/* The stack with one worker whose PATH finds the doubles (symlinked into a
+ * scratch folder, so a test can wedge this copy) and kforge-sim. */
+static void start(void)
+{
+    kf_stack_opts o = { .redis_db = NEURON_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000 };
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *bin = kf_test_bin("kforge-sim"), *bindir = kf_strdup(bin), *path;
+    const char *names[] = { "kforge-neuron-runner", "neuron-explorer", NULL };
+
+    kf_stack_start(&S, &o);
+    doubles = kf_asprintf("%s/neuron-doubles", S.dir);
+    cr_assert_eq(mkdir(doubles, 0700), 0, "%s", doubles);
+    for (int i = 0; names[i]; i++) {
+        char *src = kf_asprintf("%s/tests/doubles/neuron/%s", root, names[i]);
+        char *dst = kf_asprintf("%s/%s", doubles, names[i]);
+        cr_assert_eq(symlink(src, dst), 0, "%s", dst);
+        free(src);
+        free(dst);
+    }
+    *strrchr(bindir, '/') = '\0';
+    path = kf_asprintf("PATH=%s:%s:/usr/local/bin:/usr/bin:/bin", doubles, bindir);
+    kf_stack_worker(&S, 0, path);
+    free(path);
+    free(bindir);
+    free(bin);
+}
+
+/* A job body for the tensor_add kernel of tests/kernels, with `source`
+ * (NULL: the file as it is) and its NumPy reference. */
+static char *job_body(const char *kind, const char *source, int max_attempts)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root);
+    char *rp = kf_asprintf("%s/tests/kernels/ref_tensor_add.py", root);
+    char *k = source ? kf_strdup(source) : kf_test_read_file(kp), *ref = kf_test_read_file(rp);
+    kf_buf b = KF_BUF_INIT;
+
+    kf_buf_addf(&b, "{\"kind\":\"%s\",\"target\":\"trn2\",\"backend\":\"neuron\",\"max_attempts\":%d,\"spec\":{"
+                    "\"entry\":\"tensor_add\",\"inputs\":{\"a_input\":{\"shape\":[128,512],\"dtype\":\"float32\"},"
+                    "\"b_input\":{\"shape\":[128,512],\"dtype\":\"float32\"}},\"source\":",
+                kind, max_attempts);
+    kf_json_add_str(&b, k);
+    if (strcmp(kind, "profile") != 0) {
+        kf_buf_adds(&b, ",\"reference\":");
+        kf_json_add_str(&b, ref);
+    }
+    kf_buf_adds(&b, "}}");
+    free(k);
+    free(ref);
+    free(kp);
+    free(rp);
+    return kf_buf_detach(&b);
+}
+
+Test(neuron, a_job_compiles_runs_validates_profiles_and_keeps_its_neff_and_ntff)
+{
+    char *body, *id, *path;
+    cJSON *job, *res, *val, *prof, *prov, *list;
+    const cJSON *it, *pct;
+    bool neff = false, ntff = false, summary = false, kernel = false;
+    int checks = 0;
+
+    start();
+    body = job_body("optimize", NULL, 1);
+    id = kf_stack_submit(&S, body);
+    {
+        char *e = NULL;
+        const char *st = wait_done(id, 200000, &e);
+        cr_assert_str_eq(st, "succeeded", "the neuron job is %s: %s", st, e);
+        free(e);
+    }
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    res = cJSON_GetObjectItemCaseSensitive(job, "result");
+    cr_assert(cJSON_IsObject(res), "the job has its result");
+
+    /* validated as the simulator path validates: 3 seeds, every element */
+    val = cJSON_GetObjectItemCaseSensitive(res, "validation");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")), "validation passes");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "correct")));
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(val, "checks"))
+    {
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "pass")));
+        cr_assert_eq(cJSON_GetObjectItemCaseSensitive(it, "elements")->valuedouble, 128.0 * 512.0,
+                     "every element is compared");
+        checks++;
+    }
+    cr_assert_eq(checks, 3, "one check per seed and output");
+
+    /* the profile document the simulator writes, from the device tools */
+    prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    cr_assert_str_eq(str_of(prof, "source"), "device");
+    cr_assert_gt(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(prof, "latency_ns")), 0);
+    pct = cJSON_GetObjectItemCaseSensitive(prof, "latency_percentiles_ns");
+    cr_assert_leq(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pct, "p0")),
+                  cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pct, "p50")));
+    cr_assert_leq(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pct, "p50")),
+                  cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pct, "p99")));
+    cr_assert_gt(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetObjectItemCaseSensitive(prof, "summary"), "total_time")), 0,
+                 "summary-json's total_time is under the simulator's field name");
+    cr_assert_gt(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(prof, "floor_ns")), 0);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(prof, "bounds")));
+
+    /* provenance: backend, tools' versions, the NEFF's hash */
+    prov = cJSON_GetObjectItemCaseSensitive(job, "provenance");
+    cr_assert_str_eq(str_of(prov, "backend"), "neuron");
+    cr_assert(strstr(str_of(prov, "compiler"), "neuronx-cc") != NULL, "compiler: %s", str_of(prov, "compiler"));
+    cr_assert(str_of(prov, "runtime")[0] && str_of(prov, "driver")[0]);
+    cr_assert_eq(strlen(str_of(prov, "neff_sha256")), 64);
+    cJSON_Delete(job);
+    free(path);
+
+    /* NEFF and NTFF in the artifact store */
+    path = kf_asprintf("/v1/jobs/%s/artifacts", id);
+    list = get_json(path);
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(list, "items"))
+    {
+        const char *name = str_of(it, "name");
+        char *url = kf_asprintf("%s/v1/artifacts/%s", S.api_url, str_of(it, "sha256"));
+        kf_http_resp r;
+        cr_assert_eq(kf_http_request("GET", url, S.user, NULL, NULL, 0, &r), 200, "%s", r.body);
+        if (strcmp(name, "kernel.neff") == 0) {
+            neff = true;
+            cr_assert_gt(r.body_len, 1024, "a 1024-byte header and the tarball");
+            cr_assert_eq(memcmp(r.body, "NEFF", 4), 0, "the NEFF's bytes, unchanged by the upload");
+            cr_assert_eq(memcmp(r.body + 1024 + 257, "ustar", 5), 0, "a tarball after the header");
+        } else if (strcmp(name, "profile.ntff") == 0) {
+            ntff = true;
+        } else if (strcmp(name, "summary.json") == 0) {
+            cJSON *d = cJSON_Parse(r.body);
+            summary = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(d, "total_time"));
+            cJSON_Delete(d);
+        } else if (strcmp(name, "kernel.py") == 0) {
+            kernel = strstr(r.body, "def tensor_add(") != NULL;
+        }
+        kf_http_resp_release(&r);
+        free(url);
+    }
+    cr_assert(neff && ntff && summary && kernel, "kernel.neff %d profile.ntff %d summary.json %d kernel.py %d", neff,
+              ntff, summary, kernel);
+    cJSON_Delete(list);
+    free(path);
+    free(id);
+    free(body);
+}
+
+Test(neuron, a_wrong_kernel_fails_validation_on_the_device_outputs)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root), *src = kf_test_read_file(kp);
+    char *op = strstr(src, "op=nl.add)"), *body, *id, *path;
+    kf_buf k = KF_BUF_INIT;
+    cJSON *job;
+
+    /* a + b becomes a - b: it compiles and runs, the outputs are wrong */
+    cr_assert_not_null(op, "tensor_add.py adds with op=nl.add");
+    kf_buf_add(&k, src, (size_t)(op - src));
+    kf_buf_adds(&k, "op=nl.subtract)");
+    kf_buf_adds(&k, op + strlen("op=nl.add)"));
+    start();
+    body = job_body("validate", k.data, 1);
+    id = kf_stack_submit(&S, body);
+    {
+        char *e = NULL;
+        const char *st = wait_done(id, 200000, &e);
+        cr_assert_str_eq(st, "succeeded", "the validate job is %s: %s", st, e);
+        free(e);
+    }
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "result"),
+                                                             "correct")),
+              "the device's wrong outputs fail the comparison");
+    cJSON_Delete(job);
+    free(path);
+    free(id);
+    free(body);
+    kf_buf_release(&k);
+    free(src);
+    free(kp);
+}
+
+Test(neuron, a_compile_error_is_reported_with_its_ncc_code_file_and_line)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root), *src = kf_test_read_file(kp);
+    char *at = strstr(src, "rows, cols = a_input.shape"), *body, *id, *path, *want;
+    kf_buf k = KF_BUF_INIT;
+    cJSON *job;
+    int line = 1;
+
+    cr_assert_not_null(at);
+    for (const char *p = src; p < at; p++)
+        line += *p == '\n';
+    /* the same line, with a complex dtype the compiler refuses (NCC_EVRF004) */
+    kf_buf_add(&k, src, (size_t)(at - src));
+    kf_buf_adds(&k, "rows, cols = a_input.shape; unused = nl.complex64");
+    kf_buf_adds(&k, at + strlen("rows, cols = a_input.shape"));
+    start();
+    body = job_body("optimize", k.data, 1);
+    id = kf_stack_submit(&S, body);
+    cr_assert(kf_stack_wait_state(&S, id, "failed", 120000) || strcmp(kf_stack_state(&S, id), "dead") == 0,
+              "the job is %s; see %s", kf_stack_state(&S, id), S.dir);
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    want = kf_asprintf("kernel.py:%d: ", line);
+    cr_assert(strstr(str_of(job, "last_error"), "NCC_EVRF004") && strstr(str_of(job, "last_error"), want),
+              "the error names the code and %s: %s", want, str_of(job, "last_error"));
+    cr_assert(strstr(str_of(job, "last_error"), "does not compile"), "%s", str_of(job, "last_error"));
+    cJSON_Delete(job);
+    free(want);
+    free(path);
+    free(id);
+    free(body);
+    kf_buf_release(&k);
+    free(src);
+    free(kp);
+}
+
+/* The worker's "unhealthy" in GET /v1/workers ("" when healthy or absent). */
+static char *worker_unhealthy(void)
+{
+    cJSON *f = get_json("/v1/workers");
+    const cJSON *w;
+    char *out = kf_strdup("");
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(f, "workers"))
+    {
+        if (strcmp(str_of(w, "id"), "test-w0") == 0) {
+            free(out);
+            out = kf_strdup(str_of(w, "unhealthy"));
+        }
+    }
+    cJSON_Delete(f);
+    return out;
+}
+
+Test(neuron, a_wedged_device_ends_the_attempt_retryable_and_the_worker_unhealthy_until_it_recovers)
+{
+    char *body, *id, *wedge, *why = NULL;
+    FILE *f;
+    bool marked = false;
+
+    start();
+    /* the device wedges during the job's first device run */
+    wedge = kf_asprintf("%s/wedge-on-run", doubles);
+    f = fopen(wedge, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    body = job_body("profile", NULL, 3);
+    id = kf_stack_submit(&S, body);
+    /* the first attempt fails as retryable: the job is not dead, it waits */
+    cr_assert(kf_stack_wait_sql(&S, "SELECT count(*) FROM jobs WHERE id = $1::uuid AND "
+                                    "last_error LIKE '%Neuron device is not%'", id, 1, 60000),
+              "the attempt ended on the device's health; see %s", S.dir);
+    for (int i = 0; i < 100 && !marked; i++) {
+        free(why);
+        why = worker_unhealthy();
+        marked = strstr(why, "NRT_TIMEOUT") != NULL;
+        if (!marked)
+            usleep(100000);
+    }
+    cr_assert(marked, "GET /v1/workers says why the worker is unhealthy: \"%s\"", why);
+    cr_assert_str_neq(kf_stack_state(&S, id), "dead", "a wedged device does not burn the job");
+    cr_assert_str_neq(kf_stack_state(&S, id), "failed", "a wedged device is retryable");
+    cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", id), 1,
+                 "one attempt only: the unhealthy worker leases nothing more");
+    /* the device recovers: the worker sees it within its retry interval */
+    free(wedge);
+    wedge = kf_asprintf("%s/wedged", doubles);
+    cr_assert_eq(unlink(wedge), 0);
+    cr_assert(kf_stack_wait_state(&S, id, "succeeded", 120000), "the job is %s after recovery; see %s",
+              kf_stack_state(&S, id), S.dir);
+    free(why);
+    why = worker_unhealthy();
+    cr_assert_str_eq(why, "", "healthy again");
+    free(why);
+    free(wedge);
+    free(id);
+    free(body);
+}
