@@ -1,6 +1,8 @@
 # agent/ — libkfagent.a: the tuning loop (compile, validate, profile,
-# diagnose, plan, record), its built-in planner and the kernel library
-# reader.  Used by the worker's sim backend and by `kforge tune`.
+# diagnose, plan, record), its built-in planner, the kernel library
+# reader, and the LLM planner (ka_plan_llm) with its chat-completions
+# client (ka_llm) and reward-hacking check (ka_hack).  Used by the worker's
+# sim backend and by `kforge tune`.
 AGENT_SRCS := $(wildcard agent/*.c)
 AGENT_LIB  := $(BUILD)/lib/libkfagent.a
 $(AGENT_LIB): $(AGENT_SRCS:%.c=$(BUILD)/obj/%.o)

@@ -17,6 +17,7 @@
 
 #include "agent/ka_eval.h"
 #include "agent/ka_lib.h"
+#include "agent/ka_schema.h"
 #include "cli/cli_http.h"
 #include "kf_alloc.h"
 #include "kf_buf.h"
@@ -233,123 +234,6 @@ static void mcp_failf(mcp_fail *f, kf_code code, const char *fmt, ...)
 static void mcp_fail_err(mcp_fail *f, const kf_err *e)
 {
     mcp_failf(f, e->code ? e->code : KF_INTERNAL, "%s", e->msg[0] ? e->msg : kf_code_title(e->code));
-}
-
-/* ---- the JSON Schema subset the tools use ------------------------------------------ */
-
-static bool mcp_is_type(const cJSON *v, const char *t)
-{
-    if (strcmp(t, "object") == 0)
-        return cJSON_IsObject(v);
-    if (strcmp(t, "array") == 0)
-        return cJSON_IsArray(v);
-    if (strcmp(t, "string") == 0)
-        return cJSON_IsString(v);
-    if (strcmp(t, "boolean") == 0)
-        return cJSON_IsBool(v);
-    if (strcmp(t, "number") == 0)
-        return cJSON_IsNumber(v) && isfinite(v->valuedouble);
-    if (strcmp(t, "integer") == 0)
-        return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble;
-    return false;
-}
-
-/* Check v against schema; the first violation in msg ("inputs[0].shape: ..."). */
-static bool mcp_check(const cJSON *sch, const cJSON *v, const char *where, char *msg, size_t n)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sch, "type"), *k, *e;
-    const char *w = *where ? where : "arguments";
-
-    if (cJSON_IsString(t) && !mcp_is_type(v, t->valuestring)) {
-        snprintf(msg, n, "%s: must be %s %s", w, strchr("aeiou", t->valuestring[0]) ? "an" : "a", t->valuestring);
-        return false;
-    }
-    e = cJSON_GetObjectItemCaseSensitive(sch, "enum");
-    if (cJSON_IsArray(e)) {
-        bool hit = false;
-        kf_buf opts = KF_BUF_INIT;
-        cJSON_ArrayForEach(k, e)
-        {
-            hit = hit || cJSON_Compare(k, v, true);
-            kf_buf_addf(&opts, "%s%s", opts.len ? ", " : "", cJSON_IsString(k) ? k->valuestring : "?");
-        }
-        if (!hit)
-            snprintf(msg, n, "%s: must be one of %s", w, opts.data);
-        kf_buf_release(&opts);
-        if (!hit)
-            return false;
-    }
-    if (cJSON_IsNumber(v)) {
-        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(sch, "minimum");
-        const cJSON *hi = cJSON_GetObjectItemCaseSensitive(sch, "maximum");
-        if ((lo && v->valuedouble < lo->valuedouble) || (hi && v->valuedouble > hi->valuedouble)) {
-            snprintf(msg, n, "%s: must be between %.17g and %.17g", w, lo ? lo->valuedouble : -INFINITY,
-                     hi ? hi->valuedouble : INFINITY);
-            return false;
-        }
-    }
-    if (cJSON_IsString(v)) {
-        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(sch, "minLength");
-        const cJSON *hi = cJSON_GetObjectItemCaseSensitive(sch, "maxLength");
-        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(sch, "pattern");
-        size_t len = strlen(v->valuestring);
-        if ((lo && (double)len < lo->valuedouble) || (hi && (double)len > hi->valuedouble)) {
-            snprintf(msg, n, "%s: must have %g to %g characters", w, lo ? lo->valuedouble : 0,
-                     hi ? hi->valuedouble : 1e9);
-            return false;
-        }
-        /* the only pattern used: a UUID's characters */
-        if (pat && strspn(v->valuestring, "0123456789abcdefABCDEF-") != len) {
-            snprintf(msg, n, "%s: '%.*s' is not a job id (a UUID like 0b6c1f3e-...)", w, mcp_prec(v->valuestring, 64),
-                     v->valuestring);
-            return false;
-        }
-    }
-    if (cJSON_IsArray(v)) {
-        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(sch, "minItems");
-        const cJSON *hi = cJSON_GetObjectItemCaseSensitive(sch, "maxItems");
-        const cJSON *items = cJSON_GetObjectItemCaseSensitive(sch, "items");
-        int len = cJSON_GetArraySize(v), i = 0;
-        if ((lo && len < lo->valuedouble) || (hi && len > hi->valuedouble)) {
-            snprintf(msg, n, "%s: must have %g to %g items", w, lo ? lo->valuedouble : 0, hi ? hi->valuedouble : 1e9);
-            return false;
-        }
-        if (items) {
-            cJSON_ArrayForEach(k, v)
-            {
-                char sub[256];
-                snprintf(sub, sizeof(sub), "%s[%d]", w, i++);
-                mcp_cut_end(sub);
-                if (!mcp_check(items, k, sub, msg, n))
-                    return false;
-            }
-        }
-    }
-    if (cJSON_IsObject(v)) {
-        const cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
-        const cJSON *addl = cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties");
-        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(sch, "required"))
-        {
-            if (!cJSON_GetObjectItemCaseSensitive(v, k->valuestring)) {
-                snprintf(msg, n, "%s: '%s' is required", w, k->valuestring);
-                return false;
-            }
-        }
-        cJSON_ArrayForEach(k, v)
-        {
-            const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, k->string) : NULL;
-            char sub[256];
-            if (!ps && cJSON_IsFalse(addl)) {
-                snprintf(msg, n, "%s: unknown property '%.*s'", w, mcp_prec(k->string, 64), k->string);
-                return false;
-            }
-            snprintf(sub, sizeof(sub), "%s%s%s", *where ? where : "", *where ? "." : "", k->string);
-            mcp_cut_end(sub);
-            if (ps && !mcp_check(ps, k, sub, msg, n))
-                return false;
-        }
-    }
-    return true;
 }
 
 /* ---- local tools: the kernel in the sandbox ---------------------------------------- */
@@ -1123,7 +1007,7 @@ static char *mcp_tools_accept(const cJSON *id, const cJSON *params, cli_mcp_call
         return mcp_error(id, RPC_BAD_PARAMS, "params.arguments must be an object", NULL);
     av = cJSON_IsObject(args) ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
     sch = cJSON_Parse(t->input);
-    ok = mcp_check(sch, av, "", msg, sizeof(msg));
+    ok = ka_schema_check(sch, av, "", msg, sizeof(msg));
     cJSON_Delete(sch);
     if (!ok) {
         cJSON_Delete(av);

@@ -12,10 +12,14 @@
 #include "kf_config.h"
 #include "kf_error.h"
 #include "kf_job.h"
+#include "kf_json.h"
 #include "kf_num.h"
 #include "agent/ka_eval.h"
 #include "agent/ka_lib.h"
+#include "agent/ka_llm.h"
 #include "agent/ka_loop.h"
+#include "agent/ka_plan_llm.h"
+#include "cli/cli_mcp.h"
 #include "sim/sim_input.h"
 
 enum { TUNE_OK = 0, TUNE_NO_KERNEL = 1, TUNE_USAGE = 2 };
@@ -52,7 +56,14 @@ static void tune_usage(FILE *out)
             "  --kwargs JSON         fixed keyword args\n"
             "Common:\n"
             "  --target T            trn1, inf2, trn2 (default), trn3\n"
-            "  --planner P           guided (default: profile-guided), exhaustive, random\n"
+            "  --planner P           guided (default: profile-guided), exhaustive, random, or llm (a kernel\n"
+            "                        file: a language model repairs it, then restructures it from its\n"
+            "                        findings, then the guided planner tunes its tunables; docs/llm.md)\n"
+            "LLM planner (KFORGE_LLM_URL, KFORGE_LLM_MODEL, KFORGE_LLM_API_KEY_FILE):\n"
+            "  --llm-rounds N        repair proposals at most, 1..10 (default 10)\n"
+            "  --llm-restructure N   restructure proposals at most, 0..50 (default 3)\n"
+            "  --llm-tokens N        token budget of the model's calls, prompt + completion (default none)\n"
+            "  --llm-replay FILE     replay a transcript.jsonl instead of asking a model (no endpoint)\n"
             "  --iterations N        iteration budget, 1..100000 (default 40)\n"
             "  --seconds S           time budget, up to 604800 (default none)\n"
             "  --patience K          stop after K iterations without improvement (default 8; 0 = never)\n"
@@ -170,7 +181,85 @@ typedef struct tune_ctx {
     bool  quiet;
     int   n;
     FILE *jsonl;
+    FILE *transcript;
 } tune_ctx;
+
+/* The LLM planner's iterations: one line of iterations.jsonl and of progress. */
+static void tune_llm_iteration(void *vctx, const cJSON *it)
+{
+    tune_ctx *c = vctx;
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(it, "latency_ns");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(it, "error");
+    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(it, "reason");
+
+    if (c->jsonl) {
+        char *txt = kf_json_print(it);
+        fprintf(c->jsonl, "%s\n", txt);
+        free(txt);
+    }
+    if (c->quiet)
+        return;
+    fprintf(stderr, "[llm %2d] %-11s %-8s %s%s%9.1f us  %s\n      %.300s\n",
+            cJSON_GetObjectItemCaseSensitive(it, "iteration")->valueint,
+            cJSON_GetObjectItemCaseSensitive(it, "mode")->valuestring,
+            cJSON_GetObjectItemCaseSensitive(it, "action")->valuestring,
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "correct")) ? "correct" : "wrong  ",
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "accepted")) ? " best" : "     ",
+            cJSON_IsNumber(lat) ? lat->valuedouble / 1e3 : 0, cJSON_IsString(msg) ? msg->valuestring : "",
+            cJSON_IsString(why) ? why->valuestring : "");
+}
+
+static void tune_llm_transcript(void *vctx, const cJSON *turn)
+{
+    tune_ctx *c = vctx;
+
+    if (c->transcript) {
+        char *txt = kf_json_print(turn);
+        fprintf(c->transcript, "%s\n", txt);
+        free(txt);
+        fflush(c->transcript);
+    }
+}
+
+/* The docs tool: kforge mcp's, through its core (one tools/call). */
+static cJSON *tune_llm_docs(void *vctx, const cJSON *args, char *msg, size_t n)
+{
+    cli_mcp s;
+    cJSON *req = cJSON_CreateObject(), *params, *ans = NULL, *out = NULL;
+    const cJSON *res, *sc;
+    char *line, *reply;
+
+    (void)vctx;
+    cli_mcp_init(&s);
+    s.initialized = true;
+    cJSON_AddStringToObject(req, "jsonrpc", "2.0");
+    cJSON_AddNumberToObject(req, "id", 1);
+    cJSON_AddStringToObject(req, "method", "tools/call");
+    params = cJSON_AddObjectToObject(req, "params");
+    cJSON_AddStringToObject(params, "name", "docs");
+    cJSON_AddItemToObject(params, "arguments", cJSON_Duplicate(args, true));
+    line = kf_json_print(req);
+    reply = cli_mcp_handle(&s, line, strlen(line));
+    if (reply && kf_json_parse(reply, strlen(reply), 64, &ans, NULL) == KF_OK) {
+        res = cJSON_GetObjectItemCaseSensitive(ans, "result");
+        sc = cJSON_GetObjectItemCaseSensitive(res, "structuredContent");
+        if (sc) {
+            out = cJSON_Duplicate(sc, true);
+        } else {
+            const cJSON *item = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "content"), 0);
+            const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
+            snprintf(msg, n, "%s", cJSON_IsString(text) ? text->valuestring : "the docs tool failed");
+        }
+    } else {
+        snprintf(msg, n, "the docs tool did not answer");
+    }
+    cJSON_Delete(ans);
+    cJSON_Delete(req);
+    free(line);
+    free(reply);
+    return out;
+}
 
 static void tune_progress(void *vctx, const ka_iter *it)
 {
@@ -257,12 +346,58 @@ static int tune_list(void)
     return TUNE_OK;
 }
 
+/* The LLM planner's result as the run's outcome (no tunables to hand to
+ * the guided planner, or no correct kernel): kernel.py, report.md and
+ * result.json {"correct", "best"?, "llm"}.  The exit status. */
+static int tune_llm_only(const char *out_dir, cJSON *llm_res, bool json)
+{
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(llm_res, "best");
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(best, "latency_ns");
+    cJSON *res = cJSON_CreateObject();
+    kf_buf rep = KF_BUF_INIT;
+    char *txt;
+
+    cJSON_AddBoolToObject(res, "correct", best != NULL);
+    if (best)
+        cJSON_AddItemToObject(res, "best", cJSON_Duplicate(best, true));
+    cJSON_AddItemToObject(res, "llm", cJSON_Duplicate(llm_res, true));
+    kf_buf_addf(&rep, "# kforge tune, LLM planner\n\nStopped: %s after %d proposals (%d model turns, %.0f + %.0f "
+                      "tokens).\n\n",
+                cJSON_GetObjectItemCaseSensitive(llm_res, "stop")->valuestring,
+                cJSON_GetObjectItemCaseSensitive(llm_res, "rounds")->valueint,
+                cJSON_GetObjectItemCaseSensitive(llm_res, "turns")->valueint,
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(llm_res, "llm"), "prompt_tokens")
+                    ->valuedouble,
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(llm_res, "llm"), "completion_tokens")
+                    ->valuedouble);
+    if (best)
+        kf_buf_addf(&rep, "Best validated kernel: iteration %d, %.1f us (no tunables to tune further).\n",
+                    cJSON_GetObjectItemCaseSensitive(best, "iteration")->valueint,
+                    cJSON_IsNumber(lat) ? lat->valuedouble / 1e3 : 0);
+    else
+        kf_buf_addf(&rep, "No candidate passed validation.\n");
+    txt = cJSON_Print(res);
+    tune_write(out_dir, "result.json", txt);
+    tune_write(out_dir, "report.md", rep.data);
+    if (best)
+        tune_write(out_dir, "kernel.py", cJSON_GetObjectItemCaseSensitive(best, "source")->valuestring);
+    if (json)
+        printf("%s\n", txt);
+    else
+        printf("%s\nwritten: %s/%sreport.md result.json iterations.jsonl transcript.jsonl\n", rep.data, out_dir,
+               best ? "kernel.py " : "");
+    free(txt);
+    kf_buf_release(&rep);
+    cJSON_Delete(res);
+    return best ? TUNE_OK : TUNE_NO_KERNEL;
+}
+
 int cli_tune_main(int argc, char **argv)
 {
     enum {
         O_SHAPE = 256, O_DTYPE, O_TARGET, O_ENTRY, O_REF, O_REF_ENTRY, O_INPUT, O_TUN, O_KWARGS, O_PLANNER,
         O_ITER, O_SECS, O_PATIENCE, O_GOALF, O_GOALL, O_SEEDS, O_SEED, O_OUT, O_JSON, O_QUIET, O_LIST, O_HELP,
-        O_CACHE, O_JOBS, O_MEMORY,
+        O_CACHE, O_JOBS, O_MEMORY, O_LLM_ROUNDS, O_LLM_RESTR, O_LLM_TOKENS, O_LLM_REPLAY,
     };
     static const struct option opts[] = {
         { "shape", required_argument, NULL, O_SHAPE },       { "dtype", required_argument, NULL, O_DTYPE },
@@ -278,13 +413,18 @@ int cli_tune_main(int argc, char **argv)
         { "list", no_argument, NULL, O_LIST },               { "help", no_argument, NULL, O_HELP },
         { "cache", required_argument, NULL, O_CACHE },       { "jobs", required_argument, NULL, O_JOBS },
         { "memory-mib", required_argument, NULL, O_MEMORY },
+        { "llm-rounds", required_argument, NULL, O_LLM_ROUNDS }, { "llm-restructure", required_argument, NULL, O_LLM_RESTR },
+        { "llm-tokens", required_argument, NULL, O_LLM_TOKENS }, { "llm-replay", required_argument, NULL, O_LLM_REPLAY },
         { NULL, 0, NULL, 0 },
     };
     int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
     int ndims[KA_MAX_INPUTS], n_shapes = 0, c, rc_exit = TUNE_USAGE, dt = SIM_DT_BFLOAT16;
     const char *target = "trn2", *entry = NULL, *ref = NULL, *ref_entry = NULL, *tun_s = NULL, *kw_s = NULL;
     const char *out_dir = "kforge-tune", *what, *cache_dir = NULL;
-    bool json = false;
+    bool json = false, llm = false;
+    long llm_rounds = 10, llm_restructure = 3, llm_tokens = 0;
+    const char *llm_replay = NULL;
+    cJSON *llm_res = NULL;
     ka_problem pb;
     ka_space sp;
     ka_opts o;
@@ -331,12 +471,30 @@ int cli_tune_main(int argc, char **argv)
         case O_TUN: tun_s = optarg; break;
         case O_KWARGS: kw_s = optarg; break;
         case O_PLANNER:
+            if (strcmp(optarg, "llm") == 0) {
+                llm = true;   /* then the guided planner tunes what the model wrote */
+                o.planner = KA_PLAN_GUIDED;
+                break;
+            }
             if (ka_planner_parse(optarg) < 0) {
-                fprintf(stderr, "kforge tune: --planner %s: use guided, exhaustive or random\n", optarg);
+                fprintf(stderr, "kforge tune: --planner %s: use guided, exhaustive, random or llm\n", optarg);
                 return TUNE_USAGE;
             }
             o.planner = (ka_planner)ka_planner_parse(optarg);
             break;
+        case O_LLM_ROUNDS:
+            if (!tune_long("llm-rounds", optarg, 1, 10, &llm_rounds))
+                return TUNE_USAGE;
+            break;
+        case O_LLM_RESTR:
+            if (!tune_long("llm-restructure", optarg, 0, 50, &llm_restructure))
+                return TUNE_USAGE;
+            break;
+        case O_LLM_TOKENS:
+            if (!tune_long("llm-tokens", optarg, 1, 1000000000L, &llm_tokens))
+                return TUNE_USAGE;
+            break;
+        case O_LLM_REPLAY: llm_replay = optarg; break;
         case O_ITER:
             if (!tune_long("iterations", optarg, 1, 100000, &l))
                 return TUNE_USAGE;
@@ -399,6 +557,10 @@ int cli_tune_main(int argc, char **argv)
     }
     if (rc_exit == -1)
         return tune_list();
+    if (!llm && (llm_replay || llm_tokens)) {
+        fprintf(stderr, "kforge tune: --llm-replay and --llm-tokens go with --planner llm\n");
+        return TUNE_USAGE;
+    }
     rc_exit = TUNE_USAGE;
     if (optind != argc - 1) {
         tune_usage(stderr);
@@ -453,6 +615,10 @@ int cli_tune_main(int argc, char **argv)
             goto out;
         }
     } else {
+        if (llm) {
+            fprintf(stderr, "kforge tune: --planner llm takes a kernel file (KERNEL.py --entry ... --reference ...)\n");
+            goto out;
+        }
         if (n_shapes == 0) {
             fprintf(stderr, "kforge tune: give the op's shapes with --shape DIMS (kforge tune --list)\n");
             goto out;
@@ -490,6 +656,85 @@ int cli_tune_main(int argc, char **argv)
     hooks.progress = tune_progress;
     hooks.cancelled = NULL;
     hooks.status = tune_status;
+    if (llm) {
+        ka_llm cl;
+        ka_llm_cfg lc;
+        ka_llm_plan_opts po;
+        const cJSON *best;
+        kf_code lrc;
+
+        memset(&lc, 0, sizeof(lc));
+        if (llm_replay) {
+            snprintf(lc.model, sizeof(lc.model), "replay");
+        } else if (ka_llm_cfg_from_env(&lc, &err) != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+        ka_llm_init(&cl, &lc, llm_tokens);
+        if (llm_replay && ka_llm_replay_load(&cl, llm_replay, &err) != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            ka_llm_release(&cl);
+            goto out;
+        }
+        snprintf(path, sizeof(path), "%s/transcript.jsonl", out_dir);
+        ctx.transcript = fopen(path, "w");
+        memset(&po, 0, sizeof(po));
+        po.repair_rounds = (int)llm_rounds;
+        po.restructure_rounds = llm_restructure == 0 ? -1 : (int)llm_restructure;
+        po.seed = o.seed;
+        po.n_seeds = o.n_seeds;
+        po.out_dir = out_dir;
+        po.docs = tune_llm_docs;
+        po.iteration = tune_llm_iteration;
+        po.transcript = tune_llm_transcript;
+        po.ctx = &ctx;
+        if (!ctx.quiet)
+            fprintf(stderr, "kforge tune: LLM planner (%s%s), up to %ld repair and %ld restructure proposals; "
+                            "transcript in %s\n", llm_replay ? "replay of " : "model ", llm_replay ? llm_replay : lc.model,
+                    llm_rounds, llm_restructure, path);
+        lrc = ka_llm_plan(&pb, &cl, &po, &llm_res, &err);
+        ka_llm_release(&cl);
+        if (lrc != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+        best = cJSON_GetObjectItemCaseSensitive(llm_res, "best");
+        if (!ctx.quiet)
+            fprintf(stderr, "kforge tune: the LLM planner stopped (%s)%s\n",
+                    cJSON_GetObjectItemCaseSensitive(llm_res, "stop")->valuestring,
+                    best ? "; its best kernel goes to the guided planner" : " with no correct kernel");
+        if (!best || sp.n == 0) {
+            rc_exit = tune_llm_only(out_dir, llm_res, json);
+            goto out;
+        }
+        /* hand the model's best to the guided planner, with the tunables its KFORGE block declares */
+        if (!realpath(cJSON_GetObjectItemCaseSensitive(best, "source_file")->valuestring, pb.source_path)) {
+            fprintf(stderr, "kforge tune: %s\n", strerror(errno));
+            goto out;
+        }
+        cJSON_Delete(meta);
+        meta = NULL;
+        if (ka_lib_read_meta(pb.source_path, &meta, &err) != KF_OK && err.code != KF_NOT_FOUND) {
+            rc_exit = tune_llm_only(out_dir, llm_res, json);
+            goto out;
+        }
+        if (!tun_s) {
+            const cJSON *t;
+            cJSON_Delete(tun);
+            tun = cJSON_CreateObject();
+            cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(meta, "tunables"))
+                cJSON_AddItemToObject(tun, t->string, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t, "values"), true));
+        }
+        ka_space_release(&sp);
+        memset(&sp, 0, sizeof(sp));
+        if (ka_space_from_tunables(tun, meta, &pb, &sp, &err) != KF_OK || sp.n == 0) {
+            if (!ctx.quiet)
+                fprintf(stderr, "kforge tune: the model's kernel has no tunables to tune%s%s\n", err.msg[0] ? ": " : "",
+                        err.msg);
+            rc_exit = tune_llm_only(out_dir, llm_res, json);
+            goto out;
+        }
+    }
     if (!ctx.quiet)
         fprintf(stderr, "kforge tune: %d tunable%s, %s planner, up to %d iterations; one line per iteration below, "
                         "results in %s/\n", sp.n, sp.n == 1 ? "" : "s", ka_planner_name(o.planner),
@@ -498,6 +743,8 @@ int cli_tune_main(int argc, char **argv)
         fprintf(stderr, "kforge tune: %s\n", err.msg);
         goto out;
     }
+    if (llm_res)
+        cJSON_AddItemToObject(result, "llm", cJSON_Duplicate(llm_res, true));
     {
         char *txt = cJSON_Print(result);
         const cJSON *best = cJSON_GetObjectItemCaseSensitive(result, "best");
@@ -517,6 +764,9 @@ int cli_tune_main(int argc, char **argv)
 out:
     if (ctx.jsonl)
         fclose(ctx.jsonl);
+    if (ctx.transcript)
+        fclose(ctx.transcript);
+    cJSON_Delete(llm_res);
     cJSON_Delete(result);
     cJSON_Delete(meta);
     cJSON_Delete(tun);

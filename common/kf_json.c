@@ -90,7 +90,8 @@ static size_t kf_json_number_len(const char *buf, size_t len, size_t i)
  * text before cJSON sees it: nesting deeper than max_depth (so a hostile
  * document never reaches cJSON's recursive parser), numbers that are not
  * RFC 8259 numbers (leading zeros, "1.", "-"), raw control characters in
- * strings, and \u0000 (cJSON would cut the string there).  KF_OK, or
+ * strings and outside them (cJSON skips any byte below 0x20 as white
+ * space, NUL included), and \u0000 (cJSON would cut the string there).  KF_OK, or
  * KF_INVALID in err with the offset. */
 static kf_code kf_json_lex_check(const char *buf, size_t len, int max_depth, kf_err *err)
 {
@@ -115,7 +116,11 @@ static kf_code kf_json_lex_check(const char *buf, size_t len, int max_depth, kf_
             }
             continue;
         }
-        if (c == '"') {
+        if ((unsigned char)c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+            /* cJSON would skip it as white space; JSON's is only these four */
+            return kf_err_set(err, KF_INVALID, "a control character (byte 0x%02x at offset %zu) outside a string",
+                              (unsigned char)c, i);
+        } else if (c == '"') {
             in_str = true;
         } else if (c == '[' || c == '{') {
             if (++depth > max_depth)

@@ -163,6 +163,18 @@ Test(kf_json, parse_refuses_leading_zeros_raw_controls_and_nul_escapes)
         cr_assert_str_eq(cJSON_GetArrayItem(v, 0)->valuestring, "\\u0000");
         cJSON_Delete(v);
     }
+    {
+        /* cJSON skips any byte below 0x20 between tokens, NUL included
+         * (found by the llm_args harness): JSON's white space is four bytes */
+        static const char nul_ws[] = "{\"a\":\0\0 1}", vt_ws[] = "[1,\v2]", ok_ws[] = "{ \"a\" :\t\r\n1 }";
+        cJSON *v = NULL;
+        kf_err e = KF_ERR_INIT;
+        cr_assert_eq(kf_json_parse(nul_ws, sizeof(nul_ws) - 1, KF_JSON_MAX_DEPTH, &v, &e), KF_INVALID);
+        cr_assert_not_null(strstr(e.msg, "control character"), "%s", e.msg);
+        cr_assert_eq(kf_json_parse(vt_ws, sizeof(vt_ws) - 1, KF_JSON_MAX_DEPTH, &v, &e), KF_INVALID);
+        cr_assert_eq(kf_json_parse(ok_ws, sizeof(ok_ws) - 1, KF_JSON_MAX_DEPTH, &v, &e), KF_OK, "%s", e.msg);
+        cJSON_Delete(v);
+    }
 }
 
 /* kf_json_print writes cJSON's compact text: the same as
