@@ -772,7 +772,7 @@ static bool neuron_available(const kf_backend *self)
 {
     const char *r = kf_config_str(KF_CFG_NEURON_RUNNER), *path = getenv("PATH");
     (void)self;
-    if (!*r)
+    if (!r || !*r)
         return false;
     if (strchr(r, '/'))
         return access(r, X_OK) == 0;
