@@ -64,8 +64,10 @@ const kf_backend *const *kf_backend_all(void);
 /* Whether b is available on this machine (its available hook, or true). */
 bool kf_backend_available(const kf_backend *b);
 
-/* Every available backend's health hook in turn: true when all are healthy, else
- * false with "<backend>: <why>" of the first that is not. */
-bool kf_backend_healthy(char *why, size_t len);
+/* The health hook of each of the n backends named (a worker's own, see
+ * kw_worker_set_caps) in turn: true when all are healthy, else false with
+ * "<backend>: <why>" of the first that is not.  A backend the worker does
+ * not lease for never stops it. */
+bool kf_backend_healthy(const char *const *names, int n, char *why, size_t len);
 
 #endif

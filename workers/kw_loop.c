@@ -300,7 +300,7 @@ int kw_loop_run(kw_worker *w)
          * KW_HEALTH_RETRY_MS while unhealthy (no lease meanwhile) */
         if (kw_now_ms() >= next_health) {
             char why[512];
-            bool ok = kf_backend_healthy(why, sizeof(why));
+            bool ok = kf_backend_healthy(w->backends, w->n_backends, why, sizeof(why));
             if (!ok && !unhealthy)
                 kf_log_warn("worker unhealthy; leasing no job until the device recovers why=\"%s\"", why);
             else if (ok && unhealthy)

@@ -12,6 +12,7 @@
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "tests/lib/kf_test.h"
+#include "workers/kf_backend.h"
 
 /* Run the self-test with PATH = the doubles' folder + the build's bin;
  * its output into *out (caller frees); the exit status. */
@@ -71,5 +72,35 @@ Test(selftest, passes_on_a_healthy_device_and_fails_at_health_on_a_wedged_one, .
     unlink(w);
     free(w);
     free(out);
+    free(dir);
+}
+
+/* A wedged device stops only a worker that leases for the neuron backend:
+ * one configured for diag and sim (KFORGE_WORKER_BACKENDS) on the same
+ * machine keeps leasing simulator jobs. */
+Test(selftest, a_wedged_device_stops_only_workers_that_lease_for_it, .timeout = 60)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *dir = kf_test_tmpdir("neuron-health"), why[600];
+    char *src = kf_asprintf("%s/tests/doubles/neuron/kforge-neuron-runner", root);
+    char *dst = kf_asprintf("%s/kforge-neuron-runner", dir), *w = kf_asprintf("%s/wedged", dir);
+    char *path = kf_asprintf("%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    const char *sim_only[] = { "diag", "sim" }, *with_neuron[] = { "sim", "neuron" };
+    FILE *f;
+
+    cr_assert_eq(symlink(src, dst), 0, "%s", dst);
+    cr_assert_eq(setenv("PATH", path, 1), 0);
+    cr_assert(kf_backend_healthy(with_neuron, 2, why, sizeof(why)), "a healthy device: %s", why);
+    f = fopen(w, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert(kf_backend_healthy(sim_only, 2, why, sizeof(why)), "not this worker's backend: %s", why);
+    cr_assert_not(kf_backend_healthy(with_neuron, 2, why, sizeof(why)));
+    cr_assert(strncmp(why, "neuron: ", 8) == 0, "%s", why);
+    unlink(w);
+    free(src);
+    free(dst);
+    free(w);
+    free(path);
     free(dir);
 }
