@@ -110,25 +110,6 @@ static double plan_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static char *plan_read(const char *path, kf_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    kf_buf b = KF_BUF_INIT;
-    char chunk[8192];
-    size_t n;
-
-    if (!f) {
-        kf_err_set(err, KF_IO, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len <= PLAN_MAX_SOURCE)
-        kf_buf_add(&b, chunk, n);
-    fclose(f);
-    if (!b.data)
-        kf_buf_adds(&b, "");
-    return kf_buf_detach(&b);
-}
-
 /* The candidate's file: OUT/llm/cand-NNN.py. */
 static bool plan_write(plan *p, const char *src, char *path, size_t n)
 {
@@ -362,7 +343,7 @@ static const char plan_system[] =
 static void plan_first_prompt(plan *p, const char *src, const cJSON *start)
 {
     kf_buf b = KF_BUF_INIT;
-    char *ref = p->pb->ref_path[0] ? plan_read(p->pb->ref_path, NULL) : NULL;
+    char *ref = p->pb->ref_path[0] ? kf_fs_read_file(p->pb->ref_path, PLAN_MAX_SOURCE, NULL) : NULL;
     char *ans = plan_answer(start);
 
     kf_buf_addf(&b, "Kernel entry: %s, target %s. Inputs:", p->pb->entry, p->pb->target);
@@ -557,7 +538,7 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
     snprintf(p.dir, sizeof(p.dir), "%s/llm", o->out_dir ? o->out_dir : ".");
     if (kf_mkdir_p(p.dir, 0755) != 0)
         return kf_err_set(err, KF_IO, "cannot create %s: %s", p.dir, strerror(errno));
-    src = plan_read(pb->source_path, err);
+    src = kf_fs_read_file(pb->source_path, PLAN_MAX_SOURCE, err);
     if (!src)
         return KF_IO;
     p.tools = ka_llm_plan_tools();

@@ -23,6 +23,9 @@
 /* Any 64-bit number; identifies kforge's migration lock. */
 #define API_MIGRATE_LOCK "7310585924301187"
 
+/* A migration file larger than this is not one of kforge's. */
+enum { API_MIGRATION_MAX_BYTES = 16 << 20 };
+
 typedef struct api_mig {
     long  version;
     char *name;   /* file name */
@@ -60,23 +63,6 @@ static long api_mig_version(const char *name)
     if (i == 0 || name[i] != '_')
         return -1;
     return v;
-}
-
-static char *api_read_file(const char *path, kf_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    kf_buf b = KF_BUF_INIT;
-    char chunk[8192];
-    size_t n;
-
-    if (!f) {
-        kf_err_set(err, KF_IO, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        kf_buf_add(&b, chunk, n);
-    fclose(f);
-    return kf_buf_detach(&b);
 }
 
 static bool api_exec_ok(PGconn *c, const char *sql, kf_err *err, const char *what)
@@ -159,7 +145,7 @@ kf_code api_migrate(PGconn *c, const char *dir, FILE *out, int *applied, kf_err 
         if (done)
             continue;
         path = kf_asprintf("%s/%s", dir, migs[i].name);
-        sql = api_read_file(path, err);
+        sql = kf_fs_read_file(path, API_MIGRATION_MAX_BYTES, err);
         free(path);
         if (!sql) {
             rc = KF_IO;

@@ -1,6 +1,8 @@
 /* kf_fs — see kf_fs.h. */
 #include "kf_fs.h"
 
+#include "kf_buf.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
@@ -59,4 +61,37 @@ const char *kf_fs_data_dir(const char *const *rels, int n_rels, char *out, size_
             return out;
     }
     return NULL;
+}
+
+char *kf_fs_read_file(const char *path, size_t max, kf_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    kf_buf b = KF_BUF_INIT;
+    char chunk[16384];
+    size_t n;
+
+    if (!f) {
+        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (b.len + n > max) {
+            fclose(f);
+            kf_buf_release(&b);
+            kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %zu bytes", path, max);
+            return NULL;
+        }
+        kf_buf_add(&b, chunk, n);
+    }
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        kf_buf_release(&b);
+        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(e));
+        return NULL;
+    }
+    fclose(f);
+    if (!b.data)
+        kf_buf_adds(&b, "");
+    return kf_buf_detach(&b);
 }

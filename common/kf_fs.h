@@ -15,6 +15,12 @@
  * install`'s layout, "../../NAME" for a build tree's build/bin) the first
  * that is a folder is written to out (len bytes) and returned.  NULL when
  * none is (or /proc/self/exe cannot be read); out is the caller's.
+ *
+ * kf_fs_read_file() reads a whole file into a NUL-terminated string the
+ * caller frees, growing the buffer as it reads (a bound-sized buffer for
+ * every small file costs more than the file).  NULL with err set: KF_IO
+ * when it cannot be opened or read (a folder is not readable as a file),
+ * KF_TOO_LARGE when it holds more than max bytes.
  */
 #ifndef KF_FS_H
 #define KF_FS_H
@@ -23,7 +29,10 @@
 
 #include <stddef.h>
 
+#include "kf_error.h"
+
 int kf_mkdir_p(const char *path, mode_t mode);
 const char *kf_fs_data_dir(const char *const *rels, int n_rels, char *out, size_t len);
+char *kf_fs_read_file(const char *path, size_t max, kf_err *err);
 
 #endif

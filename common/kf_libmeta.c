@@ -40,35 +40,7 @@ const char *kf_libmeta_dir(void)
 
 char *kf_libmeta_read_file(const char *path, kf_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    kf_buf b = KF_BUF_INIT;
-    char chunk[16384];
-    size_t n;
-
-    if (!f) {
-        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    /* grown as read: a kernel file or a doc is tens of KiB, and a buffer of
-     * the bound for each (docs are read on every MCP docs call) costs a
-     * MiB of memory to map and clear */
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (b.len + n > KF_LIBMETA_MAX_FILE) {
-            fclose(f);
-            kf_buf_release(&b);
-            kf_err_set(err, KF_TOO_LARGE, "'%s' is larger than %d bytes", path, KF_LIBMETA_MAX_FILE);
-            return NULL;
-        }
-        kf_buf_add(&b, chunk, n);
-    }
-    if (ferror(f)) {
-        fclose(f);
-        kf_buf_release(&b);
-        kf_err_set(err, KF_IO, "cannot read '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    fclose(f);
-    return kf_buf_detach(&b);
+    return kf_fs_read_file(path, KF_LIBMETA_MAX_FILE, err);
 }
 
 kf_code kf_libmeta_from_text(const char *text, const char *what, cJSON **meta, kf_err *err)

@@ -482,3 +482,44 @@ Test(common, data_dir_beside_binary)
     cr_assert_null(kf_fs_data_dir(file, 1, buf, sizeof(buf)), "a file is not a data folder");
     cr_assert_null(kf_fs_data_dir(rels + 1, 1, tiny, sizeof(tiny)), "a path that does not fit is no match");
 }
+
+/* Whole files read into a string: the bytes as they are (NUL-terminated),
+ * an empty file as "", a file over the bound and a folder or a missing file
+ * refused with the code that says which. */
+Test(common, read_file_whole_bounded_and_refused)
+{
+    char *tmp = kf_test_tmpdir("readfile"), *p = kf_asprintf("%s/f", tmp), *e0 = kf_asprintf("%s/empty", tmp);
+    char big[40000], *s;
+    kf_err err = KF_ERR_INIT;
+    FILE *f;
+
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 26);
+    f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(big, 1, sizeof(big), f), sizeof(big));
+    fclose(f);
+    f = fopen(e0, "wb");
+    cr_assert_not_null(f);
+    fclose(f);
+
+    s = kf_fs_read_file(p, sizeof(big), &err);   /* more than one read chunk, exactly the bound */
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_eq(strlen(s), sizeof(big));
+    cr_assert_eq(memcmp(s, big, sizeof(big)), 0);
+    free(s);
+    s = kf_fs_read_file(e0, 10, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_str_eq(s, "");
+    free(s);
+    cr_assert_null(kf_fs_read_file(p, sizeof(big) - 1, &err));
+    cr_assert_eq(err.code, KF_TOO_LARGE, "%s", err.msg);
+    cr_assert_null(kf_fs_read_file(tmp, 1 << 20, &err), "a folder");
+    cr_assert_eq(err.code, KF_IO, "%s", err.msg);
+    cr_assert_null(kf_fs_read_file("/no/such/file", 1 << 20, &err));
+    cr_assert_eq(err.code, KF_IO);
+    cr_assert(strstr(err.msg, "/no/such/file") != NULL, "%s", err.msg);
+    free(e0);
+    free(p);
+    free(tmp);
+}
