@@ -13,7 +13,11 @@
  * Cost: one Redis round trip per question (kf_queue_caps_get,
  * kf_queue_caps_missing), none per worker.  kf:caps never shrinks, so a
  * pair once seen offered is remembered here and the create routes stop
- * asking about it.  Redis away: no warning and no waiting object (the
+ * asking about it.  A pair seen never offered is remembered for
+ * API_CAPS_ABSENT_MS: a client posting many jobs for a pair no worker has
+ * started on yet costs one round trip per interval, not one per job (so the
+ * warning can come up to that long after the first such worker started).
+ * Redis away: no warning and no waiting object (the
  * answer is still given; the job itself is safe in PostgreSQL), and
  * /readyz already reports Redis. */
 #include "api.h"
@@ -25,13 +29,65 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define API_CAPS_KNOWN   64   /* pairs remembered as offered (4 targets x a few backends) */
 #define API_CAPS_MISSING 32   /* pairs /readyz lists */
+#define API_CAPS_ABSENT  16   /* pairs remembered as never offered */
+#define API_CAPS_ABSENT_MS 1000
 
 static pthread_mutex_t api_caps_mu = PTHREAD_MUTEX_INITIALIZER;
 static char api_caps_known[API_CAPS_KNOWN][132];
 static int api_caps_n_known;
+static struct {
+    char     pair[132];
+    uint64_t until_ms;        /* CLOCK_MONOTONIC */
+} api_caps_absent[API_CAPS_ABSENT];
+
+static uint64_t api_caps_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* True when the pair was seen never offered less than API_CAPS_ABSENT_MS ago. */
+static bool api_caps_is_absent(const char *target, const char *backend)
+{
+    char pair[132];
+    uint64_t now = api_caps_now_ms();
+    bool found = false;
+
+    snprintf(pair, sizeof(pair), "%s:%s", backend, target);
+    pthread_mutex_lock(&api_caps_mu);
+    for (int i = 0; i < API_CAPS_ABSENT && !found; i++)
+        found = api_caps_absent[i].until_ms > now && strcmp(api_caps_absent[i].pair, pair) == 0;
+    pthread_mutex_unlock(&api_caps_mu);
+    return found;
+}
+
+/* Remembers a pair as never offered, in the slot of the same pair or of the
+ * one that expires first. */
+static void api_caps_remember_absent(const char *target, const char *backend)
+{
+    char pair[132];
+    uint64_t now = api_caps_now_ms();
+    int slot = 0;
+
+    snprintf(pair, sizeof(pair), "%s:%s", backend, target);
+    pthread_mutex_lock(&api_caps_mu);
+    for (int i = 0; i < API_CAPS_ABSENT; i++) {
+        if (strcmp(api_caps_absent[i].pair, pair) == 0) {
+            slot = i;
+            break;
+        }
+        if (api_caps_absent[i].until_ms < api_caps_absent[slot].until_ms)
+            slot = i;
+    }
+    snprintf(api_caps_absent[slot].pair, sizeof(api_caps_absent[slot].pair), "%s", pair);
+    api_caps_absent[slot].until_ms = now + API_CAPS_ABSENT_MS;
+    pthread_mutex_unlock(&api_caps_mu);
+}
 
 static bool api_caps_is_known(const char *target, const char *backend)
 {
@@ -69,10 +125,12 @@ cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *con
 {
     const char *qt[KF_QUEUE_MAX_PAIRS], *qb[KF_QUEUE_MAX_PAIRS];
     kf_queue_cap_state st[KF_QUEUE_MAX_PAIRS];
+    bool ask[KF_QUEUE_MAX_PAIRS];
+    const char *at[KF_QUEUE_MAX_PAIRS], *ab[KF_QUEUE_MAX_PAIRS];
     cJSON *out = NULL;
     kf_err e = KF_ERR_INIT;
     kf_queue *q;
-    int nq = 0;
+    int nq = 0, na = 0;
 
     /* The distinct pairs not yet known to have been offered. */
     for (int i = 0; i < n; i++) {
@@ -84,18 +142,31 @@ cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *con
         if (nq == KF_QUEUE_MAX_PAIRS)
             break;
         qt[nq] = targets[i];
-        qb[nq++] = backends[i];
+        qb[nq] = backends[i];
+        ask[nq] = !api_caps_is_absent(targets[i], backends[i]);
+        memset(&st[nq], 0, sizeof(st[nq]));
+        if (ask[nq]) {
+            at[na] = targets[i];
+            ab[na++] = backends[i];
+        }
+        nq++;
     }
     if (nq == 0)
         return NULL;
-    q = api_qpool_get(api_req_qpool(r), &e);
-    if (!q || kf_queue_caps_get(q, qt, qb, nq, st, &e) != KF_OK) {
-        kf_log_warn("cannot tell whether a worker offers what was asked (no warning given) err=\"%s\" req=%s", e.msg,
-                    r->request_id);
+    if (na > 0) {
+        kf_queue_cap_state got[KF_QUEUE_MAX_PAIRS];
+        q = api_qpool_get(api_req_qpool(r), &e);
+        if (!q || kf_queue_caps_get(q, at, ab, na, got, &e) != KF_OK) {
+            kf_log_warn("cannot tell whether a worker offers what was asked (no warning given) err=\"%s\" req=%s",
+                        e.msg, r->request_id);
+            api_qpool_put(api_req_qpool(r), q);
+            return NULL;
+        }
         api_qpool_put(api_req_qpool(r), q);
-        return NULL;
+        for (int k = 0, j = 0; k < nq; k++)
+            if (ask[k])
+                st[k] = got[j++];
     }
-    api_qpool_put(api_req_qpool(r), q);
     for (int k = 0; k < nq; k++) {
         cJSON *w;
         char msg[320];
@@ -103,6 +174,8 @@ cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *con
             api_caps_remember(qt[k], qb[k]);
             continue;
         }
+        if (ask[k])
+            api_caps_remember_absent(qt[k], qb[k]);
         if (!out)
             out = cJSON_CreateArray();
         w = cJSON_CreateObject();
