@@ -4,6 +4,7 @@
  * nki_internal.h).  Legacy value-returning calls put their result in a new
  * SBUF tile (matmul and transpose: PSUM) of the promoted or dtype= type. */
 #include "nki_internal.h"
+#include "nki_mmq.h"
 
 #include <float.h>
 #include <math.h>
@@ -1023,6 +1024,7 @@ static bool pe_dtype_ok(sim_dtype dt)
 /* An FP32 operand usable by BLAS in place: a 2-D view with contiguous rows. */
 static const float *blas_operand(const simc_view *v, int64_t rows, int64_t cols, int64_t *ld)
 {
+    simc_settle(v->st);
     if (v->dtype != SIM_DT_FLOAT32 || v->ndim != 2 || v->shape[0] != rows || v->shape[1] != cols ||
         (cols > 1 && v->strides[1] != 1) || !simc_view_in_store(v) || v->st->open)
         return NULL;
@@ -1060,6 +1062,14 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
             if (memchr(s->open + dv->offset + m * ldc, first ? 0 : 1, (size_t)N))
                 return false;
     acc = accumulate > 0 || (accumulate == 0 && first);
+    if (!stat_is_mk) {
+        /* the K loop of a tiled matmul: queued, computed as one GEMM */
+        nki_mmq_add(s, dv->offset, ldc, M, N, K, sv, mv, acc);
+        for (int64_t m = 0; m < M; m++)
+            memset(s->open + dv->offset + m * ldc, 1, (size_t)N);
+        *any_acc = acc;
+        return true;
+    }
     A = stat_is_mk ? blas_operand(sv, M, K, &lda) : blas_operand(sv, K, M, &lda);
     if (!A) {
         A = nki_read(sv, 1);

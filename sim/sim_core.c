@@ -375,10 +375,14 @@ void simc_store_ref(simc_store *s)
     s->refcnt++;
 }
 
+void (*simc_settle_hook)(simc_store *s, bool drop);
+
 bool simc_store_unref(simc_store *s)
 {
     if (!s || --s->refcnt > 0)
         return false;
+    if (s->pending && simc_settle_hook)
+        simc_settle_hook(s, true);
     if (!s->borrowed)
         buf_put(s->data, store_bytes(s));
     buf_put(s->open, (size_t)s->nelem);
@@ -392,6 +396,7 @@ void simc_store_writable(simc_store *s)
     void *copy;
     size_t n;
 
+    simc_settle(s);
     if (!s->borrowed)
         return;
     n = store_bytes(s);
@@ -619,6 +624,7 @@ void simc_gather(const simc_view *v, float *out)
     unsigned es = sim_dtype_size(v->dtype);
     float *o = out;
 
+    simc_settle(v->st);
     if (!simc_view_in_store(v)) {
         gather_checked(v, out, s->data != NULL);
         return;
@@ -669,6 +675,7 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     const float *x = in;
     const uint8_t *m = mask;
 
+    simc_settle(s);
     if (!s->data)
         return;
     simc_store_writable(s);
@@ -754,6 +761,7 @@ void simc_scatter_accum(const simc_view *v, const float *in, int accumulate, con
     bool acc_any = false;
     bool fast = !mask && (is == 1 || n == 1) && (!s->data || v->dtype == SIM_DT_FLOAT32);
 
+    simc_settle(s);
     if (s->data)
         simc_store_writable(s);
     SIMC_ROWS_BEGIN(v, base, r)
@@ -795,6 +803,7 @@ void simc_gather_i64(const simc_view *v, int64_t *out)
     int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
     unsigned es = sim_dtype_size(v->dtype);
 
+    simc_settle(v->st);
     for (int64_t i = 0; i < n; i++) {
         int64_t f = simc_elem_index(v, idx);
         if (f >= 0 && f < s->nelem) {
@@ -818,6 +827,7 @@ void simc_scatter_i64(const simc_view *v, const int64_t *in, const uint8_t *mask
     int64_t n = simc_view_elems(v), idx[SIMC_MAX_DIMS] = { 0 };
     unsigned es = sim_dtype_size(v->dtype);
 
+    simc_settle(s);
     if (!s->data)
         return;
     simc_store_writable(s);
@@ -846,6 +856,8 @@ bool simc_copy_raw(const simc_view *dst, const simc_view *src)
     int64_t sis = src->ndim ? src->strides[src->ndim - 1] : 0;
     int64_t sidx[SIMC_MAX_DIMS] = { 0 }, sbase = src->offset;
 
+    simc_settle(dst->st);
+    simc_settle(src->st);
     if (dst->dtype != src->dtype || !ds->data || !ss->data || ds->open || ss->open ||
         dst->ndim != src->ndim || dst->ndim == 0 || !simc_view_in_store(dst) ||
         !simc_view_in_store(src))

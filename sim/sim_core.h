@@ -65,7 +65,22 @@ typedef struct simc_store {
      * when it wrote all or anything wrote the store since.  Freed here. */
     bool       fresh;
     uint8_t   *sel;
+    /* Arithmetic queued on the store's data (nki_mmq's matmul runs): every
+     * accessor below settles it first (simc_settle), so nothing outside the
+     * queue ever sees the data without it. */
+    bool       pending;
 } simc_store;
+
+/* Settles a store with queued work: installed by the module that queues
+ * (nki_mmq); `drop` when the store is being freed and the work can be
+ * discarded.  simc_settle is the accessors' check, a no-op when nothing is
+ * queued. */
+extern void (*simc_settle_hook)(simc_store *s, bool drop);
+static inline void simc_settle(simc_store *s)
+{
+    if (s->pending && simc_settle_hook)
+        simc_settle_hook(s, false);
+}
 
 typedef struct simc_view {
     simc_store *st;           /* borrowed by the view's owner, which holds a ref */

@@ -15,6 +15,7 @@
 
 #include "kf_alloc.h"
 #include "nki_internal.h"
+#include "nki_mmq.h"
 #include "sim_live.h"
 #include "sim_load.h"
 
@@ -350,6 +351,7 @@ static int output_array(nki_ctx *c, PyObject *o, size_t idx, bool steal, sim_arr
     n = simc_view_elems(v);
     for (int d = 0; d < v->ndim; d++)
         out->shape[d] = v->shape[d];
+    simc_settle(v->st);
     if (steal && v->offset == 0 && n == v->st->nelem && n > 0 && simc_view_contiguous(v) &&
         !v->st->borrowed && v->st->data) {
         /* The last use of the output's storage: hand it over (no copy, so
@@ -803,6 +805,7 @@ out:
     PyGC_Collect();
     PyErr_Clear();
     ctx_release(&ctx);
+    nki_mmq_reset();
     simc_pool_drain();
     simn_stop_threads();   /* no thread outlives the run (the caller may fork next) */
     nki_cur = NULL;

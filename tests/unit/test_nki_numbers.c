@@ -416,6 +416,69 @@ Test(nki_numbers, current_matmul_into_a_fresh_psum_tile_starts_from_zero)
     sim_array_release(&in[1]);
 }
 
+/* Matmul runs into one PSUM tile are queued and computed as one GEMM
+ * (nki_mmq): every read of the tile, a run into another region of the same
+ * tensor, an overwrite (accumulate=False) and writes to the SBUF operands
+ * between the instructions must see exactly what the instructions one by one
+ * would give.  Inputs are multiples of 1/8, so every sum is exact in FP32
+ * and the comparison is exact. */
+Test(nki_numbers, queued_matmul_runs_read_what_each_instruction_wrote)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    o = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(5)]\n"
+        "    acc = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+        "    two = nl.ndarray((8, 32), dtype=nl.float32, buffer=nl.psum)\n"
+        "    at = nl.ndarray((128, 8), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+        "    bt = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    r = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf) for _ in range(5)]\n"
+        "    for kk in range(4):\n"
+        "        nisa.dma_copy(dst=at, src=a[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.dma_copy(dst=bt, src=b[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.nc_matmul(dst=acc, stationary=at, moving=bt)\n"
+        "        half = two[:, 0:16] if kk % 2 == 0 else two[:, 16:32]\n"
+        "        nisa.nc_matmul(dst=half, stationary=at, moving=bt)\n"
+        "        if kk == 1:\n"
+        "            nisa.tensor_copy(dst=r[0], src=acc)\n"
+        "    nisa.tensor_copy(dst=r[1], src=acc)\n"
+        "    nisa.tensor_copy(dst=r[2], src=two[:, 0:16])\n"
+        "    nisa.tensor_copy(dst=r[3], src=two[:, 16:32])\n"
+        "    nisa.nc_matmul(dst=acc, stationary=at, moving=bt, accumulate=False)\n"
+        "    nisa.tensor_copy(dst=r[4], src=acc)\n"
+        "    for i in range(5):\n"
+        "        nisa.dma_copy(dst=o[i], src=r[i])\n"
+        "    return tuple(o)\n";
+    sim_array in[2] = { mk("a", 2, 512, 8, 8), mk("b", 2, 512, 16, 9) };
+    kt_result r;
+
+    /* a's tile is bf16 in SBUF: values that are multiples of 1/8 in
+     * [-2, 2) are exact in bf16 too */
+    kt_run(&r, src, "k", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 5);
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float chunk[4] = { 0 }, want[5];
+            for (int k = 0; k < 512; k++)
+                chunk[k / 128] += f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+            want[0] = chunk[0] + chunk[1];                        /* read mid-run */
+            want[1] = chunk[2] + chunk[3];   /* reading acc closed its accumulation */
+            want[2] = chunk[0] + chunk[2];                        /* two[:, 0:16] */
+            want[3] = chunk[1] + chunk[3];                        /* two[:, 16:32] */
+            want[4] = chunk[3];                                   /* accumulate=False */
+            for (int j = 0; j < 5; j++)
+                cr_assert_eq(f32(&r.out[j])[m * 16 + n], want[j], "output %d [%d, %d]: %g, want %g", j,
+                             m, n, (double)f32(&r.out[j])[m * 16 + n], (double)want[j]);
+        }
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
 /* ===== 3. nl.spmd_dim launches every program ===== */
 
 Test(nki_numbers, spmd_dim_launches_the_product_of_its_sizes)

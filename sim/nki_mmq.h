@@ -1,0 +1,52 @@
+/*
+ * nki_mmq — a run of matmuls accumulating into one PSUM tile, computed as
+ * one GEMM.
+ *
+ * A tiled matmul issues nc_matmul K/128 times into the same PSUM tile, each
+ * a (128 x M) x (128 x N) product added to the tile.  Computed one by one,
+ * every product is a small sgemm that reads and writes the whole FP32 tile;
+ * queued, the run is one sgemm over the whole contraction, which is where
+ * BLAS is fast.  The values are the engine's arithmetic (FP32 products of the
+ * operands, summed in FP32) up to the order of the sums, as with one sgemm
+ * per instruction.
+ *
+ * nki_mmq_add copies a call's operands (converted to FP32) when the call is
+ * made, so later writes to the SBUF operand tiles change nothing, and marks
+ * the PSUM store `pending`.  The queued product is added to the store when
+ * anything reads or writes the store's data (sim_core calls
+ * simc_settle_hook, which this module installs), when a matmul into another
+ * region or without accumulation starts, or when the queue is full; a store
+ * freed with work queued drops it (nobody can read it any more).
+ *
+ * Ownership: one queue per process, used from the tracer thread only (the
+ * numerics pool runs inside the flush).  Buffers grow to the longest run
+ * (bounded by NKI_MMQ_MAX_K rows) and are freed by nki_mmq_reset, which
+ * sim_run calls when a run ends.  Failure: an allocation that fails aborts
+ * (kf_malloc), like the rest of the numerics.
+ */
+#ifndef NKI_MMQ_H
+#define NKI_MMQ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim_core.h"
+
+/* Contraction rows queued before a flush: 8192 x (128 + 512) floats, 20 MiB. */
+#define NKI_MMQ_MAX_K 8192
+
+/* Queue C[M x N] (+)= A^T B into the FP32 PSUM elements of `st` starting at
+ * `off` with row stride `ldc`: A is the (K, M) stationary view, B the (K, N)
+ * moving view (both read now, as FP32, row-major).  `acc` says whether the
+ * product adds to what the elements hold (the first-write rule, decided by
+ * the caller for the whole region); a call without it starts a new run. */
+void nki_mmq_add(simc_store *st, int64_t off, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                 const simc_view *a, const simc_view *b, bool acc);
+
+/* Computes the queued run now (nothing if the queue is empty). */
+void nki_mmq_flush(void);
+
+/* Drops anything queued without computing it and frees the buffers. */
+void nki_mmq_reset(void);
+
+#endif
