@@ -67,6 +67,41 @@ char *kf_test_bin(const char *name)
     return kf_asprintf("%s/%s/bin/%s", root ? root : ".", build ? build : "build", name);
 }
 
+char *kf_test_root(void)
+{
+    const char *r = kf_test_env_opt("KFORGE_TEST_ROOT");
+    return kf_strdup(r && *r ? r : ".");
+}
+
+char *kf_test_bin_abs(const char *name)
+{
+    char *b = kf_test_bin(name), *abs = realpath(b, NULL);
+    cr_assert_not_null(abs, "%s exists", b);
+    free(b);
+    return abs;
+}
+
+int kf_test_sh(const char *cmd, char **out)
+{
+    const size_t cap = (size_t)1 << 22;
+    char buf[4096];
+    size_t len = 0, n;
+    FILE *p = popen(cmd, "r");
+    char *o = kf_malloc(cap);
+    int st;
+
+    cr_assert_not_null(p, "popen %s: %s", cmd, strerror(errno));
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
+        if (len + n < cap) {       /* past the cap: read on, keep the start */
+            memcpy(o + len, buf, n);
+            len += n;
+        }
+    o[len] = '\0';
+    st = pclose(p);
+    *out = o;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 pid_t kf_test_spawn(char *const argv[], char *const env[], const char *log_path)
 {
     pid_t pid = fork();

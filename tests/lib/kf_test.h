@@ -30,6 +30,18 @@ char *kf_test_fresh_db(void);
 /* Path of a built binary, e.g. kf_test_bin("kforge-api"). Caller frees. */
 char *kf_test_bin(const char *name);
 
+/* The source tree the tests run in (KFORGE_TEST_ROOT, else "."); caller frees. */
+char *kf_test_root(void);
+
+/* kf_test_bin as an absolute path (the test fails when the binary does not
+ * exist), for commands run from another folder.  Caller frees. */
+char *kf_test_bin_abs(const char *name);
+
+/* Run a shell command line; *out is its standard output (up to 4 MiB; add
+ * 2>&1 to the command for its errors too), the caller frees it.  Returns
+ * the exit status, or -1 when it did not exit normally. */
+int kf_test_sh(const char *cmd, char **out);
+
 /* Start argv[0] with extra environment entries ("K=V", NULL-terminated),
  * stdout/stderr appended to log_path.  Returns the pid. */
 pid_t kf_test_spawn(char *const argv[], char *const env[], const char *log_path);

@@ -13,40 +13,6 @@
 #include "kf_alloc.h"
 #include "tests/lib/kf_test.h"
 
-static char *root(void)
-{
-    const char *r = getenv("KFORGE_TEST_ROOT");
-    return kf_strdup(r && *r ? r : ".");
-}
-
-/* kforge of the build under test (build/ or build-asan/), absolute. */
-static char *kforge(void)
-{
-    char *b = kf_test_bin("kforge"), *abs = realpath(b, NULL);
-    cr_assert_not_null(abs, "%s exists", b);
-    free(b);
-    return abs;
-}
-
-/* Run a shell command; exit status, output (stdout+stderr) in *out. */
-static int sh(const char *cmd, char **out)
-{
-    char buf[4096];
-    size_t len = 0, n;
-    FILE *p = popen(cmd, "r");
-    char *o = kf_malloc(1 << 20);
-    int st;
-    cr_assert_not_null(p);
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0 && len + n < (1 << 20) - 1) {
-        memcpy(o + len, buf, n);
-        len += n;
-    }
-    o[len] = '\0';
-    st = pclose(p);
-    *out = o;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static bool exists(const char *dir, const char *name)
 {
     struct stat st;
@@ -60,11 +26,11 @@ TestSuite(agent_cli, .timeout = 300);
 
 Test(agent_cli, tunes_a_library_op_and_writes_the_results)
 {
-    char *r = root(), *k = kforge(), *out = NULL;
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL;
     char *dir = kf_asprintf("/tmp/kforge-test-tune-%d", (int)getpid());
     char *cmd = kf_asprintf("cd %s && KFORGE_KERNELS_DIR=%s/kernels %s tune softmax --shape 200x700 "
                             "--dtype bf16 --target trn2 --iterations 3 --output-dir %s 2>&1", r, r, k, dir);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     cr_assert(strstr(out, "[  1] baseline") && strstr(out, "[  3]"), "a line per iteration: %s", out);
     /* it says what it does before any long step: first the binding, then the
      * first simulation and the validation, all before iteration 1's line */
@@ -79,7 +45,7 @@ Test(agent_cli, tunes_a_library_op_and_writes_the_results)
     free(out);
     free(cmd);
     cmd = kf_asprintf("rm -rf %s", dir);
-    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0);
     free(out);
     free(cmd);
     free(dir);
@@ -92,17 +58,17 @@ Test(agent_cli, tunes_a_library_op_and_writes_the_results)
  * sandbox does not have; it failed with "cannot open kernel file"). */
 Test(agent_cli, tunes_a_library_op_from_any_folder)
 {
-    char *k = kforge(), *out = NULL;
+    char *k = kf_test_bin_abs("kforge"), *out = NULL;
     char *dir = kf_asprintf("/tmp/kforge-test-tune-cwd-%d", (int)getpid());
     char *cmd = kf_asprintf("mkdir -p %s && cd %s && env -u KFORGE_KERNELS_DIR %s tune softmax --shape 128x512 "
                             "--dtype fp32 --target trn2 --iterations 1 2>&1", dir, dir, k);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     cr_assert(strstr(out, "[  1] baseline") && !strstr(out, "cannot open"), "%s", out);
     cr_assert(exists(dir, "kforge-tune/kernel.py") && exists(dir, "kforge-tune/result.json"));
     free(out);
     free(cmd);
     cmd = kf_asprintf("rm -rf %s", dir);
-    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0);
     free(out);
     free(cmd);
     free(dir);
@@ -111,13 +77,13 @@ Test(agent_cli, tunes_a_library_op_from_any_folder)
 
 Test(agent_cli, tunes_a_user_kernel_over_its_tunables)
 {
-    char *r = root(), *k = kforge(), *out = NULL;
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL;
     char *dir = kf_asprintf("/tmp/kforge-test-tune-user-%d", (int)getpid());
     char *cmd = kf_asprintf("cd %s && %s tune kernels/add.py --entry add --reference kernels/add.py "
                             "--ref-entry add_ref --input a=shape:130x300:fp32 --input b=shape:130x300:fp32 "
                             "--tunables '{\"TILE_F\":[128,256]}' --quiet --json --output-dir %s 2>&1",
                             r, k, dir);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     {
         cJSON *res = cJSON_Parse(out), *best = cJSON_GetObjectItemCaseSensitive(res, "best");
         cr_assert_not_null(res, "--json prints the result: %s", out);
@@ -129,7 +95,7 @@ Test(agent_cli, tunes_a_user_kernel_over_its_tunables)
     free(out);
     free(cmd);
     cmd = kf_asprintf("rm -rf %s", dir);
-    sh(cmd, &out);
+    kf_test_sh(cmd, &out);
     free(out);
     free(cmd);
     free(dir);
@@ -139,25 +105,25 @@ Test(agent_cli, tunes_a_user_kernel_over_its_tunables)
 
 Test(agent_cli, usage_and_job_errors)
 {
-    char *r = root(), *k = kforge(), *out = NULL, *cmd;
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL, *cmd;
     cmd = kf_asprintf("cd %s && %s tune --help 2>&1", r, k);
-    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0);
     cr_assert(strstr(out, "--shape") && strstr(out, "--tunables") && strstr(out, "--planner") &&
               strstr(out, "--output-dir") && strstr(out, "Exit status"), "%s", out);
     free(out);
     free(cmd);
     cmd = kf_asprintf("cd %s && %s tune conv9d --shape 8x8 --output-dir /tmp/kforge-test-none 2>&1", r, k);
-    cr_assert_eq(sh(cmd, &out), 2);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2);
     cr_assert(strstr(out, "unknown op \"conv9d\""), "%s", out);
     free(out);
     free(cmd);
     cmd = kf_asprintf("cd %s && %s tune softmax 2>&1", r, k);
-    cr_assert_eq(sh(cmd, &out), 2);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2);
     cr_assert(strstr(out, "--shape"), "%s", out);
     free(out);
     free(cmd);
     cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --planner magic 2>&1", r, k);
-    cr_assert_eq(sh(cmd, &out), 2);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2);
     free(out);
     free(cmd);
     free(r);
@@ -196,14 +162,14 @@ Test(agent_cli, numbers_are_refused_unless_whole_and_in_range)
         { "tune k.py --entry k --input a=shape:8x8::bf16",
           "kforge tune: --input a=shape:8x8::bf16: write NAME=shape:4096x8192:bf16[:std=S]" },
     };
-    char *r = root(), *k = kforge();
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge");
 
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         char *out = NULL;
         char *cmd = kf_asprintf("cd %s && KFORGE_API_URL=http://127.0.0.1:9 KFORGE_TOKEN=t %s %s "
                                 "--output-dir /tmp/kforge-test-none </dev/null 2>&1",
                                 r, k, c[i].args);
-        cr_assert_eq(sh(cmd, &out), 2, "%s: %s", c[i].args, out);
+        cr_assert_eq(kf_test_sh(cmd, &out), 2, "%s: %s", c[i].args, out);
         cr_assert(strstr(out, c[i].msg), "%s: wanted \"%s\", got: %s", c[i].args, c[i].msg, out);
         free(out);
         free(cmd);
@@ -217,7 +183,7 @@ Test(agent_cli, numbers_are_refused_unless_whole_and_in_range)
  * exits 2 like any other bad constraint, instead of dying on the stack. */
 Test(agent_cli, a_deeply_nested_constraint_is_a_job_error)
 {
-    char *r = root(), *k = kforge(), *out = NULL, *cmd;
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL, *cmd;
     char *src = kf_asprintf("/tmp/kforge-test-deep-%d.py", (int)getpid());
     char *dir = kf_asprintf("/tmp/kforge-test-deep-out-%d", (int)getpid());
     FILE *f = fopen(src, "w");
@@ -231,12 +197,12 @@ Test(agent_cli, a_deeply_nested_constraint_is_a_job_error)
                       "--ref-entry add_ref --input a=shape:130x300:fp32 --input b=shape:130x300:fp32 "
                       "--tunables '{\"TILE_F\":[128,256]}' --quiet --output-dir %s 2>&1",
                       r, src, k, src, dir);
-    cr_assert_eq(sh(cmd, &out), 2, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2, "%s", out);
     cr_assert(strstr(out, "kforge tune: constraint") && strstr(out, "more than 64 levels"), "%s", out);
     free(out);
     free(cmd);
     cmd = kf_asprintf("rm -rf %s %s", src, dir);
-    sh(cmd, &out);
+    kf_test_sh(cmd, &out);
     free(out);
     free(cmd);
     free(dir);

@@ -23,38 +23,6 @@
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_llm.h"
 
-static char *root(void)
-{
-    const char *r = getenv("KFORGE_TEST_ROOT");
-    return kf_strdup(r && *r ? r : ".");
-}
-
-static char *kforge(void)
-{
-    char *b = kf_test_bin("kforge"), *abs = realpath(b, NULL);
-    cr_assert_not_null(abs, "%s exists", b);
-    free(b);
-    return abs;
-}
-
-static int sh(const char *cmd, char **out)
-{
-    char buf[4096];
-    size_t len = 0, n;
-    FILE *p = popen(cmd, "r");
-    char *o = kf_malloc(1 << 22);
-    int st;
-    cr_assert_not_null(p);
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0 && len + n < (1 << 22) - 1) {
-        memcpy(o + len, buf, n);
-        len += n;
-    }
-    o[len] = '\0';
-    st = pclose(p);
-    *out = o;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* s with the first `from` replaced by `to` (the test fails when absent). */
 static char *replace(const char *s, const char *from, const char *to)
 {
@@ -116,7 +84,7 @@ TestSuite(llm_plan, .timeout = 600);
 
 Test(llm_plan, repairs_restructures_then_tunes_and_replays)
 {
-    char *r = root(), *k = kforge(), *out = NULL;
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL;
     char *dir = kf_test_tmpdir("llmplan");
     char *add_path = kf_asprintf("%s/kernels/add.py", r);
     char *good = kf_test_read_file(add_path);
@@ -154,7 +122,7 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
                             "--input b=shape:130x3000:fp32 --planner llm --iterations 4 --seeds 2 --jobs 1 "
                             "--output-dir %s/out 2>&1",
                             r, kf_test_llm_url(s), k, start, dir);
-    int rc = sh(cmd, &out);
+    int rc = kf_test_sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert_eq(kf_test_llm_requests(s), 8, "%s", out);
 
@@ -218,7 +186,7 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
                       "--input a=shape:130x3000:fp32 --input b=shape:130x3000:fp32 --planner llm --iterations 4 "
                       "--seeds 2 --jobs 1 --llm-replay %s --output-dir %s/replay 2>&1",
                       r, k, start, p, dir);
-    rc = sh(cmd, &out);
+    rc = kf_test_sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert_eq(kf_test_llm_requests(s), 8, "no request in a replay");
     char *p2 = kf_asprintf("%s/replay/result.json", dir);
@@ -256,7 +224,7 @@ Test(llm_plan, repairs_restructures_then_tunes_and_replays)
 
 Test(llm_plan, an_endpoint_that_is_down_ends_the_run_with_the_best_so_far)
 {
-    char *r = root(), *k = kforge(), *out = NULL, *dir = kf_test_tmpdir("llmdown");
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL, *dir = kf_test_tmpdir("llmdown");
     char *add_path = kf_asprintf("%s/kernels/add.py", r);
     char *good = kf_test_read_file(add_path);
     char *broken = replace(good, "op=nl.add)", "op=nl.addd)");
@@ -270,7 +238,7 @@ Test(llm_plan, an_endpoint_that_is_down_ends_the_run_with_the_best_so_far)
                             "--input a=shape:130x300:fp32 --input b=shape:130x300:fp32 --planner llm --jobs 1 "
                             "--output-dir %s/a 2>&1",
                             r, port, k, start, dir);
-    cr_assert_eq(sh(cmd, &out), 1, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 1, "%s", out);
     char *p = kf_asprintf("%s/a/result.json", dir);
     cJSON *res = read_json(p);
     cr_assert_str_eq(get(get(res, "llm"), "stop")->valuestring, "llm_unreachable");
@@ -286,7 +254,7 @@ Test(llm_plan, an_endpoint_that_is_down_ends_the_run_with_the_best_so_far)
                       "--input a=shape:130x300:fp32 --input b=shape:130x300:fp32 --planner llm --iterations 2 "
                       "--jobs 1 --output-dir %s/b 2>&1",
                       r, port, k, dir);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     p = kf_asprintf("%s/b/result.json", dir);
     res = read_json(p);
     cr_assert(cJSON_IsTrue(get(res, "correct")));
@@ -307,7 +275,7 @@ Test(llm_plan, an_endpoint_that_is_down_ends_the_run_with_the_best_so_far)
 
 Test(llm_plan, the_token_budget_ends_the_models_part)
 {
-    char *r = root(), *k = kforge(), *out = NULL, *dir = kf_test_tmpdir("llmbudget");
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL, *dir = kf_test_tmpdir("llmbudget");
     char *add_path = kf_asprintf("%s/kernels/add.py", r);
     char *good = kf_test_read_file(add_path);
     char *broken = replace(good, "op=nl.add)", "op=nl.addd)");
@@ -323,7 +291,7 @@ Test(llm_plan, the_token_budget_ends_the_models_part)
                             "--input b=shape:130x300:fp32 --planner llm --llm-tokens 4000 --iterations 2 --jobs 1 "
                             "--output-dir %s/o 2>&1",
                             r, kf_test_llm_url(s), k, start, dir);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     cr_assert_eq(kf_test_llm_requests(s), 1, "the second call is refused before any request");
     char *p = kf_asprintf("%s/o/result.json", dir);
     cJSON *res = read_json(p);
@@ -347,7 +315,7 @@ Test(llm_plan, the_token_budget_ends_the_models_part)
 
 Test(llm_plan, nonsense_replies_are_answered_then_the_run_ends)
 {
-    char *r = root(), *k = kforge(), *out = NULL, *dir = kf_test_tmpdir("llmnonsense");
+    char *r = kf_test_root(), *k = kf_test_bin_abs("kforge"), *out = NULL, *dir = kf_test_tmpdir("llmnonsense");
     kf_test_llm *s = kf_test_llm_start();
     char *c1 = kf_test_llm_content("I think the kernel is fine.", 10, 10);
 
@@ -360,7 +328,7 @@ Test(llm_plan, nonsense_replies_are_answered_then_the_run_ends)
                             "--reference kernels/add.py --ref-entry add_ref --input a=shape:130x300:fp32 "
                             "--input b=shape:130x300:fp32 --planner llm --iterations 2 --jobs 1 --output-dir %s/o 2>&1",
                             r, kf_test_llm_url(s), k, dir);
-    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    cr_assert_eq(kf_test_sh(cmd, &out), 0, "%s", out);
     cr_assert_eq(kf_test_llm_requests(s), 3);
     char *req = kf_test_llm_request(s, 1);
     cr_assert_not_null(strstr(req, "could not be used (bad_reply)"), "the model is told: %.300s", req);
