@@ -246,8 +246,8 @@ Test(nki_errors, issue_21_checklist_names_tests_that_exist)
         bool found = false;
         for (const char *h = all; (h = strstr(h, want)) != NULL; h++) {
             char after = h[strlen(want)];
-            char before = h > all ? h[-1] : ' ';
-            if ((after == ')' || after == ',') && (before == '(' || before == ' ')) {
+            int at_start = h == all || h[-1] == '(' || h[-1] == ' ';
+            if ((after == ')' || after == ',') && at_start) {
                 found = true;
                 break;
             }
