@@ -1123,6 +1123,26 @@ static PyObject *tensor_ap(nki_tensor *t, PyObject *const *args, Py_ssize_t narg
     return (PyObject *)nki_tensor_view(t->v.st, &r, t->pdim >= 0 ? 0 : -1);
 }
 
+/* NkiTensor.indirect(...): NeuronCore-v4 tensor indirection, where one
+ * compute instruction gathers or scatters columns of an on-chip tensor at
+ * uint16 offsets read from an SBUF index tensor, one offset list per group
+ * of 16 partitions (the NKI "Tensor Indirection" deep dive).  The parts of
+ * the NKI reference kforge can read give the concept but not the method's
+ * parameters nor the index tensor's layout per partition group, so it is
+ * refused by name rather than guessed (docs/sim-nki.md). */
+static PyObject *tensor_indirect(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    (void)self;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    return nki_fail(SIM_E_UNSUPPORTED_API, "tensor.indirect",
+                    "tensor indirection (an on-chip tensor's columns selected by an SBUF index "
+                    "tensor, NeuronCore-v4) is not simulated; a row gather/scatter by DMA works "
+                    "with the index tile as the subscript of an HBM tensor: x[idx_tile, ...]");
+}
+
 static PyObject *tensor_getattro(PyObject *self, PyObject *name)
 {
     PyObject *r = PyObject_GenericGetAttr(self, name);
@@ -1446,6 +1466,7 @@ static PyMethodDef tensor_methods[] = {
     { "broadcast", KWM(tensor_broadcast_kw), "repeat a size-1 dim" },
     { "view", KWM(tensor_view_kw), "reinterpret as a same-size dtype" },
     { "astype", KWM(tensor_astype_kw), "a new tile cast to dtype" },
+    { "indirect", KWM(tensor_indirect), "tensor indirection (refused: not simulated)" },
     { NULL, NULL, 0, NULL },
 };
 #undef KWM

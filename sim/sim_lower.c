@@ -8,6 +8,8 @@
  */
 #include "sim_lower.h"
 
+#include "sim_timing.h"
+
 #include "kf_alloc.h"
 
 #include <stdlib.h>
@@ -212,7 +214,7 @@ int sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *sta
     uint32_t *alias = kf_malloc((na ? na : 1) * sizeof(uint32_t));
     uint32_t *at_loc = kf_malloc((in->n_locs ? in->n_locs : 1) * sizeof(uint32_t));
     uint8_t *act = kf_calloc(n ? n : 1, 1);
-    sim_lower_stats st = { 0, 0, 0, 0 };
+    sim_lower_stats st = { 0, 0, 0, 0, 0 };
     int changed;
 
     memset(out, 0, sizeof(*out));
@@ -310,4 +312,92 @@ int sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *sta
     free(at_loc);
     free(act);
     return changed;
+}
+
+/* ---- rule 5: issue order on an engine ------------------------------------ */
+
+/* Whether a and b touch overlapping bytes of one allocation. */
+static int regions_meet(const sim_region *a, const sim_region *b)
+{
+    return a->alloc == b->alloc && a->byte_lo < b->byte_hi && b->byte_lo < a->byte_hi &&
+           a->part_lo < b->part_lo + b->part_count && b->part_lo < a->part_lo + a->part_count;
+}
+
+/* Whether running b before a could change what either reads or writes. */
+static int conflict(const sim_insn *a, const sim_insn *b)
+{
+    for (unsigned i = 0; i < a->ndst; i++) {
+        for (unsigned k = 0; k < b->nsrc; k++)
+            if (regions_meet(&a->dst[i], &b->src[k]))
+                return 1;
+        for (unsigned k = 0; k < b->ndst; k++)
+            if (regions_meet(&a->dst[i], &b->dst[k]))
+                return 1;
+    }
+    for (unsigned i = 0; i < b->ndst; i++)
+        for (unsigned k = 0; k < a->nsrc; k++)
+            if (regions_meet(&b->dst[i], &a->src[k]))
+                return 1;
+    return 0;
+}
+
+size_t sim_lower_schedule(const sim_record *in, const sim_timing *tm, sim_record *out)
+{
+    size_t n = in->n_insns, swaps = 0;
+    uint8_t *born, *died, *swap;
+
+    memset(out, 0, sizeof(*out));
+    if (n < 2 || !tm || tm->n != n)
+        return 0;
+    /* Allocations made or freed between two instructions: a swap moves a
+     * birth before both and a release after both, so lifetimes only grow by
+     * one instruction; both at once could make two tiles the allocator put
+     * on the same memory live together, so that pins the order. */
+    born = kf_calloc(n + 2, 1);
+    died = kf_calloc(n + 2, 1);
+    swap = kf_calloc(n, 1);
+    for (size_t a = 0; a < in->n_allocs; a++) {
+        const sim_alloc *al = &in->allocs[a];
+        if (al->born <= n)
+            born[al->born] = 1;
+        if (al->died != UINT32_MAX && al->died <= n)
+            died[al->died] = 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const sim_insn *a = &in->insns[i], *b = &in->insns[i + 1];
+        const sim_timed *ta = &tm->t[i], *tb = &tm->t[i + 1];
+        if (a->engine != b->engine || a->engine == SIM_ENG_DMA || (born[i + 1] && died[i + 1]))
+            continue;
+        /* the first waited for its operands, the second could have gone first */
+        if (ta->ready_ps <= ta->free_ps || tb->ready_ps >= ta->ready_ps || conflict(a, b))
+            continue;
+        swap[i] = 1;
+        swaps++;
+        i++;   /* each instruction moves at most one place */
+    }
+    if (swaps) {
+        sim_record_init(out, in->target);
+        copy_tables(in, out);
+        out->insns = kf_malloc(n * sizeof(sim_insn));
+        out->cap_insns = n;
+        memcpy(out->insns, in->insns, n * sizeof(sim_insn));
+        out->n_insns = n;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (swap[i]) {
+                sim_insn t = out->insns[i];
+                out->insns[i] = out->insns[i + 1];
+                out->insns[i + 1] = t;
+            }
+        for (size_t a = 0; a < out->n_allocs; a++) {
+            sim_alloc *al = &out->allocs[a];
+            if (al->born >= 1 && al->born < n && swap[al->born - 1])
+                al->born--;
+            if (al->died != UINT32_MAX && al->died >= 1 && al->died < n && swap[al->died - 1])
+                al->died++;
+        }
+    }
+    free(born);
+    free(died);
+    free(swap);
+    return swaps;
 }

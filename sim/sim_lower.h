@@ -39,6 +39,22 @@
  * Everything else is kept as it is, in order.  Allocation lifetimes (born,
  * died) are renumbered to the kept instructions.
  *
+ * A fifth rule is about order, and needs times: sim_lower_schedule().
+ *
+ *   5. issue order on an engine: the compiler's scheduler, not the
+ *      kernel's statement order, decides the order in which an engine runs
+ *      its instructions; its default heuristic picks, among the ready
+ *      instructions, the one that can start first (NKI
+ *      `nki.compiler.SchedulingHeuristic.ASAP`; the scheduling APIs exist to
+ *      constrain that reordering).  sim_lower_schedule() applies it one
+ *      step at a time: two adjacent instructions of the record on the same
+ *      compute engine (not DMA queues), with no allocation made or freed
+ *      between them and no overlapping access where either writes, swap
+ *      when the first had to wait for its operands and the second was ready
+ *      earlier, by the times of a first timing pass (`tm`, of `in`).  Each
+ *      instruction moves at most one place, so this is a bounded
+ *      approximation of the list scheduler; the caller times the result.
+ *
  * Returns 1 when a rule applied: `out` is then a new record the caller
  * releases with sim_record_release().  Returns 0 when nothing applies (no
  * copy is made: time `in` itself); `out` is then zeroed, and releasing it is
@@ -58,8 +74,16 @@ typedef struct sim_lower_stats {
     size_t dead_memsets;        /* rule 2 */
     size_t hoisted;             /* rule 3 */
     size_t column_scalars;      /* rule 4: tensor_tensor with a (P, 1) operand */
+    size_t reordered;           /* rule 5: instructions issued before their predecessor */
 } sim_lower_stats;
 
 int sim_lower_record(const sim_record *in, sim_record *out, sim_lower_stats *stats);
+
+struct sim_timing;
+/* Rule 5 on `in`, timed (in its order) by `tm`.  Returns the number of
+ * swaps; when it is not 0, `out` is a new record (release it with
+ * sim_record_release()); otherwise `out` is zeroed.  `in` is not changed.
+ * Cannot fail (allocation aborts on OOM).  Cost: one pass and one copy. */
+size_t sim_lower_schedule(const sim_record *in, const struct sim_timing *tm, sim_record *out);
 
 #endif

@@ -87,6 +87,8 @@ typedef struct sim_profile {
                                            borrowed input when nothing was lowered */
     sim_record  lowered;                /* owned: the input record as the compiler emits it
                                            (sim_lower.h), empty when nothing changed */
+    sim_record  scheduled;              /* owned: `lowered` (or the input) in the issue
+                                           order of rule 5, when that moved anything */
     sim_lower_stats lower;              /* what the lowering removed */
     sim_target  tgt;
     sim_timing  tm;

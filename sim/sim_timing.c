@@ -1048,6 +1048,7 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     tm->start_ps = start;
     tm->end_ps = end;
     tm->free_ps = tfree;
+    tm->ready_ps = ready;
     tm->ideal_ps = ideal;
     tm->wait_on = widx;
     tm->wait = (uint8_t)wkind;

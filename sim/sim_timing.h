@@ -69,6 +69,7 @@ enum { SIM_TRACK_DMA0 = SIM_ENG_DMA };
 typedef struct sim_timed {
     uint64_t start_ps, end_ps;  /* when it ran */
     uint64_t free_ps;           /* when its track was free (start - free = stall) */
+    uint64_t ready_ps;          /* when its operands and memory were ready (its waits) */
     uint64_t ideal_ps;          /* DMA: fixed cost + bytes at full bandwidth; else = end - start */
     uint32_t wait_on;           /* instruction it waited for, UINT32_MAX if none */
     uint16_t track;             /* engine id, or SIM_TRACK_DMA0 + queue */

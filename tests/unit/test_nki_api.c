@@ -460,3 +460,98 @@ Test(nki_api, legacy_mgrid_unused_ranges_are_not_tile_dims)
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
 }
+
+/* The legacy layernorm tutorial's two index patterns, run unmodified in
+ * spirit: gamma/beta as one row loaded through `nl.arange(1)[:, None]` from
+ * a (1, C) reshape and broadcast to 128 partitions; rows masked past the end
+ * of x; v1 computes the statistics with nl.mean, v2 with bn_stats over
+ * masked free-dim chunks, bn_aggr and a column picked by an int index, then
+ * one tensor_scalar with NumPy ops.  Checked against the same layernorm in
+ * C (200 rows: the second tile is ragged; 96 columns: the second bn_stats
+ * chunk of 64 is masked to 32). */
+Test(nki_api, legacy_layernorm_index_patterns_run)
+{
+    const char *src =
+        "import numpy as np\n"
+        "from neuronxcc import nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "def rows(g, b, C):\n"
+        "    i0 = nl.arange(1)[:, None]\n"
+        "    jf = nl.arange(C)[None, :]\n"
+        "    gs = nl.load(g.reshape((1, C))[i0, jf])\n"
+        "    bs = nl.load(b.reshape((1, C))[i0, jf])\n"
+        "    assert tuple(gs.shape) == (1, C), gs.shape\n"
+        "    return gs.broadcast_to((128, C)), bs.broadcast_to((128, C))\n"
+        "@nki.jit\n"
+        "def v1(x, g, b):\n"
+        "    R, C = x.shape\n"
+        "    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    ip = nl.arange(128)[:, None]\n"
+        "    jf = nl.arange(C)[None, :]\n"
+        "    gb, bb = rows(g, b, C)\n"
+        "    for t in nl.affine_range((R + 127) // 128):\n"
+        "        xs = nl.load(x[t * 128 + ip, jf], mask=(t * 128 + ip < R))\n"
+        "        mean = nl.mean(xs, axis=1)\n"
+        "        var = nl.mean(nl.square(xs), axis=1) - mean * mean\n"
+        "        y = (xs - mean) * nl.rsqrt(var + 1e-5)\n"
+        "        nl.store(out[t * 128 + ip, jf], value=y * gb + bb, mask=(t * 128 + ip < R))\n"
+        "    return out\n"
+        "@nki.jit\n"
+        "def v2(x, g, b):\n"
+        "    R, C = x.shape\n"
+        "    F = 64\n"
+        "    n = (C + F - 1) // F\n"
+        "    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    ip = nl.arange(128)[:, None]\n"
+        "    jf = nl.arange(C)[None, :]\n"
+        "    i6 = nl.arange(6)[None, :]\n"
+        "    iF = nl.arange(F)[None, :]\n"
+        "    gb, bb = rows(g, b, C)\n"
+        "    for t in nl.affine_range((R + 127) // 128):\n"
+        "        xs = nl.load(x[t * 128 + ip, jf], mask=(t * 128 + ip < R))\n"
+        "        st = nl.ndarray((128, 6 * n), dtype=np.float32)\n"
+        "        for j in nl.affine_range(n):\n"
+        "            st[ip, j * 6 + i6] = nisa.bn_stats(xs[ip, j * F + iF],\n"
+        "                                               mask=(j * F + iF < C), dtype=np.float32)\n"
+        "        mv = nisa.bn_aggr(st[ip, nl.arange(6 * n)[None, :]])\n"
+        "        rs = nl.rsqrt(mv[ip, 1] + 1e-5)\n"
+        "        y = nisa.tensor_scalar(data=xs, op0=np.subtract, operand0=mv[ip, 0],\n"
+        "                               op1=np.multiply, operand1=rs)\n"
+        "        nl.store(out[t * 128 + ip, jf], value=y * gb + bb, mask=(t * 128 + ip < R))\n"
+        "    return out\n";
+    enum { R = 200, C = 96 };
+    sim_array in[3] = { mk("x", R, C), mk("g", 1, C), mk("b", 1, C) };
+    /* g and b are 1-D vectors, as in the tutorial; b shifted so it differs from g */
+    in[1].ndim = in[2].ndim = 1;
+    in[1].shape[0] = in[2].shape[0] = C;
+    for (int j = 0; j < C; j++)
+        ((float *)in[2].data)[j] += 0.5f;
+    static const char *const entries[] = { "v1", "v2" };
+
+    for (int e = 0; e < 2; e++) {
+        kt_result r;
+        kt_run(&r, src, entries[e], in, 3, 0, 0, true);
+        cr_assert_eq(r.rc, KF_OK, "%s: %s", entries[e], r.err.msg);
+        cr_assert_eq(r.n_out, 1);
+        for (int i = 0; i < R; i++) {
+            double s = 0, s2 = 0;
+            for (int j = 0; j < C; j++) {
+                double v = f32(&in[0])[i * C + j];
+                s += v;
+                s2 += v * v;
+            }
+            double mean = s / C, var = s2 / C - mean * mean;
+            for (int j = 0; j < C; j++) {
+                double want = (f32(&in[0])[i * C + j] - mean) / sqrt(var + 1e-5) *
+                                  f32(&in[1])[j] + f32(&in[2])[j];
+                double got = f32(&r.out[0])[i * C + j];
+                cr_assert(fabs(got - want) <= 1e-4 * (1 + fabs(want)), "%s out[%d, %d] = %g, want %g",
+                          entries[e], i, j, got, want);
+            }
+        }
+        kt_run_done(&r);
+    }
+    for (int i = 0; i < 3; i++)
+        sim_array_release(&in[i]);
+}
