@@ -557,3 +557,77 @@ Test(neuron, device_profiles_are_calibrated_against_the_simulator_and_get_v1_cal
     free(body_a);
     free(body_b);
 }
+
+Test(neuron, a_hybrid_job_explores_on_the_simulator_and_confirms_its_best_candidates_on_the_device)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root), *src = kf_test_read_file(kp);
+    char *at = strstr(src, "def tensor_add(a_input, b_input):"), *body, *id, *path, *sql, *e = NULL;
+    kf_buf k = KF_BUF_INIT, b = KF_BUF_INIT;
+    const cJSON *res, *conf, *c, *rec, *prov;
+    cJSON *job;
+    const char *st;
+    int n_conf = 0, n_ok = 0;
+
+    /* tensor_add with a tunable the simulator can explore */
+    cr_assert_not_null(at);
+    kf_buf_add(&k, src, (size_t)(at - src));
+    kf_buf_adds(&k, "def tensor_add(a_input, b_input, unroll=1):");
+    kf_buf_adds(&k, at + strlen("def tensor_add(a_input, b_input):"));
+    body = job_body("optimize", k.data, 1);
+    /* backend hybrid, with tunables and a small budget */
+    at = strstr(body, "\"backend\":\"neuron\"");
+    cr_assert_not_null(at);
+    kf_buf_add(&b, body, (size_t)(at - body));
+    kf_buf_adds(&b, "\"backend\":\"hybrid\",\"budget\":{\"iterations\":2}");
+    kf_buf_add(&b, at + strlen("\"backend\":\"neuron\""), strlen(at + strlen("\"backend\":\"neuron\"")) - 2);
+    kf_buf_adds(&b, ",\"tunables\":{\"unroll\":[1,2]}}}");
+    start();
+    id = kf_stack_submit(&S, b.data);
+    st = wait_done(id, 200000, &e);
+    cr_assert_str_eq(st, "succeeded", "the hybrid job is %s: %s", st, e);
+    free(e);
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    res = cJSON_GetObjectItemCaseSensitive(job, "result");
+    conf = cJSON_GetObjectItemCaseSensitive(res, "confirmed");
+    cJSON_ArrayForEach(c, conf)
+    {
+        n_conf++;
+        cr_assert_gt(num_of(c, "sim_latency_ns"), 0, "the simulator's number");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c, "params")));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "correct"))) {
+            n_ok++;
+            cr_assert_gt(num_of(c, "device_latency_ns"), 0, "the device's number");
+            sql = kf_asprintf("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'confirm' AND "
+                              "seq = %d AND latency_ns > 0", (int)num_of(c, "seq"));
+            cr_assert_eq(kf_stack_sql_long(&S, sql, id), 1, "the device evaluation is iteration %d",
+                         (int)num_of(c, "seq"));
+            free(sql);
+            sql = kf_asprintf("SELECT count(*) FROM calibration WHERE job_id = $1::uuid AND seq = %d AND "
+                              "params ? 'unroll'", (int)num_of(c, "seq"));
+            cr_assert_eq(kf_stack_sql_long(&S, sql, id), 1, "its calibration record");
+            free(sql);
+        }
+    }
+    cr_assert_geq(n_conf, 1, "the best candidates are confirmed");
+    cr_assert_eq(n_ok, n_conf, "every candidate passes on the device");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "calibration")), n_ok);
+    rec = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "calibration"), 0);
+    cr_assert_gt(num_of(rec, "sim_ns"), 0);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(res, "device_best")), "the device's best");
+    cr_assert_gt(num_of(cJSON_GetObjectItemCaseSensitive(res, "device_best"), "latency_ns"), 0);
+    cr_assert(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(res, "path")), "the simulator's search is kept");
+    prov = cJSON_GetObjectItemCaseSensitive(job, "provenance");
+    cr_assert_str_eq(str_of(prov, "backend"), "hybrid");
+    cr_assert(str_of(prov, "sim_build")[0] && strstr(str_of(prov, "compiler"), "neuronx-cc"),
+              "both sides' provenance");
+    cJSON_Delete(job);
+    free(path);
+    free(id);
+    free(body);
+    kf_buf_release(&k);
+    kf_buf_release(&b);
+    free(src);
+    free(kp);
+}
