@@ -792,7 +792,8 @@ static kf_code neuron_run(const kf_backend *self, const kf_job_payload *job, con
     if (job->kind == KF_KIND_GENERATE ||
         (job->kind == KF_KIND_OPTIMIZE && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")) > 0))
         return kf_err_set(err, KF_UNPROCESSABLE, "the neuron backend runs one evaluation (profile, validate, optimize "
-                          "without tunables); tuning on the device is not available yet: submit with backend \"sim\"");
+                          "without tunables); to tune, submit with backend \"hybrid\" (explored on the simulator, "
+                          "the best confirmed on the device) or \"sim\"");
     if (!neuron_available(self)) {
         *retryable = true;
         return kf_err_set(err, KF_UNAVAILABLE, "this worker has no Neuron device runner (KFORGE_NEURON_RUNNER=%s is "
