@@ -18,6 +18,8 @@
  *   api_artifacts.c artifact upload (worker), listing and download (docs/runs.md)
  *   api_library.c   /v1/library: the kernel library registry, and warm starts
  *   api_fleet.c     /v1/workers: live workers and queue depth (dead letters: admin)
+ *   api_calib.c     /v1/calibration: the simulator's error against the device,
+ *                   and the calibration records of worker results
  *   api_ui.c        /ui/: the team dashboard's embedded files (ui/, tools/embed.c)
  *   api_ops.c       /healthz /readyz /metrics /v1/openapi.json
  *   api_stream.c    live progress: Server-Sent Events fed by PostgreSQL
@@ -500,6 +502,16 @@ bool api_library_warm_all(api_req *r, kf_job_request *const *reqs, int n);
 bool api_report_lease(api_req *r, kf_fields *fe, int *attempt);
 /* GET /v1/whoami (api_auth.c): the calling token's name and role. */
 void api_h_whoami(api_req *r);
+/* The calibration records of a result (api_calib.c, docs/protocol.md):
+ * check result.calibration (absent is fine), adding each bad field to fe
+ * as "result.calibration[i]...."; true and *out its JSON text (caller
+ * frees; NULL when absent) when it is valid. */
+bool api_calib_check(const cJSON *result, kf_fields *fe, char **out);
+/* Store the checked records (NULL: none) of job's attempt in the open
+ * transaction; false after answering a PostgreSQL failure. */
+bool api_calib_store(api_req *r, const char *job, const char *attempt, const char *records);
+/* GET /v1/calibration. */
+void api_h_calibration(api_req *r);
 /* GET /v1/workers (api_fleet.c, docs/dashboard.md). */
 void api_h_workers(api_req *r);
 void api_h_healthz(api_req *r);

@@ -20,7 +20,9 @@
  *
  * A result may carry the attempt's provenance (a bounded object of short
  * strings: api_provenance_check), stored in jobs.provenance by the final
- * move itself; a success also offers the job's best kernel to the kernel
+ * move itself, and calibration records (result.calibration, checked by
+ * api_calib_check), stored in the calibration table by the same
+ * transaction when the job succeeds (api_calib_store); a success also offers the job's best kernel to the kernel
  * library in that move (kf_db_apply, db/kf_library.h).  api_report_lease() gives another file's report
  * route (api_artifacts.c) the same lease checks.
  *
@@ -571,7 +573,7 @@ void api_h_internal_result(api_req *r)
     const char *state = NULL, *error = NULL, *new_state;
     const cJSON *result = NULL;
     bool retry = false;
-    char *result_s = NULL, *detail = NULL, *prov = NULL, att[16];
+    char *result_s = NULL, *detail = NULL, *prov = NULL, *calib = NULL, att[16];
     const char *params[5];
     PGresult *res = NULL;
     api_fence f;
@@ -583,8 +585,9 @@ void api_h_internal_result(api_req *r)
     kf_fields_obj(&fe, r->json, "", "result", false, false, &result);
     kf_fields_str(&fe, r->json, "", "error", false, 0, 8192, &error);
     kf_fields_bool(&fe, r->json, "", "retry", false, &retry);
+    api_calib_check(result, &fe, &calib);
     if (!api_provenance_check(r, &fe, &prov))
-        return;
+        goto out;
     if (!api_report_checked(r, &fe, &c))
         goto out;
     if (strcmp(state, "succeeded") == 0)
@@ -668,6 +671,8 @@ void api_h_internal_result(api_req *r)
         mv.detail = detail;
         if (!api_move(r, &mv, NULL))
             goto out;
+        if (mv.move == KF_MOVE_SUCCEED && !api_calib_store(r, r->param, att, calib))
+            goto out;
     }
     if (!api_req_commit(r))
         goto out;
@@ -677,6 +682,7 @@ out:
     free(result_s);
     free(detail);
     free(prov);
+    free(calib);
 }
 
 void api_h_internal_heartbeat(api_req *r)

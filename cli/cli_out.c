@@ -414,6 +414,80 @@ void cli_render_library(const cJSON *page, kf_buf *out)
     cli_more(page, "kforge library list", out);
 }
 
+/* An error ratio as a signed percent ("+2.1%"), or "-". */
+static const char *cli_pct(const cJSON *o, const char *k, bool sign, char *buf, size_t cap)
+{
+    double v;
+    if (!jnum(o, k, &v))
+        return "-";
+    snprintf(buf, cap, sign ? "%+.1f%%" : "%.1f%%", v * 100);
+    return buf;
+}
+
+void cli_render_calibration(const cJSON *doc, kf_buf *out)
+{
+    static const char *const head[] = { "OP", "TARGET", "COUNT", "MEDIAN|ERR|", "MEAN|ERR|", "BIAS", "WORST",
+                                        "WORST JOB" };
+    static const char *const lhead[] = { "LOC", "OP", "TARGET", "DEVICE", "SIM", "SIM-DEVICE", "JOB" };
+    cli_table *t = cli_table_new(8, head), *lt = cli_table_new(7, lhead);
+    const cJSON *g, *l;
+
+    cJSON_ArrayForEach(g, jget(doc, "groups"))
+    {
+        char cnt[256], med[32], mean[32], bias[32], worst[32];
+        const cJSON *w = cJSON_GetArrayItem(jget(g, "worst"), 0);
+        const char *row[8];
+        row[0] = jstr(g, "op");
+        row[1] = jstr(g, "target");
+        row[2] = cli_val(jget(g, "count"), cnt, sizeof(cnt));
+        row[3] = cli_pct(g, "median_abs_error", false, med, sizeof(med));
+        row[4] = cli_pct(g, "mean_abs_error", false, mean, sizeof(mean));
+        row[5] = cli_pct(g, "bias", true, bias, sizeof(bias));
+        row[6] = cli_pct(w, "error", true, worst, sizeof(worst));
+        row[7] = jstr(w, "job_id");
+        cli_table_add(t, row);
+    }
+    if (cli_table_rows(t) == 0) {
+        kf_buf_adds(out, "no calibration records (a neuron job's device profile makes one)\n");
+    } else {
+        kf_buf_adds(out, "error = simulated time / device median latency - 1 (bias > 0: the simulator predicts "
+                         "slower)\n");
+        cli_table_render(t, out);
+    }
+    cJSON_ArrayForEach(l, jget(doc, "worst_lines"))
+    {
+        char dev[32], sim[32], diff[40];
+        double dv = 0;
+        const char *row[7];
+        row[0] = jstr(l, "loc");
+        row[1] = jstr(l, "op");
+        row[2] = jstr(l, "target");
+        row[3] = cli_lat(l, "device_ns", dev, sizeof(dev));
+        row[4] = cli_lat(l, "sim_ns", sim, sizeof(sim));
+        if (jnum(l, "diff_ns", &dv)) {
+            /* signed; under half a ns prints as 0 */
+            cli_fmt_latency(dv < 0 ? -dv : dv, diff + 1, sizeof(diff) - 1);
+            if (dv <= -0.5)
+                diff[0] = '-';
+            else if (dv >= 0.5)
+                diff[0] = '+';
+            else
+                diff[0] = ' ';
+            row[5] = diff[0] == ' ' ? diff + 1 : diff;
+        } else {
+            row[5] = NULL;
+        }
+        row[6] = jstr(l, "job_id");
+        cli_table_add(lt, row);
+    }
+    if (cli_table_rows(lt) > 0) {
+        kf_buf_adds(out, "\nworst lines (device instruction table vs simulated time per line):\n");
+        cli_table_render(lt, out);
+    }
+    cli_table_free(t);
+    cli_table_free(lt);
+}
+
 /* The members of two provenance objects that differ, "k: a -> b; ...". */
 static void cli_prov_diff(const cJSON *a, const cJSON *b, char *buf, size_t cap)
 {

@@ -58,6 +58,9 @@ void cli_render_library(const cJSON *page, kf_buf *out);
 /* GET /v1/library/{entry}: its fields, then its history as a table (when,
  * why, latency before and after, the provenance members that changed). */
 void cli_render_library_entry(const cJSON *entry, kf_buf *out);
+/* GET /v1/calibration: one row per op and target (count, median and mean
+ * |error|, bias, the worst record and its job), then the worst lines. */
+void cli_render_calibration(const cJSON *doc, kf_buf *out);
 /* A job's one-screen summary (GET /v1/jobs/{id}): state, attempt, best
  * latency and fraction, the error of a job that did not succeed. */
 void cli_render_job(const cJSON *job, kf_buf *out);

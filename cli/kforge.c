@@ -96,6 +96,16 @@ static const cli_cmd_help cli_helps[] = {
     { "batch", "batch submit|status|list|cancel|report ...",
       "Batches of jobs: a template x matrix or every library op, their progress and reports\n"
       "(kforge batch --help)." },
+    { "calibration", "calibration [--op OP] [--target T] [--since TIME] [--limit N] [--cursor C] [--json]",
+      "The simulator checked by hardware (GET /v1/calibration): for each op and target, how far the\n"
+      "simulator's time is from the device's median latency (error = sim / device - 1) over the\n"
+      "calibration records this token may see (its own jobs'; every job's with an admin token):\n"
+      "count, median and mean |error|, bias (the mean signed error) and the worst record's job; then\n"
+      "the source lines whose device and simulated times differ most.  A neuron job's device profile\n"
+      "makes a record (docs/neuron-backend.md).  --op (a library op, or user.ENTRY), --target and\n"
+      "--since TIME (RFC 3339, records made at or after it) filter the records.  --limit and --cursor\n"
+      "page the list of records in --json's \"items\" (newest first); the tables cover every record\n"
+      "the filters match." },
     { "tune", "tune OP|KERNEL.py ...", "Tune a kernel locally, no service (kforge tune --help)." },
     { "library", "library list|show ENTRY|export DIR ...",
       "The kernel library: best kernel per op, shape, dtype and target (kforge library --help)." },
@@ -382,6 +392,32 @@ static int cli_cmd_jobs(const cli_opts *o)
     if (code == 0)
         cli_show(o, cli_render_jobs, page);
     cJSON_Delete(page);
+    kf_buf_release(&q);
+    return code;
+}
+
+static int cli_cmd_calibration(const cli_opts *o)
+{
+    kf_buf q = KF_BUF_INIT;
+    CURL *esc = curl_easy_init();
+    cJSON *doc = NULL;
+    int code;
+
+    kf_buf_adds(&q, "/v1/calibration");
+    cli_q(&q, esc, "op", o->op);
+    cli_q(&q, esc, "target", o->target);
+    cli_q(&q, esc, "since", o->since);
+    cli_q(&q, esc, "cursor", o->cursor);
+    if (o->limit > 0) {
+        char l[16];
+        snprintf(l, sizeof(l), "%d", o->limit);
+        cli_q(&q, esc, "limit", l);
+    }
+    curl_easy_cleanup(esc);
+    code = cli_call(o, "GET", q.data, NULL, &doc);
+    if (code == 0)
+        cli_show(o, cli_render_calibration, doc);
+    cJSON_Delete(doc);
     kf_buf_release(&q);
     return code;
 }
@@ -722,6 +758,8 @@ static int cli_run(cli_opts *o, const char *cmd, int n, char **args)
         return cli_cmd_submit(o, args[0]);
     if ((strcmp(cmd, "jobs") == 0 || strcmp(cmd, "list") == 0) && n == 0)
         return cli_cmd_jobs(o);
+    if (strcmp(cmd, "calibration") == 0 && n == 0)
+        return cli_cmd_calibration(o);
     if (strcmp(cmd, "health") == 0 && n == 0) {
         int code = cli_call(o, "GET", "/readyz", NULL, NULL);
         if (code == 0 && !o->json && !o->quiet)

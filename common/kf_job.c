@@ -17,7 +17,7 @@ static const char *const kf_job_kind_names[] = {
 };
 
 const char *const kf_job_targets[] = { "trn1", "inf2", "trn2", "trn3", NULL };
-const char *const kf_job_backends[] = { "sim", "neuron", "diag", NULL };
+const char *const kf_job_backends[] = { "sim", "neuron", "hybrid", "diag", NULL };
 const char *const kf_job_states[] = { "queued", "running", "retrying", "succeeded", "failed", "cancelled", "dead", NULL };
 const char *const kf_job_dtypes[] = { "float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e5m2",
                                       "float8_e4m3fn", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -591,6 +591,10 @@ bool kf_job_request_parse(const cJSON *body, int default_max_attempts, kf_job_re
             kf_fields_add(fe, "backend", "enum",
                           kind == KF_KIND_DIAG ? "kind diag runs on backend diag"
                                                : "backend diag only runs kind diag; use sim or neuron");
+        else if (strcmp(backend, "hybrid") == 0 && kind != KF_KIND_OPTIMIZE)
+            kf_fields_add(fe, "backend", "enum",
+                          "backend hybrid runs kind optimize with tunables (explored on the simulator, the best "
+                          "confirmed on the device); use sim or neuron");
     }
     if (!backend)
         backend = kind == KF_KIND_DIAG ? "diag" : "sim";

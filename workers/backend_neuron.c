@@ -34,7 +34,15 @@
  *      onto the simulator's profile document (kn_map_profile);
  *   6. artifacts: kernel.py, kernel.neff, profile.ntff, summary.json; the
  *      result's provenance names the compiler, runtime and driver versions,
- *      the NeuronCore and the NEFF's SHA-256.
+ *      the NeuronCore and the NEFF's SHA-256;
+ *   7. calibration: the simulator times the same kernel on the same inputs'
+ *      shapes and target (a sandboxed timing evaluation, as the sim backend
+ *      runs it), and the result's "calibration" holds the record of the
+ *      device's numbers next to it (kn_calib), with the device's
+ *      Instruction rows from `neuron-explorer view --output-format json`
+ *      when the tool gives them; the API stores it (migration 0014).  When
+ *      the simulator cannot time the kernel the job keeps its device
+ *      numbers, without a record (a warning in the log).
  * A device tool that ends with the runner's "device unavailable" status
  * (75), is killed, or reaches KFORGE_NEURON_TIMEOUT_S while running on the
  * device means a wedged device: retryable.  The user's kernel is executed
@@ -57,6 +65,7 @@
 #include "kf_jobprob.h"
 #include "kf_log.h"
 #include "kf_upload.h"
+#include "kn_calib.h"
 #include "kn_map.h"
 #include "kn_tool.h"
 #include "agent/ka_eval.h"
@@ -494,6 +503,57 @@ static kf_code bn_profile(bn_job *j, const char *neff, const char *ntff, cJSON *
     return rc;
 }
 
+/* Step 7: the calibration record of this device profile (kn_calib.h), or
+ * NULL with a warning in the log when the simulator cannot time the
+ * kernel.  The device's Instruction rows come from neuron-explorer's full
+ * JSON output; without them (the tool refuses the format, fails, or its
+ * output is over KN_TOOL_MAX_OUTPUT) the record has no lines. */
+static cJSON *bn_calibrate(bn_job *j, const char *neff, const char *ntff, const cJSON *prof)
+{
+    const char *argv[] = { kf_config_str(KF_CFG_NEURON_EXPLORER), "view", "-n", neff, "-s", ntff, "--output-format",
+                           "json", NULL };
+    const cJSON *d;
+    kn_tool_result r;
+    kf_err e = KF_ERR_INIT;
+    cJSON *doc = NULL, *sim = NULL, *sdoc = NULL, *rec = NULL;
+    ka_eval_req req;
+    char h[65], how[160];
+
+    if (bn_tool(j, argv, &r, &e) == KF_OK) {
+        doc = r.exit_code == 0 ? cJSON_Parse(r.out) : NULL;
+        if (!kn_calib_instructions(doc))
+            kf_log_warn("calibration without the device's instruction table job=%s msg=\"neuron-explorer view "
+                        "--output-format json: %s\"", j->job->id, kn_tool_outcome(&r, j->timeout_s, how, sizeof(how)));
+        kn_tool_release(&r);
+    } else {
+        kf_log_warn("calibration without the device's instruction table job=%s msg=\"%s\"", j->job->id, e.msg);
+    }
+    memset(&req, 0, sizeof(req));
+    req.pb = &j->pb;
+    req.mode = KA_EVAL_TIMING;
+    req.timeout_s = (unsigned)kf_config_int(KF_CFG_SIM_TIMEOUT_S);
+    req.documents = true;
+    if (ka_eval_run(&req, &sim, &e) != KF_OK) {
+        kf_log_warn("no calibration record: the simulator's timing did not run job=%s msg=\"%s\"", j->job->id, e.msg);
+        goto out;
+    }
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sim, "ok"))) {
+        const char *m = kf_jobprob_str(cJSON_GetObjectItemCaseSensitive(sim, "error"), "message");
+        kf_log_warn("no calibration record: the simulator cannot time this kernel job=%s msg=\"%s\"", j->job->id,
+                    m ? m : "no message");
+        goto out;
+    }
+    d = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sim, "documents"), "profile.json");
+    sdoc = cJSON_IsString(d) ? cJSON_Parse(d->valuestring) : NULL;
+    if (kf_jobprob_sha256(j->pb.source_path, h))
+        rec = kn_calib_record(prof, kn_calib_instructions(doc), sim, sdoc, 1, h, NULL);
+out:
+    cJSON_Delete(doc);
+    cJSON_Delete(sim);
+    cJSON_Delete(sdoc);
+    return rec;
+}
+
 static void bn_progress(const bn_job *j, const ka_iter *it)
 {
     char *txt;
@@ -536,6 +596,7 @@ static kf_code bn_evaluate(bn_job *j, char **result_json, bool *retryable, kf_er
     bool want_prof = job->kind != KF_KIND_VALIDATE, want_val = job->kind != KF_KIND_PROFILE;
     char neff_dir[PATH_MAX + 16], neff[PATH_MAX + 32], ntff[PATH_MAX + 32], outs[BN_SEEDS][PATH_MAX + 32];
     cJSON *cerr = NULL, *kerr = NULL, *val = NULL, *prof = NULL, *summary = NULL, *lat_rep = NULL, *out = NULL;
+    cJSON *calib = NULL;
     cJSON *prov = cJSON_CreateObject(), *arts = cJSON_CreateArray();
     double out_bytes = 0;
     ka_eval_req vr;
@@ -606,6 +667,8 @@ static kf_code bn_evaluate(bn_job *j, char **result_json, bool *retryable, kf_er
         if (!kerr)
             prof = kn_map_profile(summary, cJSON_GetObjectItemCaseSensitive(lat_rep, "latency_us"), &j->pb, &tgt,
                                   out_bytes);
+        if (prof)
+            calib = bn_calibrate(j, neff, ntff, prof);
     }
     /* the iteration, as the simulator path reports it */
     {
@@ -681,6 +744,10 @@ static kf_code bn_evaluate(bn_job *j, char **result_json, bool *retryable, kf_er
         cJSON_AddItemToObject(out, "validation", cJSON_Duplicate(val, true));
         cJSON_AddBoolToObject(out, "correct", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(val, "pass")));
     }
+    if (calib) {
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(out, "calibration"), calib);
+        calib = NULL;
+    }
     cJSON_AddStringToObject(prov, "backend", "neuron");
     cJSON_AddStringToObject(prov, "neuron_core", j->core);
     cJSON_AddStringToObject(prov, "isolation", "device-tool-limits");
@@ -705,6 +772,7 @@ out:
     cJSON_Delete(prof);
     cJSON_Delete(summary);
     cJSON_Delete(lat_rep);
+    cJSON_Delete(calib);
     return rc;
 }
 
@@ -724,7 +792,8 @@ static kf_code neuron_run(const kf_backend *self, const kf_job_payload *job, con
     if (job->kind == KF_KIND_GENERATE ||
         (job->kind == KF_KIND_OPTIMIZE && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")) > 0))
         return kf_err_set(err, KF_UNPROCESSABLE, "the neuron backend runs one evaluation (profile, validate, optimize "
-                          "without tunables); tuning on the device is not available yet: submit with backend \"sim\"");
+                          "without tunables); to tune, submit with backend \"hybrid\" (explored on the simulator, "
+                          "the best confirmed on the device) or \"sim\"");
     if (!neuron_available(self)) {
         *retryable = true;
         return kf_err_set(err, KF_UNAVAILABLE, "this worker has no Neuron device runner (KFORGE_NEURON_RUNNER=%s is "

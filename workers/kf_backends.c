@@ -7,11 +7,13 @@
 extern const kf_backend kf_backend_diag;
 extern const kf_backend kf_backend_sim;
 extern const kf_backend kf_backend_neuron;
+extern const kf_backend kf_backend_hybrid;
 
 static const kf_backend *const kf_backend_table[] = {
     &kf_backend_diag,
     &kf_backend_sim,
     &kf_backend_neuron,
+    &kf_backend_hybrid,
     NULL,
 };
 

@@ -5,7 +5,9 @@
  * worker's PATH.  A neuron job goes compile -> run -> validate -> profile
  * -> artifacts; a compile error arrives as NCC code, file and line; a
  * wedged device ends the attempt as retryable and marks the worker
- * unhealthy (GET /v1/workers) until it recovers. */
+ * unhealthy (GET /v1/workers) until it recovers; every device profile is
+ * paired with the simulator's prediction (a calibration record), which
+ * GET /v1/calibration and `kforge calibration` aggregate. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,9 @@
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_http.h"
 #include "tests/lib/kf_test_stack.h"
+#include "test_cli_fixture.h"
 #include <cjson/cJSON.h>
+#include <math.h>
 
 #define NEURON_DB 14
 
@@ -108,9 +112,10 @@ static void start(void)
     free(bin);
 }
 
-/* A job body for the tensor_add kernel of tests/kernels, with `source`
- * (NULL: the file as it is) and its NumPy reference. */
-static char *job_body(const char *kind, const char *source, int max_attempts)
+/* A job body for the tensor_add kernel of tests/kernels on 128 x cols
+ * float32 inputs, with `source` (NULL: the file as it is) and its NumPy
+ * reference. */
+static char *job_body_cols(const char *kind, const char *source, int max_attempts, int cols)
 {
     const char *root = kf_test_env("KFORGE_TEST_ROOT");
     char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root);
@@ -119,9 +124,9 @@ static char *job_body(const char *kind, const char *source, int max_attempts)
     kf_buf b = KF_BUF_INIT;
 
     kf_buf_addf(&b, "{\"kind\":\"%s\",\"target\":\"trn2\",\"backend\":\"neuron\",\"max_attempts\":%d,\"spec\":{"
-                    "\"entry\":\"tensor_add\",\"inputs\":{\"a_input\":{\"shape\":[128,512],\"dtype\":\"float32\"},"
-                    "\"b_input\":{\"shape\":[128,512],\"dtype\":\"float32\"}},\"source\":",
-                kind, max_attempts);
+                    "\"entry\":\"tensor_add\",\"inputs\":{\"a_input\":{\"shape\":[128,%d],\"dtype\":\"float32\"},"
+                    "\"b_input\":{\"shape\":[128,%d],\"dtype\":\"float32\"}},\"source\":",
+                kind, max_attempts, cols, cols);
     kf_json_add_str(&b, k);
     if (strcmp(kind, "profile") != 0) {
         kf_buf_adds(&b, ",\"reference\":");
@@ -133,6 +138,11 @@ static char *job_body(const char *kind, const char *source, int max_attempts)
     free(kp);
     free(rp);
     return kf_buf_detach(&b);
+}
+
+static char *job_body(const char *kind, const char *source, int max_attempts)
+{
+    return job_body_cols(kind, source, max_attempts, 512);
 }
 
 Test(neuron, a_job_compiles_runs_validates_profiles_and_keeps_its_neff_and_ntff)
@@ -361,4 +371,263 @@ Test(neuron, a_wedged_device_ends_the_attempt_retryable_and_the_worker_unhealthy
     free(wedge);
     free(id);
     free(body);
+}
+
+static double num_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "%s is a number", k);
+    return v->valuedouble;
+}
+
+static long get_status(const char *path, const char *token)
+{
+    char *url = kf_asprintf("%s%s", S.api_url, path);
+    kf_http_resp r;
+    long st = kf_http_request("GET", url, token, NULL, NULL, 0, &r);
+    kf_http_resp_release(&r);
+    free(url);
+    return st;
+}
+
+static bool near(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-12;
+}
+
+/* A succeeded neuron job's one calibration record, checked against the
+ * job's own device numbers; its error (sim / device - 1). */
+static double check_record(const char *id, const char *shape_part)
+{
+    char *path = kf_asprintf("/v1/jobs/%s", id), *sql;
+    cJSON *job = get_json(path);
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(job, "result"), *prof, *rec, *eng, *l;
+    double dev, sim, err;
+    int lines = 0;
+
+    prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "calibration")), 1,
+                 "one device profile, one calibration record");
+    rec = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "calibration"), 0);
+    dev = num_of(rec, "device_latency_ns");
+    sim = num_of(rec, "sim_ns");
+    cr_assert(near(dev, num_of(res, "latency_ns")), "the device's number is the job's median latency");
+    cr_assert(near(num_of(rec, "device_profile_ns"), num_of(prof, "profiled_ns")), "and the profile's total_time");
+    cr_assert_gt(sim, 0);
+    cr_assert_eq(strlen(str_of(rec, "kernel_sha256")), 64);
+    cr_assert_eq(num_of(rec, "seq"), 1);
+    eng = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rec, "engines"), "vector");
+    cr_assert_gt(num_of(eng, "device_percent"), 0, "the add runs on VectorE on both sides");
+    cr_assert_gt(num_of(eng, "sim_percent"), 0);
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(rec, "lines"))
+    {
+        cr_assert(strncmp(str_of(l, "loc"), "kernel.py:", 10) == 0, "a line of the kernel: %s", str_of(l, "loc"));
+        cr_assert_geq(num_of(l, "device_ns") + num_of(l, "sim_ns"), 0);
+        lines++;
+    }
+    cr_assert_gt(lines, 0, "the device's instruction table gives per-line times");
+    err = sim / dev - 1;
+    /* stored with the job's key and the same error */
+    sql = kf_asprintf("SELECT count(*) FROM calibration WHERE job_id = $1::uuid AND op = 'user.tensor_add' AND "
+                      "target = 'trn2' AND dtype = 'float32' AND shape LIKE '%%%s%%' AND seq = 1 AND "
+                      "abs(error - (%.17g)) < 1e-9 AND owner_token_id IS NOT NULL",
+                      shape_part, err);
+    cr_assert_eq(kf_stack_sql_long(&S, sql, id), 1, "the calibration row of %s", id);
+    free(sql);
+    cJSON_Delete(job);
+    free(path);
+    return err;
+}
+
+Test(neuron, device_profiles_are_calibrated_against_the_simulator_and_get_v1_calibration_aggregates_them)
+{
+    char *body_a = job_body_cols("profile", NULL, 1, 512), *body_b = job_body_cols("profile", NULL, 1, 256);
+    char *ida, *idb, *e = NULL, *path, *newest, *worst_id;
+    const char *st, *oldest;
+    double ea, eb;
+    cJSON *doc, *g, *page;
+    const cJSON *items;
+    cli_out c;
+
+    start();
+    ida = kf_stack_submit(&S, body_a);
+    idb = kf_stack_submit(&S, body_b);
+    st = wait_done(ida, 200000, &e);
+    cr_assert_str_eq(st, "succeeded", "job a: %s: %s", st, e);
+    free(e);
+    st = wait_done(idb, 200000, &e);
+    cr_assert_str_eq(st, "succeeded", "job b: %s: %s", st, e);
+    free(e);
+    ea = check_record(ida, "512]");
+    eb = check_record(idb, "256]");
+    /* the worker runs one job at a time: which record came first */
+    newest = kf_stack_sql_value(&S, "SELECT job_id::text FROM calibration WHERE $1::text IS NOT NULL "
+                                    "ORDER BY id DESC LIMIT 1", ida);
+    cr_assert(newest && (strcmp(newest, ida) == 0 || strcmp(newest, idb) == 0));
+    oldest = strcmp(newest, ida) == 0 ? idb : ida;
+
+    /* the aggregate over both, computed from the two records */
+    doc = get_json("/v1/calibration?op=user.tensor_add&target=trn2");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "groups")), 1);
+    g = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "groups"), 0);
+    cr_assert_str_eq(str_of(g, "op"), "user.tensor_add");
+    cr_assert_str_eq(str_of(g, "target"), "trn2");
+    cr_assert_eq(num_of(g, "count"), 2);
+    cr_assert(near(num_of(g, "mean_abs_error"), (fabs(ea) + fabs(eb)) / 2), "mean |error| %g vs %g, %g",
+              num_of(g, "mean_abs_error"), ea, eb);
+    cr_assert(near(num_of(g, "median_abs_error"), (fabs(ea) + fabs(eb)) / 2), "the median of two is their mean");
+    cr_assert(near(num_of(g, "bias"), (ea + eb) / 2), "bias %g vs %g, %g", num_of(g, "bias"), ea, eb);
+    worst_id = kf_strdup(str_of(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(g, "worst"), 0), "job_id"));
+    cr_assert_str_eq(worst_id, fabs(ea) > fabs(eb) ? ida : fabs(eb) > fabs(ea) ? idb : oldest,
+                     "the worst case names its job (ties: the older record)");
+    cr_assert(near(num_of(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(g, "worst"), 0), "error"),
+                   fabs(ea) >= fabs(eb) ? ea : eb), "the worst error");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(g, "worst")), 2);
+    cr_assert_gt(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "worst_lines")), 0);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "items")), 2);
+    cJSON_Delete(doc);
+
+    /* keyset pages of the records, newest first */
+    page = get_json("/v1/calibration?limit=1");
+    items = cJSON_GetObjectItemCaseSensitive(page, "items");
+    cr_assert_eq(cJSON_GetArraySize(items), 1);
+    cr_assert_str_eq(str_of(cJSON_GetArrayItem(items, 0), "job_id"), newest, "the newest record first");
+    cr_assert(str_of(page, "next_cursor")[0], "a next page");
+    path = kf_asprintf("/v1/calibration?limit=1&cursor=%s", str_of(page, "next_cursor"));
+    cJSON_Delete(page);
+    page = get_json(path);
+    items = cJSON_GetObjectItemCaseSensitive(page, "items");
+    cr_assert_eq(cJSON_GetArraySize(items), 1);
+    cr_assert_str_eq(str_of(cJSON_GetArrayItem(items, 0), "job_id"), oldest);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(page, "next_cursor")), "the last page");
+    cJSON_Delete(page);
+    free(path);
+
+    /* filters that match nothing, and the admin's view of the fleet */
+    doc = get_json("/v1/calibration?target=trn1");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "groups")), 0);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "items")), 0);
+    cJSON_Delete(doc);
+    doc = get_json("/v1/calibration?since=2999-01-01T00:00:00Z");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "groups")), 0);
+    cJSON_Delete(doc);
+    cr_assert_eq(get_status("/v1/calibration?op=user.tensor_add", S.admin), 200);
+
+    /* bad filters are 422 */
+    {
+        const char *bad[] = { "target=trn9", "since=yesterday", "limit=0", "limit=201", "cursor=abc", "op=no%20op",
+                              "colour=red", NULL };
+        for (int i = 0; bad[i]; i++) {
+            char *p = kf_asprintf("/v1/calibration?%s", bad[i]);
+            cr_assert_eq(get_status(p, S.user), 422, "%s", p);
+            free(p);
+        }
+        cr_assert_eq(get_status("/v1/calibration", NULL), 401, "a token is needed");
+    }
+
+    /* the CLI against this API */
+    {
+        const char *args[] = { "calibration", "--op", "user.tensor_add", "--target", "trn2", NULL };
+        const char *jargs[] = { "calibration", "--json", NULL };
+        const char *bargs[] = { "calibration", "--since", "yesterday", NULL };
+        char pct[32];
+        c = cli_run(S.api_url, S.user, NULL, args);
+        cr_assert_eq(c.status, 0, "%s", c.err);
+        cr_assert(strstr(c.out, "user.tensor_add") && strstr(c.out, "trn2") && strstr(c.out, worst_id),
+                  "the table names op, target and the worst job: %s", c.out);
+        snprintf(pct, sizeof(pct), "%.1f%%", (fabs(ea) + fabs(eb)) / 2 * 100);
+        cr_assert(strstr(c.out, pct), "the mean |error| %s is in the table: %s", pct, c.out);
+        cr_assert(strstr(c.out, "kernel.py:"), "the worst lines: %s", c.out);
+        cli_out_release(&c);
+        c = cli_run(S.api_url, S.user, NULL, jargs);
+        cr_assert_eq(c.status, 0, "%s", c.err);
+        doc = cJSON_Parse(c.out);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "groups")), 1, "%s", c.out);
+        cJSON_Delete(doc);
+        cli_out_release(&c);
+        c = cli_run(S.api_url, S.user, NULL, bargs);
+        cr_assert_eq(c.status, 1, "a bad filter is refused: %s", c.err);
+        cr_assert(strstr(c.err, "since"), "%s", c.err);
+        cli_out_release(&c);
+    }
+    free(worst_id);
+    free(newest);
+    free(ida);
+    free(idb);
+    free(body_a);
+    free(body_b);
+}
+
+Test(neuron, a_hybrid_job_explores_on_the_simulator_and_confirms_its_best_candidates_on_the_device)
+{
+    const char *root = kf_test_env("KFORGE_TEST_ROOT");
+    char *kp = kf_asprintf("%s/tests/kernels/current/tensor_add.py", root), *src = kf_test_read_file(kp);
+    char *at = strstr(src, "def tensor_add(a_input, b_input):"), *body, *id, *path, *sql, *e = NULL;
+    kf_buf k = KF_BUF_INIT, b = KF_BUF_INIT;
+    const cJSON *res, *conf, *c, *rec, *prov;
+    cJSON *job;
+    const char *st;
+    int n_conf = 0, n_ok = 0;
+
+    /* tensor_add with a tunable the simulator can explore */
+    cr_assert_not_null(at);
+    kf_buf_add(&k, src, (size_t)(at - src));
+    kf_buf_adds(&k, "def tensor_add(a_input, b_input, unroll=1):");
+    kf_buf_adds(&k, at + strlen("def tensor_add(a_input, b_input):"));
+    body = job_body("optimize", k.data, 1);
+    /* backend hybrid, with tunables and a small budget */
+    at = strstr(body, "\"backend\":\"neuron\"");
+    cr_assert_not_null(at);
+    kf_buf_add(&b, body, (size_t)(at - body));
+    kf_buf_adds(&b, "\"backend\":\"hybrid\",\"budget\":{\"iterations\":2}");
+    kf_buf_add(&b, at + strlen("\"backend\":\"neuron\""), strlen(at + strlen("\"backend\":\"neuron\"")) - 2);
+    kf_buf_adds(&b, ",\"tunables\":{\"unroll\":[1,2]}}}");
+    start();
+    id = kf_stack_submit(&S, b.data);
+    st = wait_done(id, 200000, &e);
+    cr_assert_str_eq(st, "succeeded", "the hybrid job is %s: %s", st, e);
+    free(e);
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    res = cJSON_GetObjectItemCaseSensitive(job, "result");
+    conf = cJSON_GetObjectItemCaseSensitive(res, "confirmed");
+    cJSON_ArrayForEach(c, conf)
+    {
+        n_conf++;
+        cr_assert_gt(num_of(c, "sim_latency_ns"), 0, "the simulator's number");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c, "params")));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "correct"))) {
+            n_ok++;
+            cr_assert_gt(num_of(c, "device_latency_ns"), 0, "the device's number");
+            sql = kf_asprintf("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'confirm' AND "
+                              "seq = %d AND latency_ns > 0", (int)num_of(c, "seq"));
+            cr_assert_eq(kf_stack_sql_long(&S, sql, id), 1, "the device evaluation is iteration %d",
+                         (int)num_of(c, "seq"));
+            free(sql);
+            sql = kf_asprintf("SELECT count(*) FROM calibration WHERE job_id = $1::uuid AND seq = %d AND "
+                              "params ? 'unroll'", (int)num_of(c, "seq"));
+            cr_assert_eq(kf_stack_sql_long(&S, sql, id), 1, "its calibration record");
+            free(sql);
+        }
+    }
+    cr_assert_geq(n_conf, 1, "the best candidates are confirmed");
+    cr_assert_eq(n_ok, n_conf, "every candidate passes on the device");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "calibration")), n_ok);
+    rec = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "calibration"), 0);
+    cr_assert_gt(num_of(rec, "sim_ns"), 0);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(res, "device_best")), "the device's best");
+    cr_assert_gt(num_of(cJSON_GetObjectItemCaseSensitive(res, "device_best"), "latency_ns"), 0);
+    cr_assert(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(res, "path")), "the simulator's search is kept");
+    prov = cJSON_GetObjectItemCaseSensitive(job, "provenance");
+    cr_assert_str_eq(str_of(prov, "backend"), "hybrid");
+    cr_assert(str_of(prov, "sim_build")[0] && strstr(str_of(prov, "compiler"), "neuronx-cc"),
+              "both sides' provenance");
+    cJSON_Delete(job);
+    free(path);
+    free(id);
+    free(body);
+    kf_buf_release(&k);
+    kf_buf_release(&b);
+    free(src);
+    free(kp);
 }
