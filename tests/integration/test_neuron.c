@@ -82,8 +82,11 @@ out:
 }
 
 /* The stack with one worker whose PATH finds the doubles (symlinked into a
- * scratch folder, so a test can wedge this copy) and kforge-sim. */
-static void start(void)
+ * scratch folder, so a test can wedge this copy) and kforge-sim; with
+ * real_runner, the device runner first on PATH is tools/kforge-neuron-runner
+ * itself, run by Debian's Python with the Neuron SDK stand-ins of
+ * tests/doubles/neuron-sdk on PYTHONPATH (the neuron-explorer double stays). */
+static void start_with(bool real_runner)
 {
     kf_stack_opts o = { .redis_db = NEURON_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000 };
     const char *root = kf_test_env("KFORGE_TEST_ROOT");
@@ -101,11 +104,31 @@ static void start(void)
         free(dst);
     }
     *strrchr(bindir, '/') = '\0';
-    path = kf_asprintf("PATH=%s:%s:/usr/local/bin:/usr/bin:/bin", doubles, bindir);
+    if (real_runner) {
+        char *wdir = kf_asprintf("%s/real-runner", S.dir), *w = kf_asprintf("%s/kforge-neuron-runner", wdir);
+        FILE *f;
+        cr_assert_eq(mkdir(wdir, 0700), 0, "%s", wdir);
+        f = fopen(w, "w");
+        cr_assert_not_null(f, "%s", w);
+        fprintf(f, "#!/bin/sh\nPYTHONPATH='%s/tests/doubles/neuron-sdk' exec /usr/bin/python3 "
+                   "'%s/tools/kforge-neuron-runner' \"$@\"\n", root, root);
+        fclose(f);
+        cr_assert_eq(chmod(w, 0755), 0);
+        path = kf_asprintf("PATH=%s:%s:%s:/usr/local/bin:/usr/bin:/bin", wdir, doubles, bindir);
+        free(w);
+        free(wdir);
+    } else {
+        path = kf_asprintf("PATH=%s:%s:/usr/local/bin:/usr/bin:/bin", doubles, bindir);
+    }
     kf_stack_worker(&S, 0, path);
     free(path);
     free(bindir);
     free(bin);
+}
+
+static void start(void)
+{
+    start_with(false);
 }
 
 /* A job body for the tensor_add kernel of tests/kernels, with `source`
@@ -359,6 +382,49 @@ Test(neuron, a_wedged_device_ends_the_attempt_retryable_and_the_worker_unhealthy
     cr_assert_str_eq(why, "", "healthy again");
     free(why);
     free(wedge);
+    free(id);
+    free(body);
+}
+
+Test(neuron, the_real_runner_with_the_sdk_stand_ins_takes_a_job_through_compile_run_validate_and_profile)
+{
+    char *body, *id, *path;
+    cJSON *job, *res, *prov, *prof;
+    const cJSON *it;
+    int checks = 0;
+
+    start_with(true);
+    body = job_body("optimize", NULL, 1);
+    id = kf_stack_submit(&S, body);
+    {
+        char *e = NULL;
+        const char *st = wait_done(id, 240000, &e);
+        cr_assert_str_eq(st, "succeeded", "the neuron job is %s: %s (see %s)", st, e, S.dir);
+        free(e);
+    }
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    res = cJSON_GetObjectItemCaseSensitive(job, "result");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "validation"),
+                                                            "checks"))
+    {
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "pass")));
+        checks++;
+    }
+    cr_assert_eq(checks, 3, "the device outputs of 3 seeds compared with the reference");
+    prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    cr_assert_gt(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetObjectItemCaseSensitive(prof, "latency_percentiles_ns"), "p50")), 0,
+                 "percentiles from nrtpy's benchmark durations");
+    prov = cJSON_GetObjectItemCaseSensitive(job, "provenance");
+    /* the versions the real runner read from the installed (stand-in) packages */
+    cr_assert(strstr(str_of(prov, "compiler"), "nki 0.6.0+kforge.double") != NULL, "compiler: %s",
+              str_of(prov, "compiler"));
+    cr_assert(strstr(str_of(prov, "runtime"), "nrtpy 0.1.0+kforge.double") != NULL, "runtime: %s",
+              str_of(prov, "runtime"));
+    cr_assert_eq(strlen(str_of(prov, "neff_sha256")), 64);
+    cJSON_Delete(job);
+    free(path);
     free(id);
     free(body);
 }
