@@ -367,6 +367,34 @@ Test(neuron, a_wedged_device_ends_the_attempt_retryable_and_the_worker_unhealthy
             usleep(100000);
     }
     cr_assert(marked, "GET /v1/workers says why the worker is unhealthy: \"%s\"", why);
+    /* health is per backend: the same worker goes on with simulator jobs */
+    {
+        char *nb = job_body("profile", NULL, 1), *at = strstr(nb, "\"backend\":\"neuron\""), *sid;
+        kf_buf sb = KF_BUF_INIT;
+        cJSON *fleet;
+        const cJSON *wk;
+        bool per_backend = false;
+        cr_assert_not_null(at);
+        kf_buf_add(&sb, nb, (size_t)(at - nb));
+        kf_buf_adds(&sb, "\"backend\":\"sim\"");
+        kf_buf_adds(&sb, at + strlen("\"backend\":\"neuron\""));
+        sid = kf_stack_submit(&S, sb.data);
+        cr_assert(kf_stack_wait_state(&S, sid, "succeeded", 60000), "the sim job is %s while neuron is unhealthy",
+                  kf_stack_state(&S, sid));
+        fleet = get_json("/v1/workers");
+        cJSON_ArrayForEach(wk, cJSON_GetObjectItemCaseSensitive(fleet, "workers"))
+        {
+            const cJSON *ub = cJSON_GetObjectItemCaseSensitive(wk, "unhealthy_backends");
+            if (strcmp(str_of(wk, "id"), "test-w0") == 0)
+                per_backend = strstr(str_of(ub, "neuron"), "NRT_TIMEOUT") != NULL &&
+                              cJSON_GetObjectItemCaseSensitive(ub, "sim") == NULL;
+        }
+        cr_assert(per_backend, "GET /v1/workers names the unhealthy backend, and only it");
+        cJSON_Delete(fleet);
+        free(sid);
+        kf_buf_release(&sb);
+        free(nb);
+    }
     cr_assert_str_neq(kf_stack_state(&S, id), "dead", "a wedged device does not burn the job");
     cr_assert_str_neq(kf_stack_state(&S, id), "failed", "a wedged device is retryable");
     cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", id), 1,
