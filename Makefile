@@ -11,7 +11,9 @@
 #                   Python client's unit tests, start Redis + PostgreSQL on
 #                   free loopback ports, run every test binary, print
 #                   "N passed, N failed"
-#   make test-python   the Python client's unit tests alone
+#   make test-python   the Python client's unit tests and the device
+#                   runner's (tools/kforge-neuron-runner against the Neuron
+#                   SDK stand-ins, kforge-sim from $(BUILD)/bin) alone
 #   make run        install packages, build, the whole stack on
 #                   127.0.0.1:8080 with a durable PostgreSQL (see README.md)
 #   make lint       cppcheck + clang-tidy over the sources, Redocly's OpenAPI
@@ -118,10 +120,12 @@ test: deps
 # The Python client's unit tests (clients/python/tests: stdlib unittest
 # against a scripted server, no Redis or PostgreSQL needed), with Debian's
 # Python, the one the simulator embeds.  Its end-to-end test against a
-# whole stack is tests/integration/test_pyclient.
+# whole stack is tests/integration/test_pyclient.  Then the Neuron device
+# runner's tests (tests/neuron_runner), which need kforge-sim built.
 PYTHON ?= /usr/bin/python3
 test-python:
 	timeout -k 10 300 $(PYTHON) -m unittest discover -s clients/python/tests
+	PATH="$(abspath $(BUILD))/bin:$$PATH" timeout -k 10 600 $(PYTHON) -m unittest discover -s tests/neuron_runner
 
 run: deps
 	$(MAKE) all
@@ -150,6 +154,7 @@ mcp-inspector-check: $(BUILD)/bin/kforge
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 tools/kforge-neuron-runner $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/kforge/targets $(DESTDIR)$(PREFIX)/share/kforge/migrations \
 	  $(DESTDIR)$(PREFIX)/share/kforge/kernels
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/

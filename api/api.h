@@ -633,6 +633,14 @@ bool api_etag_listed(const char *h, const char *etag);
 
 /* ---- routing by capability (api_caps.c) ------------------------------------ */
 
+/* The pairs this API process has seen offered (kf:caps never shrinks, so
+ * the create routes stop asking Redis about them): one per server, owned
+ * by it (api_caps_new at start, api_caps_free at stop); thread-safe. */
+typedef struct api_caps api_caps;
+api_caps *api_caps_new(void);
+void api_caps_free(api_caps *c);
+api_caps *api_req_caps(const api_req *r);
+
 /* The warnings for the distinct (targets[i], backends[i]) pairs (n of
  * them) no worker has ever offered: an array of {code:
  * "capability-never-offered", message, capability {target, backend}}, or
@@ -646,6 +654,12 @@ char *api_doc_with_member(const char *doc, const char *name, const cJSON *value)
  * ever_offered} when no live worker offers its pair; NULL when one does
  * (or Redis cannot tell).  Caller frees. */
 cJSON *api_caps_waiting(api_req *r, const char *target, const char *backend);
+/* The same for a page of jobs: out[i] (NULL or the caller's to free) for
+ * jobs i < n whose state[i] is "queued", in one Redis round trip for the
+ * page's distinct pairs (at most KF_QUEUE_MAX_PAIRS; the jobs of further
+ * pairs, and every job when Redis cannot tell, get NULL). */
+void api_caps_waiting_page(api_req *r, int n, const char *const *state, const char *const *targets,
+                           const char *const *backends, cJSON **out);
 /* /readyz: checks.capabilities ("ok", "missing", "unknown") and, when
  * missing, doc's missing_capabilities [{target, backend, waiting,
  * ever_offered, reason}] and a line in doc's warnings.  Readiness is not

@@ -13,11 +13,12 @@
  * Cost: one Redis round trip per question (kf_queue_caps_get,
  * kf_queue_caps_missing), none per worker.  kf:caps never shrinks, so a
  * pair once seen offered is remembered here and the create routes stop
- * asking about it.  A pair seen never offered is remembered for
- * API_CAPS_ABSENT_MS: a client posting many jobs for a pair no worker has
- * started on yet costs one round trip per interval, not one per job (so the
- * warning can come up to that long after the first such worker started).
- * Redis away: no warning and no waiting object (the
+ * asking about it (the pairs live in the server's api_caps).  A pair seen
+ * never offered is remembered for API_CAPS_ABSENT_MS: a client posting many
+ * jobs for a pair no worker has started on yet costs one round trip per
+ * interval, not one per job (so the warning can come up to that long after
+ * the first such worker started).  Redis away:
+ * no warning and no waiting object (the
  * answer is still given; the job itself is safe in PostgreSQL), and
  * /readyz already reports Redis. */
 #include "api.h"
@@ -36,13 +37,53 @@
 #define API_CAPS_ABSENT  16   /* pairs remembered as never offered */
 #define API_CAPS_ABSENT_MS 1000
 
-static pthread_mutex_t api_caps_mu = PTHREAD_MUTEX_INITIALIZER;
-static char api_caps_known[API_CAPS_KNOWN][132];
-static int api_caps_n_known;
-static struct {
-    char     pair[132];
-    uint64_t until_ms;        /* CLOCK_MONOTONIC */
-} api_caps_absent[API_CAPS_ABSENT];
+struct api_caps {
+    pthread_mutex_t mu;
+    char            known[API_CAPS_KNOWN][132];
+    int             n_known;
+    struct {
+        char     pair[132];
+        uint64_t until_ms;    /* CLOCK_MONOTONIC */
+    } absent[API_CAPS_ABSENT];
+};
+
+api_caps *api_caps_new(void)
+{
+    api_caps *c = kf_calloc(1, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void api_caps_free(api_caps *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static bool api_caps_is_known(api_caps *c, const char *target, const char *backend)
+{
+    char pair[132];
+    bool found = false;
+
+    snprintf(pair, sizeof(pair), "%s:%s", backend, target);
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_known && !found; i++)
+        found = strcmp(c->known[i], pair) == 0;
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static void api_caps_remember(api_caps *c, const char *target, const char *backend)
+{
+    if (api_caps_is_known(c, target, backend))
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_known < API_CAPS_KNOWN)
+        snprintf(c->known[c->n_known++], sizeof(c->known[0]), "%s:%s", backend, target);
+    pthread_mutex_unlock(&c->mu);
+}
 
 static uint64_t api_caps_now_ms(void)
 {
@@ -52,64 +93,41 @@ static uint64_t api_caps_now_ms(void)
 }
 
 /* True when the pair was seen never offered less than API_CAPS_ABSENT_MS ago. */
-static bool api_caps_is_absent(const char *target, const char *backend)
+static bool api_caps_is_absent(api_caps *c, const char *target, const char *backend)
 {
     char pair[132];
     uint64_t now = api_caps_now_ms();
     bool found = false;
 
     snprintf(pair, sizeof(pair), "%s:%s", backend, target);
-    pthread_mutex_lock(&api_caps_mu);
+    pthread_mutex_lock(&c->mu);
     for (int i = 0; i < API_CAPS_ABSENT && !found; i++)
-        found = api_caps_absent[i].until_ms > now && strcmp(api_caps_absent[i].pair, pair) == 0;
-    pthread_mutex_unlock(&api_caps_mu);
+        found = c->absent[i].until_ms > now && strcmp(c->absent[i].pair, pair) == 0;
+    pthread_mutex_unlock(&c->mu);
     return found;
 }
 
 /* Remembers a pair as never offered, in the slot of the same pair or of the
  * one that expires first. */
-static void api_caps_remember_absent(const char *target, const char *backend)
+static void api_caps_remember_absent(api_caps *c, const char *target, const char *backend)
 {
     char pair[132];
     uint64_t now = api_caps_now_ms();
     int slot = 0;
 
     snprintf(pair, sizeof(pair), "%s:%s", backend, target);
-    pthread_mutex_lock(&api_caps_mu);
+    pthread_mutex_lock(&c->mu);
     for (int i = 0; i < API_CAPS_ABSENT; i++) {
-        if (strcmp(api_caps_absent[i].pair, pair) == 0) {
+        if (strcmp(c->absent[i].pair, pair) == 0) {
             slot = i;
             break;
         }
-        if (api_caps_absent[i].until_ms < api_caps_absent[slot].until_ms)
+        if (c->absent[i].until_ms < c->absent[slot].until_ms)
             slot = i;
     }
-    snprintf(api_caps_absent[slot].pair, sizeof(api_caps_absent[slot].pair), "%s", pair);
-    api_caps_absent[slot].until_ms = now + API_CAPS_ABSENT_MS;
-    pthread_mutex_unlock(&api_caps_mu);
-}
-
-static bool api_caps_is_known(const char *target, const char *backend)
-{
-    char pair[132];
-    bool found = false;
-
-    snprintf(pair, sizeof(pair), "%s:%s", backend, target);
-    pthread_mutex_lock(&api_caps_mu);
-    for (int i = 0; i < api_caps_n_known && !found; i++)
-        found = strcmp(api_caps_known[i], pair) == 0;
-    pthread_mutex_unlock(&api_caps_mu);
-    return found;
-}
-
-static void api_caps_remember(const char *target, const char *backend)
-{
-    if (api_caps_is_known(target, backend))
-        return;
-    pthread_mutex_lock(&api_caps_mu);
-    if (api_caps_n_known < API_CAPS_KNOWN)
-        snprintf(api_caps_known[api_caps_n_known++], sizeof(api_caps_known[0]), "%s:%s", backend, target);
-    pthread_mutex_unlock(&api_caps_mu);
+    snprintf(c->absent[slot].pair, sizeof(c->absent[slot].pair), "%s", pair);
+    c->absent[slot].until_ms = now + API_CAPS_ABSENT_MS;
+    pthread_mutex_unlock(&c->mu);
 }
 
 static cJSON *api_caps_pair(const char *target, const char *backend)
@@ -137,13 +155,13 @@ cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *con
         bool dup = false;
         for (int k = 0; k < nq && !dup; k++)
             dup = strcmp(qt[k], targets[i]) == 0 && strcmp(qb[k], backends[i]) == 0;
-        if (dup || api_caps_is_known(targets[i], backends[i]))
+        if (dup || api_caps_is_known(api_req_caps(r), targets[i], backends[i]))
             continue;
         if (nq == KF_QUEUE_MAX_PAIRS)
             break;
         qt[nq] = targets[i];
         qb[nq] = backends[i];
-        ask[nq] = !api_caps_is_absent(targets[i], backends[i]);
+        ask[nq] = !api_caps_is_absent(api_req_caps(r), targets[i], backends[i]);
         memset(&st[nq], 0, sizeof(st[nq]));
         if (ask[nq]) {
             at[na] = targets[i];
@@ -171,11 +189,11 @@ cJSON *api_caps_warnings(api_req *r, const char *const *targets, const char *con
         cJSON *w;
         char msg[320];
         if (st[k].offered) {
-            api_caps_remember(qt[k], qb[k]);
+            api_caps_remember(api_req_caps(r), qt[k], qb[k]);
             continue;
         }
         if (ask[k])
-            api_caps_remember_absent(qt[k], qb[k]);
+            api_caps_remember_absent(api_req_caps(r), qt[k], qb[k]);
         if (!out)
             out = cJSON_CreateArray();
         w = cJSON_CreateObject();
@@ -210,30 +228,78 @@ char *api_doc_with_member(const char *doc, const char *name, const cJSON *value)
     return kf_buf_detach(&b);
 }
 
+/* The waiting object of a pair's state, or NULL when a live worker offers it. */
+static cJSON *api_caps_waiting_of(api_req *r, const kf_queue_cap_state *st)
+{
+    cJSON *o;
+    char reason[320];
+
+    if (st->offered)
+        api_caps_remember(api_req_caps(r), st->target, st->backend);
+    if (st->live_workers > 0)
+        return NULL;
+    snprintf(reason, sizeof(reason), "no live worker offers backend '%s' for target '%s'%s", st->backend, st->target,
+             st->offered ? " (one did before: it stopped, lost its heartbeat, or its backend failed a health check)"
+                         : " (none ever has)");
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON_AddItemToObject(o, "capability", api_caps_pair(st->target, st->backend));
+    cJSON_AddBoolToObject(o, "ever_offered", st->offered);
+    return o;
+}
+
 cJSON *api_caps_waiting(api_req *r, const char *target, const char *backend)
 {
     kf_queue_cap_state st;
     kf_err e = KF_ERR_INIT;
     kf_queue *q = api_qpool_get(api_req_qpool(r), &e);
-    cJSON *o;
-    char reason[320];
 
     if (!q || kf_queue_caps_get(q, &target, &backend, 1, &st, &e) != KF_OK) {
         api_qpool_put(api_req_qpool(r), q);
         return NULL;
     }
     api_qpool_put(api_req_qpool(r), q);
-    if (st.offered)
-        api_caps_remember(target, backend);
-    if (st.live_workers > 0)
-        return NULL;
-    snprintf(reason, sizeof(reason), "no live worker offers backend '%s' for target '%s'%s", backend, target,
-             st.offered ? " (one did before: it stopped or lost its heartbeat)" : " (none ever has)");
-    o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "reason", reason);
-    cJSON_AddItemToObject(o, "capability", api_caps_pair(target, backend));
-    cJSON_AddBoolToObject(o, "ever_offered", st.offered);
-    return o;
+    return api_caps_waiting_of(r, &st);
+}
+
+void api_caps_waiting_page(api_req *r, int n, const char *const *state, const char *const *targets,
+                           const char *const *backends, cJSON **out)
+{
+    const char *qt[KF_QUEUE_MAX_PAIRS], *qb[KF_QUEUE_MAX_PAIRS];
+    kf_queue_cap_state st[KF_QUEUE_MAX_PAIRS];
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q;
+    int nq = 0;
+
+    for (int i = 0; i < n; i++) {
+        bool dup = false;
+        out[i] = NULL;
+        if (strcmp(state[i], "queued") != 0)
+            continue;
+        for (int k = 0; k < nq && !dup; k++)
+            dup = strcmp(qt[k], targets[i]) == 0 && strcmp(qb[k], backends[i]) == 0;
+        if (!dup && nq < KF_QUEUE_MAX_PAIRS) {
+            qt[nq] = targets[i];
+            qb[nq++] = backends[i];
+        }
+    }
+    if (nq == 0)
+        return;
+    q = api_qpool_get(api_req_qpool(r), &e);
+    if (!q || kf_queue_caps_get(q, qt, qb, nq, st, &e) != KF_OK) {
+        api_qpool_put(api_req_qpool(r), q);
+        return;
+    }
+    api_qpool_put(api_req_qpool(r), q);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(state[i], "queued") != 0)
+            continue;
+        for (int k = 0; k < nq; k++)
+            if (strcmp(qt[k], targets[i]) == 0 && strcmp(qb[k], backends[i]) == 0) {
+                out[i] = api_caps_waiting_of(r, &st[k]);
+                break;
+            }
+    }
 }
 
 void api_caps_readyz(api_req *r, cJSON *doc, cJSON *checks)

@@ -3,7 +3,9 @@
  *
  * Workers come from the Redis registry (kf_queue_workers_list: every worker
  * whose heartbeat has not expired, with the document it sent: targets,
- * backends, current job), queue depth per target from kf_queue_stats_get.
+ * backends, current job, the backends whose health check fails), queue
+ * depth per target from kf_queue_stats_get and per (target, backend) pair
+ * with its live workers from kf_queue_pairs_list (one round trip).
  * A user sees a worker's current job only when the job is its own (a
  * job id never leaks across users; the worker shows "busy": true), and the
  * dead letters (kf:dead, with each job's row) only with an admin token.
@@ -20,6 +22,7 @@
 #define API_FLEET_MAX_WORKERS 500
 #define API_FLEET_MAX_TARGETS 256
 #define API_FLEET_MAX_DEAD 50
+#define API_FLEET_MAX_PAIRS 64
 
 /* ms since 1970 as RFC 3339 UTC with milliseconds (a time Redis gave:
  * never negative; 1970 if it is). */
@@ -118,6 +121,16 @@ static bool api_fleet_workers(api_req *r, const kf_queue_worker *w, int n, cJSON
             cJSON_AddStringToObject(o, "unhealthy", cJSON_GetObjectItemCaseSensitive(doc, "unhealthy")->valuestring);
         else
             cJSON_AddNullToObject(o, "unhealthy");
+        /* per backend: the ones whose pairs it neither leases nor advertises now */
+        {
+            cJSON *per = cJSON_AddObjectToObject(o, "unhealthy_backends");
+            const cJSON *u;
+            cJSON_ArrayForEach(u, cJSON_GetObjectItemCaseSensitive(doc, "unhealthy_backends"))
+            {
+                if (cJSON_IsString(u) && u->string)
+                    cJSON_AddStringToObject(per, u->string, u->valuestring);
+            }
+        }
         cJSON_AddStringToObject(o, "last_heartbeat", at);
         cJSON_AddItemToArray(arr, o);
         cJSON_Delete(doc);
@@ -178,6 +191,8 @@ void api_h_workers(api_req *r)
     char **targets = NULL;
     int nw = 0, nt = 0, nd = 0;
     kf_queue_stats all, *per = NULL;
+    kf_queue_cap_state pairs[API_FLEET_MAX_PAIRS];
+    int np = 0;
     cJSON *out = NULL, *qs;
     bool admin = r->who.role == API_ROLE_ADMIN;
 
@@ -190,6 +205,7 @@ void api_h_workers(api_req *r)
     if (kf_queue_workers_list(q, API_FLEET_MAX_WORKERS, &w, &nw, &e) != KF_OK ||
         kf_queue_targets_list(q, API_FLEET_MAX_TARGETS, &targets, &nt, &e) != KF_OK ||
         kf_queue_stats_get(q, NULL, &all, &e) != KF_OK ||
+        kf_queue_pairs_list(q, API_FLEET_MAX_PAIRS, pairs, &np, &e) != KF_OK ||
         (admin && kf_queue_dead_list(q, API_FLEET_MAX_DEAD, &dead, &nd, &e) != KF_OK))
         goto redis_failed;
     per = kf_calloc(nt ? (size_t)nt : 1, sizeof(*per));
@@ -207,6 +223,16 @@ void api_h_workers(api_req *r)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "target", targets[i]);
         cJSON_AddNumberToObject(o, "waiting", (double)per[i].waiting);
+        cJSON_AddItemToArray(qs, o);
+    }
+    qs = cJSON_AddArrayToObject(out, "pairs");
+    for (int i = 0; i < np; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "target", pairs[i].target);
+        cJSON_AddStringToObject(o, "backend", pairs[i].backend);
+        cJSON_AddNumberToObject(o, "waiting", (double)pairs[i].waiting);
+        cJSON_AddNumberToObject(o, "live_workers", (double)pairs[i].live_workers);
+        cJSON_AddBoolToObject(o, "ever_offered", pairs[i].offered);
         cJSON_AddItemToArray(qs, o);
     }
     cJSON_AddNumberToObject(out, "waiting", (double)all.waiting);

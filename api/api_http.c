@@ -78,6 +78,7 @@ struct api_server {
     char              *listen, *pg_dsn, *redis_url, *cors;
     api_pg_pool       *pg;
     api_qpool         *q;
+    api_caps          *caps;      /* pairs seen offered (api_caps.c) */
     api_batcher       *batch;
     api_stream_hub    *hub;
     atomic_ulong       count[API_MAX_ROUTES + 1][600];
@@ -98,6 +99,11 @@ api_batcher *api_req_batcher(const api_req *r)
 api_qpool *api_req_qpool(const api_req *r)
 {
     return r->srv->q;
+}
+
+api_caps *api_req_caps(const api_req *r)
+{
+    return r->srv->caps;
 }
 
 api_stream_hub *api_req_stream_hub(const api_req *r)
@@ -1112,6 +1118,7 @@ api_server *api_server_start(const api_server_config *cfg, kf_err *err)
     s->cfg.redis_url = s->redis_url;
     s->pg = api_pg_pool_new(cfg->pg_dsn, cfg->pg_pool);
     s->q = api_qpool_new(cfg->redis_url, cfg->threads);
+    s->caps = api_caps_new();
     if (!(s->batch = api_batch_start(s->pg, s->q, err))) {
         api_server_stop(s);
         return NULL;
@@ -1156,6 +1163,7 @@ void api_server_stop(api_server *s)
     api_stream_hub_free(s->hub);
     api_batch_free(s->batch);
     api_qpool_free(s->q);
+    api_caps_free(s->caps);
     api_pg_pool_free(s->pg);
     free(s->listen);
     free(s->pg_dsn);

@@ -688,11 +688,11 @@ out:
 void api_h_internal_heartbeat(api_req *r)
 {
     kf_fields fe;
-    const cJSON *targets = NULL, *backends = NULL, *c;
+    const cJSON *targets = NULL, *backends = NULL, *sick = NULL, *c;
     static const char *const sandboxes[] = { "strict", "unconfined", NULL };
     const char *host = NULL, *sandbox = NULL;
-    char *tl = NULL, *bl = NULL;
-    const char *params[5];
+    char *tl = NULL, *bl = NULL, *ul = NULL;
+    const char *params[6];
     kf_buf t = KF_BUF_INIT, b = KF_BUF_INIT;
 
     kf_fields_init(&fe);
@@ -712,6 +712,15 @@ void api_h_internal_heartbeat(api_req *r)
     kf_fields_obj(&fe, r->json, "", "backends", false, true, &backends);
     kf_fields_str(&fe, r->json, "", "host", false, 0, 255, &host);
     kf_fields_enum(&fe, r->json, "", "sandbox", false, sandboxes, &sandbox);
+    kf_fields_obj(&fe, r->json, "", "unhealthy_backends", false, false, &sick);
+    cJSON_ArrayForEach(c, sick)
+    {
+        if (!kf_ident_valid(c->string, 32, "-") || !cJSON_IsString(c) || strlen(c->valuestring) > 1000) {
+            kf_fields_add(&fe, "unhealthy_backends", "type",
+                          "must map backend names to why each failed its health check (at most 1000 characters)");
+            break;
+        }
+    }
     kf_buf_addc(&t, '{');
     kf_buf_addc(&b, '{');
     cJSON_ArrayForEach(c, targets)
@@ -743,12 +752,15 @@ void api_h_internal_heartbeat(api_req *r)
     params[2] = tl;
     params[3] = bl;
     params[4] = sandbox;
+    ul = sick ? kf_json_print(sick) : kf_strdup("{}");
+    params[5] = ul;
     if (!api_exec(r,
-                  "INSERT INTO workers (id, hostname, targets, backends, sandbox) "
-                  "VALUES ($1, $2, $3::text[], $4::text[], $5) "
+                  "INSERT INTO workers (id, hostname, targets, backends, sandbox, unhealthy) "
+                  "VALUES ($1, $2, $3::text[], $4::text[], $5, $6::jsonb) "
                   "ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, targets = EXCLUDED.targets, "
-                  "backends = EXCLUDED.backends, sandbox = EXCLUDED.sandbox, last_seen = now()",
-                  5, params))
+                  "backends = EXCLUDED.backends, sandbox = EXCLUDED.sandbox, unhealthy = EXCLUDED.unhealthy, "
+                  "last_seen = now()",
+                  6, params))
         goto out;
     {
         cJSON *o = cJSON_CreateObject();
@@ -760,6 +772,7 @@ void api_h_internal_heartbeat(api_req *r)
 out:
     free(tl);
     free(bl);
+    free(ul);
 }
 
 void api_h_internal_whoami(api_req *r)

@@ -609,7 +609,8 @@ static void api_list_sql(const api_list_q *q, bool full, bool by_label, const ch
     *np = 0;
     kf_buf_adds(sql, "SELECT ");
     kf_buf_adds(sql, full ? API_JOB_JSON "::text" : API_JOB_LIGHT_JSON);
-    kf_buf_adds(sql, ", (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id FROM ");
+    kf_buf_adds(sql, ", (extract(epoch FROM j.created_at) * 1000000)::bigint, j.id, j.state, j.target, j.backend "
+                     "FROM ");
     if (by_label) {
         /* Ordered by the window's columns (equal to the job's), so the
          * join keeps the window's order and stops after a page. */
@@ -653,6 +654,49 @@ static int api_list_window_full(api_req *r, const api_list_q *q)
     full = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
     return full;
+}
+
+/* api_page_rows for the list, each queued job with its `waiting` object
+ * when no live worker offers its pair (as GET /v1/jobs/{id}): one Redis
+ * round trip for the page (api_caps_waiting_page). */
+static void api_list_page(api_req *r, kf_buf *out, const PGresult *res, int lim)
+{
+    int n = PQntuples(res) < lim ? PQntuples(res) : lim;
+    const char **st = kf_calloc((size_t)n + 1, sizeof(*st)), **tg = kf_calloc((size_t)n + 1, sizeof(*tg));
+    const char **bk = kf_calloc((size_t)n + 1, sizeof(*bk));
+    cJSON **waiting = kf_calloc((size_t)n + 1, sizeof(cJSON *));
+
+    for (int i = 0; i < n; i++) {
+        st[i] = PQgetvalue(res, i, 3);
+        tg[i] = PQgetvalue(res, i, 4);
+        bk[i] = PQgetvalue(res, i, 5);
+    }
+    api_caps_waiting_page(r, n, st, tg, bk, waiting);
+    kf_buf_addc(out, '[');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            kf_buf_addc(out, ',');
+        if (waiting[i]) {
+            char *doc = api_doc_with_member(PQgetvalue(res, i, 0), "waiting", waiting[i]);
+            kf_buf_adds(out, doc);
+            free(doc);
+            cJSON_Delete(waiting[i]);
+        } else {
+            kf_buf_adds(out, PQgetvalue(res, i, 0));
+        }
+    }
+    kf_buf_adds(out, "],\"next_cursor\":");
+    if (PQntuples(res) > lim && lim > 0) {
+        char enc[128];
+        api_cursor_make(PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2), enc, sizeof(enc));
+        kf_buf_addf(out, "\"%s\"", enc);
+    } else {
+        kf_buf_adds(out, "null");
+    }
+    free(st);
+    free(tg);
+    free(bk);
+    free(waiting);
 }
 
 void api_h_job_list(api_req *r)
@@ -729,7 +773,7 @@ void api_h_job_list(api_req *r)
             goto out;
     }
     kf_buf_adds(&out, "{\"jobs\":");
-    api_page_rows(&out, res, (int)limit);
+    api_list_page(r, &out, res, (int)limit);
     kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
 out:

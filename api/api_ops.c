@@ -61,6 +61,39 @@ static void api_readyz_sandbox(api_req *r, cJSON *doc, cJSON *checks)
     PQclear(res);
 }
 
+/* Live workers (a heartbeat within the last minute) with a backend whose
+ * health check fails (workers.unhealthy): still ready, each named with the
+ * backend and why; their other backends keep leasing. */
+static void api_readyz_health(api_req *r, cJSON *doc, cJSON *checks)
+{
+    PGresult *res = PQexec(r->pg, "SELECT w.id, u.key, left(u.value, 300) FROM workers w, "
+                                  "jsonb_each_text(w.unhealthy) u WHERE w.unhealthy <> '{}'::jsonb "
+                                  "AND w.last_seen > now() - interval '1 minute' ORDER BY w.id, u.key LIMIT 100");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        cJSON_AddStringToObject(checks, "worker_health", "unknown");
+    } else if (PQntuples(res) == 0) {
+        cJSON_AddStringToObject(checks, "worker_health", "ok");
+    } else {
+        cJSON *arr = cJSON_CreateArray(), *warnings = cJSON_GetObjectItemCaseSensitive(doc, "warnings");
+        char warn[256];
+        for (int i = 0; i < PQntuples(res); i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "worker", PQgetvalue(res, i, 0));
+            cJSON_AddStringToObject(o, "backend", PQgetvalue(res, i, 1));
+            cJSON_AddStringToObject(o, "reason", PQgetvalue(res, i, 2));
+            cJSON_AddItemToArray(arr, o);
+        }
+        cJSON_AddStringToObject(checks, "worker_health", "degraded");
+        snprintf(warn, sizeof(warn), "%d worker backend(s) failed their health check and lease none of their jobs: "
+                 "see unhealthy_workers", PQntuples(res));
+        if (!warnings)
+            warnings = cJSON_AddArrayToObject(doc, "warnings");
+        cJSON_AddItemToArray(warnings, cJSON_CreateString(warn));
+        cJSON_AddItemToObject(doc, "unhealthy_workers", arr);
+    }
+    PQclear(res);
+}
+
 void api_h_readyz(api_req *r)
 {
     kf_err pe = KF_ERR_INIT, qe = KF_ERR_INIT;
@@ -79,6 +112,7 @@ void api_h_readyz(api_req *r)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "status", "ready");
         api_readyz_sandbox(r, o, checks);
+        api_readyz_health(r, o, checks);
         api_caps_readyz(r, o, checks);
         cJSON_AddItemToObject(o, "checks", checks);
         api_reply_json(r, 200, o);

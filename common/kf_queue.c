@@ -950,6 +950,33 @@ kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, i
     return KF_OK;
 }
 
+kf_code kf_queue_pairs_list(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err)
+{
+    char lim[12];
+    const char *args[1] = { lim };
+    redisReply *r;
+
+    *n = 0;
+    if (limit < 1)
+        return KF_OK;
+    snprintf(lim, sizeof(lim), "%d", limit);
+    if (!(r = kq_eval(q, KF_QS_PAIRS, 0, NULL, 1, args, err)))
+        return err ? err->code : KF_REDIS;
+    for (size_t b = 1; b + 3 < r->elements; b += 4) {
+        kf_queue_cap_state *c;
+        if (*n >= limit || r->element[b]->type != REDIS_REPLY_STRING || r->element[b]->len >= KQ_PAIR_LEN)
+            break;
+        c = &out[(*n)++];
+        memset(c, 0, sizeof(*c));
+        kq_cap_names(c, r->element[b]->str);
+        c->live_workers = kq_int(r, b + 1);
+        c->offered = kq_int(r, b + 2) == 1;
+        c->waiting = kq_int(r, b + 3);
+    }
+    freeReplyObject(r);
+    return KF_OK;
+}
+
 kf_code kf_queue_migrate_wait(kf_queue *q, int limit, int *moved, kf_err *err)
 {
     char lim[12];

@@ -263,6 +263,12 @@ kf_code kf_queue_caps_get(kf_queue *q, const char *const *targets, const char *c
  * the number of pairs ever queued (kf:queues), not with the workers. */
 kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err);
 
+/* Every pair ever queued (kf:queues) or offered (kf:caps), sorted by
+ * 'backend:target', at most `limit`, into out (caller's, `limit` entries),
+ * each with its live workers, whether it was ever offered and its waiting
+ * jobs: per-pair queue depth for the fleet view.  One round trip. */
+kf_code kf_queue_pairs_list(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err);
+
 /* Upgrade from the waiting sets keyed by target only: move at most `limit`
  * ids from each old kf:wait:{target} to kf:wait:{backend}:{target} (the
  * job's backend, "sim" when its hash has none), keeping their scores and

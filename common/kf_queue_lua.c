@@ -327,6 +327,26 @@ static const char lua_caps_missing[] = PRELUDE
     "end\n"
     "return out\n";
 
+/* ARGV: limit.  Every pair ever queued or offered (kf:queues and
+ * kf:caps), sorted, at most `limit`.  Reply: OK, then per pair: pair, live
+ * workers, ever offered (0/1), jobs waiting. */
+static const char lua_pairs[] = PRELUDE
+    "local now, out, lim, seen, ps = n2s(now_ms()), {'OK'}, tonumber(ARGV[1]), {}, {}\n"
+    "for _, set in ipairs({'kf:queues', 'kf:caps'}) do\n"
+    "  for _, p in ipairs(redis.call('SMEMBERS', set)) do\n"
+    "    if not seen[p] then seen[p] = true; ps[#ps + 1] = p end\n"
+    "  end\n"
+    "end\n"
+    "table.sort(ps)\n"
+    "for _, p in ipairs(ps) do\n"
+    "  if #out > 4 * lim then break end\n"
+    "  out[#out + 1] = p\n"
+    "  out[#out + 1] = redis.call('ZCOUNT', 'kf:cap:' .. p, now, '+inf')\n"
+    "  out[#out + 1] = redis.call('SISMEMBER', 'kf:caps', p)\n"
+    "  out[#out + 1] = redis.call('ZCARD', 'kf:wait:' .. p)\n"
+    "end\n"
+    "return out\n";
+
 /* ARGV: limit.  Moves up to `limit` ids from the waiting sets of before
  * routing by capability, kf:wait:{target} (one per target in kf:targets),
  * to kf:wait:{backend}:{target} with the job's backend from its hash
@@ -392,7 +412,7 @@ static const char *const kf_queue_lua_sources[KF_QS__COUNT] = {
     [KF_QS_LEADER] = lua_leader,       [KF_QS_RESIGN] = lua_resign,
     [KF_QS_EPOCH] = lua_epoch,         [KF_QS_WORKER_GONE] = lua_worker_gone,
     [KF_QS_CAPS] = lua_caps,           [KF_QS_CAPS_MISSING] = lua_caps_missing,
-    [KF_QS_MIGRATE_WAIT] = lua_migrate_wait,
+    [KF_QS_MIGRATE_WAIT] = lua_migrate_wait, [KF_QS_PAIRS] = lua_pairs,
 };
 
 static const char *const kf_queue_lua_names[KF_QS__COUNT] = {

@@ -31,7 +31,8 @@
     XX(WORKER_GONE)   /* a worker leaves the registry and its capabilities */ \
     XX(CAPS)          /* live workers / ever offered / waiting per pair */ \
     XX(CAPS_MISSING)  /* pairs with waiting jobs and no live worker */     \
-    XX(MIGRATE_WAIT)  /* kf:wait:{target} → kf:wait:{backend}:{target} */
+    XX(MIGRATE_WAIT)  /* kf:wait:{target} → kf:wait:{backend}:{target} */ \
+    XX(PAIRS)         /* every pair queued or offered, with its state */
 
 typedef enum kf_queue_script {
 #define XX(id) KF_QS_##id,

@@ -73,6 +73,7 @@
 #include "agent/ka_loop.h"
 #include "sim/sim_check.h"
 #include "sim/sim_npy.h"
+#include "sim/sim_record.h"
 #include "sim/sim_target.h"
 
 enum {
@@ -103,16 +104,25 @@ static bool bn_cancelled(void *ctx)
 /* One device tool in the job's folder, with the Neuron environment. */
 static kf_code bn_tool(bn_job *j, const char *const *argv, kn_tool_result *r, kf_err *err)
 {
-    char *env[6];
+    /* the runner's two Python environments (nki and nrtpy cannot share
+     * one), passed through from the worker's own environment when set */
+    static const char *const pass[] = { "NEURON_RUNNER_NKI_PYTHON", "NEURON_RUNNER_NRTPY_PYTHON", NULL };
+    char *env[8];
+    int n = 0;
     kn_tool_opts o;
     kf_code rc;
 
-    env[0] = kf_asprintf("NEURON_RT_VISIBLE_CORES=%s", j ? j->core : "0");
-    env[1] = kf_asprintf("NEURON_PLATFORM_TARGET_OVERRIDE=%s", j ? j->job->target : "");
-    env[2] = kf_strdup("NKI_DEBUG_INFO=1");
-    env[3] = kf_asprintf("NEURON_CC=%s", kf_config_str(KF_CFG_NEURON_CC));
-    env[4] = kf_strdup("PYTHONDONTWRITEBYTECODE=1");
-    env[5] = NULL;
+    env[n++] = kf_asprintf("NEURON_RT_VISIBLE_CORES=%s", j ? j->core : "0");
+    env[n++] = kf_asprintf("NEURON_PLATFORM_TARGET_OVERRIDE=%s", j ? j->job->target : "");
+    env[n++] = kf_strdup("NKI_DEBUG_INFO=1");
+    env[n++] = kf_asprintf("NEURON_CC=%s", kf_config_str(KF_CFG_NEURON_CC));
+    env[n++] = kf_strdup("PYTHONDONTWRITEBYTECODE=1");
+    for (int i = 0; pass[i]; i++) {
+        const char *v = getenv(pass[i]);
+        if (v && *v)
+            env[n++] = kf_asprintf("%s=%s", pass[i], v);
+    }
+    env[n] = NULL;
     memset(&o, 0, sizeof(o));
     o.argv = argv;
     o.env = (const char *const *)env;
@@ -184,21 +194,30 @@ static kf_code bn_health_check(bn_job *j, char *why, size_t len)
     return KF_UNAVAILABLE;
 }
 
+static void bn_rmtree(const char *path);
+
 /* The worker's between-jobs check (kf_backend.health): the configured
- * core, a short limit. */
+ * core, a short limit, a private folder as the runner's working folder,
+ * HOME and TMPDIR (removed after). */
 static bool neuron_health(const kf_backend *self, char *why, size_t len)
 {
+    static const kf_job_payload none; /* target "": no job yet, the machine's own */
+    const char *tmp = getenv("TMPDIR");
     bn_job j;
+    bool ok;
     (void)self;
     memset(&j, 0, sizeof(j));
     snprintf(j.core, sizeof(j.core), "%ld", kf_config_int(KF_CFG_NEURON_CORE));
-    snprintf(j.dir, sizeof(j.dir), "%s", "/");
-    j.timeout_s = 60;
-    {
-        static const kf_job_payload none; /* target "": no job yet */
-        j.job = &none;
+    snprintf(j.dir, sizeof(j.dir), "%s/kforge-neuron-health-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(j.dir)) {
+        snprintf(why, len, "cannot create a temporary folder for the health check: %s", strerror(errno));
+        return false;
     }
-    return bn_health_check(&j, why, len) == KF_OK;
+    j.timeout_s = 60;
+    j.job = &none;
+    ok = bn_health_check(&j, why, len) == KF_OK;
+    bn_rmtree(j.dir);
+    return ok;
 }
 
 /* `runner versions` and `neuronx-cc --version` into the provenance
@@ -261,8 +280,13 @@ static int bn_add_inputs(const bn_job *j, int s, const char **argv, int n, char 
 {
     for (int k = 0; k < j->pb.n_inputs && n < BN_MAX_ARGS - 3; k++) {
         char p[PATH_MAX + 96];
+        sim_dtype dt = j->pb.inputs[k].dtype;
         bn_input_path(j, s, k, p, sizeof(p));
-        snprintf(bufs[k], PATH_MAX + 160, "%s=%s", j->pb.inputs[k].name, p);
+        /* a '|V1' file does not say which fp8 it holds: the contract's :DTYPE */
+        snprintf(bufs[k], PATH_MAX + 160, "%s=%s%s%s", j->pb.inputs[k].name, p,
+                 dt == SIM_DT_FLOAT8_E4M3 || dt == SIM_DT_FLOAT8_E4M3FN || dt == SIM_DT_FLOAT8_E5M2 ? ":" : "",
+                 dt == SIM_DT_FLOAT8_E4M3 || dt == SIM_DT_FLOAT8_E4M3FN || dt == SIM_DT_FLOAT8_E5M2
+                     ? sim_dtype_name(dt) : "");
         argv[n++] = "--input";
         argv[n++] = bufs[k];
     }

@@ -46,7 +46,7 @@ struct kf_backend {
     /* Optional (NULL: always healthy): whether the backend's device can
      * take a job now, with why not in why[len].  The worker calls it in
      * its own process between jobs (never while a job runs) and leases no
-     * job while a backend is unhealthy; it must finish within about a
+     * job of this backend while it is unhealthy; it must finish within about a
      * minute and run no user code. */
     bool (*health)(const kf_backend *self, char *why, size_t len);
     /* Optional (NULL: always): whether this machine has what the backend
@@ -64,10 +64,11 @@ const kf_backend *const *kf_backend_all(void);
 /* Whether b is available on this machine (its available hook, or true). */
 bool kf_backend_available(const kf_backend *b);
 
-/* The health hook of each of the n backends named (a worker's own, see
- * kw_worker_set_caps) in turn: true when all are healthy, else false with
- * "<backend>: <why>" of the first that is not.  A backend the worker does
- * not lease for never stops it. */
-bool kf_backend_healthy(const char *const *names, int n, char *why, size_t len);
+/* The health hook of the backend named `name` (one of a worker's own, see
+ * kw_worker_set_caps): true when it is healthy, has no hook, or is not
+ * available here; else false with why (the hook's message).  The worker
+ * checks each of its backends on its own: an unhealthy one stops only its
+ * own pairs (kw_beat_caps). */
+bool kf_backend_healthy(const char *name, char *why, size_t len);
 
 #endif

@@ -43,20 +43,19 @@ bool kf_backend_available(const kf_backend *b)
     return !b->available || b->available(b);
 }
 
-bool kf_backend_healthy(const char *const *names, int n, char *why, size_t len)
+bool kf_backend_healthy(const char *name, char *why, size_t len)
 {
+    if (len)
+        why[0] = '\0';
     for (size_t i = 0; kf_backend_table[i]; i++) {
         const kf_backend *b = kf_backend_table[i];
         char w[512] = "";
-        bool mine = false;
-        for (int k = 0; k < n && !mine; k++)
-            mine = strcmp(names[k], b->name) == 0;
-        if (mine && kf_backend_available(b) && b->health && !b->health(b, w, sizeof(w))) {
-            snprintf(why, len, "%s: %s", b->name, w[0] ? w : "unhealthy");
+        if (strcmp(b->name, name) != 0 || !kf_backend_available(b) || !b->health)
+            continue;
+        if (!b->health(b, w, sizeof(w))) {
+            snprintf(why, len, "%s", w[0] ? w : "unhealthy");
             return false;
         }
     }
-    if (len)
-        why[0] = '\0';
     return true;
 }

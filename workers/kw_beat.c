@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* "targets":[...],"backends":[...] without the braces: the lists the
@@ -31,30 +32,88 @@ static const char *kw_beat_sandbox(void)
     return sim_sandbox_unconfined() ? "unconfined" : "strict";
 }
 
-/* Why this worker leases nothing now ("" when healthy): written by the
- * main thread between jobs, read by the registry and heartbeat writers. */
+/* Each backend's health ("" healthy, else why its health check failed):
+ * written by the main thread between jobs, read by the registry and
+ * heartbeat writers and by the lease loop.  Indexed by backend name; a
+ * worker has at most KW_MAX_BACKENDS. */
 static pthread_mutex_t kw_health_mu = PTHREAD_MUTEX_INITIALIZER;
-static char kw_health_why[512];
+static struct {
+    char name[32];
+    char why[512];
+} kw_health[KW_MAX_BACKENDS];
 
-void kw_beat_set_unhealthy(const char *why)
+void kw_beat_set_health(const char *backend, const char *why)
 {
+    int free_slot = -1;
     pthread_mutex_lock(&kw_health_mu);
-    snprintf(kw_health_why, sizeof(kw_health_why), "%s", why ? why : "");
+    for (int i = 0; i < KW_MAX_BACKENDS; i++) {
+        if (strcmp(kw_health[i].name, backend) == 0) {
+            snprintf(kw_health[i].why, sizeof(kw_health[i].why), "%s", why ? why : "");
+            pthread_mutex_unlock(&kw_health_mu);
+            return;
+        }
+        if (free_slot < 0 && !kw_health[i].name[0])
+            free_slot = i;
+    }
+    if (free_slot >= 0 && why && *why) {
+        snprintf(kw_health[free_slot].name, sizeof(kw_health[free_slot].name), "%s", backend);
+        snprintf(kw_health[free_slot].why, sizeof(kw_health[free_slot].why), "%s", why);
+    }
     pthread_mutex_unlock(&kw_health_mu);
 }
 
-/* ,"unhealthy":null or the reason this worker leases nothing now. */
-static void kw_beat_health(kf_buf *b)
+/* Why backend is unhealthy into why[len] ("" when healthy); true when healthy. */
+static bool kw_beat_health_of(const char *backend, char *why, size_t len)
 {
-    char why[sizeof(kw_health_why)];
+    why[0] = '\0';
     pthread_mutex_lock(&kw_health_mu);
-    snprintf(why, sizeof(why), "%s", kw_health_why);
+    for (int i = 0; i < KW_MAX_BACKENDS; i++)
+        if (strcmp(kw_health[i].name, backend) == 0)
+            snprintf(why, len, "%s", kw_health[i].why);
     pthread_mutex_unlock(&kw_health_mu);
+    return why[0] == '\0';
+}
+
+bool kw_beat_backend_healthy(const char *backend)
+{
+    char why[512];
+    return kw_beat_health_of(backend, why, sizeof(why));
+}
+
+int kw_beat_caps(const kw_worker *w, const char **buf, kf_queue_caps *caps)
+{
+    int n = 0;
+    for (int i = 0; i < w->n_backends; i++)
+        if (kw_beat_backend_healthy(w->backends[i]))
+            buf[n++] = w->backends[i];
+    *caps = (kf_queue_caps){ w->targets, w->n_targets, buf, n };
+    return n;
+}
+
+/* ,"unhealthy":null or "backend: why; ..." (the backends whose jobs the
+ * worker does not lease now), ,"unhealthy_backends":{backend: why}. */
+static void kw_beat_health(kf_buf *b, const kw_worker *w)
+{
+    kf_buf sum = KF_BUF_INIT, per = KF_BUF_INIT;
+    for (int i = 0; i < w->n_backends; i++) {
+        char why[512];
+        if (kw_beat_health_of(w->backends[i], why, sizeof(why)))
+            continue;
+        kf_buf_addf(&sum, "%s%s: %s", sum.len ? "; " : "", w->backends[i], why);
+        kf_buf_addf(&per, "%s\"%s\":", per.len ? "," : "", w->backends[i]);
+        kf_json_add_str(&per, why);
+    }
     kf_buf_adds(b, ",\"unhealthy\":");
-    if (why[0])
-        kf_json_add_str(b, why);
+    if (sum.len)
+        kf_json_add_str(b, sum.data);
     else
         kf_buf_adds(b, "null");
+    kf_buf_adds(b, ",\"unhealthy_backends\":{");
+    if (per.len)
+        kf_buf_add(b, per.data, per.len);
+    kf_buf_adds(b, "}");
+    kf_buf_release(&sum);
+    kf_buf_release(&per);
 }
 
 char *kw_beat_registry_json(const kw_worker *w, const char *job)
@@ -68,7 +127,7 @@ char *kw_beat_registry_json(const kw_worker *w, const char *job)
     else
         kf_buf_adds(&b, ",\"job\":null");
     kf_buf_addf(&b, ",\"started_ms\":%lld,\"sandbox\":\"%s\"", w->started_ms, kw_beat_sandbox());
-    kw_beat_health(&b);
+    kw_beat_health(&b, w);
     kf_buf_adds(&b, "}");
     return kf_buf_detach(&b);
 }
@@ -80,7 +139,7 @@ char *kw_beat_api_body(const kw_worker *w)
     kf_buf_adds(&b, "{");
     kw_beat_lists(&b, w);
     kf_buf_addf(&b, ",\"host\":\"%s\",\"sandbox\":\"%s\"", w->host, kw_beat_sandbox());
-    kw_beat_health(&b);
+    kw_beat_health(&b, w);
     kf_buf_adds(&b, "}");
     return kf_buf_detach(&b);
 }

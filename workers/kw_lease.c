@@ -73,11 +73,16 @@ bool kw_lease_should_stop(kw_worker *w, bool *cancelled, bool *lost)
 static void kw_lease_registry(kw_worker *w, kf_queue *tq, const char *job, bool *warned)
 {
     kf_err err = KF_ERR_INIT;
+    const char *healthy[KW_MAX_BACKENDS];
+    kf_queue_caps caps;
     char *json;
 
     kw_fork_lock();
     json = kw_beat_registry_json(w, job);
-    if (kf_queue_heartbeat(tq, w->id, json, w->heartbeat_ms * 3, &w->caps, &err) != KF_OK) {
+    /* only the pairs of healthy backends: a wedged device's pairs lapse
+     * from kf:cap with this entry's expiry, so its jobs say they wait */
+    kw_beat_caps(w, healthy, &caps);
+    if (kf_queue_heartbeat(tq, w->id, json, w->heartbeat_ms * 3, caps.n_backends ? &caps : NULL, &err) != KF_OK) {
         if (!*warned)
             kf_log_warn("registry heartbeat failed (will retry) err=\"%s\"", err.msg);
         *warned = true;

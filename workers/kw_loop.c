@@ -286,7 +286,9 @@ int kw_loop_run(kw_worker *w)
     kf_err err = KF_ERR_INIT;
     int backoff = KW_BACKOFF_MIN, pending = 0;
     long long next_flush = 0, next_health = 0;
-    bool warned = false, unhealthy = false;
+    bool warned = false;
+    const char *healthy[KW_MAX_BACKENDS];
+    kf_queue_caps caps;
 
     while (!w->term) {
         kf_queue_lease l;
@@ -296,24 +298,30 @@ int kw_loop_run(kw_worker *w)
             kf_spool_flush(w->spool, w->rep, &pending, &err);
             next_flush = kw_now_ms() + (pending ? 1000 : 0);
         }
-        /* device health, between jobs: after each job, and every
-         * KW_HEALTH_RETRY_MS while unhealthy (no lease meanwhile) */
+        /* device health, between jobs, per backend: after each job, and
+         * every KW_HEALTH_RETRY_MS while one fails (its pairs are neither
+         * leased nor advertised meanwhile; the others go on) */
         if (kw_now_ms() >= next_health) {
-            char why[512];
-            bool ok = kf_backend_healthy(w->backends, w->n_backends, why, sizeof(why));
-            if (!ok && !unhealthy)
-                kf_log_warn("worker unhealthy; leasing no job until the device recovers why=\"%s\"", why);
-            else if (ok && unhealthy)
-                kf_log_info("worker healthy again; leasing");
-            unhealthy = !ok;
-            kw_beat_set_unhealthy(ok ? "" : why);
-            next_health = ok ? LLONG_MAX : kw_now_ms() + KW_HEALTH_RETRY_MS;
+            bool all = true;
+            for (int i = 0; i < w->n_backends; i++) {
+                char why[512];
+                bool ok = kf_backend_healthy(w->backends[i], why, sizeof(why));
+                bool was = kw_beat_backend_healthy(w->backends[i]);
+                if (!ok && was)
+                    kf_log_warn("backend unhealthy; leasing none of its jobs until it recovers backend=%s why=\"%s\"",
+                                w->backends[i], why);
+                else if (ok && !was)
+                    kf_log_info("backend healthy again; leasing its jobs backend=%s", w->backends[i]);
+                kw_beat_set_health(w->backends[i], ok ? "" : why);
+                all = all && ok;
+            }
+            next_health = all ? LLONG_MAX : kw_now_ms() + KW_HEALTH_RETRY_MS;
         }
-        if (unhealthy) {
+        if (kw_beat_caps(w, healthy, &caps) == 0) {
             kw_sleep(w, KW_WAIT_MS);
             continue;
         }
-        if (kf_queue_lease_job(w->q, &w->caps, w->id, w->lease_ms, &l, &got, &err) != KF_OK) {
+        if (kf_queue_lease_job(w->q, &caps, w->id, w->lease_ms, &l, &got, &err) != KF_OK) {
             if (!warned)
                 kf_log_warn("cannot lease (retrying with backoff) err=\"%s\"", err.msg);
             warned = true;
@@ -327,7 +335,7 @@ int kw_loop_run(kw_worker *w)
         backoff = KW_BACKOFF_MIN;
         if (!got) {
             bool woken = false;
-            if (kf_queue_wait(w->q, &w->caps, KW_WAIT_MS, &woken, &err) != KF_OK)
+            if (kf_queue_wait(w->q, &caps, KW_WAIT_MS, &woken, &err) != KF_OK)
                 kw_sleep(w, KW_BACKOFF_MIN);
             continue;
         }

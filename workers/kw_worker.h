@@ -57,7 +57,7 @@ typedef struct kw_worker {
     int         n_targets;
     const char *backends[KW_MAX_BACKENDS];   /* names of kf_backend_all() (kw_worker_set_caps) */
     int         n_backends;
-    kf_queue_caps caps;       /* targets x backends: the pairs it leases, waits on and advertises */
+    kf_queue_caps caps;       /* targets x backends: the pairs it offers (the healthy ones: kw_beat_caps) */
     int64_t     lease_ms, heartbeat_ms, drain_ms, retry_base_ms, retry_cap_ms;
     const char *redis_url, *api_url;
     char       *token;        /* from KFORGE_TOKEN_FILE (or KFORGE_TOKEN); never in the environment */
@@ -121,8 +121,8 @@ kf_code kw_worker_parse_targets(kw_worker *w, const char *list, kf_err *err);
 /* After kw_worker_parse_targets: w->backends from KFORGE_WORKER_BACKENDS
  * (`list`: comma-separated names of backends compiled in, kf_backend_all();
  * NULL or empty: every one compiled in) and w->caps, the (target, backend)
- * pairs the worker leases, blocks on and advertises in its heartbeats: its
- * targets x its backends.  KF_CONFIG saying what is wrong for a backend
+ * pairs the worker offers: its targets x its backends (it leases, blocks on
+ * and advertises those of its healthy backends, kw_beat_caps).  KF_CONFIG saying what is wrong for a backend
  * not compiled in, a repeated or empty name, or more pairs than the queue
  * takes (KF_QUEUE_MAX_PAIRS). */
 kf_code kw_worker_set_caps(kw_worker *w, const char *list, kf_err *err);

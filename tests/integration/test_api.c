@@ -1243,6 +1243,41 @@ Test(api, readyz_names_workers_that_run_user_code_unconfined)
     kf_http_resp_release(&r);
 }
 
+Test(api, readyz_and_the_workers_table_name_unhealthy_backends)
+{
+    kf_http_resp r;
+    cJSON *rd;
+    const cJSON *m;
+    char *v;
+
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn2\"],\"backends\":[\"sim\",\"neuron\"],\"unhealthy_backends\":"
+                        "{\"neuron\":\"runner health: exit 75: NRT_TIMEOUT\"}}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    v = fx_sql(&fx, "SELECT unhealthy->>'neuron' FROM workers WHERE id = 'w1'", NULL);
+    cr_assert_str_eq(v, "runner health: exit 75: NRT_TIMEOUT");
+    free(v);
+    rd = fx_get_json(&fx, NULL, 200, "/readyz");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(rd, "checks"), "worker_health"), "degraded");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(rd, "unhealthy_workers")), 1);
+    m = cJSON_GetArrayItem(cJSON_GetObjectItem(rd, "unhealthy_workers"), 0);
+    cr_assert_str_eq(fx_str(m, "worker"), "w1");
+    cr_assert_str_eq(fx_str(m, "backend"), "neuron");
+    cr_assert(strstr(fx_str(m, "reason"), "NRT_TIMEOUT"), "%s", fx_str(m, "reason"));
+    cJSON_Delete(rd);
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
+                        "{\"unhealthy_backends\":{\"neuron\":5}}", &r), 422, "%s", r.body);
+    kf_http_resp_release(&r);
+    /* healthy again (a heartbeat without it means every backend is healthy) */
+    cr_assert_eq(fx_req(&fx, "POST", "/v1/internal/workers/w1/heartbeat", fx.worker,
+                        "{\"targets\":[\"trn2\"],\"backends\":[\"sim\",\"neuron\"]}", &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    rd = fx_get_json(&fx, NULL, 200, "/readyz");
+    cr_assert_str_eq(fx_str(cJSON_GetObjectItem(rd, "checks"), "worker_health"), "ok");
+    cr_assert_null(cJSON_GetObjectItem(rd, "unhealthy_workers"));
+    cJSON_Delete(rd);
+}
+
 /* ---- operational routes ----------------------------------------------------- */
 
 Test(api, health_readiness_metrics_and_openapi)
@@ -1740,6 +1775,43 @@ Test(api, a_job_no_live_worker_can_run_waits_with_a_reason_until_one_comes)
     j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", sid);
     cr_assert_null(cJSON_GetObjectItem(j, "waiting"), "a live worker runs (trn2, sim)");
     cJSON_Delete(j);
+    /* the list says it too, per item (one Redis round trip for the page) */
+    {
+        const cJSON *it;
+        int seen = 0;
+        j = fx_get_json(&fx, fx.user, 200, "/v1/jobs?state=queued");
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "jobs"))
+        {
+            if (strcmp(fx_str(it, "id"), nid) == 0) {
+                seen++;
+                cr_assert_str_eq(fx_str(cJSON_GetObjectItem(it, "waiting"), "reason"),
+                                 "no live worker offers backend 'neuron' for target 'trn2' (none ever has)");
+            } else if (strcmp(fx_str(it, "id"), sid) == 0) {
+                seen++;
+                cr_assert_null(cJSON_GetObjectItem(it, "waiting"), "(trn2, sim) has a live worker");
+            }
+        }
+        cr_assert_eq(seen, 2, "both jobs are listed as queued");
+        cJSON_Delete(j);
+    }
+    /* GET /v1/workers: queue depth and live workers per pair */
+    {
+        const cJSON *it;
+        bool neuron_row = false, sim_row = false;
+        j = fx_get_json(&fx, fx.user, 200, "/v1/workers");
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "pairs"))
+        {
+            if (strcmp(fx_str(it, "backend"), "neuron") == 0 && strcmp(fx_str(it, "target"), "trn2") == 0)
+                neuron_row = cJSON_GetObjectItem(it, "waiting")->valueint == 1 &&
+                             cJSON_GetObjectItem(it, "live_workers")->valueint == 0 &&
+                             cJSON_IsFalse(cJSON_GetObjectItem(it, "ever_offered"));
+            if (strcmp(fx_str(it, "backend"), "sim") == 0 && strcmp(fx_str(it, "target"), "trn2") == 0)
+                sim_row = cJSON_GetObjectItem(it, "waiting")->valueint == 0 &&
+                          cJSON_GetObjectItem(it, "live_workers")->valueint == 1;
+        }
+        cr_assert(neuron_row && sim_row, "per-pair rows: neuron %d sim %d", neuron_row, sim_row);
+        cJSON_Delete(j);
+    }
 
     /* /readyz names the missing capability (and stays ready). */
     rd = fx_get_json(&fx, NULL, 200, "/readyz");
@@ -1780,8 +1852,8 @@ Test(api, a_job_no_live_worker_can_run_waits_with_a_reason_until_one_comes)
     cr_assert_eq(kf_queue_worker_gone(q, "w-neuron", &e), KF_OK, "%s", e.msg);
     j = fx_get_json(&fx, fx.user, 200, "/v1/jobs/%s", nid2);
     cr_assert_str_eq(fx_str(cJSON_GetObjectItem(j, "waiting"), "reason"),
-                     "no live worker offers backend 'neuron' for target 'trn2' (one did before: it stopped or lost "
-                     "its heartbeat)");
+                     "no live worker offers backend 'neuron' for target 'trn2' (one did before: it stopped, lost "
+                     "its heartbeat, or its backend failed a health check)");
     cJSON_Delete(j);
     kf_queue_free(q);
     free(nid);

@@ -86,8 +86,11 @@ out:
 }
 
 /* The stack with one worker whose PATH finds the doubles (symlinked into a
- * scratch folder, so a test can wedge this copy) and kforge-sim. */
-static void start(void)
+ * scratch folder, so a test can wedge this copy) and kforge-sim; with
+ * real_runner, the device runner first on PATH is tools/kforge-neuron-runner
+ * itself, run by Debian's Python with the Neuron SDK stand-ins of
+ * tests/doubles/neuron-sdk on PYTHONPATH (the neuron-explorer double stays). */
+static void start_with(bool real_runner)
 {
     kf_stack_opts o = { .redis_db = NEURON_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000 };
     const char *root = kf_test_env("KFORGE_TEST_ROOT");
@@ -105,11 +108,31 @@ static void start(void)
         free(dst);
     }
     *strrchr(bindir, '/') = '\0';
-    path = kf_asprintf("PATH=%s:%s:/usr/local/bin:/usr/bin:/bin", doubles, bindir);
+    if (real_runner) {
+        char *wdir = kf_asprintf("%s/real-runner", S.dir), *w = kf_asprintf("%s/kforge-neuron-runner", wdir);
+        FILE *f;
+        cr_assert_eq(mkdir(wdir, 0700), 0, "%s", wdir);
+        f = fopen(w, "w");
+        cr_assert_not_null(f, "%s", w);
+        fprintf(f, "#!/bin/sh\nPYTHONPATH='%s/tests/doubles/neuron-sdk' exec /usr/bin/python3 "
+                   "'%s/tools/kforge-neuron-runner' \"$@\"\n", root, root);
+        fclose(f);
+        cr_assert_eq(chmod(w, 0755), 0);
+        path = kf_asprintf("PATH=%s:%s:%s:/usr/local/bin:/usr/bin:/bin", wdir, doubles, bindir);
+        free(w);
+        free(wdir);
+    } else {
+        path = kf_asprintf("PATH=%s:%s:/usr/local/bin:/usr/bin:/bin", doubles, bindir);
+    }
     kf_stack_worker(&S, 0, path);
     free(path);
     free(bindir);
     free(bin);
+}
+
+static void start(void)
+{
+    start_with(false);
 }
 
 /* A job body for the tensor_add kernel of tests/kernels on 128 x cols
@@ -354,6 +377,34 @@ Test(neuron, a_wedged_device_ends_the_attempt_retryable_and_the_worker_unhealthy
             usleep(100000);
     }
     cr_assert(marked, "GET /v1/workers says why the worker is unhealthy: \"%s\"", why);
+    /* health is per backend: the same worker goes on with simulator jobs */
+    {
+        char *nb = job_body("profile", NULL, 1), *at = strstr(nb, "\"backend\":\"neuron\""), *sid;
+        kf_buf sb = KF_BUF_INIT;
+        cJSON *fleet;
+        const cJSON *wk;
+        bool per_backend = false;
+        cr_assert_not_null(at);
+        kf_buf_add(&sb, nb, (size_t)(at - nb));
+        kf_buf_adds(&sb, "\"backend\":\"sim\"");
+        kf_buf_adds(&sb, at + strlen("\"backend\":\"neuron\""));
+        sid = kf_stack_submit(&S, sb.data);
+        cr_assert(kf_stack_wait_state(&S, sid, "succeeded", 60000), "the sim job is %s while neuron is unhealthy",
+                  kf_stack_state(&S, sid));
+        fleet = get_json("/v1/workers");
+        cJSON_ArrayForEach(wk, cJSON_GetObjectItemCaseSensitive(fleet, "workers"))
+        {
+            const cJSON *ub = cJSON_GetObjectItemCaseSensitive(wk, "unhealthy_backends");
+            if (strcmp(str_of(wk, "id"), "test-w0") == 0)
+                per_backend = strstr(str_of(ub, "neuron"), "NRT_TIMEOUT") != NULL &&
+                              cJSON_GetObjectItemCaseSensitive(ub, "sim") == NULL;
+        }
+        cr_assert(per_backend, "GET /v1/workers names the unhealthy backend, and only it");
+        cJSON_Delete(fleet);
+        free(sid);
+        kf_buf_release(&sb);
+        free(nb);
+    }
     cr_assert_str_neq(kf_stack_state(&S, id), "dead", "a wedged device does not burn the job");
     cr_assert_str_neq(kf_stack_state(&S, id), "failed", "a wedged device is retryable");
     cr_assert_eq(kf_stack_sql_long(&S, "SELECT attempt FROM jobs WHERE id = $1::uuid", id), 1,
@@ -630,4 +681,47 @@ Test(neuron, a_hybrid_job_explores_on_the_simulator_and_confirms_its_best_candid
     kf_buf_release(&b);
     free(src);
     free(kp);
+}
+
+Test(neuron, the_real_runner_with_the_sdk_stand_ins_takes_a_job_through_compile_run_validate_and_profile)
+{
+    char *body, *id, *path;
+    cJSON *job, *res, *prov, *prof;
+    const cJSON *it;
+    int checks = 0;
+
+    start_with(true);
+    body = job_body("optimize", NULL, 1);
+    id = kf_stack_submit(&S, body);
+    {
+        char *e = NULL;
+        const char *st = wait_done(id, 240000, &e);
+        cr_assert_str_eq(st, "succeeded", "the neuron job is %s: %s (see %s)", st, e, S.dir);
+        free(e);
+    }
+    path = kf_asprintf("/v1/jobs/%s", id);
+    job = get_json(path);
+    res = cJSON_GetObjectItemCaseSensitive(job, "result");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "validation"),
+                                                            "checks"))
+    {
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "pass")));
+        checks++;
+    }
+    cr_assert_eq(checks, 3, "the device outputs of 3 seeds compared with the reference");
+    prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    cr_assert_gt(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetObjectItemCaseSensitive(prof, "latency_percentiles_ns"), "p50")), 0,
+                 "percentiles from nrtpy's benchmark durations");
+    prov = cJSON_GetObjectItemCaseSensitive(job, "provenance");
+    /* the versions the real runner read from the installed (stand-in) packages */
+    cr_assert(strstr(str_of(prov, "compiler"), "nki 0.6.0+kforge.double") != NULL, "compiler: %s",
+              str_of(prov, "compiler"));
+    cr_assert(strstr(str_of(prov, "runtime"), "nrtpy 0.1.0+kforge.double") != NULL, "runtime: %s",
+              str_of(prov, "runtime"));
+    cr_assert_eq(strlen(str_of(prov, "neff_sha256")), 64);
+    cJSON_Delete(job);
+    free(path);
+    free(id);
+    free(body);
 }

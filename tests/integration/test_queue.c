@@ -906,6 +906,25 @@ Test(queue, heartbeats_record_live_and_ever_offered_capabilities)
     cr_assert_str_eq(miss[0].backend, "neuron");
     cr_assert_str_eq(miss[0].target, "trn2");
     cr_assert_eq(miss[0].waiting, 1);
+    /* every pair queued or offered, sorted, with its depth and live workers */
+    {
+        kf_queue_cap_state all[8];
+        cr_assert_eq(kf_queue_pairs_list(q, 8, all, &n, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(n, 3, "neuron:trn2 (queued), sim:trn2 (offered), sim:trn3 (both)");
+        cr_assert_str_eq(all[0].backend, "neuron");
+        cr_assert_eq(all[0].waiting, 1);
+        cr_assert_eq(all[0].live_workers, 0);
+        cr_assert_not(all[0].offered);
+        cr_assert_str_eq(all[1].backend, "sim");
+        cr_assert_str_eq(all[1].target, "trn2");
+        cr_assert_eq(all[1].live_workers, 2);
+        cr_assert_eq(all[1].waiting, 0);
+        cr_assert(all[1].offered);
+        cr_assert_str_eq(all[2].target, "trn3");
+        cr_assert_eq(all[2].waiting, 1);
+        cr_assert_eq(kf_queue_pairs_list(q, 2, all, &n, &e), KF_OK);
+        cr_assert_eq(n, 2, "at most limit");
+    }
 
     /* A heartbeat that expired is not live: the same expiry as the registry. */
     kf_test_sleep_ms(250);

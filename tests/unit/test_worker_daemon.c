@@ -291,26 +291,50 @@ Test(beat, the_registry_entry_and_the_api_heartbeat)
     cr_assert_str_eq(cJSON_GetObjectItem(doc, "host")->valuestring, "h");
     cr_assert_null(cJSON_GetObjectItem(doc, "id"), "the API knows the id from the path");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "unhealthy")), "a healthy worker: %s", txt);
-    cr_assert_eq(cJSON_GetArraySize(doc), 5, "%s", txt);
+    cr_assert_eq(cJSON_GetArraySize(doc), 6, "%s", txt);
     cJSON_Delete(doc);
     free(txt);
 
-    /* a device that failed its health check: both documents say why */
-    kw_beat_set_unhealthy("neuron: runner health: exit 75: NRT_TIMEOUT");
+    /* a backend that failed its health check (sim here: neuron needs its
+     * runner on PATH to be offered): both documents say why, per backend,
+     * and only the healthy backends' pairs are leased */
+    kw_beat_set_health("sim", "runner health: exit 75: NRT_TIMEOUT");
     for (int k = 0; k < 2; k++) {
         txt = k ? kw_beat_api_body(&w) : kw_beat_registry_json(&w, "");
         doc = cJSON_Parse(txt);
         cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "unhealthy")),
-                         "neuron: runner health: exit 75: NRT_TIMEOUT", "%s", txt);
+                         "sim: runner health: exit 75: NRT_TIMEOUT", "%s", txt);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "unhealthy_backends"),
+                                                                  "sim")),
+                         "runner health: exit 75: NRT_TIMEOUT", "%s", txt);
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "unhealthy_backends")), 1, "%s", txt);
         cJSON_Delete(doc);
         free(txt);
     }
-    kw_beat_set_unhealthy("");
+    {
+        const char *buf[KW_MAX_BACKENDS];
+        kf_queue_caps caps;
+        int healthy = kw_beat_caps(&w, buf, &caps);
+        cr_assert_eq(healthy, w.n_backends - 1, "every backend but sim");
+        cr_assert_eq(caps.n_backends, healthy);
+        cr_assert_eq(caps.n_targets, w.n_targets);
+        for (int i = 0; i < caps.n_backends; i++)
+            cr_assert_str_neq(caps.backends[i], "sim");
+        cr_assert_not(kw_beat_backend_healthy("sim"));
+        cr_assert(kw_beat_backend_healthy("diag"));
+    }
+    kw_beat_set_health("sim", "");
     txt = kw_beat_registry_json(&w, "");
     doc = cJSON_Parse(txt);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "unhealthy")), "healthy again: %s", txt);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "unhealthy_backends")), 0, "%s", txt);
     cJSON_Delete(doc);
     free(txt);
+    {
+        const char *buf[KW_MAX_BACKENDS];
+        kf_queue_caps caps;
+        cr_assert_eq(kw_beat_caps(&w, buf, &caps), w.n_backends, "all leased again");
+    }
 }
 
 Test(loop, a_running_job_stops_on_cancel_a_lost_lease_or_the_end_of_the_drain)

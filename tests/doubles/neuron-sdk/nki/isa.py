@@ -1,0 +1,5 @@
+"""Stand-in of `nki.isa`: see nki/language.py."""
+
+
+def __getattr__(name):
+    return "nki.isa." + name
