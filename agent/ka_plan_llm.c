@@ -98,6 +98,7 @@ typedef struct plan {
     const char             *mode;         /* "repair" or "restructure" */
     int                     rounds, mode_rounds, turns, mode_turns, failed_in_row, iteration, seq;
     uint64_t                fresh;        /* != 0: validate on these seeds instead (never shown) */
+    const ka_problem       *alt;          /* != NULL: evaluate on this problem instead (the second shape) */
     bool                    finished;
     kf_code                 fatal;
     kf_err                 *err;
@@ -134,7 +135,7 @@ static bool plan_write(plan *p, const char *src, char *path, size_t n)
 /* One sandboxed evaluation of the source in file `path`. */
 static cJSON *plan_eval(plan *p, const char *path, ka_eval_mode mode)
 {
-    ka_problem cpb = *p->pb;
+    ka_problem cpb = p->alt ? *p->alt : *p->pb;
     ka_eval_req req;
     cJSON *res = NULL;
     char *kw = p->pb->fixed_kwargs ? kf_json_print(p->pb->fixed_kwargs) : NULL;
@@ -227,6 +228,68 @@ static bool plan_fresh_seeds(plan *p, const char *path, cJSON *it)
     return pass;
 }
 
+int64_t ka_llm_second_dim(int64_t v)
+{
+    int64_t g = 1, nv;
+
+    if (v <= 1)
+        return v;
+    while (g < 128 && v % (g * 2) == 0)
+        g *= 2;
+    if (g == v)
+        return v / 2;   /* a power of two up to 128: half of it */
+    nv = (v * 3 / 4) / g * g;
+    return nv >= g ? nv : g;
+}
+
+void ka_llm_second_shape(const ka_problem *pb, ka_problem *out)
+{
+    *out = *pb;
+    for (int i = 0; i < out->n_inputs; i++)
+        for (int d = 0; d < out->inputs[i].ndim; d++)
+            out->inputs[i].shape[d] = ka_llm_second_dim(pb->inputs[i].shape[d]);
+}
+
+/* A candidate that would become the best, validated at the second shape
+ * (ka_llm_second_shape), which no tool answer ever used: false (the hack
+ * "second_shape") when it fails there.  A reference that does not run at
+ * that shape cannot judge: the check is skipped and says so. */
+static bool plan_second_shape(plan *p, const char *path, cJSON *it)
+{
+    ka_problem alt;
+    cJSON *val, *rec, *shapes;
+    bool changed = false, pass;
+
+    ka_llm_second_shape(p->pb, &alt);
+    for (int i = 0; i < alt.n_inputs; i++)
+        changed = changed || memcmp(alt.inputs[i].shape, p->pb->inputs[i].shape, sizeof(alt.inputs[i].shape)) != 0;
+    if (!changed)
+        return true;
+    p->alt = &alt;
+    val = plan_eval(p, path, KA_EVAL_VALIDATE);
+    p->alt = NULL;
+    rec = cJSON_AddObjectToObject(it, "second_shape");
+    shapes = cJSON_AddObjectToObject(rec, "inputs");
+    for (int i = 0; i < alt.n_inputs; i++) {
+        cJSON *d = cJSON_AddArrayToObject(shapes, alt.inputs[i].name);
+        for (int k = 0; k < alt.inputs[i].ndim; k++)
+            cJSON_AddItemToArray(d, cJSON_CreateNumber((double)alt.inputs[i].shape[k]));
+    }
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(val, "ref_error"))) {
+        cJSON_AddStringToObject(rec, "skipped", "the reference does not run at the second shape");
+        pass = true;
+    } else {
+        pass = plan_true(val, "ok") && plan_true(val, "pass");
+        cJSON_AddBoolToObject(rec, "pass", pass);
+        if (!pass)
+            plan_hack(it, "second_shape", 0,
+                      "correct at the shape it was shown but not at a second shape it never saw: a kernel that "
+                      "only works at the shown shape");
+    }
+    cJSON_Delete(val);
+    return pass;
+}
+
 /* Validate then (when it passes) profile a candidate: the iteration record. */
 static cJSON *plan_candidate(plan *p, const char *src, const char *action, const char *reason)
 {
@@ -261,7 +324,9 @@ static cJSON *plan_candidate(plan *p, const char *src, const char *action, const
             cJSON_AddNumberToObject(it, "latency_ns", ns);
             cJSON_AddItemToObject(it, "findings",
                                   cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(tim, "findings"), true));
-            if ((!p->correct || ns < p->best_ns) && !plan_fresh_seeds(p, path, it)) {
+            if ((!p->correct || ns < p->best_ns) &&
+                (!plan_fresh_seeds(p, path, it) ||
+                 (strcmp(action, "start") != 0 && !plan_second_shape(p, path, it)))) {
                 cJSON_ReplaceItemInObject(it, "correct", cJSON_CreateFalse());
             } else if (!p->correct || ns < p->best_ns) {
                 p->correct = true;
@@ -586,6 +651,14 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
         ka_llm_reply r;
         kf_err le = KF_ERR_INIT;
 
+        if (o->cancelled && o->cancelled(o->ctx)) {
+            snprintf(stop, sizeof(stop), "cancelled");
+            break;
+        }
+        if (o->max_seconds > 0 && plan_now() - t0 >= o->max_seconds) {
+            snprintf(stop, sizeof(stop), "seconds");
+            break;
+        }
         if (p.rounds >= p.mode_rounds) {
             snprintf(stop, sizeof(stop), "rounds");
             break;
