@@ -91,6 +91,12 @@ typedef struct ka_llm_plan_opts {
      * lost or the worker drains). */
     bool  (*cancelled)(void *ctx);
     double max_seconds;              /* > 0: no model turn starts after this many seconds ("seconds") */
+    /* Write mode: there is no kernel yet (pb->source_path is not read); the
+     * model writes one for the op from the reference and the inputs (mode
+     * "write", at most repair_rounds proposals shared with the repairs that
+     * follow a failing one: the mode becomes "repair"; a correct one moves
+     * to "restructure").  The result's "start" is {"written": true}. */
+    bool   write;
     void  *ctx;
 } ka_llm_plan_opts;
 
@@ -105,6 +111,16 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
  * 64 ... ) -- so equal dims stay equal and tile multiples stay multiples. */
 int64_t ka_llm_second_dim(int64_t v);
 void ka_llm_second_shape(const ka_problem *pb, ka_problem *out);
+
+/* The problem of writing `op` from nothing (write mode): its entry is
+ * named op, its reference is ref_entry in ref_path (a NumPy file), and its
+ * inputs are the reference function's first n_shapes parameters, in
+ * order, each with its shape and dtype.  KF_INVALID when the file has no
+ * `def ref_entry(` or the function takes fewer parameters than there are
+ * shapes; KF_IO when the file cannot be read. */
+kf_code ka_llm_write_problem(const char *op, const char *ref_path, const char *ref_entry,
+                             const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims, int n_shapes, sim_dtype dtype,
+                             const char *target, ka_problem *pb, kf_err *err);
 
 /* The tools' array as sent to the model (caller frees). */
 cJSON *ka_llm_plan_tools(void);

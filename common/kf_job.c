@@ -30,7 +30,8 @@ static const char *const kf_job_kind_inputs[] = { "generate", "optimize", "profi
 
 /* The kind's own fields, per kind (NULL-terminated). */
 static const char *const kf_job_fields_diag[] = { "sleep_ms", "fail", "crash", "exit_code", NULL };
-static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", "warm_start", "planner", NULL };
+static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", "warm_start", "planner", "reference",
+                                                      NULL };
 static const char *const kf_job_fields_optimize[] = { "source", "entry", "reference", "inputs", "tunables", "planner",
                                                       NULL };
 const char *const kf_job_planners[] = { "guided", "llm", NULL };
@@ -432,6 +433,16 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
         }
         kf_job_check_warm(spec, parent, fe);
         kf_fields_enum(fe, spec, parent, "planner", false, kf_job_planners, &s);
+        /* write mode (docs/llm.md): the NumPy reference of an op the
+         * library does not have, which only the LLM planner can use */
+        if (kf_fields_str(fe, spec, parent, "reference", false, 1, KF_JOB_MAX_SOURCE_BYTES, &s) &&
+            !kf_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "planner")), "llm")) {
+            char p[96];
+            kf_field_path(p, sizeof(p), parent, "reference");
+            kf_fields_add(fe, p, "planner",
+                          "a generate job's reference is for planner \"llm\", which writes an op the library does not "
+                          "have");
+        }
         break;
     case KF_KIND_OPTIMIZE:
         kf_job_check_source(spec, parent, true, true, fe);

@@ -4,7 +4,10 @@
  *
  *   generate  {op, shapes, dtype} + target: the library template of `op`
  *             (kernels/, KFORGE_KERNELS_DIR) bound to the shapes, tuned by
- *             the built-in planner within the job's budget and goal;
+ *             the built-in planner within the job's budget and goal; with
+ *             planner "llm" a language model restructures it first, and
+ *             writes an op the library does not have from spec.reference
+ *             (docs/llm.md);
  *   optimize  {source, entry, reference, inputs, tunables?}: the user's
  *             kernel tuned over `tunables` (a KFORGE block in the source adds
  *             the findings each tunable addresses and constraints); without
@@ -450,7 +453,7 @@ static kf_code bs_llm_only(const ka_problem *pb, const cJSON *lres, char **resul
  * first).  meta: the user source's KFORGE block (optimize) or NULL. */
 static kf_code bs_llm(const kf_job_payload *job, const kf_backend_hooks *hooks, ka_problem *pb, ka_space *sp,
                       const cJSON *meta, const char *dir, const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims,
-                      int n_shapes, sim_dtype dt, char **result_json, bool *retryable, kf_err *err)
+                      int n_shapes, sim_dtype dt, bool write, char **result_json, bool *retryable, kf_err *err)
 {
     bs_llm_ctx c = { hooks };
     ka_llm_plan_opts po;
@@ -476,6 +479,7 @@ static kf_code bs_llm(const kf_job_payload *job, const kf_backend_hooks *hooks, 
     po.transcript = bs_llm_turn;
     po.cancelled = bs_llm_cancelled;
     po.max_seconds = bs_num(job->budget, "seconds");
+    po.write = write;
     po.ctx = &c;
     rc = ka_llm_plan(pb, &cl, &po, &lres, err);
     ka_llm_release(&cl);
@@ -566,6 +570,40 @@ out:
     return rc;
 }
 
+/* Write mode (docs/llm.md): a generate job whose op the library does not
+ * have, with its NumPy reference (a function named after the op, taking
+ * the inputs in order, one shape each): the model writes the kernel. */
+static kf_code bs_write(const kf_job_payload *job, const kf_backend_hooks *hooks, const int64_t (*shapes)[KA_MAX_DIMS],
+                        const int *ndims, int n, sim_dtype dt, char **result_json, bool *retryable, kf_err *err)
+{
+    const char *tmp = getenv("TMPDIR"), *op = bs_str(job->spec, "op");
+    char dir[PATH_MAX], ref[PATH_MAX];
+    ka_problem pb;
+    ka_space sp;
+    kf_code rc;
+
+    memset(&pb, 0, sizeof(pb));
+    memset(&sp, 0, sizeof(sp));
+    snprintf(dir, sizeof(dir), "%s/kforge-llm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        *retryable = true;
+        return kf_err_set(err, KF_IO, "cannot create a temporary folder: %s", strerror(errno));
+    }
+    rc = kf_jobprob_write(dir, "reference.py", bs_str(job->spec, "reference"), ref, sizeof(ref), err);
+    if (rc == KF_OK) {
+        rc = ka_llm_write_problem(op, ref, op, shapes, ndims, n, dt, job->target, &pb, err);
+        if (rc != KF_OK && rc != KF_IO)
+            rc = kf_err_set(err, KF_UNPROCESSABLE, "op %s is not in the library, so the model writes it from the "
+                                                   "reference: %s", op, err->msg);
+    }
+    if (rc == KF_OK)
+        rc = bs_llm(job, hooks, &pb, &sp, NULL, dir, shapes, ndims, n, dt, true, result_json, retryable, err);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    kf_jobproc_workdir_remove(dir);
+    return rc;
+}
+
 static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *hooks, char **result_json,
                            bool *retryable, kf_err *err)
 {
@@ -601,6 +639,11 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
         n++;
     }
     rc = ka_lib_find(NULL, bs_str(spec, "op"), &meta, path, sizeof(path), err);
+    if (rc == KF_NOT_FOUND && bs_wants_llm(job) && bs_str(spec, "reference")) {
+        rc = bs_write(job, hooks, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt, result_json,
+                      retryable, err);
+        goto out;
+    }
     if (rc == KF_OK)
         rc = ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt, job->target, &pb,
                          &sp, err);
@@ -619,7 +662,7 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
             goto out;
         }
         rc = bs_llm(job, hooks, &pb, &sp, NULL, dir, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt,
-                    result_json, retryable, err);
+                    false, result_json, retryable, err);
         kf_jobproc_workdir_remove(dir);
         goto out;
     }
@@ -666,7 +709,8 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
             rc = kf_err_set(err, KF_UNPROCESSABLE, "%s", e2.msg);
             goto out;
         }
-        rc = bs_llm(job, hooks, &pb, &sp, meta, tmpl, NULL, NULL, 0, SIM_DT_BFLOAT16, result_json, retryable, err);
+        rc = bs_llm(job, hooks, &pb, &sp, meta, tmpl, NULL, NULL, 0, SIM_DT_BFLOAT16, false, result_json, retryable,
+                    err);
         goto out;
     }
     if (job->kind == KF_KIND_PROFILE || job->kind == KF_KIND_VALIDATE ||

@@ -332,3 +332,144 @@ Test(llm_job, a_worker_without_an_llm_endpoint_fails_the_job_at_once)
     free(id);
     free(body);
 }
+
+static const char *GELU =
+    "import math\n"
+    "import nki\n"
+    "import nki.language as nl\n"
+    "import nki.isa as nisa\n"
+    "\n"
+    "@nki.jit\n"
+    "def gelu(x):\n"
+    "    N, D = x.shape\n"
+    "    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+    "    for c in nl.affine_range(math.ceil(D / 512)):\n"
+    "        c0 = c * 512\n"
+    "        w = min(512, D - c0)\n"
+    "        t = nl.ndarray((N, 512), dtype=x.dtype, buffer=nl.sbuf)\n"
+    "        nisa.dma_copy(dst=t[0:N, 0:w], src=x[0:N, c0:c0 + w])\n"
+    "        o = nl.ndarray((N, 512), dtype=x.dtype, buffer=nl.sbuf)\n"
+    "        nisa.activation(dst=o[0:N, 0:w], op=nl.gelu_apprx_tanh, data=t[0:N, 0:w])\n"
+    "        nisa.dma_copy(dst=out[0:N, c0:c0 + w], src=o[0:N, 0:w])\n"
+    "    return out\n";
+
+static const char *GELU_REF = "import numpy as np\n"
+                              "def gelu(x):\n"
+                              "    x = np.asarray(x, dtype=np.float64)\n"
+                              "    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))\n";
+
+/* Write mode: GELU is not in the library; the model writes it from the
+ * reference -- a first attempt that does not compile, a repair with the
+ * wrong function, one fitted to the shape it was shown (the second shape
+ * catches it), the right one -- and the job's transcript replays through
+ * `kforge tune --planner llm --op` with no model. */
+Test(llm_job, a_generate_job_writes_an_op_outside_the_library)
+{
+    kf_stack_opts o = { .redis_db = LLM_JOB_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000 };
+    kf_test_llm *m = kf_test_llm_start();
+    char *nocompile = replace(GELU, "op=nl.gelu_apprx_tanh", "op=nl.gelu_tanhh");
+    char *wrong = replace(GELU, "op=nl.gelu_apprx_tanh", "op=nl.tanh");
+    char *fitted = replace(GELU, "N, D = x.shape", "N, D = 128, 1000");
+    char *env, *body, *id, *url, *tfile, *rfile, *out, *cmd, *res, *t;
+    kf_http_resp r = { 0 };
+    cJSON *b, *spec, *sh, *d;
+    int ok = 0, bad = 0;
+
+    kf_stack_start(&S, &o);
+    env = kf_asprintf("KFORGE_LLM_URL=%s\nKFORGE_LLM_MODEL=scripted\nKFORGE_LLM_RETRIES=0", kf_test_llm_url(m));
+    kf_stack_worker(&S, 0, env);
+    push_tool(m, "w1", "propose", nocompile, "first attempt");
+    push_tool(m, "w2", "propose", wrong, "activation tanh");
+    push_tool(m, "w3", "propose", fitted, "for the shape given");
+    push_tool(m, "w4", "propose", GELU, "gelu_apprx_tanh on the ScalarE");
+    push_tool(m, "w5", "finish", NULL, "done");
+
+    b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "kind", "generate");
+    cJSON_AddStringToObject(b, "target", "trn2");
+    cJSON_AddNumberToObject(b, "max_attempts", 1);
+    spec = cJSON_AddObjectToObject(b, "spec");
+    cJSON_AddStringToObject(spec, "op", "gelu");
+    cJSON_AddStringToObject(spec, "dtype", "bfloat16");
+    cJSON_AddStringToObject(spec, "planner", "llm");
+    cJSON_AddStringToObject(spec, "reference", GELU_REF);
+    sh = cJSON_AddArrayToObject(spec, "shapes");
+    d = cJSON_CreateArray();
+    cJSON_AddItemToArray(d, cJSON_CreateNumber(128));
+    cJSON_AddItemToArray(d, cJSON_CreateNumber(1000));
+    cJSON_AddItemToArray(sh, d);
+    body = kf_json_print(b);
+    cJSON_Delete(b);
+    id = kf_stack_submit(&S, body);
+    cr_assert(kf_stack_wait_state(&S, id, "succeeded", 300000), "the job is %s; see %s", kf_stack_state(&S, id),
+              S.dir);
+    cr_assert_eq(kf_test_llm_requests(m), 5);
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_start'", id), 0,
+                 "nothing to start from");
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_propose' AND "
+                       "llm->>'mode' = 'write' AND NOT (compile->>'ok')::bool AND source LIKE '%gelu_tanhh%'",
+                       id),
+                 1, "the first attempt does not compile");
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_propose' AND "
+                       "llm->>'mode' = 'repair' AND NOT correct AND llm->'hack' IS NULL AND source LIKE '%nl.tanh%'",
+                       id),
+                 1, "the repair with the wrong function is rejected by the validator");
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_propose' AND NOT "
+                       "correct AND llm->'hack'->>'rule' = 'second_shape'",
+                       id),
+                 1, "the kernel fitted to the shown shape fails the second shape");
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_propose' AND "
+                       "correct AND (llm->>'accepted')::bool AND source LIKE '%gelu_apprx_tanh%'",
+                       id),
+                 1, "the written kernel is accepted");
+    cr_assert_eq(count("SELECT count(*) FROM job_results WHERE job_id = $1::uuid AND result->'stop'->>'reason' = "
+                       "'llm_only' AND result->'best'->>'source' LIKE '%gelu_apprx_tanh%' AND "
+                       "(result->'llm'->'start'->>'written')::bool",
+                       id),
+                 1, "the written kernel is the result (it declares no tunables)");
+
+    url = kf_asprintf("%s/v1/jobs/%s/transcript", S.api_url, id);
+    cr_assert_eq(kf_http_json("GET", url, S.user, NULL, &r), 200);
+    tfile = kf_asprintf("%s/write.jsonl", S.dir);
+    kf_test_write_file(tfile, r.body);
+    kf_http_resp_release(&r);
+    rfile = kf_asprintf("%s/gelu_ref.py", S.dir);
+    kf_test_write_file(rfile, GELU_REF);
+    out = kf_asprintf("%s/write-replay", S.dir);
+    {
+        char *bin = kf_test_bin("kforge");
+        cmd = kf_asprintf("%s tune --planner llm --op gelu --reference %s --shape 128x1000 --dtype bf16 "
+                          "--llm-replay %s --output-dir %s --quiet > %s/write-replay.out 2>&1",
+                          bin, rfile, tfile, out, S.dir);
+        free(bin);
+    }
+    cr_assert_eq(system(cmd), 0, "the replay runs: %s", cmd);
+    res = kf_asprintf("%s/iterations.jsonl", out);
+    t = kf_test_read_file(res);
+    for (char *l = t; l && *l;) {
+        char *nl = strchr(l, '\n');
+        cJSON *j;
+        if (nl)
+            *nl = '\0';
+        j = cJSON_Parse(l);
+        ok += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "accepted"));
+        bad += cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "correct"));
+        cJSON_Delete(j);
+        l = nl ? nl + 1 : NULL;
+    }
+    cr_assert(ok == 1 && bad == 3, "the replay reaches the same verdicts (%d accepted, %d wrong)", ok, bad);
+    free(t);
+    free(res);
+    free(cmd);
+    free(out);
+    free(rfile);
+    free(tfile);
+    free(url);
+    free(id);
+    free(body);
+    free(env);
+    free(nocompile);
+    free(wrong);
+    free(fitted);
+    kf_test_llm_stop(m);
+}
