@@ -58,6 +58,7 @@
 #include "kf_jobprob.h"
 #include "kf_json.h"
 #include "kf_log.h"
+#include "agent/ka_docs.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_llm.h"
 #include "agent/ka_loop.h"
@@ -417,6 +418,18 @@ static void bs_llm_turn(void *vctx, const cJSON *turn)
     cJSON_Delete(r);
 }
 
+/* The docs tool: kforge's docs/sim-nki.md and docs/sim-errors.md (ka_docs.h). */
+static cJSON *bs_llm_docs(void *vctx, const cJSON *args, char *msg, size_t n)
+{
+    kf_err e = KF_ERR_INIT;
+    cJSON *r = ka_docs_query(bs_str(args, "query"), bs_str(args, "section"), bs_str(args, "doc"), &e);
+
+    (void)vctx;
+    if (!r)
+        snprintf(msg, n, "%s", e.msg);
+    return r;
+}
+
 static bool bs_llm_cancelled(void *vctx)
 {
     const bs_llm_ctx *c = vctx;
@@ -477,6 +490,7 @@ static kf_code bs_llm(const kf_job_payload *job, const kf_backend_hooks *hooks, 
     po.out_dir = dir;
     po.iteration = bs_llm_iteration;
     po.transcript = bs_llm_turn;
+    po.docs = bs_llm_docs;
     po.cancelled = bs_llm_cancelled;
     po.max_seconds = bs_num(job->budget, "seconds");
     po.write = write;

@@ -154,6 +154,11 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
 
     /* repair: a wrong candidate, then the fix; restructure: the model
      * echoes the key instead of calling a tool, then finishes */
+    {
+        char *b = kf_test_llm_tool("c0", "docs", "{\"query\":\"tensor_scalar\"}", 900, 300);
+        kf_test_llm_push(m, 200, NULL, 0, b);
+        free(b);
+    }
     push_tool(m, "c1", "propose", wrong, "multiply by three");
     push_tool(m, "c2", "propose", fitted, "the op is nl.multiply, for the shape I was shown");
     push_tool(m, "c2b", "propose", KERNEL, "the op is nl.multiply");
@@ -164,7 +169,7 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
     id = kf_stack_submit(&S, body);
     cr_assert(kf_stack_wait_state(&S, id, "succeeded", 300000), "the job is %s; see %s", kf_stack_state(&S, id),
               S.dir);
-    cr_assert_eq(kf_test_llm_requests(m), 5, "the model was asked 5 times");
+    cr_assert_eq(kf_test_llm_requests(m), 6, "the model was asked 6 times");
     auth = kf_test_llm_auth(m, 0);
     cr_assert_str_eq(auth, "Bearer " KEY, "the key went to the endpoint");
     free(auth);
@@ -189,10 +194,15 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
                        "source LIKE '%= 128, 1000%'",
                        id),
                  1, "the kernel fitted to the shown shape fails the second shape and is recorded as such");
-    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_turn'", id), 5,
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_turn'", id), 6,
                  "one row per model turn");
+    cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND action = 'llm_turn' AND "
+                       "llm->'turn'->'messages' @> '[{\"role\": \"tool\"}]' AND llm::text LIKE '%tensor_scalar%' AND "
+                       "llm::text LIKE '%sections%' AND llm::text NOT LIKE '%not available%'",
+                       id),
+                 1, "the docs tool answers in a job: kforge's docs/sim-nki.md sections");
     cr_assert_eq(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND llm->'turn'->'messages'->0->>"
-                       "'role' = 'system' AND llm->'turn'->>'reply' LIKE '%propose%'",
+                       "'role' = 'system' AND llm->'turn'->>'reply' LIKE '%tensor_scalar%'",
                        id),
                  1, "the first turn holds the prompts and the reply");
     cr_assert_gt(count("SELECT count(*) FROM iterations WHERE job_id = $1::uuid AND llm IS NULL", id), 0,
@@ -200,7 +210,7 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
     {
         char *l = kf_stack_sql_value(&S, "SELECT (result->'llm')::text FROM job_results WHERE job_id = $1::uuid", id);
         cr_assert_eq(count("SELECT count(*) FROM job_results WHERE job_id = $1::uuid AND result->'llm'->>'stop' = "
-                           "'finished' AND (result->'llm'->'llm'->>'completion_tokens')::int = 1240",
+                           "'finished' AND (result->'llm'->'llm'->>'completion_tokens')::int = 1540",
                            id),
                      1, "the result carries the model's part and its tokens: %.2000s", l ? l : "(none)");
         free(l);
@@ -241,7 +251,7 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
             cr_assert_null(cJSON_GetObjectItemCaseSensitive(l, "turn"), "list items leave the turn's text out");
         }
     }
-    cr_assert(props == 3 && accepted == 1 && wrong_seen == 2 && turns == 5, "%d %d %d %d", props, accepted,
+    cr_assert(props == 3 && accepted == 1 && wrong_seen == 2 && turns == 6, "%d %d %d %d", props, accepted,
               wrong_seen, turns);
     cJSON_Delete(page);
     kf_http_resp_release(&r);
@@ -254,7 +264,7 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
         int lines = 0;
         for (const char *p = r.body; *p; p++)
             lines += *p == '\n';
-        cr_assert_eq(lines, 5, "one line per turn:\n%s", r.body);
+        cr_assert_eq(lines, 6, "one line per turn:\n%s", r.body);
     }
     kf_http_resp_release(&r);
     free(url);
