@@ -99,6 +99,7 @@ typedef struct plan {
     int                     rounds, mode_rounds, turns, mode_turns, failed_in_row, iteration, seq;
     uint64_t                fresh;        /* != 0: validate on these seeds instead (never shown) */
     const ka_problem       *alt;          /* != NULL: evaluate on this problem instead (the second shape) */
+    double                  eval_s, llm_s; /* seconds in sandboxed evaluations, in the model's calls */
     bool                    finished;
     kf_code                 fatal;
     kf_err                 *err;
@@ -150,7 +151,11 @@ static cJSON *plan_eval(plan *p, const char *path, ka_eval_mode mode)
     req.n_seeds = n > KA_MAX_SEEDS ? KA_MAX_SEEDS : n;
     for (int i = 0; i < req.n_seeds; i++)
         req.seeds[i] = (p->fresh ? p->fresh : p->o->seed * 1000003ull) + (uint64_t)i + 1;
-    if (ka_eval_run(&req, &res, p->err) != KF_OK) {
+    double t0 = plan_now();
+    kf_code rc = ka_eval_run(&req, &res, p->err);
+
+    p->eval_s += plan_now() - t0;
+    if (rc != KF_OK) {
         if (p->err->code == KF_INTERNAL)
             p->fatal = KF_INTERNAL;
         res = cJSON_CreateObject();
@@ -772,7 +777,9 @@ loop:
         }
         p.turns++;
         p.mode_turns++;
-        if (ka_llm_chat(llm, p.messages, p.tools, "auto", &r, &le) != KF_OK) {
+        kf_code lrc = ka_llm_chat(llm, p.messages, p.tools, "auto", &r, &le);
+        p.llm_s += r.seconds;
+        if (lrc != KF_OK) {
             cJSON *it = cJSON_CreateObject();
             plan_transcript(&p, &r);
             cJSON_AddNumberToObject(it, "iteration", p.iteration);
@@ -861,6 +868,9 @@ done:
         cJSON_AddNumberToObject(l, "budget", (double)llm->budget_tokens);
         cJSON_AddItemToObject(res, "history", cJSON_Duplicate(p.history, true));
         cJSON_AddNumberToObject(res, "seconds", plan_now() - t0);
+        /* where they went: the sandbox, the model, and the loop itself */
+        cJSON_AddNumberToObject(res, "eval_seconds", p.eval_s);
+        cJSON_AddNumberToObject(res, "llm_seconds", p.llm_s);
     }
     cJSON_Delete(start);
     cJSON_Delete(p.tools);

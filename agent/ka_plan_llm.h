@@ -58,7 +58,9 @@
  * Result (the caller's): {"stop", "mode", "rounds", "turns", "correct",
  * "best": {"source", "source_file", "latency_ns", "iteration"}?,
  * "start": {"correct", "latency_ns"?, "error"?}, "llm": {"calls",
- * "prompt_tokens", "completion_tokens", "budget"}, "seconds"}.
+ * "prompt_tokens", "completion_tokens", "budget"}, "seconds", "eval_seconds"
+ * (in sandboxed evaluations), "llm_seconds" (in the model's calls, waits
+ * and retries included)}: the rest of "seconds" is the loop's own.
  *
  * Failure: KF_IO when the source cannot be read or a candidate cannot be
  * written, KF_INTERNAL when a sandbox cannot be started; everything the
