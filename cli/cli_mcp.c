@@ -780,6 +780,7 @@ struct cli_mcp_call {
     const mcp_tool *tool;
     cJSON *id;      /* the request's id (a copy) */
     cJSON *args;    /* its arguments (a copy; {} when it gave none), valid for the tool's inputSchema */
+    cJSON *progress; /* params._meta.progressToken (a copy: string or number), or NULL */
 };
 
 /* A tools/call's checks, short of the tool's work: a protocol error, a
@@ -820,7 +821,18 @@ static char *mcp_tools_accept(const cJSON *id, const cJSON *params, cli_mcp_call
     (*call)->tool = t;
     (*call)->id = cJSON_Duplicate(id, true);
     (*call)->args = av;
+    {
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "_meta"),
+                                                            "progressToken");
+        if (cJSON_IsString(tok) || (cJSON_IsNumber(tok) && isfinite(tok->valuedouble)))
+            (*call)->progress = cJSON_Duplicate(tok, true);
+    }
     return NULL;
+}
+
+const cJSON *cli_mcp_call_progress_token(const cli_mcp_call *c)
+{
+    return c->progress;
 }
 
 const char *cli_mcp_call_tool(const cli_mcp_call *c)
@@ -839,6 +851,7 @@ void cli_mcp_call_free(cli_mcp_call *c)
         return;
     cJSON_Delete(c->id);
     cJSON_Delete(c->args);
+    cJSON_Delete(c->progress);
     free(c);
 }
 
