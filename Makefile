@@ -160,6 +160,8 @@ install: all
 	install -m 0644 sim/targets/*.json $(DESTDIR)$(PREFIX)/share/kforge/targets/
 	install -m 0644 migrations/*.sql $(DESTDIR)$(PREFIX)/share/kforge/migrations/
 	install -m 0644 kernels/*.py $(DESTDIR)$(PREFIX)/share/kforge/kernels/
+	install -d $(DESTDIR)$(PREFIX)/share/kforge/docs
+	install -m 0644 docs/sim-nki.md docs/sim-errors.md $(DESTDIR)$(PREFIX)/share/kforge/docs/
 
 # `make fuzz` installs the packages (clang and libFuzzer among them),
 # re-enters make with FUZZ=1 (another build folder, clang), then runs each

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -202,14 +205,33 @@ static size_t llm_header(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* The first line of what n bytes of key hold (trailing whitespace cut);
+ * what: the key's origin, for messages. */
+static kf_code llm_key_line(char *key, ssize_t n, const char *what, kf_err *err)
+{
+    size_t len;
+
+    if (n < 0)
+        return kf_err_set(err, KF_CONFIG, "cannot read the API key %s: %s", what, strerror(errno));
+    key[n] = '\0';
+    len = strcspn(key, "\r\n");
+    while (len && (key[len - 1] == ' ' || key[len - 1] == '\t'))
+        len--;
+    key[len] = '\0';
+    if (!len || strspn(key, " \t") == len)
+        return kf_err_set(err, KF_CONFIG, "the API key %s is empty", what);
+    return KF_OK;
+}
+
 /* The key file's first line (trailing whitespace cut) into key. */
 static kf_code llm_read_key(const char *path, char *key, size_t cap, kf_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    char what[4200];
     struct stat st;
     ssize_t n;
-    size_t len;
 
+    snprintf(what, sizeof(what), "file %s (KFORGE_LLM_API_KEY_FILE)", path);
     if (fd < 0)
         return kf_err_set(err, KF_CONFIG, "cannot read the API key file %s (KFORGE_LLM_API_KEY_FILE): %s", path,
                           strerror(errno));
@@ -219,16 +241,7 @@ static kf_code llm_read_key(const char *path, char *key, size_t cap, kf_err *err
     }
     n = read(fd, key, cap - 1);
     close(fd);
-    if (n < 0)
-        return kf_err_set(err, KF_CONFIG, "cannot read the API key file %s: %s", path, strerror(errno));
-    key[n] = '\0';
-    len = strcspn(key, "\r\n");
-    while (len && (key[len - 1] == ' ' || key[len - 1] == '\t'))
-        len--;
-    key[len] = '\0';
-    if (!len || strspn(key, " \t") == len)
-        return kf_err_set(err, KF_CONFIG, "the API key file %s (KFORGE_LLM_API_KEY_FILE) is empty", path);
-    return KF_OK;
+    return llm_key_line(key, n, what, err);
 }
 
 /* Every occurrence of key in s[0..len) overwritten with '*'. */
@@ -567,6 +580,161 @@ static kf_code llm_fail(ka_llm_reply *out, const char *word, kf_err *err, kf_cod
     return kf_err_set(err, code, "%s", msg);
 }
 
+/* One HTTP exchange on handle h: the body (cut at KA_LLM_MAX_REPLY), the
+ * Retry-After, curl's code and the status; every occurrence of key in
+ * the body overwritten. */
+static void llm_exchange(const ka_llm *c, CURL *h, const char *url, const char *body, size_t body_len,
+                         struct curl_slist *hdrs, const char *key, llm_xfer *x, CURLcode *cc, long *status)
+{
+    *status = 0;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->cfg.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->cfg.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, llm_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, llm_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
+    if (key[0]) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, key);
+    }
+    *cc = curl_easy_perform(h);
+    curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, NULL);   /* frees libcurl's copy of the key */
+    if (*cc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    llm_redact(x->body.data, x->body.len, key);
+}
+
+/* The courier's header on its pipe (host order: the same binary reads it). */
+typedef struct llm_courier_hdr {
+    int32_t  kind;           /* 0: the exchange ran; 1: the key could not be read (body: why) */
+    int32_t  cc;             /* CURLcode */
+    int64_t  status;
+    int64_t  retry_after_ms;
+    uint32_t too_long;
+    uint32_t len;            /* body bytes that follow */
+} llm_courier_hdr;
+
+static bool llm_write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        b += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* The child of one courier attempt: never returns. */
+static _Noreturn void llm_courier_child(const ka_llm *c, int wfd, const char *url, const char *body, size_t body_len,
+                                        struct curl_slist *hdrs)
+{
+    char key[LLM_KEY_MAX];
+    llm_courier_hdr h;
+    llm_xfer x = { KF_BUF_INIT, false, -1 };
+    kf_err ke = KF_ERR_INIT;
+    CURLcode cc = CURLE_OK;
+    long status = 0;
+    CURL *ch;
+
+    memset(&h, 0, sizeof(h));
+    if (llm_key_line(key, pread(c->cfg.key_fd, key, sizeof(key) - 1, 0), "handed to this process", &ke) != KF_OK) {
+        h.kind = 1;
+        h.len = (uint32_t)strlen(ke.msg);
+        _exit(llm_write_all(wfd, &h, sizeof(h)) && llm_write_all(wfd, ke.msg, h.len) ? 0 : 3);
+    }
+    ch = curl_easy_init();
+    if (!ch) {
+        llm_wipe(key, sizeof(key));
+        h.cc = CURLE_FAILED_INIT;
+        _exit(llm_write_all(wfd, &h, sizeof(h)) ? 0 : 3);
+    }
+    llm_exchange(c, ch, url, body, body_len, hdrs, key, &x, &cc, &status);
+    llm_wipe(key, sizeof(key));
+    h.cc = (int32_t)cc;
+    h.status = status;
+    h.retry_after_ms = x.retry_after_ms;
+    h.too_long = x.too_long;
+    h.len = (uint32_t)x.body.len;
+    if (!llm_write_all(wfd, &h, sizeof(h)) || (x.body.len && !llm_write_all(wfd, x.body.data, x.body.len)))
+        _exit(3);
+    _exit(0);
+}
+
+/* One attempt through a child made for it (cfg.key_fd): the reply as
+ * llm_exchange gives it; a child that ends without one is a receive
+ * error.  KF_CONFIG when the key cannot be read, KF_INTERNAL when no child
+ * can be started. */
+static kf_code llm_courier(const ka_llm *c, const char *url, const char *body, size_t body_len,
+                           struct curl_slist *hdrs, llm_xfer *x, CURLcode *cc, long *status, kf_err *err)
+{
+    int fds[2];
+    pid_t pid;
+    kf_buf in = KF_BUF_INIT;
+    char chunk[65536];
+    llm_courier_hdr h;
+    ssize_t n;
+    int st;
+
+    *cc = CURLE_RECV_ERROR;
+    *status = 0;
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return kf_err_set(err, KF_INTERNAL, "cannot make a pipe for the LLM request: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return kf_err_set(err, KF_INTERNAL, "cannot fork for the LLM request: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        llm_courier_child(c, fds[1], url, body, body_len, hdrs);
+    }
+    close(fds[1]);
+    while ((n = read(fds[0], chunk, sizeof(chunk))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || in.len + (size_t)n > sizeof(h) + KA_LLM_MAX_REPLY)
+            break;
+        kf_buf_add(&in, chunk, (size_t)n);
+    }
+    close(fds[0]);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (in.len >= sizeof(h)) {
+        memcpy(&h, in.data, sizeof(h));
+        if (h.len == in.len - sizeof(h) && h.len <= KA_LLM_MAX_REPLY) {
+            if (h.kind == 1) {
+                kf_err_set(err, KF_CONFIG, "%.*s", (int)h.len, in.data + sizeof(h));
+                kf_buf_release(&in);
+                return KF_CONFIG;
+            }
+            *cc = (CURLcode)h.cc;
+            *status = (long)h.status;
+            x->retry_after_ms = h.retry_after_ms;
+            x->too_long = h.too_long != 0;
+            if (h.len)
+                kf_buf_add(&x->body, in.data + sizeof(h), h.len);
+        }
+    }
+    kf_buf_release(&in);
+    return KF_OK;
+}
+
 kf_code ka_llm_chat(ka_llm *c, const cJSON *messages, const cJSON *tools, const char *tool_choice,
                     ka_llm_reply *out, kf_err *err)
 {
@@ -608,46 +776,33 @@ kf_code ka_llm_chat(ka_llm *c, const cJSON *messages, const cJSON *tools, const 
 
     for (int attempt = 0;; attempt++) {
         llm_xfer x = { KF_BUF_INIT, false, -1 };
-        CURL *h = c->curl;
-        CURLcode cc;
+        CURLcode cc = CURLE_OK;
         long status = 0;
         llm_next next = LLM_RETRY;
         unsigned wait_ms;
 
         key[0] = '\0';
-        if (c->cfg.key_file[0]) {
-            rc = llm_read_key(c->cfg.key_file, key, sizeof(key), err);
+        if (c->cfg.key_fd > 2) {
+            /* the key never enters this process: a child made for this
+             * attempt reads it, sends the request and hands back the reply */
+            rc = llm_courier(c, url, body, body_len, hdrs, &x, &cc, &status, err);
             if (rc != KF_OK) {
-                snprintf(out->error, sizeof(out->error), "config");
+                snprintf(out->error, sizeof(out->error), "%s", rc == KF_CONFIG ? "config" : "unreachable");
+                kf_buf_release(&x.body);
                 break;
             }
+        } else {
+            if (c->cfg.key_file[0]) {
+                rc = llm_read_key(c->cfg.key_file, key, sizeof(key), err);
+                if (rc != KF_OK) {
+                    snprintf(out->error, sizeof(out->error), "config");
+                    break;
+                }
+            }
+            llm_exchange(c, c->curl, url, body, body_len, hdrs, key, &x, &cc, &status);
         }
-        curl_easy_reset(h);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_POST, 1L);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->cfg.timeout_ms);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->cfg.connect_timeout_ms);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, llm_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, llm_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
-        curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
-        if (key[0]) {
-            curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
-            curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, key);
-        }
-        cc = curl_easy_perform(h);
-        curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, NULL);   /* frees libcurl's copy of the key */
         out->attempts = attempt + 1;
-        if (cc == CURLE_OK)
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         out->http_status = status;
-        llm_redact(x.body.data, x.body.len, key);
         free(out->raw);
         out->raw = x.body.len ? kf_strndup(x.body.data, x.body.len) : NULL;
 

@@ -28,7 +28,7 @@
  * for is at most what remains.  Tokens are counted from each reply's
  * usage (the estimate when a server sends none).
  *
- * The API key: read from cfg.key_file for each request, sent as
+ * The API key: read from cfg.key_file (or cfg.key_fd, see there) for each request, sent as
  * "Authorization: Bearer", its copies in this process wiped after the
  * request; it is never logged, never part of an error message or a reply
  * kept here, and never put in the environment (so a sandboxed child, which
@@ -82,6 +82,14 @@ typedef struct ka_llm_cfg {
     unsigned backoff_ms;           /* first wait before a retry */
     unsigned backoff_max_ms;       /* cap of a wait (Retry-After too) */
     int      max_completion_tokens; /* asked for each reply; 0: not sent (the server's default) */
+    /* > 2: the key is read (pread at offset 0, first line) from this
+     * descriptor, never from key_file, and only by a child forked for each
+     * attempt, which sends the request, overwrites the key in the reply and
+     * hands the reply back on a pipe before it exits: the calling process
+     * never holds the key, so nothing it forks later (a sandboxed
+     * evaluation) can find it in its memory.  The worker's job process
+     * runs this way (docs/security.md). */
+    int      key_fd;
 } ka_llm_cfg;
 
 /* The configuration from KFORGE_LLM_* (kf_config_load() done): KF_CONFIG

@@ -98,6 +98,8 @@ typedef struct plan {
     const char             *mode;         /* "repair" or "restructure" */
     int                     rounds, mode_rounds, turns, mode_turns, failed_in_row, iteration, seq;
     uint64_t                fresh;        /* != 0: validate on these seeds instead (never shown) */
+    const ka_problem       *alt;          /* != NULL: evaluate on this problem instead (the second shape) */
+    double                  eval_s, llm_s; /* seconds in sandboxed evaluations, in the model's calls */
     bool                    finished;
     kf_code                 fatal;
     kf_err                 *err;
@@ -134,7 +136,7 @@ static bool plan_write(plan *p, const char *src, char *path, size_t n)
 /* One sandboxed evaluation of the source in file `path`. */
 static cJSON *plan_eval(plan *p, const char *path, ka_eval_mode mode)
 {
-    ka_problem cpb = *p->pb;
+    ka_problem cpb = p->alt ? *p->alt : *p->pb;
     ka_eval_req req;
     cJSON *res = NULL;
     char *kw = p->pb->fixed_kwargs ? kf_json_print(p->pb->fixed_kwargs) : NULL;
@@ -149,7 +151,11 @@ static cJSON *plan_eval(plan *p, const char *path, ka_eval_mode mode)
     req.n_seeds = n > KA_MAX_SEEDS ? KA_MAX_SEEDS : n;
     for (int i = 0; i < req.n_seeds; i++)
         req.seeds[i] = (p->fresh ? p->fresh : p->o->seed * 1000003ull) + (uint64_t)i + 1;
-    if (ka_eval_run(&req, &res, p->err) != KF_OK) {
+    double t0 = plan_now();
+    kf_code rc = ka_eval_run(&req, &res, p->err);
+
+    p->eval_s += plan_now() - t0;
+    if (rc != KF_OK) {
         if (p->err->code == KF_INTERNAL)
             p->fatal = KF_INTERNAL;
         res = cJSON_CreateObject();
@@ -227,6 +233,68 @@ static bool plan_fresh_seeds(plan *p, const char *path, cJSON *it)
     return pass;
 }
 
+int64_t ka_llm_second_dim(int64_t v)
+{
+    int64_t g = 1, nv;
+
+    if (v <= 1)
+        return v;
+    while (g < 128 && v % (g * 2) == 0)
+        g *= 2;
+    if (g == v)
+        return v / 2;   /* a power of two up to 128: half of it */
+    nv = (v * 3 / 4) / g * g;
+    return nv >= g ? nv : g;
+}
+
+void ka_llm_second_shape(const ka_problem *pb, ka_problem *out)
+{
+    *out = *pb;
+    for (int i = 0; i < out->n_inputs; i++)
+        for (int d = 0; d < out->inputs[i].ndim; d++)
+            out->inputs[i].shape[d] = ka_llm_second_dim(pb->inputs[i].shape[d]);
+}
+
+/* A candidate that would become the best, validated at the second shape
+ * (ka_llm_second_shape), which no tool answer ever used: false (the hack
+ * "second_shape") when it fails there.  A reference that does not run at
+ * that shape cannot judge: the check is skipped and says so. */
+static bool plan_second_shape(plan *p, const char *path, cJSON *it)
+{
+    ka_problem alt;
+    cJSON *val, *rec, *shapes;
+    bool changed = false, pass;
+
+    ka_llm_second_shape(p->pb, &alt);
+    for (int i = 0; i < alt.n_inputs; i++)
+        changed = changed || memcmp(alt.inputs[i].shape, p->pb->inputs[i].shape, sizeof(alt.inputs[i].shape)) != 0;
+    if (!changed)
+        return true;
+    p->alt = &alt;
+    val = plan_eval(p, path, KA_EVAL_VALIDATE);
+    p->alt = NULL;
+    rec = cJSON_AddObjectToObject(it, "second_shape");
+    shapes = cJSON_AddObjectToObject(rec, "inputs");
+    for (int i = 0; i < alt.n_inputs; i++) {
+        cJSON *d = cJSON_AddArrayToObject(shapes, alt.inputs[i].name);
+        for (int k = 0; k < alt.inputs[i].ndim; k++)
+            cJSON_AddItemToArray(d, cJSON_CreateNumber((double)alt.inputs[i].shape[k]));
+    }
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(val, "ref_error"))) {
+        cJSON_AddStringToObject(rec, "skipped", "the reference does not run at the second shape");
+        pass = true;
+    } else {
+        pass = plan_true(val, "ok") && plan_true(val, "pass");
+        cJSON_AddBoolToObject(rec, "pass", pass);
+        if (!pass)
+            plan_hack(it, "second_shape", 0,
+                      "correct at the shape it was shown but not at a second shape it never saw: a kernel that "
+                      "only works at the shown shape");
+    }
+    cJSON_Delete(val);
+    return pass;
+}
+
 /* Validate then (when it passes) profile a candidate: the iteration record. */
 static cJSON *plan_candidate(plan *p, const char *src, const char *action, const char *reason)
 {
@@ -261,7 +329,9 @@ static cJSON *plan_candidate(plan *p, const char *src, const char *action, const
             cJSON_AddNumberToObject(it, "latency_ns", ns);
             cJSON_AddItemToObject(it, "findings",
                                   cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(tim, "findings"), true));
-            if ((!p->correct || ns < p->best_ns) && !plan_fresh_seeds(p, path, it)) {
+            if ((!p->correct || ns < p->best_ns) &&
+                (!plan_fresh_seeds(p, path, it) ||
+                 (strcmp(action, "start") != 0 && !plan_second_shape(p, path, it)))) {
                 cJSON_ReplaceItemInObject(it, "correct", cJSON_CreateFalse());
             } else if (!p->correct || ns < p->best_ns) {
                 p->correct = true;
@@ -367,6 +437,32 @@ static void plan_first_prompt(plan *p, const char *src, const cJSON *start)
     free(ans);
 }
 
+static void plan_write_prompt(plan *p)
+{
+    kf_buf b = KF_BUF_INIT;
+    char *ref = kf_fs_read_file(p->pb->ref_path, PLAN_MAX_SOURCE, NULL);
+
+    kf_buf_addf(&b, "Write an NKI kernel for the op %s, target %s: a whole Python file whose @nki.jit function is "
+                    "named %s and takes these inputs in this order:",
+                p->pb->op[0] ? p->pb->op : p->pb->entry, p->pb->target, p->pb->entry);
+    for (int i = 0; i < p->pb->n_inputs; i++) {
+        const ka_input *in = &p->pb->inputs[i];
+        kf_buf_addf(&b, " %s (", in->name);
+        for (int d = 0; d < in->ndim; d++)
+            kf_buf_addf(&b, "%s%lld", d ? "x" : "", (long long)in->shape[d]);
+        kf_buf_addf(&b, ", %s)", sim_dtype_name(in->dtype));
+    }
+    kf_buf_addf(&b, ". It returns what the reference returns, as HBM tensors it allocates "
+                    "(nl.ndarray(..., buffer=nl.shared_hbm)); it must work for other shapes too, not only these. "
+                    "Reference function %s (NumPy; your outputs are compared with its):\n```python\n%s\n```\n"
+                    "You have at most %d proposals (mode write, then repair while they fail); each is validated "
+                    "and profiled. Use docs to look up the API.",
+                p->pb->ref_entry, ref ? ref : "(unreadable)", p->mode_rounds);
+    plan_msg(p, "user", b.data);
+    kf_buf_release(&b);
+    free(ref);
+}
+
 /* ---- tools -------------------------------------------------------------------------- */
 
 static const cJSON *plan_schema(const char *name, cJSON *tools)
@@ -384,7 +480,11 @@ static const cJSON *plan_schema(const char *name, cJSON *tools)
 
 static void plan_switch_mode(plan *p)
 {
-    if (strcmp(p->mode, "repair") == 0 && p->correct) {
+    if (strcmp(p->mode, "write") == 0 && !p->correct) {
+        p->mode = "repair";   /* the same proposals: what was written is repaired */
+        return;
+    }
+    if (strcmp(p->mode, "restructure") != 0 && p->correct) {
         int r = p->o->restructure_rounds == 0 ? PLAN_DEF_RESTRUCTURE : p->o->restructure_rounds;
         p->mode = "restructure";
         p->mode_rounds = r > 0 ? r : 0;
@@ -416,6 +516,10 @@ static char *plan_call(plan *p, const ka_llm_call *call)
     }
     srcv = cJSON_GetObjectItemCaseSensitive(args, "source");
     src = cJSON_IsString(srcv) ? srcv->valuestring : p->last_src;
+    if (!src && strcmp(call->name, "docs") != 0 && strcmp(call->name, "best") != 0 && strcmp(call->name, "finish") != 0) {
+        cJSON_Delete(args);
+        return kf_strdup("{\"error\":\"there is no kernel yet: pass the whole file as source\"}");
+    }
     if (strcmp(call->name, "run") == 0 || strcmp(call->name, "profile") == 0 || strcmp(call->name, "validate") == 0) {
         ka_eval_mode m = call->name[0] == 'r' ? KA_EVAL_RUN : call->name[0] == 'p' ? KA_EVAL_TIMING : KA_EVAL_VALIDATE;
         if (plan_write(p, src, path, sizeof(path)))
@@ -523,6 +627,66 @@ static void plan_transcript(plan *p, const ka_llm_reply *r)
     cJSON_Delete(t);
 }
 
+kf_code ka_llm_write_problem(const char *op, const char *ref_path, const char *ref_entry,
+                             const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims, int n_shapes, sim_dtype dtype,
+                             const char *target, ka_problem *pb, kf_err *err)
+{
+    char *text = kf_fs_read_file(ref_path, PLAN_MAX_SOURCE, err), *def;
+    const char *q;
+    int n = 0;
+    kf_code rc = KF_OK;
+
+    memset(pb, 0, sizeof(*pb));
+    if (!text)
+        return KF_IO;
+    def = kf_asprintf("def %s(", ref_entry);
+    q = strstr(text, def);
+    while (q && q != text && q[-1] != '\n')   /* a top-level def only */
+        q = strstr(q + 1, def);
+    if (!q) {
+        rc = kf_err_set(err, KF_INVALID, "the reference has no top-level `def %s(`: it must define the op's NumPy "
+                                         "function under that name", ref_entry);
+        goto out;
+    }
+    q += strlen(def);
+    /* the parameters: identifiers up to ':', '=' or ',' at depth 0, until ')' */
+    while (*q && *q != ')' && n < n_shapes) {
+        size_t len;
+        q += strspn(q, " \t\r\n");
+        if (*q == '*' || *q == ')')
+            break;
+        len = strspn(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        if (len == 0 || len >= sizeof(pb->inputs[0].name))
+            break;
+        snprintf(pb->inputs[n].name, sizeof(pb->inputs[n].name), "%.*s", (int)len, q);
+        pb->inputs[n].ndim = ndims[n];
+        memcpy(pb->inputs[n].shape, shapes[n], sizeof(pb->inputs[n].shape));
+        pb->inputs[n].dtype = dtype;
+        pb->inputs[n].std = 1.0;
+        n++;
+        for (int depth = 0; *q && !(depth == 0 && (*q == ',' || *q == ')')); q++)
+            depth += (*q == '(' || *q == '[') - (*q == ')' || *q == ']');
+        if (*q == ',')
+            q++;
+    }
+    if (n < n_shapes) {
+        rc = kf_err_set(err, KF_INVALID, "the reference's %s takes %d input%s before any default or *args; %d shape%s "
+                                         "were given (one per input)", ref_entry, n, n == 1 ? "" : "s", n_shapes,
+                        n_shapes == 1 ? "" : "s");
+        goto out;
+    }
+    pb->n_inputs = n;
+    snprintf(pb->op, sizeof(pb->op), "%s", op);
+    snprintf(pb->entry, sizeof(pb->entry), "%s", op);
+    snprintf(pb->ref_path, sizeof(pb->ref_path), "%s", ref_path);
+    snprintf(pb->ref_entry, sizeof(pb->ref_entry), "%s", ref_entry);
+    snprintf(pb->target, sizeof(pb->target), "%s", target);
+out:
+    free(def);
+    free(text);
+    return rc;
+}
+
 kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o, cJSON **result, kf_err *err)
 {
     plan p;
@@ -538,14 +702,23 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
     snprintf(p.dir, sizeof(p.dir), "%s/llm", o->out_dir ? o->out_dir : ".");
     if (kf_mkdir_p(p.dir, 0755) != 0)
         return kf_err_set(err, KF_IO, "cannot create %s: %s", p.dir, strerror(errno));
-    src = kf_fs_read_file(pb->source_path, PLAN_MAX_SOURCE, err);
+    src = o->write ? kf_strdup("") : kf_fs_read_file(pb->source_path, PLAN_MAX_SOURCE, err);
     if (!src)
         return KF_IO;
     p.tools = ka_llm_plan_tools();
     p.messages = cJSON_CreateArray();
     p.history = cJSON_CreateArray();
-    p.last_src = kf_strdup(src);
-    p.mode = "repair";
+    p.last_src = o->write ? NULL : kf_strdup(src);
+    p.mode = o->write ? "write" : "repair";
+    if (o->write) {
+        /* nothing to start from: the model writes the kernel */
+        p.mode_rounds = o->repair_rounds > 0 ? o->repair_rounds : PLAN_DEF_REPAIR;
+        start = cJSON_CreateObject();
+        cJSON_AddBoolToObject(start, "written", true);
+        plan_msg(&p, "system", plan_system);
+        plan_write_prompt(&p);
+        goto loop;
+    }
 
     /* iteration 0: the starting source */
     start = plan_candidate(&p, src, "start", "the kernel as given");
@@ -581,11 +754,19 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
     st = cJSON_Duplicate(start, true);
     cJSON_Delete(start);
     start = st;
-
+loop:
     while (!p.finished && !p.fatal) {
         ka_llm_reply r;
         kf_err le = KF_ERR_INIT;
 
+        if (o->cancelled && o->cancelled(o->ctx)) {
+            snprintf(stop, sizeof(stop), "cancelled");
+            break;
+        }
+        if (o->max_seconds > 0 && plan_now() - t0 >= o->max_seconds) {
+            snprintf(stop, sizeof(stop), "seconds");
+            break;
+        }
         if (p.rounds >= p.mode_rounds) {
             snprintf(stop, sizeof(stop), "rounds");
             break;
@@ -596,7 +777,9 @@ kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o
         }
         p.turns++;
         p.mode_turns++;
-        if (ka_llm_chat(llm, p.messages, p.tools, "auto", &r, &le) != KF_OK) {
+        kf_code lrc = ka_llm_chat(llm, p.messages, p.tools, "auto", &r, &le);
+        p.llm_s += r.seconds;
+        if (lrc != KF_OK) {
             cJSON *it = cJSON_CreateObject();
             plan_transcript(&p, &r);
             cJSON_AddNumberToObject(it, "iteration", p.iteration);
@@ -665,6 +848,8 @@ done:
         cJSON_AddNumberToObject(res, "turns", p.turns);
         cJSON_AddBoolToObject(res, "correct", p.correct);
         cJSON_AddBoolToObject(s, "correct", plan_true(start, "correct"));
+        if (o->write)
+            cJSON_AddBoolToObject(s, "written", true);
         if (cJSON_GetObjectItemCaseSensitive(start, "latency_ns"))
             cJSON_AddNumberToObject(s, "latency_ns", cJSON_GetObjectItemCaseSensitive(start, "latency_ns")->valuedouble);
         if (cJSON_GetObjectItemCaseSensitive(start, "error"))
@@ -683,6 +868,9 @@ done:
         cJSON_AddNumberToObject(l, "budget", (double)llm->budget_tokens);
         cJSON_AddItemToObject(res, "history", cJSON_Duplicate(p.history, true));
         cJSON_AddNumberToObject(res, "seconds", plan_now() - t0);
+        /* where they went: the sandbox, the model, and the loop itself */
+        cJSON_AddNumberToObject(res, "eval_seconds", p.eval_s);
+        cJSON_AddNumberToObject(res, "llm_seconds", p.llm_s);
     }
     cJSON_Delete(start);
     cJSON_Delete(p.tools);

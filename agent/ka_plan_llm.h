@@ -27,7 +27,9 @@
  * only by ka_eval, in the sandbox, like any other; only one that validates
  * can become the best, when it is the first correct one or faster, and
  * only after it also validates on seeds the model was never shown (else
- * the hack "fresh_seeds").
+ * the hack "fresh_seeds") and at a second shape it was never shown
+ * (ka_llm_second_shape; else the hack "second_shape", its shapes in the
+ * iteration's "second_shape").
  *
  * A model that misbehaves never takes the run down: a reply without a tool
  * call, an unknown tool, arguments that break the schema, a source that
@@ -56,7 +58,9 @@
  * Result (the caller's): {"stop", "mode", "rounds", "turns", "correct",
  * "best": {"source", "source_file", "latency_ns", "iteration"}?,
  * "start": {"correct", "latency_ns"?, "error"?}, "llm": {"calls",
- * "prompt_tokens", "completion_tokens", "budget"}, "seconds"}.
+ * "prompt_tokens", "completion_tokens", "budget"}, "seconds", "eval_seconds"
+ * (in sandboxed evaluations), "llm_seconds" (in the model's calls, waits
+ * and retries included)}: the rest of "seconds" is the loop's own.
  *
  * Failure: KF_IO when the source cannot be read or a candidate cannot be
  * written, KF_INTERNAL when a sandbox cannot be started; everything the
@@ -84,10 +88,41 @@ typedef struct ka_llm_plan_opts {
     cJSON *(*docs)(void *ctx, const cJSON *args, char *msg, size_t n);
     void  (*iteration)(void *ctx, const cJSON *it);   /* borrowed */
     void  (*transcript)(void *ctx, const cJSON *turn); /* borrowed */
+    /* Checked before each model turn (NULL: never): true stops the run
+     * with the stop reason "cancelled" (the job was cancelled, its lease
+     * lost or the worker drains). */
+    bool  (*cancelled)(void *ctx);
+    double max_seconds;              /* > 0: no model turn starts after this many seconds ("seconds") */
+    /* Write mode: there is no kernel yet (pb->source_path is not read); the
+     * model writes one for the op from the reference and the inputs (mode
+     * "write", at most repair_rounds proposals shared with the repairs that
+     * follow a failing one: the mode becomes "repair"; a correct one moves
+     * to "restructure").  The result's "start" is {"written": true}. */
+    bool   write;
     void  *ctx;
 } ka_llm_plan_opts;
 
 kf_code ka_llm_plan(const ka_problem *pb, ka_llm *llm, const ka_llm_plan_opts *o, cJSON **result, kf_err *err);
+
+/* The second shape a candidate that would become the best is validated
+ * at (docs/llm.md, "What is checked"), never shown to the model: each
+ * dimension v of every input becomes ka_llm_second_dim(v) -- 1 stays 1; a
+ * power of two up to 128 halves (128 -> 64); any other v becomes the
+ * largest multiple of g not above 3v/4 and at least g, g being the largest
+ * power of two up to 128 that divides v (1000 -> 744, 4096 -> 3072, 96 ->
+ * 64 ... ) -- so equal dims stay equal and tile multiples stay multiples. */
+int64_t ka_llm_second_dim(int64_t v);
+void ka_llm_second_shape(const ka_problem *pb, ka_problem *out);
+
+/* The problem of writing `op` from nothing (write mode): its entry is
+ * named op, its reference is ref_entry in ref_path (a NumPy file), and its
+ * inputs are the reference function's first n_shapes parameters, in
+ * order, each with its shape and dtype.  KF_INVALID when the file has no
+ * `def ref_entry(` or the function takes fewer parameters than there are
+ * shapes; KF_IO when the file cannot be read. */
+kf_code ka_llm_write_problem(const char *op, const char *ref_path, const char *ref_entry,
+                             const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims, int n_shapes, sim_dtype dtype,
+                             const char *target, ka_problem *pb, kf_err *err);
 
 /* The tools' array as sent to the model (caller frees). */
 cJSON *ka_llm_plan_tools(void);

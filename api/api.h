@@ -447,6 +447,7 @@ void api_h_job_events(api_req *r);
 /* The runs read side (docs/runs.md): api_runs.c, api_compare.c. */
 void api_h_job_iterations(api_req *r);
 void api_h_job_iteration(api_req *r);
+void api_h_job_transcript(api_req *r);
 void api_h_compare(api_req *r);
 /* api_runs.c: the source of iteration seq of a job's attempt, rebuilt from
  * the worker's reports (a row's source, else its source_diff applied to the

@@ -40,6 +40,7 @@ const api_route api_routes[] = {
     /* the runs read side (docs/runs.md) */
     { "GET", "/v1/jobs/{id}/iterations", api_h_job_iterations, R_USERS, 0 },
     { "GET", "/v1/jobs/{id}/iterations/{seq}", api_h_job_iteration, R_USERS, 0 },
+    { "GET", "/v1/jobs/{id}/transcript", api_h_job_transcript, R_USERS, 0 },
     { "GET", "/v1/compare", api_h_compare, R_USERS, 0 },
     /* the simulator checked by hardware (api_calib.c, docs/neuron-backend.md) */
     { "GET", "/v1/calibration", api_h_calibration, R_USERS, 0 },

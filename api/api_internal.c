@@ -453,6 +453,84 @@ static char *api_result_detail(const char *error, const char *reported)
     return text;
 }
 
+#define API_LLM_REPLY_MAX    262144   /* bytes of a stored turn's reply (the worker cuts longer ones) */
+#define API_LLM_MESSAGES_MAX 64       /* messages one turn adds */
+
+/* The LLM planner's member of an iteration report (migrations/0016,
+ * docs/protocol.md): its shape and bounds checked, its text for the
+ * iterations.llm column in *out (NULL when absent). */
+static void api_llm_check(kf_fields *fe, const cJSON *body, char **out)
+{
+    static const char *const modes[] = { "repair", "restructure", "write", NULL };
+    static const char *const roles[] = { "system", "user", "assistant", "tool", NULL };
+    static const char *const allowed[] = { "mode", "accepted", "hack", "error", "usage", "turn", NULL };
+    static const char *const hack_allowed[] = { "rule", "line", "message", NULL };
+    static const char *const usage_allowed[] = { "prompt_tokens", "completion_tokens", NULL };
+    static const char *const turn_allowed[] = { "turn", "iteration", "mode", "messages", "reply", "error", "usage",
+                                                "seconds", "attempts", "messages_omitted", "reply_cut", NULL };
+    const cJSON *l = NULL, *h = NULL, *u = NULL, *t = NULL, *msgs = NULL, *m;
+    const char *s = NULL;
+    int64_t i64 = 0;
+    double d = 0;
+    bool b = false;
+    int k = 0;
+
+    *out = NULL;
+    if (!kf_fields_obj(fe, body, "", "llm", false, false, &l))
+        return;
+    kf_fields_refuse_unknown(fe, l, "llm", allowed);
+    kf_fields_enum(fe, l, "llm", "mode", true, modes, &s);
+    kf_fields_bool(fe, l, "llm", "accepted", false, &b);
+    kf_fields_str(fe, l, "llm", "error", false, 1, 24, &s);
+    if (kf_fields_obj(fe, l, "llm", "hack", false, false, &h)) {
+        kf_fields_refuse_unknown(fe, h, "llm.hack", hack_allowed);
+        if (kf_fields_str(fe, h, "llm.hack", "rule", true, 1, 31, &s) && !kf_ident_valid(s, 31, NULL))
+            kf_fields_add(fe, "llm.hack.rule", "pattern", "a rule is a word such as numpy_on_inputs");
+        kf_fields_int(fe, h, "llm.hack", "line", false, 0, 10000000, &i64);
+        kf_fields_str(fe, h, "llm.hack", "message", true, 1, 1000, &s);
+    }
+    if (kf_fields_obj(fe, l, "llm", "usage", false, false, &u)) {
+        kf_fields_refuse_unknown(fe, u, "llm.usage", usage_allowed);
+        kf_fields_int(fe, u, "llm.usage", "prompt_tokens", true, 0, 1000000000000LL, &i64);
+        kf_fields_int(fe, u, "llm.usage", "completion_tokens", true, 0, 1000000000000LL, &i64);
+    }
+    if (kf_fields_obj(fe, l, "llm", "turn", false, false, &t)) {
+        const cJSON *reply = cJSON_GetObjectItemCaseSensitive(t, "reply");
+        kf_fields_refuse_unknown(fe, t, "llm.turn", turn_allowed);
+        kf_fields_int(fe, t, "llm.turn", "turn", true, 0, 1000000, &i64);
+        kf_fields_int(fe, t, "llm.turn", "iteration", true, 0, 1000000, &i64);
+        kf_fields_enum(fe, t, "llm.turn", "mode", true, modes, &s);
+        if (!cJSON_IsNull(reply))
+            kf_fields_str(fe, t, "llm.turn", "reply", true, 0, API_LLM_REPLY_MAX, &s);
+        kf_fields_str(fe, t, "llm.turn", "error", false, 1, 24, &s);
+        kf_fields_num(fe, t, "llm.turn", "seconds", false, 0, 1e7, &d);
+        kf_fields_int(fe, t, "llm.turn", "attempts", false, 0, 1000, &i64);
+        kf_fields_bool(fe, t, "llm.turn", "messages_omitted", false, &b);
+        kf_fields_bool(fe, t, "llm.turn", "reply_cut", false, &b);
+        if (kf_fields_obj(fe, t, "llm.turn", "usage", false, false, &u)) {
+            kf_fields_refuse_unknown(fe, u, "llm.turn.usage", usage_allowed);
+            kf_fields_int(fe, u, "llm.turn.usage", "prompt_tokens", true, 0, 1000000000000LL, &i64);
+            kf_fields_int(fe, u, "llm.turn.usage", "completion_tokens", true, 0, 1000000000000LL, &i64);
+        }
+        if (kf_fields_obj(fe, t, "llm.turn", "messages", false, true, &msgs)) {
+            if (cJSON_GetArraySize(msgs) > API_LLM_MESSAGES_MAX)
+                kf_fields_add(fe, "llm.turn.messages", "count", "at most %d messages in one turn", API_LLM_MESSAGES_MAX);
+            cJSON_ArrayForEach(m, msgs)
+            {
+                char mp[48];
+                snprintf(mp, sizeof(mp), "llm.turn.messages[%d]", k++);
+                if (!cJSON_IsObject(m)) {
+                    kf_fields_add(fe, mp, "type", "a message is an object");
+                    break;
+                }
+                kf_fields_enum(fe, m, mp, "role", true, roles, &s);
+            }
+        }
+    }
+    if (fe->n == 0)
+        *out = kf_json_print(l);
+}
+
 void api_h_internal_iteration(api_req *r)
 {
     kf_fields fe;
@@ -463,10 +541,10 @@ void api_h_internal_iteration(api_req *r)
     bool correct = false, has_lat, has_correct;
     const char *source = NULL, *diff = NULL, *action = NULL, *reason = NULL;
     const cJSON *obj = NULL;
-    char *js[6] = { NULL };
+    char *js[6] = { NULL }, *llm = NULL;
     static const char *const obj_names[] = { "params", "compile", "validation", "profile", "timings" };
     char att[16], seqs[24], lats[40], maxs[16];
-    const char *params[16];
+    const char *params[17];
     PGresult *res = NULL;
     api_fence f;
     bool inserted;
@@ -497,6 +575,7 @@ void api_h_internal_iteration(api_req *r)
     obj = NULL;
     if (kf_fields_obj(&fe, r->json, "", "findings", false, true, &obj))
         js[5] = kf_json_print(obj);
+    api_llm_check(&fe, r->json, &llm);
     if (!api_report_checked(r, &fe, &c))
         goto out;
     if (!api_fence_lock(r, &f) || !api_lease_recorded(r, &c, &f))
@@ -525,6 +604,7 @@ void api_h_internal_iteration(api_req *r)
     params[12] = js[4] ? js[4] : "{}";
     params[13] = has_lat ? lats : NULL;
     params[14] = has_correct ? (correct ? "t" : "f") : NULL;
+    params[15] = llm;
     /* At most max_iterations rows per attempt (a repeat of a recorded seq
      * is still the idempotent no-op); the row lock makes the count exact. */
     res = api_req_sql(r,
@@ -544,10 +624,11 @@ void api_h_internal_iteration(api_req *r)
     PQclear(res);
     res = api_req_sql(r,
                       "INSERT INTO iterations (job_id, attempt, seq, source, source_diff, params, compile, validation, "
-                      "profile, findings, action, reason, timings, latency_ns, correct) VALUES ($1::uuid, $2::int, "
-                      "$3::int, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::jsonb, $11, $12, $13::jsonb, "
-                      "$14::float8, $15::bool) ON CONFLICT (job_id, attempt, seq) DO NOTHING RETURNING id",
-                      15, params);
+                      "profile, findings, action, reason, timings, latency_ns, correct, llm) VALUES ($1::uuid, "
+                      "$2::int, $3::int, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb, $9::jsonb, $10::jsonb, $11, $12, "
+                      "$13::jsonb, $14::float8, $15::bool, $16::jsonb) ON CONFLICT (job_id, attempt, seq) DO NOTHING "
+                      "RETURNING id",
+                      16, params);
     if (!res)
         goto out;
     inserted = PQntuples(res) == 1;
@@ -563,6 +644,7 @@ out:
     PQclear(res);
     for (int i = 0; i < 6; i++)
         free(js[i]);
+    free(llm);
 }
 
 void api_h_internal_result(api_req *r)

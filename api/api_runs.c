@@ -30,7 +30,7 @@
     "i.params, 'latency_ns', i.latency_ns, 'fraction_of_bound', kforge_fraction_of_bound(i.profile, "           \
     "i.latency_ns), 'correct', i.correct, 'validation', kforge_validation_summary(i.validation), 'findings', "   \
     "kforge_findings_summary(i.findings), 'profile', kforge_profile_summary(i.profile), 'best_so_far_ns', "     \
-    "w.bsf, 'created_at', i.created_at)"
+    "w.bsf, 'created_at', i.created_at, 'llm', i.llm - 'turn', 'llm_turn', (i.llm->'turn'->>'turn')::int)"
 
 /* The same row whole (the source is added by the handler). */
 #define API_ITER_FULL                                                                                          \
@@ -38,7 +38,7 @@
     "i.params, 'latency_ns', i.latency_ns, 'fraction_of_bound', kforge_fraction_of_bound(i.profile, "           \
     "i.latency_ns), 'correct', i.correct, 'validation', i.validation, 'findings', i.findings, 'profile', "      \
     "i.profile, 'best_so_far_ns', w.bsf, 'created_at', i.created_at, 'compile', i.compile, 'timings', "         \
-    "i.timings)"
+    "i.timings, 'llm', i.llm)"
 
 /* best_so_far_ns: the fastest correct latency of the attempt up to and
  * including each seq (NULL before the first correct one). */
@@ -218,6 +218,52 @@ void api_h_job_iterations(api_req *r)
     else
         kf_buf_adds(&out, "null}");
     api_reply_json_text(r, 200, out.data);
+    PQclear(res);
+    kf_buf_release(&out);
+}
+
+/* ---- GET /v1/jobs/{id}/transcript ------------------------------------------------- */
+
+/* The LLM planner's model turns of one attempt (?attempt=N, default the
+ * latest that has any), one JSON object per line in seq order: the
+ * transcript.jsonl of kforge tune, so `kforge tune --llm-replay FILE`
+ * replays the run from it.  An empty body when the job ran no model. */
+void api_h_job_transcript(api_req *r)
+{
+    static const char *const allowed[] = { "attempt", NULL };
+    const char *att_s = api_req_query(r, "attempt");
+    const char *params[2];
+    unsigned long long v = 0;
+    kf_fields fe;
+    kf_buf out = KF_BUF_INIT;
+    PGresult *res;
+
+    kf_fields_init(&fe);
+    api_req_query_check(r, allowed, NULL, &fe);
+    if (att_s && (!api_parse_uint(att_s, API_ATTEMPT_MAX, &v) || v < 1))
+        kf_fields_add(&fe, "attempt", "range", "must be an integer between 1 and %d", API_ATTEMPT_MAX);
+    if (fe.n) {
+        api_reply_fields(r, 422, "validation", &fe);
+        return;
+    }
+    if (!api_runs_job_visible(r, r->param))
+        return;
+    params[0] = r->param;
+    params[1] = att_s;
+    res = api_req_sql(r,
+                      "SELECT (llm->'turn')::text FROM iterations WHERE job_id = $1::uuid AND llm ? 'turn' AND "
+                      "attempt = coalesce($2::int, (SELECT max(attempt) FROM iterations WHERE job_id = $1::uuid AND "
+                      "llm ? 'turn')) ORDER BY seq",
+                      2, params);
+    if (!res)
+        return;
+    kf_buf_adds(&out, "");
+    for (int i = 0; i < PQntuples(res); i++) {
+        kf_buf_adds(&out, PQgetvalue(res, i, 0));
+        kf_buf_addc(&out, '\n');
+    }
+    api_reply_json_text(r, 200, out.data ? out.data : "");
+    r->content_type = "application/x-ndjson";
     PQclear(res);
     kf_buf_release(&out);
 }

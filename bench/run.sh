@@ -116,6 +116,8 @@ bench_artifacts() {
 . bench/library.sh
 # The dashboard (ui: first render of the Jobs view with 10,000 jobs).
 . bench/ui.sh
+# The LLM planner's loop overhead on a scripted transcript (llm).
+. bench/llm.sh
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

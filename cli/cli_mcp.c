@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/ka_docs.h"
 #include "agent/ka_eval.h"
 #include "agent/ka_lib.h"
 #include "agent/ka_schema.h"
@@ -495,216 +496,15 @@ static cJSON *tool_validate(const cJSON *a, mcp_fail *f)
     return mcp_eval_run(&e, f);
 }
 
-/* ---- docs: sections of docs/sim-nki.md and docs/sim-errors.md --------------------- */
-
-enum { MCP_DOC_MAX = 1 << 20, MCP_DOC_MATCHES = 6, MCP_DOC_TEXT = 12000 };
-
-static bool mcp_is_file(const char *dir, const char *name)
-{
-    char p[PATH_MAX + 64];
-    struct stat st;
-
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* kforge's docs folder: next to the kernel library (the source tree), in
- * the working folder, or <exe>/../../docs, <exe>/../share/kforge/docs. */
-static bool mcp_docs_dir(char *out, size_t n)
-{
-    const char *kd = kf_libmeta_dir();
-    char exe[PATH_MAX - 64];
-    ssize_t len;
-
-    if (kd) {
-        snprintf(out, n, "%s/../docs", kd);
-        if (mcp_is_file(out, "sim-nki.md"))
-            return true;
-    }
-    snprintf(out, n, "docs");
-    if (mcp_is_file(out, "sim-nki.md"))
-        return true;
-    len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len > 0) {
-        char *slash;
-        exe[len] = '\0';
-        slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(out, n, "%s/../../docs", exe);
-            if (mcp_is_file(out, "sim-nki.md"))
-                return true;
-            snprintf(out, n, "%s/../share/kforge/docs", exe);
-            if (mcp_is_file(out, "sim-nki.md"))
-                return true;
-        }
-    }
-    return false;
-}
-
-/* a[0..n) and b[0..n) equal but for ASCII case (no NUL needed: hay is a
- * window of a document, and strncasecmp may read on to the document's end) */
-static bool mcp_eq_ci(const char *a, const char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
-            return false;
-    return true;
-}
-
-static bool mcp_contains_ci(const char *hay, size_t hlen, const char *needle, size_t nlen)
-{
-    if (nlen == 0)
-        return true;
-    for (size_t i = 0; i + nlen <= hlen; i++)
-        if (mcp_eq_ci(hay + i, needle, nlen))
-            return true;
-    return false;
-}
-
-/* Every word of q (space-separated) in s[0..len). */
-static bool mcp_all_words(const char *s, size_t len, const char *q)
-{
-    while (*q) {
-        size_t w;
-        q += strspn(q, " \t");
-        w = strcspn(q, " \t");
-        if (w && !mcp_contains_ci(s, len, q, w))
-            return false;
-        q += w;
-    }
-    return true;
-}
-
-/* The lines of a section with every word of the query (a table row of
- * docs/sim-errors.md for an error code), at most 20. */
-static void mcp_add_lines(cJSON *o, const char *sec, size_t len, const char *query)
-{
-    cJSON *arr = cJSON_AddArrayToObject(o, "matching_lines");
-    const char *p = sec, *end = sec + len;
-
-    while (p < end && cJSON_GetArraySize(arr) < 20) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        if (l && mcp_all_words(p, l, query)) {
-            char *line = kf_strndup(p, l);
-            cJSON_AddItemToArray(arr, cJSON_CreateString(line));
-            free(line);
-        }
-        p += l + 1;
-    }
-}
-
-static void mcp_add_section(cJSON *arr, const char *doc, const char *sec, size_t len, bool with_text,
-                            const char *query)
-{
-    cJSON *o = cJSON_CreateObject();
-    size_t level = strspn(sec, "#"), tl = strcspn(sec, "\n");
-    const char *t = sec + level;
-    char *title;
-
-    while (*t == ' ' && t < sec + tl)
-        t++;
-    title = kf_strndup(t, (size_t)(sec + tl - t));
-    cJSON_AddStringToObject(o, "doc", doc);
-    cJSON_AddStringToObject(o, "title", title);
-    cJSON_AddNumberToObject(o, "level", (double)level);
-    if (with_text) {
-        char *text = kf_strndup(sec, len > MCP_DOC_TEXT ? MCP_DOC_TEXT : len);
-        cJSON_AddStringToObject(o, "text", text);
-        cJSON_AddBoolToObject(o, "truncated", len > MCP_DOC_TEXT);
-        free(text);
-        if (query)
-            mcp_add_lines(o, sec, len, query);
-    }
-    cJSON_AddItemToArray(arr, o);
-    free(title);
-}
-
-/* Walk one document's sections (a heading line outside code fences starts
- * one); add those the call asks for.  *matches counts every hit. */
-static void mcp_doc_sections(const char *doc, const char *text, const char *query, const char *section, cJSON *arr,
-                             int *matches)
-{
-    const char *p = text, *start = NULL;
-    bool fence = false;
-
-    for (;;) {
-        bool heading = false;
-        if (*p) {
-            if (strncmp(p, "```", 3) == 0)
-                fence = !fence;
-            heading = !fence && *p == '#';
-        }
-        if ((heading || !*p) && start) {
-            size_t len = (size_t)(p - start), tl = strcspn(start, "\n");
-            const char *t = start + strspn(start, "# ");
-            size_t tlen = (size_t)(start + tl - t);
-            bool hit;
-            if (section)
-                hit = strlen(section) == tlen && strncasecmp(t, section, tlen) == 0;
-            else
-                hit = !query || mcp_all_words(start, len, query);
-            if (hit) {
-                (*matches)++;
-                if (!query && !section)
-                    mcp_add_section(arr, doc, start, len, false, NULL);
-                else if (cJSON_GetArraySize(arr) < MCP_DOC_MATCHES)
-                    mcp_add_section(arr, doc, start, len, true, query);
-            }
-        }
-        if (!*p)
-            break;
-        if (heading)
-            start = p;
-        p += strcspn(p, "\n");
-        if (*p)
-            p++;
-    }
-}
+/* ---- docs: agent/ka_docs.h ------------------------------------------------------------ */
 
 static cJSON *tool_docs(const cJSON *a, mcp_fail *f)
 {
-    static const char *const docs[][2] = { { "nki", "sim-nki.md" }, { "errors", "sim-errors.md" } };
-    const char *query = mcp_str(a, "query"), *section = mcp_str(a, "section"), *only = mcp_str(a, "doc");
-    char dir[PATH_MAX];
-    cJSON *res, *arr;
-    int matches = 0;
+    kf_err err = KF_ERR_INIT;
+    cJSON *res = ka_docs_query(mcp_str(a, "query"), mcp_str(a, "section"), mcp_str(a, "doc"), &err);
 
-    if (query && section) {
-        mcp_failf(f, KF_INVALID, "give query or section, not both");
-        return NULL;
-    }
-    if (!mcp_docs_dir(dir, sizeof(dir))) {
-        mcp_failf(f, KF_NOT_FOUND, "kforge's docs/ folder was not found (it is looked for next to the kernel "
-                                   "library: set KFORGE_KERNELS_DIR to the source tree's kernels/)");
-        return NULL;
-    }
-    res = cJSON_CreateObject();
-    arr = cJSON_AddArrayToObject(res, "sections");
-    for (size_t i = 0; i < 2; i++) {
-        char path[PATH_MAX + 32];
-        kf_err err = KF_ERR_INIT;
-        char *text;
-        if (only && strcmp(only, docs[i][0]) != 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, docs[i][1]);
-        text = kf_libmeta_read_file(path, &err);
-        if (!text) {
-            cJSON_Delete(res);
-            mcp_fail_err(f, &err);
-            return NULL;
-        }
-        mcp_doc_sections(docs[i][0], text, query, section, arr, &matches);
-        free(text);
-    }
-    cJSON_AddNumberToObject(res, "matches", matches);
-    if (section && matches == 0) {
-        cJSON_Delete(res);
-        mcp_failf(f, KF_NOT_FOUND, "no section titled '%.*s' (call docs without arguments for the titles)",
-                  mcp_prec(section, 200), section);
-        return NULL;
-    }
+    if (!res)
+        mcp_fail_err(f, &err);
     return res;
 }
 
@@ -980,6 +780,7 @@ struct cli_mcp_call {
     const mcp_tool *tool;
     cJSON *id;      /* the request's id (a copy) */
     cJSON *args;    /* its arguments (a copy; {} when it gave none), valid for the tool's inputSchema */
+    cJSON *progress; /* params._meta.progressToken (a copy: string or number), or NULL */
 };
 
 /* A tools/call's checks, short of the tool's work: a protocol error, a
@@ -1020,7 +821,18 @@ static char *mcp_tools_accept(const cJSON *id, const cJSON *params, cli_mcp_call
     (*call)->tool = t;
     (*call)->id = cJSON_Duplicate(id, true);
     (*call)->args = av;
+    {
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "_meta"),
+                                                            "progressToken");
+        if (cJSON_IsString(tok) || (cJSON_IsNumber(tok) && isfinite(tok->valuedouble)))
+            (*call)->progress = cJSON_Duplicate(tok, true);
+    }
     return NULL;
+}
+
+const cJSON *cli_mcp_call_progress_token(const cli_mcp_call *c)
+{
+    return c->progress;
 }
 
 const char *cli_mcp_call_tool(const cli_mcp_call *c)
@@ -1039,6 +851,7 @@ void cli_mcp_call_free(cli_mcp_call *c)
         return;
     cJSON_Delete(c->id);
     cJSON_Delete(c->args);
+    cJSON_Delete(c->progress);
     free(c);
 }
 

@@ -76,6 +76,9 @@ char *cli_mcp_accept(cli_mcp *s, const char *line, size_t len, cli_mcp_call **ca
 /* The call's tool name and its arguments (an object; owned by the call). */
 const char *cli_mcp_call_tool(const cli_mcp_call *c);
 const struct cJSON *cli_mcp_call_args(const cli_mcp_call *c);
+/* The request's params._meta.progressToken (a string or a number), or
+ * NULL when the client sent none: then no progress is reported. */
+const struct cJSON *cli_mcp_call_progress_token(const cli_mcp_call *c);
 
 /* Do the call's work and return its answer line (a result, or a tool error
  * with isError); c is freed. */

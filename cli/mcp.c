@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,10 +81,96 @@ static int mcp_write_line(int fd, const char *s)
     return 0;
 }
 
+/* A tools/call whose client sent a progressToken runs in a thread of its
+ * own while this one reports notifications/progress on stdout: one at
+ * once (progress 0) and one each MCP_PROGRESS_MS after (progress: the
+ * seconds so far, increasing), until the call's answer is ready.  The
+ * answer comes after the last notification. */
+enum { MCP_PROGRESS_MS = 1000, MCP_PROGRESS_POLL_MS = 20 };
+
+typedef struct mcp_job {
+    cli_mcp_call   *call;
+    char           *reply;
+    pthread_mutex_t mu;
+    bool            done;
+} mcp_job;
+
+static void *mcp_job_run(void *v)
+{
+    mcp_job *j = v;
+    char *r = cli_mcp_call_run(j->call);
+
+    pthread_mutex_lock(&j->mu);
+    j->reply = r;
+    j->done = true;
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+static char *mcp_progress_line(const cJSON *token, double progress, const char *tool, double secs)
+{
+    cJSON *n = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(n, "params");
+    char msg[128], *line;
+
+    cJSON_AddStringToObject(n, "jsonrpc", "2.0");
+    cJSON_AddStringToObject(n, "method", "notifications/progress");
+    cJSON_AddItemToObject(p, "progressToken", cJSON_Duplicate(token, true));
+    cJSON_AddNumberToObject(p, "progress", progress);
+    snprintf(msg, sizeof(msg), "%s: %s, %.0f s", tool, progress > 0 ? "running" : "started", secs);
+    cJSON_AddStringToObject(p, "message", msg);
+    line = cJSON_PrintUnformatted(n);
+    cJSON_Delete(n);
+    return line;
+}
+
+/* -1 when stdout cannot be written (the call is still waited for). */
+static int mcp_run_progress(cli_mcp_call *call, int out, char **reply)
+{
+    mcp_job j = { call, NULL, PTHREAD_MUTEX_INITIALIZER, false };
+    cJSON *token = cJSON_Duplicate(cli_mcp_call_progress_token(call), true);
+    char tool[80], *line;
+    struct timespec t0, now, nap = { 0, MCP_PROGRESS_POLL_MS * 1000000L };
+    pthread_t th;
+    int rc = 0, sent = 0;
+    bool done = false;
+
+    snprintf(tool, sizeof(tool), "%s", cli_mcp_call_tool(call));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    line = mcp_progress_line(token, 0, tool, 0);
+    rc = mcp_write_line(out, line);
+    free(line);
+    if (pthread_create(&th, NULL, mcp_job_run, &j) != 0) {
+        *reply = cli_mcp_call_run(call);   /* no thread: the answer alone */
+        cJSON_Delete(token);
+        return rc;
+    }
+    while (!done) {
+        double secs;
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&j.mu);
+        done = j.done;
+        pthread_mutex_unlock(&j.mu);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        secs = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+        if (!done && rc == 0 && secs * 1000 >= (double)(sent + 1) * MCP_PROGRESS_MS) {
+            sent++;
+            line = mcp_progress_line(token, sent, tool, secs);
+            rc = mcp_write_line(out, line);
+            free(line);
+        }
+    }
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&j.mu);
+    cJSON_Delete(token);
+    *reply = j.reply;
+    return rc;
+}
+
 /* One complete line: answer it (blank lines are skipped). */
 static int mcp_line(cli_mcp *s, int out, char *line, size_t len)
 {
     char *reply;
+    cli_mcp_call *call = NULL;
     struct timespec t0, t1;
 
     if (len && line[len - 1] == '\r')
@@ -91,7 +178,15 @@ static int mcp_line(cli_mcp *s, int out, char *line, size_t len)
     if (strspn(line, " \t\r") >= len)
         return 0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    reply = cli_mcp_handle(s, line, len);
+    reply = cli_mcp_accept(s, line, len, &call);
+    if (call && cli_mcp_call_progress_token(call)) {
+        if (mcp_run_progress(call, out, &reply) != 0) {
+            free(reply);
+            return -1;
+        }
+    } else if (call) {
+        reply = cli_mcp_call_run(call);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     fprintf(stderr, "kforge mcp: %s: %s (%.2f s)\n", s->last, reply ? "answered" : "no answer",
             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);

@@ -64,6 +64,9 @@ static void tune_usage(FILE *out)
             "  --llm-restructure N   restructure proposals at most, 0..50 (default 3)\n"
             "  --llm-tokens N        token budget of the model's calls, prompt + completion (default none)\n"
             "  --llm-replay FILE     replay a transcript.jsonl instead of asking a model (no endpoint)\n"
+            "  --op NAME             with --planner llm, no kernel file: the model writes NAME from\n"
+            "                        --reference (its function NAME, or --ref-entry, taking the inputs in\n"
+            "                        order) at one --shape per input and --dtype (write mode)\n"
             "  --iterations N        iteration budget, 1..100000 (default 40)\n"
             "  --seconds S           time budget, up to 604800 (default none)\n"
             "  --patience K          stop after K iterations without improvement (default 8; 0 = never)\n"
@@ -397,7 +400,7 @@ int cli_tune_main(int argc, char **argv)
     enum {
         O_SHAPE = 256, O_DTYPE, O_TARGET, O_ENTRY, O_REF, O_REF_ENTRY, O_INPUT, O_TUN, O_KWARGS, O_PLANNER,
         O_ITER, O_SECS, O_PATIENCE, O_GOALF, O_GOALL, O_SEEDS, O_SEED, O_OUT, O_JSON, O_QUIET, O_LIST, O_HELP,
-        O_CACHE, O_JOBS, O_MEMORY, O_LLM_ROUNDS, O_LLM_RESTR, O_LLM_TOKENS, O_LLM_REPLAY,
+        O_CACHE, O_JOBS, O_MEMORY, O_LLM_ROUNDS, O_LLM_RESTR, O_LLM_TOKENS, O_LLM_REPLAY, O_OP,
     };
     static const struct option opts[] = {
         { "shape", required_argument, NULL, O_SHAPE },       { "dtype", required_argument, NULL, O_DTYPE },
@@ -415,6 +418,7 @@ int cli_tune_main(int argc, char **argv)
         { "memory-mib", required_argument, NULL, O_MEMORY },
         { "llm-rounds", required_argument, NULL, O_LLM_ROUNDS }, { "llm-restructure", required_argument, NULL, O_LLM_RESTR },
         { "llm-tokens", required_argument, NULL, O_LLM_TOKENS }, { "llm-replay", required_argument, NULL, O_LLM_REPLAY },
+        { "op", required_argument, NULL, O_OP },
         { NULL, 0, NULL, 0 },
     };
     int64_t shapes[KA_MAX_INPUTS][KA_MAX_DIMS];
@@ -423,7 +427,7 @@ int cli_tune_main(int argc, char **argv)
     const char *out_dir = "kforge-tune", *what, *cache_dir = NULL;
     bool json = false, llm = false;
     long llm_rounds = 10, llm_restructure = 3, llm_tokens = 0;
-    const char *llm_replay = NULL;
+    const char *llm_replay = NULL, *write_op = NULL;
     cJSON *llm_res = NULL;
     ka_problem pb;
     ka_space sp;
@@ -495,6 +499,7 @@ int cli_tune_main(int argc, char **argv)
                 return TUNE_USAGE;
             break;
         case O_LLM_REPLAY: llm_replay = optarg; break;
+        case O_OP: write_op = optarg; break;
         case O_ITER:
             if (!tune_long("iterations", optarg, 1, 100000, &l))
                 return TUNE_USAGE;
@@ -562,16 +567,40 @@ int cli_tune_main(int argc, char **argv)
         return TUNE_USAGE;
     }
     rc_exit = TUNE_USAGE;
-    if (optind != argc - 1) {
+    if (write_op && (!llm || optind != argc || !ref || n_shapes == 0)) {
+        fprintf(stderr, "kforge tune: --op NAME writes an op from nothing: it takes --planner llm, --reference "
+                        "REF.py and one --shape per input, and no kernel file\n");
+        return TUNE_USAGE;
+    }
+    if (!write_op && optind != argc - 1) {
         tune_usage(stderr);
         return TUNE_USAGE;
     }
-    what = argv[optind];
+    what = write_op ? write_op : argv[optind];
     /* a first line at once: binding and the first simulation of a large
      * shape can take a while before any iteration is reported */
     if (!ctx.quiet)
         fprintf(stderr, "kforge tune: %s on %s: reading the kernel, its tunables and constraints\n", what, target);
-    if (strstr(what, ".py") || strchr(what, '/')) {
+    if (write_op) {
+        char rp[PATH_MAX];
+        if (!realpath(ref, rp)) {
+            fprintf(stderr, "kforge tune: %s: %s\n", ref, strerror(errno));
+            goto out;
+        }
+        if (ka_llm_write_problem(write_op, rp, ref_entry ? ref_entry : write_op,
+                                 (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n_shapes, (sim_dtype)dt, target, &pb,
+                                 &err) != KF_OK) {
+            fprintf(stderr, "kforge tune: %s\n", err.msg);
+            goto out;
+        }
+        if (tun_s) {
+            tun = cJSON_Parse(tun_s);
+            if (!cJSON_IsObject(tun)) {
+                fprintf(stderr, "kforge tune: --tunables must be a JSON object {\"NAME\": [values...]}\n");
+                goto out;
+            }
+        }
+    } else if (strstr(what, ".py") || strchr(what, '/')) {
         if (!entry || pb.n_inputs == 0) {
             fprintf(stderr, "kforge tune: a kernel file needs --entry and one --input per argument\n");
             goto out;
@@ -684,6 +713,7 @@ int cli_tune_main(int argc, char **argv)
         po.seed = o.seed;
         po.n_seeds = o.n_seeds;
         po.out_dir = out_dir;
+        po.write = write_op != NULL;
         po.docs = tune_llm_docs;
         po.iteration = tune_llm_iteration;
         po.transcript = tune_llm_transcript;
@@ -703,7 +733,7 @@ int cli_tune_main(int argc, char **argv)
             fprintf(stderr, "kforge tune: the LLM planner stopped (%s)%s\n",
                     cJSON_GetObjectItemCaseSensitive(llm_res, "stop")->valuestring,
                     best ? "; its best kernel goes to the guided planner" : " with no correct kernel");
-        if (!best || sp.n == 0) {
+        if (!best || (sp.n == 0 && !write_op)) {
             rc_exit = tune_llm_only(out_dir, llm_res, json);
             goto out;
         }

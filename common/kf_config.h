@@ -132,17 +132,17 @@ enum {
        "Folder of the agent's evaluation cache on disk (timing-only results, reused across runs and jobs); empty: memory only, per run.") \
     XX(CACHE_MAX_ENTRIES, INT, "10000",                                 100, 10000000,   KF_USE_CLI,                      \
        "Entries KFORGE_CACHE_DIR keeps; the oldest go first when it is opened with more.")                               \
-    XX(LLM_URL,          STR, "",                                       0, 0,            KF_USE_CLI,                      \
+    XX(LLM_URL,          STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,     \
        "Base URL of an OpenAI-compatible chat-completions endpoint for the LLM planner (it POSTs {url}/chat/completions), e.g. http://127.0.0.1:8000/v1; empty: no LLM planner (docs/llm.md).") \
-    XX(LLM_MODEL,        STR, "",                                       0, 0,            KF_USE_CLI,                      \
+    XX(LLM_MODEL,        STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,     \
        "Model name the LLM planner asks the endpoint for (the request's \"model\").")                                   \
-    XX(LLM_API_KEY_FILE, STR, "",                                       0, 0,            KF_USE_CLI,                      \
+    XX(LLM_API_KEY_FILE, STR, "",                                       0, 0,            KF_USE_CLI | KF_USE_WORKER,     \
        "File holding the endpoint's API key, sent as a Bearer token; read for each request, never logged, never in a sandboxed child's environment. Empty: no Authorization header.") \
-    XX(LLM_TIMEOUT_S,    INT, "120",                                    1, 3600,         KF_USE_CLI,                      \
+    XX(LLM_TIMEOUT_S,    INT, "120",                                    1, 3600,         KF_USE_CLI | KF_USE_WORKER,     \
        "Seconds one chat-completions request may take (connecting: at most 10 of them) before it counts as failed and is retried.") \
-    XX(LLM_RETRIES,      INT, "4",                                      0, 20,           KF_USE_CLI,                      \
+    XX(LLM_RETRIES,      INT, "4",                                      0, 20,           KF_USE_CLI | KF_USE_WORKER,     \
        "Retries of one chat-completions request after a connection error, 408, 409, 429 or 5xx, with exponential backoff and jitter (Retry-After honoured up to 60 s).") \
-    XX(LLM_MAX_TOKENS_FIELD, STR, "max_completion_tokens",              0, 0,            KF_USE_CLI,                      \
+    XX(LLM_MAX_TOKENS_FIELD, STR, "max_completion_tokens",              0, 0,            KF_USE_CLI | KF_USE_WORKER,     \
        "Name of the reply-length field the endpoint takes: max_completion_tokens (OpenAI) or max_tokens (Ollama, older servers).") \
     XX(IDEMPOTENCY_TTL_S, INT, "86400",                                 60, 31536000,    KF_USE_API | KF_USE_SCHED,       \
        "How long an Idempotency-Key and its stored response are kept.")                                                  \

@@ -30,8 +30,11 @@ static const char *const kf_job_kind_inputs[] = { "generate", "optimize", "profi
 
 /* The kind's own fields, per kind (NULL-terminated). */
 static const char *const kf_job_fields_diag[] = { "sleep_ms", "fail", "crash", "exit_code", NULL };
-static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", "warm_start", NULL };
-static const char *const kf_job_fields_optimize[] = { "source", "entry", "reference", "inputs", "tunables", NULL };
+static const char *const kf_job_fields_generate[] = { "op", "shapes", "dtype", "warm_start", "planner", "reference",
+                                                      NULL };
+static const char *const kf_job_fields_optimize[] = { "source", "entry", "reference", "inputs", "tunables", "planner",
+                                                      NULL };
+const char *const kf_job_planners[] = { "guided", "llm", NULL };
 static const char *const kf_job_fields_profile[] = { "source", "entry", "inputs", NULL };
 static const char *const kf_job_fields_validate[] = { "source", "entry", "reference", "inputs", NULL };
 
@@ -67,6 +70,11 @@ kf_job_kind kf_job_kind_parse(const char *s)
         if (strcmp(s, kf_job_kind_names[k]) == 0)
             return (kf_job_kind)k;
     return KF_KIND_NONE;
+}
+
+static bool kf_str_eq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
 }
 
 static bool kf_in_list(const char *const *list, const char *s)
@@ -424,11 +432,23 @@ void kf_job_spec_check(kf_job_kind kind, const cJSON *spec, const char *parent, 
             }
         }
         kf_job_check_warm(spec, parent, fe);
+        kf_fields_enum(fe, spec, parent, "planner", false, kf_job_planners, &s);
+        /* write mode (docs/llm.md): the NumPy reference of an op the
+         * library does not have, which only the LLM planner can use */
+        if (kf_fields_str(fe, spec, parent, "reference", false, 1, KF_JOB_MAX_SOURCE_BYTES, &s) &&
+            !kf_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "planner")), "llm")) {
+            char p[96];
+            kf_field_path(p, sizeof(p), parent, "reference");
+            kf_fields_add(fe, p, "planner",
+                          "a generate job's reference is for planner \"llm\", which writes an op the library does not "
+                          "have");
+        }
         break;
     case KF_KIND_OPTIMIZE:
         kf_job_check_source(spec, parent, true, true, fe);
         kf_job_check_inputs(spec, parent, true, fe);
         kf_job_check_tunables(spec, parent, fe);
+        kf_fields_enum(fe, spec, parent, "planner", false, kf_job_planners, &s);
         break;
     case KF_KIND_PROFILE:
         kf_job_check_source(spec, parent, false, false, fe);
@@ -485,18 +505,22 @@ static cJSON *kf_job_build_spec(kf_job_kind kind, const cJSON *src)
 
 static void kf_job_check_budget(const cJSON *body, kf_fields *fe, cJSON **out)
 {
-    static const char *const allowed[] = { "iterations", "seconds", NULL };
+    static const char *const allowed[] = { "iterations", "seconds", "llm_tokens", NULL };
     const cJSON *b = NULL;
-    int64_t iters = 20, secs = 900;
+    int64_t iters = 20, secs = 900, tokens = 0;
+    bool has_tokens = false;
 
     if (kf_fields_obj(fe, body, "", "budget", false, false, &b)) {
         kf_fields_refuse_unknown(fe, b, "budget", allowed);
         kf_fields_int(fe, b, "budget", "iterations", false, 1, 10000, &iters);
         kf_fields_int(fe, b, "budget", "seconds", false, 1, 86400, &secs);
+        has_tokens = kf_fields_int(fe, b, "budget", "llm_tokens", false, 1, KF_JOB_MAX_LLM_TOKENS, &tokens);
     }
     *out = cJSON_CreateObject();
     cJSON_AddNumberToObject(*out, "iterations", (double)iters);
     cJSON_AddNumberToObject(*out, "seconds", (double)secs);
+    if (has_tokens)
+        cJSON_AddNumberToObject(*out, "llm_tokens", (double)tokens);
 }
 
 static void kf_job_check_goal(const cJSON *body, kf_fields *fe, cJSON **out)
@@ -634,6 +658,11 @@ bool kf_job_request_parse(const cJSON *body, int default_max_attempts, kf_job_re
         }
     }
     kf_job_check_budget(body, fe, &r.budget);
+    /* The LLM planner runs in the sim backend's tuning loop (docs/llm.md). */
+    if (backend && strcmp(backend, "sim") != 0 &&
+        kf_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "planner")), "llm"))
+        kf_fields_add(fe, spec_obj ? "spec.planner" : "planner", "backend",
+                      "the LLM planner runs on the sim backend only; use \"backend\": \"sim\"");
     kf_job_check_goal(body, fe, &r.goal);
     kf_job_check_labels(body, fe, &r.labels);
 

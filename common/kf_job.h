@@ -52,6 +52,7 @@ typedef enum kf_job_kind {
 #define KF_JOB_MAX_LABELS        16
 #define KF_JOB_MAX_LABEL_VALUE   256
 #define KF_JOB_MAX_SLEEP_MS      600000
+#define KF_JOB_MAX_LLM_TOKENS    1000000000LL  /* budget.llm_tokens: prompt + completion */
 
 const char *kf_job_kind_name(kf_job_kind k);       /* "diag"; "" for NONE */
 kf_job_kind kf_job_kind_parse(const char *s);      /* KF_KIND_NONE if unknown */
@@ -61,6 +62,7 @@ extern const char *const kf_job_targets[];         /* trn1 inf2 trn2 trn3 */
 extern const char *const kf_job_backends[];        /* sim neuron diag */
 extern const char *const kf_job_states[];          /* queued running retrying succeeded failed cancelled dead */
 extern const char *const kf_job_dtypes[];
+extern const char *const kf_job_planners[];        /* guided llm: spec.planner of generate / optimize */
 
 bool kf_job_state_valid(const char *s);
 /* succeeded, failed, cancelled, dead. */
@@ -81,7 +83,7 @@ typedef struct kf_job_request {
     int         priority;   /* 0..9, default 5 */
     int         max_attempts;
     cJSON      *spec;       /* the kind's fields, defaults filled in */
-    cJSON      *budget;     /* {"iterations": n, "seconds": n} */
+    cJSON      *budget;     /* {"iterations": n, "seconds": n, "llm_tokens"?: n} */
     cJSON      *goal;       /* {} or {"latency_ns": x} or {"fraction_of_bound": x} */
     cJSON      *labels;     /* string → string */
 } kf_job_request;

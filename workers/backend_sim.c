@@ -4,7 +4,10 @@
  *
  *   generate  {op, shapes, dtype} + target: the library template of `op`
  *             (kernels/, KFORGE_KERNELS_DIR) bound to the shapes, tuned by
- *             the built-in planner within the job's budget and goal;
+ *             the built-in planner within the job's budget and goal; with
+ *             planner "llm" a language model restructures it first, and
+ *             writes an op the library does not have from spec.reference
+ *             (docs/llm.md);
  *   optimize  {source, entry, reference, inputs, tunables?}: the user's
  *             kernel tuned over `tunables` (a KFORGE block in the source adds
  *             the findings each tunable addresses and constraints); without
@@ -48,11 +51,18 @@
 #include <unistd.h>
 
 #include "kf_alloc.h"
+#include "kf_buf.h"
 #include "kf_config.h"
+#include "kf_fs.h"
+#include "kf_jobproc.h"
 #include "kf_jobprob.h"
+#include "kf_json.h"
 #include "kf_log.h"
+#include "agent/ka_docs.h"
 #include "agent/ka_lib.h"
+#include "agent/ka_llm.h"
 #include "agent/ka_loop.h"
+#include "agent/ka_plan_llm.h"
 #include "sim/sim_build.h"
 #include "sim/sim_input.h"
 #include "sim/sim_target.h"
@@ -216,8 +226,11 @@ static bool bs_relay_cancelled(void *vctx)
     return bs_cancelled(&r->c);
 }
 
+/* The tuning loop over sp; llm (or NULL): the LLM planner's part, kept in
+ * the result as "llm"; used_s: seconds of budget.seconds already spent. */
 static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks, const ka_problem *pb,
-                       const ka_space *sp, char **result_json, bool *retryable, kf_err *err)
+                       const ka_space *sp, const cJSON *llm, double used_s, char **result_json, bool *retryable,
+                       kf_err *err)
 {
     ka_opts o;
     bs_first first = { "", false };
@@ -229,6 +242,8 @@ static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks,
     kf_code rc;
 
     bs_opts(job, &o);
+    if (o.max_seconds > 0)
+        o.max_seconds = o.max_seconds - used_s > 1 ? o.max_seconds - used_s : 1;
     if (*kf_config_str(KF_CFG_CACHE_DIR)) {
         kf_err ce = KF_ERR_INIT;
         o.cache = ka_cache_open(kf_config_str(KF_CFG_CACHE_DIR), kf_config_int(KF_CFG_CACHE_MAX_ENTRIES), &ce);
@@ -259,10 +274,348 @@ static kf_code bs_tune(const kf_job_payload *job, const kf_backend_hooks *hooks,
         return kf_err_set(err, KF_UNPROCESSABLE, "%s", why);
     }
     cJSON_DeleteItemFromObjectCaseSensitive(res, "trace");
+    if (llm)
+        cJSON_AddItemToObject(res, "llm", cJSON_Duplicate(llm, true));
     bs_provenance(pb, res);
     *result_json = cJSON_PrintUnformatted(res);
     cJSON_Delete(res);
     return KF_OK;
+}
+
+/* ---- the LLM planner (docs/llm.md) ------------------------------------------------------- */
+
+enum {
+    BS_TURN_MAX = 192 * 1024,   /* bytes of one stored transcript turn (see bs_llm_turn) */
+    BS_REASON_MAX = 4000,       /* an iteration's reason: the API takes 4096 */
+};
+
+static bool bs_wants_llm(const kf_job_payload *job)
+{
+    const char *pl = bs_str(job->spec, "planner");
+    return pl && strcmp(pl, "llm") == 0;
+}
+
+typedef struct bs_llm_ctx {
+    const kf_backend_hooks *hooks;
+} bs_llm_ctx;
+
+static void bs_llm_send(const bs_llm_ctx *c, cJSON *report)
+{
+    char *txt = kf_json_print(report);
+    if (c->hooks->progress)
+        c->hooks->progress(c->hooks->ctx, txt);
+    free(txt);
+}
+
+static void bs_llm_reason(cJSON *report, const char *reason)
+{
+    size_t n = reason ? strlen(reason) : 0;
+    if (n > BS_REASON_MAX)
+        n = kf_utf8_cut(reason, BS_REASON_MAX);
+    cJSON_AddStringToObject(report, "reason", "");
+    if (n) {
+        char *cut = kf_strndup(reason, n);
+        cJSON_ReplaceItemInObject(report, "reason", cJSON_CreateString(cut));
+        free(cut);
+    }
+}
+
+/* One record of the LLM planner (ka_plan_llm.h) as an iteration report:
+ * "action" llm_start / llm_propose / llm_error, the candidate's "source",
+ * "compile" {ok, error?}, "validation", "latency_ns", "correct",
+ * "findings", and "llm" {mode, accepted, hack?, error?, usage}. */
+static void bs_llm_iteration(void *vctx, const cJSON *it)
+{
+    const bs_llm_ctx *c = vctx;
+    cJSON *r = cJSON_CreateObject(), *l;
+    const char *action = bs_str(it, "action"), *file = bs_str(it, "source_file");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(it, "error"), *v;
+    char act[48];
+
+    snprintf(act, sizeof(act), "llm_%s", action ? action : "step");
+    cJSON_AddStringToObject(r, "action", act);
+    bs_llm_reason(r, bs_str(it, "reason"));
+    if (file) {
+        char *src = kf_fs_read_file(file, KF_JOB_MAX_SOURCE_BYTES, NULL);
+        if (src)
+            cJSON_AddStringToObject(r, "source", src);
+        free(src);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(it, "compiled");
+    if (cJSON_IsBool(v) || cJSON_IsObject(err)) {
+        cJSON *cmp = cJSON_AddObjectToObject(r, "compile");
+        cJSON_AddBoolToObject(cmp, "ok", cJSON_IsTrue(v));
+        if (cJSON_IsObject(err))
+            cJSON_AddItemToObject(cmp, "error", cJSON_Duplicate(err, true));
+    }
+    v = cJSON_GetObjectItemCaseSensitive(it, "validation");
+    if (cJSON_IsObject(v))
+        cJSON_AddItemToObject(r, "validation", cJSON_Duplicate(v, true));
+    v = cJSON_GetObjectItemCaseSensitive(it, "latency_ns");
+    if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
+        cJSON_AddNumberToObject(r, "latency_ns", v->valuedouble);
+    v = cJSON_GetObjectItemCaseSensitive(it, "correct");
+    if (cJSON_IsBool(v))
+        cJSON_AddBoolToObject(r, "correct", cJSON_IsTrue(v));
+    v = cJSON_GetObjectItemCaseSensitive(it, "findings");
+    if (cJSON_IsArray(v))
+        cJSON_AddItemToObject(r, "findings", cJSON_Duplicate(v, true));
+    l = cJSON_AddObjectToObject(r, "llm");
+    cJSON_AddStringToObject(l, "mode", bs_str(it, "mode") ? bs_str(it, "mode") : "repair");
+    cJSON_AddBoolToObject(l, "accepted", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "accepted")));
+    v = cJSON_GetObjectItemCaseSensitive(it, "hack");
+    if (cJSON_IsObject(v))
+        cJSON_AddItemToObject(l, "hack", cJSON_Duplicate(v, true));
+    if (cJSON_IsString(err))
+        cJSON_AddStringToObject(l, "error", err->valuestring);
+    v = cJSON_GetObjectItemCaseSensitive(it, "usage");
+    if (cJSON_IsObject(v))
+        cJSON_AddItemToObject(l, "usage", cJSON_Duplicate(v, true));
+    bs_llm_send(c, r);
+    cJSON_Delete(r);
+}
+
+/* One model turn as an iteration report of its own ("action" llm_turn,
+ * "llm" {mode, usage, turn}); a turn is at most BS_TURN_MAX bytes: past
+ * that its "messages" are left out ("messages_omitted": they are the
+ * prompts this run made, the replies are what a replay needs), and past
+ * that again its reply is cut ("reply_cut": such a turn replays as a
+ * reply that is not JSON). */
+static void bs_llm_turn(void *vctx, const cJSON *turn)
+{
+    const bs_llm_ctx *c = vctx;
+    cJSON *t = cJSON_Duplicate(turn, true), *r = cJSON_CreateObject(), *l;
+    char *txt = kf_json_print(t), reason[128];
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(turn, "usage");
+
+    if (strlen(txt) > BS_TURN_MAX) {
+        cJSON_DeleteItemFromObjectCaseSensitive(t, "messages");
+        cJSON_AddBoolToObject(t, "messages_omitted", true);
+        free(txt);
+        txt = kf_json_print(t);
+    }
+    if (strlen(txt) > BS_TURN_MAX) {
+        const char *reply = bs_str(t, "reply");
+        size_t keep = reply ? kf_utf8_cut(reply, BS_TURN_MAX / 2) : 0;
+        char *cut = reply ? kf_strndup(reply, keep) : NULL;
+        if (cut) {
+            cJSON_ReplaceItemInObject(t, "reply", cJSON_CreateString(cut));
+            cJSON_AddBoolToObject(t, "reply_cut", true);
+        }
+        free(cut);
+    }
+    free(txt);
+    snprintf(reason, sizeof(reason), "model turn %d%s%s", (int)bs_num(turn, "turn"),
+             bs_str(turn, "error") ? ": " : "", bs_str(turn, "error") ? bs_str(turn, "error") : "");
+    cJSON_AddStringToObject(r, "action", "llm_turn");
+    cJSON_AddStringToObject(r, "reason", reason);
+    l = cJSON_AddObjectToObject(r, "llm");
+    cJSON_AddStringToObject(l, "mode", bs_str(turn, "mode") ? bs_str(turn, "mode") : "repair");
+    if (cJSON_IsObject(u))
+        cJSON_AddItemToObject(l, "usage", cJSON_Duplicate(u, true));
+    cJSON_AddItemToObject(l, "turn", t);
+    bs_llm_send(c, r);
+    cJSON_Delete(r);
+}
+
+/* The docs tool: kforge's docs/sim-nki.md and docs/sim-errors.md (ka_docs.h). */
+static cJSON *bs_llm_docs(void *vctx, const cJSON *args, char *msg, size_t n)
+{
+    kf_err e = KF_ERR_INIT;
+    cJSON *r = ka_docs_query(bs_str(args, "query"), bs_str(args, "section"), bs_str(args, "doc"), &e);
+
+    (void)vctx;
+    if (!r)
+        snprintf(msg, n, "%s", e.msg);
+    return r;
+}
+
+static bool bs_llm_cancelled(void *vctx)
+{
+    const bs_llm_ctx *c = vctx;
+    return c->hooks->cancelled && c->hooks->cancelled(c->hooks->ctx);
+}
+
+/* The model's best as the job's result when there is nothing to tune
+ * (its kernel declares no tunables, or no time is left). */
+static kf_code bs_llm_only(const ka_problem *pb, const cJSON *lres, char **result_json)
+{
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(lres, "best");
+    cJSON *res = cJSON_CreateObject(), *b = cJSON_AddObjectToObject(res, "best"), *st;
+
+    cJSON_AddBoolToObject(res, "correct", true);
+    cJSON_AddStringToObject(b, "source", bs_str(best, "source"));
+    cJSON_AddNumberToObject(b, "latency_ns", bs_num(best, "latency_ns"));
+    cJSON_AddNumberToObject(b, "iteration", bs_num(best, "iteration"));
+    cJSON_AddNumberToObject(res, "latency_ns", bs_num(best, "latency_ns"));
+    st = cJSON_AddObjectToObject(res, "stop");
+    cJSON_AddStringToObject(st, "reason", "llm_only");
+    cJSON_AddStringToObject(st, "message", "the model's kernel declares no tunables to tune further");
+    cJSON_AddItemToObject(res, "llm", cJSON_Duplicate(lres, true));
+    bs_provenance(pb, res);
+    *result_json = cJSON_PrintUnformatted(res);
+    cJSON_Delete(res);
+    return KF_OK;
+}
+
+/* A generate or optimize job with planner "llm": the model repairs and
+ * restructures the starting kernel (pb: the template bound to the shapes,
+ * or the user's source), its candidates in dir/llm; then its best kernel
+ * goes to the guided planner with the tunables its KFORGE block declares
+ * (a generate job's rebound to the shapes; an optimize job's spec.tunables
+ * first).  meta: the user source's KFORGE block (optimize) or NULL. */
+static kf_code bs_llm(const kf_job_payload *job, const kf_backend_hooks *hooks, ka_problem *pb, ka_space *sp,
+                      const cJSON *meta, const char *dir, const int64_t (*shapes)[KA_MAX_DIMS], const int *ndims,
+                      int n_shapes, sim_dtype dt, bool write, char **result_json, bool *retryable, kf_err *err)
+{
+    bs_llm_ctx c = { hooks };
+    ka_llm_plan_opts po;
+    ka_llm_cfg lc;
+    ka_llm cl;
+    cJSON *lres = NULL, *meta2 = NULL, *tun = NULL;
+    const cJSON *best, *t;
+    const char *stop;
+    char path[PATH_MAX];
+    double t0 = bs_now(), used;
+    kf_err e2 = KF_ERR_INIT;
+    kf_code rc;
+
+    *retryable = false;
+    if (ka_llm_cfg_from_env(&lc, err) != KF_OK)
+        return KF_CONFIG;
+    lc.key_fd = kf_jobproc_llm_key_fd();
+    ka_llm_init(&cl, &lc, (int64_t)bs_num(job->budget, "llm_tokens"));
+    memset(&po, 0, sizeof(po));
+    po.seed = 1;   /* the seeds of every job and of kforge tune (bs_opts) */
+    po.out_dir = dir;
+    po.iteration = bs_llm_iteration;
+    po.transcript = bs_llm_turn;
+    po.docs = bs_llm_docs;
+    po.cancelled = bs_llm_cancelled;
+    po.max_seconds = bs_num(job->budget, "seconds");
+    po.write = write;
+    po.ctx = &c;
+    rc = ka_llm_plan(pb, &cl, &po, &lres, err);
+    ka_llm_release(&cl);
+    if (rc) {
+        *retryable = rc == KF_INTERNAL;
+        return rc;
+    }
+    stop = bs_str(lres, "stop");
+    best = cJSON_GetObjectItemCaseSensitive(lres, "best");
+    if (stop && strcmp(stop, "cancelled") == 0) {
+        cJSON_Delete(lres);
+        *retryable = true;
+        return kf_err_set(err, KF_UNAVAILABLE, "the job stopped between model turns (cancelled or lease lost)");
+    }
+    if (!best) {
+        const cJSON *se = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(lres, "start"), "error");
+        rc = kf_err_set(err, KF_UNPROCESSABLE,
+                        "no candidate passed validation: the LLM planner stopped (%s) after %d proposals%s%s",
+                        stop ? stop : "?", (int)bs_num(lres, "rounds"), bs_str(se, "message") ? "; the start: " : "",
+                        bs_str(se, "message") ? bs_str(se, "message") : "");
+        cJSON_Delete(lres);
+        return rc;
+    }
+    /* the hand-off: the model's best, with the tunables it declares */
+    if (!realpath(bs_str(best, "source_file"), path)) {
+        rc = kf_err_set(err, KF_IO, "the model's best kernel is gone: %s", strerror(errno));
+        *retryable = true;
+        goto out;
+    }
+    used = bs_now() - t0;
+    if (ka_lib_read_meta(path, &meta2, &e2) != KF_OK && e2.code != KF_NOT_FOUND) {
+        kf_log_info("the model's kernel has a KFORGE block that does not read; its kernel is the result job=%s "
+                    "msg=\"%s\"", job->id, e2.msg);
+        rc = bs_llm_only(pb, lres, result_json);
+        goto out;
+    }
+    if (bs_num(job->budget, "seconds") > 0 && used >= bs_num(job->budget, "seconds")) {
+        rc = bs_llm_only(pb, lres, result_json);
+        goto out;
+    }
+    ka_space_release(sp);
+    memset(sp, 0, sizeof(*sp));
+    if (job->kind == KF_KIND_GENERATE && meta2) {
+        /* a template again: its KFORGE block bound to the job's shapes */
+        ka_problem pb2;
+        ka_space sp2;
+        memset(&pb2, 0, sizeof(pb2));
+        memset(&sp2, 0, sizeof(sp2));
+        if (ka_lib_bind(meta2, path, shapes, ndims, n_shapes, dt, job->target, &pb2, &sp2, &e2) == KF_OK) {
+            ka_problem_release(pb);
+            *pb = pb2;
+            *sp = sp2;
+        } else {
+            kf_log_info("the model's kernel does not bind as a template; its declared tunables are used job=%s "
+                        "msg=\"%s\"", job->id, e2.msg);
+            ka_space_release(&sp2);
+            ka_problem_release(&pb2);
+        }
+    }
+    if (sp->n == 0) {
+        const cJSON *spec_tun = job->kind == KF_KIND_OPTIMIZE ? cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")
+                                                             : NULL;
+        snprintf(pb->source_path, sizeof(pb->source_path), "%s", path);
+        if (cJSON_GetArraySize(spec_tun) > 0) {
+            tun = cJSON_Duplicate(spec_tun, true);
+        } else {
+            tun = cJSON_CreateObject();
+            cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(meta2 ? meta2 : meta, "tunables"))
+                cJSON_AddItemToObject(tun, t->string,
+                                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t, "values"), true));
+        }
+        if (cJSON_GetArraySize(tun) > 0 && ka_space_from_tunables(tun, meta2, pb, sp, &e2) != KF_OK) {
+            kf_log_info("the model's kernel does not take the tunables; its kernel is the result job=%s msg=\"%s\"",
+                        job->id, e2.msg);
+            ka_space_release(sp);
+            memset(sp, 0, sizeof(*sp));
+        }
+    }
+    if (sp->n == 0) {
+        rc = bs_llm_only(pb, lres, result_json);
+        goto out;
+    }
+    rc = bs_tune(job, hooks, pb, sp, lres, used, result_json, retryable, err);
+out:
+    cJSON_Delete(tun);
+    cJSON_Delete(meta2);
+    cJSON_Delete(lres);
+    return rc;
+}
+
+/* Write mode (docs/llm.md): a generate job whose op the library does not
+ * have, with its NumPy reference (a function named after the op, taking
+ * the inputs in order, one shape each): the model writes the kernel. */
+static kf_code bs_write(const kf_job_payload *job, const kf_backend_hooks *hooks, const int64_t (*shapes)[KA_MAX_DIMS],
+                        const int *ndims, int n, sim_dtype dt, char **result_json, bool *retryable, kf_err *err)
+{
+    const char *tmp = getenv("TMPDIR"), *op = bs_str(job->spec, "op");
+    char dir[PATH_MAX], ref[PATH_MAX];
+    ka_problem pb;
+    ka_space sp;
+    kf_code rc;
+
+    memset(&pb, 0, sizeof(pb));
+    memset(&sp, 0, sizeof(sp));
+    snprintf(dir, sizeof(dir), "%s/kforge-llm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        *retryable = true;
+        return kf_err_set(err, KF_IO, "cannot create a temporary folder: %s", strerror(errno));
+    }
+    rc = kf_jobprob_write(dir, "reference.py", bs_str(job->spec, "reference"), ref, sizeof(ref), err);
+    if (rc == KF_OK) {
+        rc = ka_llm_write_problem(op, ref, op, shapes, ndims, n, dt, job->target, &pb, err);
+        if (rc != KF_OK && rc != KF_IO)
+            rc = kf_err_set(err, KF_UNPROCESSABLE, "op %s is not in the library, so the model writes it from the "
+                                                   "reference: %s", op, err->msg);
+    }
+    if (rc == KF_OK)
+        rc = bs_llm(job, hooks, &pb, &sp, NULL, dir, shapes, ndims, n, dt, true, result_json, retryable, err);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
+    kf_jobproc_workdir_remove(dir);
+    return rc;
 }
 
 static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *hooks, char **result_json,
@@ -300,6 +653,11 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
         n++;
     }
     rc = ka_lib_find(NULL, bs_str(spec, "op"), &meta, path, sizeof(path), err);
+    if (rc == KF_NOT_FOUND && bs_wants_llm(job) && bs_str(spec, "reference")) {
+        rc = bs_write(job, hooks, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt, result_json,
+                      retryable, err);
+        goto out;
+    }
     if (rc == KF_OK)
         rc = ka_lib_bind(meta, path, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt, job->target, &pb,
                          &sp, err);
@@ -308,7 +666,21 @@ static kf_code bs_generate(const kf_job_payload *job, const kf_backend_hooks *ho
             rc = KF_UNPROCESSABLE;
         goto out;
     }
-    rc = bs_tune(job, hooks, &pb, &sp, result_json, retryable, err);
+    if (bs_wants_llm(job)) {
+        char dir[PATH_MAX];
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof(dir), "%s/kforge-llm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            *retryable = true;
+            rc = kf_err_set(err, KF_IO, "cannot create a temporary folder: %s", strerror(errno));
+            goto out;
+        }
+        rc = bs_llm(job, hooks, &pb, &sp, NULL, dir, (const int64_t(*)[KA_MAX_DIMS])shapes, ndims, n, (sim_dtype)dt,
+                    false, result_json, retryable, err);
+        kf_jobproc_workdir_remove(dir);
+        goto out;
+    }
+    rc = bs_tune(job, hooks, &pb, &sp, NULL, 0, result_json, retryable, err);
 out:
     cJSON_Delete(meta);
     ka_space_release(&sp);
@@ -316,15 +688,11 @@ out:
     return rc;
 }
 
+/* The job's folder and what the run left in it (the LLM planner's
+ * candidates too). */
 static void bs_rmdir(const char *dir)
 {
-    const char *names[] = { "kernel.py", "reference.py", NULL };
-    char p[PATH_MAX + 32];
-    for (int i = 0; names[i]; i++) {
-        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-        unlink(p);
-    }
-    rmdir(dir);
+    kf_jobproc_workdir_remove(dir);
 }
 
 static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks, char **result_json, bool *retryable,
@@ -348,6 +716,17 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
     rc = kf_jobprob_user(job, tmpl, "sim", &pb, err);
     if (rc)
         goto out;
+    if (bs_wants_llm(job)) {
+        kf_err e2 = KF_ERR_INIT;
+        if (ka_lib_meta_from_text(bs_str(job->spec, "source"), "the source", &meta, &e2) != KF_OK &&
+            e2.code != KF_NOT_FOUND) {
+            rc = kf_err_set(err, KF_UNPROCESSABLE, "%s", e2.msg);
+            goto out;
+        }
+        rc = bs_llm(job, hooks, &pb, &sp, meta, tmpl, NULL, NULL, 0, SIM_DT_BFLOAT16, false, result_json, retryable,
+                    err);
+        goto out;
+    }
     if (job->kind == KF_KIND_PROFILE || job->kind == KF_KIND_VALIDATE ||
         (job->kind == KF_KIND_OPTIMIZE && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(job->spec, "tunables")) == 0)) {
         /* one evaluation: profile and/or validate */
@@ -469,7 +848,7 @@ static kf_code bs_user(const kf_job_payload *job, const kf_backend_hooks *hooks,
         rc = KF_UNPROCESSABLE;
         goto out;
     }
-    rc = bs_tune(job, hooks, &pb, &sp, result_json, retryable, err);
+    rc = bs_tune(job, hooks, &pb, &sp, NULL, 0, result_json, retryable, err);
 out:
     cJSON_Delete(meta);
     ka_space_release(&sp);

@@ -20,12 +20,19 @@
 
 enum {
     JP_PAYLOAD_FD = 4,
+    JP_LLM_KEY_FD = 5,
     JP_MAX_PAYLOAD = 64 << 20,
 };
 
 extern char **environ;
 
 static char jp_exe[PATH_MAX];
+static int jp_llm_key_fd = -1;   /* the job process's: the LLM key's descriptor, or -1 */
+
+int kf_jobproc_llm_key_fd(void)
+{
+    return jp_llm_key_fd;
+}
 
 kf_code kf_jobproc_init(kf_err *err)
 {
@@ -78,7 +85,10 @@ bool kf_jobproc_env_allowed(const char *e)
         /* the settings a backend reads; nothing that grants access */
         "KFORGE_LOG_LEVEL=", "KFORGE_SIM_TARGETS=", "KFORGE_SIM_TIMEOUT_S=", "KFORGE_SIM_MEMORY_MIB=",
         "KFORGE_KERNELS_DIR=", "KFORGE_CACHE_DIR=", "KFORGE_CACHE_MAX_ENTRIES=", "KFORGE_SANDBOX=",
-        "KFORGE_SANDBOX_UID=", "KFORGE_SANDBOX_GID=", NULL,
+        "KFORGE_SANDBOX_UID=", "KFORGE_SANDBOX_GID=",
+        /* the LLM planner's endpoint; its key file never: the key comes as a descriptor */
+        "KFORGE_LLM_URL=", "KFORGE_LLM_MODEL=", "KFORGE_LLM_TIMEOUT_S=", "KFORGE_LLM_RETRIES=",
+        "KFORGE_LLM_MAX_TOKENS_FIELD=", NULL,
     };
     static const char *const prefix[] = { "LC_", "OPENBLAS_", NULL };
     for (int i = 0; exact[i]; i++)
@@ -146,6 +156,20 @@ static kf_code jp_exec(const kf_backend *self, const kf_job_payload *job, const 
             return kf_err_set(err, KF_IO, "dup2: %s", strerror(errno));
         close(fd);
     }
+    if (jp->llm_key_file[0]) {
+        /* the LLM key reaches the job process as a descriptor, never as a
+         * path or in its environment; its LLM client reads it only in a
+         * child made per request (ka_llm.h, cfg.key_fd) */
+        int kfd = open(jp->llm_key_file, O_RDONLY | O_NOFOLLOW);
+        if (kfd < 0)
+            return kf_err_set(err, KF_IO, "cannot open the LLM key file %s (KFORGE_LLM_API_KEY_FILE): %s",
+                              jp->llm_key_file, strerror(errno));
+        if (kfd != JP_LLM_KEY_FD) {
+            if (dup2(kfd, JP_LLM_KEY_FD) < 0)
+                return kf_err_set(err, KF_IO, "dup2: %s", strerror(errno));
+            close(kfd);
+        }
+    }
     while (environ && environ[n])
         n++;
     env = kf_calloc(n + 2, sizeof(*env));
@@ -166,7 +190,13 @@ const kf_backend *kf_jobproc_wrap(const kf_backend *real, const char *tmpdir, kf
     storage->backend.kinds = real->kinds;
     storage->backend.run = jp_exec;
     snprintf(storage->tmpdir, sizeof(storage->tmpdir), "%s", tmpdir ? tmpdir : "");
+    storage->llm_key_file[0] = '\0';
     return &storage->backend;
+}
+
+void kf_jobproc_set_llm_key(kf_jobproc *storage, const char *key_file)
+{
+    snprintf(storage->llm_key_file, sizeof(storage->llm_key_file), "%s", key_file ? key_file : "");
 }
 
 _Noreturn void kf_jobproc_main(void)
@@ -178,6 +208,10 @@ _Noreturn void kf_jobproc_main(void)
     char chunk[65536];
     ssize_t r;
 
+    /* before anything opens a file: descriptor 5 is the LLM key when the
+     * worker handed one (kept out of every later exec) */
+    if (fcntl(JP_LLM_KEY_FD, F_SETFD, FD_CLOEXEC) == 0)
+        jp_llm_key_fd = JP_LLM_KEY_FD;
     if (kf_config_load(&err) != KF_OK || kf_log_init("job", kf_config_str(KF_CFG_LOG_LEVEL)) != 0) {
         fprintf(stderr, "kforge-worker %s: %s\n", KF_JOBPROC_ARG, err.msg[0] ? err.msg : "bad log level");
         _exit(2);

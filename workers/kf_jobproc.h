@@ -11,7 +11,8 @@
  * environment reduced to an allowlist (PATH, HOME, locale, OpenBLAS and
  * sanitizer knobs, and the KFORGE_* settings a backend reads: log level,
  * simulator limits and targets, kernels and cache folders, the sandbox
- * mode; never KFORGE_TOKEN, KFORGE_TOKEN_FILE, KFORGE_REDIS_URL,
+ * mode, the LLM endpoint (URL, model, timeout, retries; its key only as
+ * an open descriptor, kf_jobproc_set_llm_key); never KFORGE_LLM_API_KEY_FILE, KFORGE_TOKEN, KFORGE_TOKEN_FILE, KFORGE_REDIS_URL,
  * KFORGE_PG_DSN, KFORGE_BOOTSTRAP_TOKEN or anything else), and the job's
  * payload in a sealed memfd on fd 4.
  *
@@ -46,11 +47,22 @@ void kf_jobproc_init_exe(const char *path);
 typedef struct kf_jobproc {
     kf_backend backend;
     char       tmpdir[4096];    /* the job process's TMPDIR; "" keeps the worker's */
+    char       llm_key_file[4096]; /* "" none; else opened for the job process as descriptor 5 */
 } kf_jobproc;
 
 /* `real`, run in a fresh image whose TMPDIR is tmpdir (NULL or "": the
  * worker's).  The wrapper lives in *storage. */
 const kf_backend *kf_jobproc_wrap(const kf_backend *real, const char *tmpdir, kf_jobproc *storage);
+
+/* The LLM planner's key (KFORGE_LLM_API_KEY_FILE, the worker's): the
+ * wrapped run() opens the file and hands the job process the open
+ * descriptor as fd 5 -- never the path, never the key in its environment
+ * or payload.  Call after kf_jobproc_wrap. */
+void kf_jobproc_set_llm_key(kf_jobproc *storage, const char *key_file);
+
+/* In the job process: the LLM key's descriptor the worker handed it
+ * (close-on-exec), or -1. */
+int kf_jobproc_llm_key_fd(void);
 
 /* A new 0700 folder <TMPDIR or /tmp>/kforge-job-<id>-XXXXXX for one run. */
 kf_code kf_jobproc_workdir_make(const char *job_id, char *out, size_t len, kf_err *err);

@@ -36,6 +36,12 @@ kw_after kw_loop_after_run(bool lease_lost, bool stopped, bool cancelled, bool t
     return outcome == KF_RUN_OK ? KW_AFTER_RESULT : KW_AFTER_FAILURE;
 }
 
+bool kw_loop_wants_llm(const kf_job_payload *p)
+{
+    const char *planner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p->spec, "planner"));
+    return (p->kind == KF_KIND_GENERATE || p->kind == KF_KIND_OPTIMIZE) && planner && strcmp(planner, "llm") == 0;
+}
+
 bool kw_loop_should_stop(kw_worker *w)
 {
     return kw_lease_should_stop(w, NULL, NULL) || kw_drain_over(w);
@@ -217,6 +223,7 @@ void kw_loop_run_job(kw_worker *w, const kf_queue_lease *l)
     kw_job j = { .w = w, .lease = l };
     kf_runner_hooks hooks = { &j, kw_progress, kw_job_should_stop };
     bool cancelled, lost;
+    kf_code rc;
 
     memset(&p, 0, sizeof(p));
     memset(&res, 0, sizeof(res));
@@ -239,11 +246,31 @@ void kw_loop_run_job(kw_worker *w, const kf_queue_lease *l)
     }
     if (!kw_start(w, l))
         goto out;
+    if (kw_loop_wants_llm(&p) && !w->llm) {
+        /* Not leased elsewhere instead: routing is by (target, backend),
+         * and the LLM endpoint is a deployment's setting given to all its
+         * workers (docs/llm.md), so a worker without it is misconfigured;
+         * the job ends at once with the settings to add, rather than
+         * waiting, or bouncing between workers, for one that has them. */
+        char *msg = kf_asprintf("worker %s has no LLM endpoint configured: a job with planner \"llm\" needs "
+                                "KFORGE_LLM_URL and KFORGE_LLM_MODEL (and KFORGE_LLM_API_KEY_FILE when the endpoint "
+                                "wants a key) on the workers that run it (docs/llm.md)",
+                                w->id);
+        kw_finish(w, l, false, NULL, NULL, msg, false);
+        free(msg);
+        goto out;
+    }
 
     /* the job process is a fresh image that never held this worker's secrets;
      * its folder is the worker's to make and to remove, however the run ends */
-    if (kf_jobproc_workdir_make(l->id, workdir, sizeof(workdir), &err) != KF_OK ||
-        kf_runner_run(kf_jobproc_wrap(b, workdir, &fresh), &p, &hooks, KW_STOP_GRACE_MS, &res, &err) != KF_OK) {
+    rc = kf_jobproc_workdir_make(l->id, workdir, sizeof(workdir), &err);
+    if (rc == KF_OK) {
+        const kf_backend *jb = kf_jobproc_wrap(b, workdir, &fresh);
+        /* only a job that asks for the model gets the key's descriptor */
+        kf_jobproc_set_llm_key(&fresh, w->llm && kw_loop_wants_llm(&p) ? w->llm_key_file : NULL);
+        rc = kf_runner_run(jb, &p, &hooks, KW_STOP_GRACE_MS, &res, &err);
+    }
+    if (rc != KF_OK) {
         /* fork/pipe failure is the machine's problem, not the job's: hand it back. */
         kf_log_error("%s; handing the job back", err.msg);
         kf_queue_release(w->q, l->id, l->token, &err);

@@ -51,6 +51,11 @@ kw_after kw_loop_after_run(bool lease_lost, bool stopped, bool cancelled, bool t
 /* Whether the running job must stop now: cancel, lost lease, drain over. */
 bool kw_loop_should_stop(kw_worker *w);
 
+/* True when the job asks for the LLM planner (a generate or optimize job
+ * with spec.planner "llm"): a worker without an LLM endpoint (w->llm)
+ * fails it at once, not retryable, naming the settings to add. */
+bool kw_loop_wants_llm(const kf_job_payload *p);
+
 /* Run one leased job to its end (see above). */
 void kw_loop_run_job(kw_worker *w, const kf_queue_lease *l);
 

@@ -61,6 +61,8 @@ typedef struct kw_worker {
     int64_t     lease_ms, heartbeat_ms, drain_ms, retry_base_ms, retry_cap_ms;
     const char *redis_url, *api_url;
     char       *token;        /* from KFORGE_TOKEN_FILE (or KFORGE_TOKEN); never in the environment */
+    bool        llm;          /* KFORGE_LLM_URL and _MODEL set and valid: planner "llm" jobs run here */
+    char        llm_key_file[4096]; /* KFORGE_LLM_API_KEY_FILE ("" none): handed to job processes as a descriptor */
     long long   started_ms;
 
     /* main thread's handles */

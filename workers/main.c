@@ -23,13 +23,17 @@
 #include "kw_loop.h"
 #include "kw_worker.h"
 #include "sim_sandbox.h"
+#include "agent/ka_llm.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +77,39 @@ static void w_usage(FILE *out)
     kf_config_print_help(out, KF_USE_WORKER);
 }
 
+/* The LLM planner's endpoint (docs/llm.md): none when KFORGE_LLM_URL and
+ * KFORGE_LLM_MODEL are empty (planner "llm" jobs then fail here, naming
+ * them); otherwise valid, and its key file (when set) a regular file of
+ * this user that no one else may read, as the token file. */
+static kf_code w_llm(kf_err *err)
+{
+    ka_llm_cfg lc;
+    struct stat st;
+    int fd;
+
+    if (!kf_config_str(KF_CFG_LLM_URL)[0] && !kf_config_str(KF_CFG_LLM_MODEL)[0])
+        return KF_OK;
+    if (ka_llm_cfg_from_env(&lc, err) != KF_OK)
+        return err->code;
+    if (lc.key_file[0]) {
+        fd = open(lc.key_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            return kf_err_set(err, KF_CONFIG, "cannot open KFORGE_LLM_API_KEY_FILE %s: %s", lc.key_file,
+                              strerror(errno));
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+            close(fd);
+            return kf_err_set(err, KF_CONFIG,
+                              "KFORGE_LLM_API_KEY_FILE %s must be a regular file of this user that no one else may "
+                              "read (chmod 600)",
+                              lc.key_file);
+        }
+        close(fd);
+    }
+    w.llm = true;
+    snprintf(w.llm_key_file, sizeof(w.llm_key_file), "%s", lc.key_file);
+    return KF_OK;
+}
+
 /* Settings, sandbox probe, targets, token: everything before the network. */
 static kf_code w_configure(kf_err *err)
 {
@@ -103,6 +140,8 @@ static kf_code w_configure(kf_err *err)
     w.retry_cap_ms = kf_config_int(KF_CFG_RETRY_CAP_MS);
     w.redis_url = kf_config_str(KF_CFG_REDIS_URL);
     w.api_url = kf_config_str(KF_CFG_API_URL);
+    if (w_llm(err) != KF_OK)
+        return err->code;
     return kw_ident_token(&w, err);
 }
 
@@ -199,8 +238,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < w.n_backends; i++)
             snprintf(backends + strlen(backends), sizeof(backends) - strlen(backends), "%s%s", i ? "," : "",
                      w.backends[i]);
-        kf_log_info("worker started id=%s targets=%s backends=%s lease_ms=%lld api=%s", w.id,
-                    kf_config_str(KF_CFG_WORKER_TARGETS), backends, (long long)w.lease_ms, w.api_url);
+        kf_log_info("worker started id=%s targets=%s backends=%s lease_ms=%lld api=%s llm=%s", w.id,
+                    kf_config_str(KF_CFG_WORKER_TARGETS), backends, (long long)w.lease_ms, w.api_url,
+                    w.llm ? kf_config_str(KF_CFG_LLM_MODEL) : "none");
     }
     rc = kw_loop_run(&w);
     kw_worker_stop_threads(&w);

@@ -205,8 +205,13 @@ pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env)
     char *spool = kf_asprintf("%s/spool", s->dir);
     env[n++] = st_env("KFORGE_SPOOL_DIR", spool);
     free(spool);
-    if (extra_env)
-        env[n++] = kf_strdup(extra_env);
+    /* extra_env: one "K=V", or several separated by newlines */
+    for (const char *e = extra_env; e && *e && n < 19;) {
+        size_t len = strcspn(e, "\n");
+        if (len)
+            env[n++] = kf_strndup(e, len);
+        e += len + (e[len] == '\n');
+    }
     s->workers[i] = kf_test_spawn(argv, env, log);
     st_free_env(env);
     free(log);

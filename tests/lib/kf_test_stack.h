@@ -56,7 +56,8 @@ void kf_stack_start(kf_stack *s, const kf_stack_opts *o);
 void kf_stack_stop(kf_stack *s);
 
 /* Start (or restart) worker / scheduler / api slot i; extra_env is one
- * "K=V" entry or NULL.  Returns the pid. */
+ * "K=V" entry or NULL (a worker's: several, separated by newlines).
+ * Returns the pid. */
 pid_t kf_stack_worker(kf_stack *s, int i, const char *extra_env);
 /* Slot i's worker token (worker id test-w<i>), made on first use; for a
  * test that plays a worker itself over /v1/internal without starting one. */

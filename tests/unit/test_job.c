@@ -132,6 +132,13 @@ static const bad_case bad_cases[] = {
     { "{\"kind\":\"validate\",\"target\":\"trn2\",\"tunables\":{}," SRC "}", "tunables", "unknown" },
     /* Nothing to validate against: the worker would refuse it. */
     { "{\"kind\":\"validate\",\"target\":\"trn2\"," SRC "}", "reference", "required" },
+    /* the planner (docs/llm.md, Jobs) */
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"reference\":\"r\",\"planner\":\"gpt\"," SRC "}", "planner", "enum" },
+    { "{\"kind\":\"optimize\",\"target\":\"trn2\",\"backend\":\"neuron\",\"reference\":\"r\",\"planner\":\"llm\"," SRC "}", "planner", "backend" },
+    { "{\"kind\":\"validate\",\"target\":\"trn2\",\"reference\":\"r\",\"planner\":\"llm\"," SRC "}", "planner", "unknown" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"budget\":{\"llm_tokens\":0}}", "budget.llm_tokens", "range" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"gelu\",\"dtype\":\"float32\",\"shapes\":[[4]],\"reference\":\"def gelu(x): pass\"}", "reference", "planner" },
+    { "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"rmsnorm\",\"dtype\":\"float32\",\"shapes\":[[4]],\"budget\":{\"llm_tokens\":1.5}}", "budget.llm_tokens", "type" },
     { "{\"kind\":\"auto\",\"target\":\"trn2\"}", "kind", "auto" },
     { "[]", "", "type" },
 };
@@ -167,6 +174,10 @@ Test(kf_job, good_requests_get_defaults_and_a_spec)
         "\"budget\":{\"iterations\":40,\"seconds\":900},\"goal\":{\"fraction_of_bound\":0.9}," SRC "}",
         "{\"kind\":\"validate\",\"target\":\"trn1\",\"reference\":\"r\"," SRC "}",
         "{\"kind\":\"auto\",\"target\":\"trn3\",\"reference\":\"r\"," SRC "}",
+        "{\"kind\":\"generate\",\"target\":\"trn2\",\"spec\":{\"op\":\"rmsnorm\",\"dtype\":\"bfloat16\",\"shapes\":[[64,64],[64]],"
+        "\"planner\":\"llm\"},\"budget\":{\"llm_tokens\":50000}}",
+        "{\"kind\":\"generate\",\"target\":\"trn2\",\"op\":\"gelu\",\"dtype\":\"bfloat16\",\"shapes\":[[128,1000]],"
+        "\"planner\":\"llm\",\"reference\":\"def gelu(x): pass\"}",
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         cJSON *v = parse_ok(good[i]);
@@ -190,6 +201,14 @@ Test(kf_job, good_requests_get_defaults_and_a_spec)
         }
         if (i == 6)
             cr_assert_eq(jr.kind, KF_KIND_OPTIMIZE);
+        if (i == 8)
+            cr_assert_str_eq(cJSON_GetObjectItem(jr.spec, "reference")->valuestring, "def gelu(x): pass");
+        if (i == 7) {
+            cr_assert_str_eq(cJSON_GetObjectItem(jr.spec, "planner")->valuestring, "llm");
+            cr_assert_eq(cJSON_GetObjectItem(jr.budget, "llm_tokens")->valueint, 50000);
+        } else {
+            cr_assert_null(cJSON_GetObjectItem(jr.budget, "llm_tokens"), "no token budget unless given");
+        }
         kf_job_request_release(&jr);
         kf_job_request_release(&jr); /* idempotent */
         cJSON_Delete(v);

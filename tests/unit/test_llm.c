@@ -11,12 +11,15 @@
  * arguments against a schema, odd replies, Retry-After forms, backoff. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agent/ka_llm.h"
+#include "agent/ka_plan_llm.h"
 #include "kf_alloc.h"
 #include "kf_config.h"
 #include "kf_json.h"
@@ -518,4 +521,73 @@ Test(llm_offline, configuration_from_the_environment)
     cr_assert_eq(ka_llm_cfg_from_env(&c, &e), KF_CONFIG);
     setenv("KFORGE_LLM_RETRIES", "99", 1);
     cr_assert_eq(kf_config_load(&e), KF_CONFIG, "retries are bounded");
+}
+
+/* cfg.key_fd (the worker's job process): each attempt runs in a child that
+ * reads the key from the descriptor; the replies, their redaction and the
+ * retries are those of the in-process client. */
+Test(llm, a_key_handed_as_a_descriptor_goes_through_a_child_per_attempt)
+{
+    ka_llm_reply r;
+    kf_err e = KF_ERR_INIT;
+    char *auth, *dir = kf_test_tmpdir("llmfd"), *empty = kf_asprintf("%s/empty", dir);
+    int fd = open(cli.cfg.key_file, O_RDONLY | O_CLOEXEC);
+
+    cr_assert(fd > 2);
+    cli.cfg.key_fd = fd;
+    cli.cfg.key_file[0] = '\0';   /* the descriptor is the only way to the key */
+    push_json(200, NULL, 0, kf_test_llm_tool("call_1", "run", "{\"source\":\"x = 1\"}", 10, 5));
+    cr_assert_eq(ka_llm_chat(&cli, msgs, tools, "auto", &r, &e), KF_OK, "%s", e.msg);
+    cr_assert_eq(r.n_calls, 1);
+    cr_assert_eq(ka_llm_used(&cli), 15);
+    auth = kf_test_llm_auth(srv, 0);
+    cr_assert_str_eq(auth, "Bearer " KEY);
+    free(auth);
+    ka_llm_reply_release(&r);
+
+    kf_test_llm_push(srv, 503, NULL, 0, "{\"error\":{\"message\":\"busy\"}}");
+    kf_test_llm_push(srv, 401, NULL, 0, "{\"error\":{\"message\":\"Incorrect API key provided: " KEY "\"}}");
+    cr_assert_eq(ka_llm_chat(&cli, msgs, tools, NULL, &r, &e), KF_UNAUTHORIZED);
+    cr_assert_eq(r.attempts, 2, "the 503 was retried, in a second child");
+    cr_assert_str_eq(r.error, "refused");
+    cr_assert_null(strstr(e.msg, KEY), "%s", e.msg);
+    cr_assert_not_null(strstr(e.msg, "Incorrect API key provided: ****"), "%s", e.msg);
+    cr_assert_null(strstr(r.raw, KEY), "%s", r.raw);
+    ka_llm_reply_release(&r);
+
+    /* a descriptor with no key: a config error, no request */
+    kf_test_write_file(empty, "\n");
+    close(fd);
+    fd = open(empty, O_RDONLY | O_CLOEXEC);
+    cli.cfg.key_fd = fd;
+    cr_assert_eq(ka_llm_chat(&cli, msgs, tools, NULL, &r, &e), KF_CONFIG);
+    cr_assert_str_eq(r.error, "config");
+    cr_assert_not_null(strstr(e.msg, "empty"), "%s", e.msg);
+    cr_assert_eq(kf_test_llm_requests(srv), 3);
+    ka_llm_reply_release(&r);
+    close(fd);
+    free(empty);
+    free(dir);
+}
+
+/* The second shape's rule (docs/llm.md, "What is checked"). */
+Test(llm_offline, the_second_shape_keeps_equal_dims_equal_and_tiles_tiles)
+{
+    static const long long rule[][2] = { { 1, 1 },       { 2, 1 },       { 128, 64 },    { 64, 32 },
+                                         { 1000, 744 },  { 4096, 3072 }, { 8192, 6144 }, { 130, 96 },
+                                         { 3000, 2248 }, { 256, 128 },   { 96, 64 },     { 3, 2 } };
+    ka_problem pb, alt;
+
+    for (size_t i = 0; i < sizeof(rule) / sizeof(rule[0]); i++)
+        cr_assert_eq(ka_llm_second_dim(rule[i][0]), rule[i][1], "%lld -> %lld, not %lld", rule[i][0], rule[i][1],
+                     (long long)ka_llm_second_dim(rule[i][0]));
+    memset(&pb, 0, sizeof(pb));
+    pb.n_inputs = 2;
+    pb.inputs[0].ndim = 2;
+    pb.inputs[0].shape[0] = 4096;
+    pb.inputs[0].shape[1] = 8192;
+    pb.inputs[1].ndim = 1;
+    pb.inputs[1].shape[0] = 8192;
+    ka_llm_second_shape(&pb, &alt);
+    cr_assert(alt.inputs[0].shape[0] == 3072 && alt.inputs[0].shape[1] == 6144 && alt.inputs[1].shape[0] == 6144);
 }

@@ -628,3 +628,56 @@ Test(mcp, an_api_answer_that_is_not_utf8_is_quoted_as_json_text)
     cJSON_Delete(a);
     cr_assert_eq(waitpid(pid, &st, 0), pid);
 }
+
+/* notifications/progress: a tools/call with params._meta.progressToken gets
+ * one at once (progress 0) and one a second while it runs, then its answer;
+ * a call without a token gets none. */
+Test(mcp, a_progress_token_gets_progress_notifications_before_the_answer)
+{
+    kf_mcp m;
+    char *r = root(), *kdir = kf_asprintf("KFORGE_KERNELS_DIR=%s/kernels", r), *line;
+    const char *const env[] = { "KFORGE_SIM_TIMEOUT_S=120", kdir, NULL };
+    static const char call[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"_meta\":{\"progressToken\":\"tok-1\"},"
+        "\"name\":\"validate\",\"arguments\":{\"op\":\"softmax\",\"shapes\":[[512,2048]],\"seeds\":[1,2,3]}}}\n";
+    int notes = 0;
+    double last = -1;
+    bool answered = false;
+
+    kf_mcp_start(&m, env, NULL);
+    kf_mcp_handshake(&m);
+    cr_assert_eq(kf_mcp_write(&m, call, strlen(call)), 0);
+    while (!answered && (line = kf_mcp_read_line(&m, 120000)) != NULL) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *p = get(j, "params");
+        cr_assert_not_null(j, "%s", line);
+        if (cJSON_IsString(get(j, "method"))) {
+            cr_assert_str_eq(get(j, "method")->valuestring, "notifications/progress");
+            cr_assert_str_eq(get(p, "progressToken")->valuestring, "tok-1");
+            cr_assert_gt(get(p, "progress")->valuedouble, last, "progress increases");
+            last = get(p, "progress")->valuedouble;
+            cr_assert_null(get(j, "id"), "a notification has no id");
+            notes++;
+        } else {
+            cr_assert_eq(get(j, "id")->valueint, 7);
+            cr_assert(cJSON_IsObject(get(j, "result")));
+            answered = true;
+        }
+        cJSON_Delete(j);
+        free(line);
+    }
+    cr_assert(answered && notes >= 1, "%d notifications, then the answer", notes);
+    /* without a token: the answer alone */
+    {
+        cJSON *res = kf_mcp_rpc(&m,
+                                "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"docs\","
+                                "\"arguments\":{\"query\":\"psum\"}}}\n",
+                                30000);
+        cr_assert_not_null(res);
+        cr_assert_eq(get(res, "id")->valueint, 8, "no notification before it");
+        cJSON_Delete(res);
+    }
+    kf_mcp_close(&m, 10000);
+    free(kdir);
+    free(r);
+}

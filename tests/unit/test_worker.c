@@ -260,8 +260,10 @@ Test(jobproc, only_allowlisted_settings_reach_a_job_process)
 {
     const char *allowed[] = { "PATH=/usr/bin", "HOME=/root", "LANG=C.UTF-8", "LC_ALL=C", "OPENBLAS_CORETYPE=Haswell",
                               "KFORGE_LOG_LEVEL=debug", "KFORGE_SIM_TIMEOUT_S=5", "KFORGE_SANDBOX=strict",
-                              "KFORGE_KERNELS_DIR=/k", "ASAN_OPTIONS=x=1", NULL };
+                              "KFORGE_KERNELS_DIR=/k", "ASAN_OPTIONS=x=1", "KFORGE_LLM_URL=http://127.0.0.1:8000/v1",
+                              "KFORGE_LLM_MODEL=m", "KFORGE_LLM_TIMEOUT_S=30", NULL };
     const char *refused[] = { "KFORGE_TOKEN=kf_secret", "KFORGE_TOKEN_FILE=/var/lib/kforge/token",
+                              "KFORGE_LLM_API_KEY_FILE=/var/lib/kforge/llm-key",
                               "KFORGE_REDIS_URL=redis://:pw@h/0", "KFORGE_PG_DSN=postgresql://u:pw@h/db",
                               "KFORGE_BOOTSTRAP_TOKEN=kf_admin", "KFORGE_API_URL=http://x", "AWS_SECRET_ACCESS_KEY=x",
                               "LC_", "OPENBLAS_", "PATHX=1", "KFORGE_LOG_LEVELX=1", "LD_PRELOAD=/tmp/x.so",

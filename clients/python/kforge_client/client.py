@@ -333,6 +333,25 @@ class Client:
         query = [("attempt", _positive("attempt", attempt))] if attempt is not None else None
         return self._t.json("GET", "/v1/jobs/%s/iterations/%d" % (_job_id(job), seq), query, retry=True)
 
+    def transcript(self, job, attempt=None):
+        """The LLM planner's model turns of a planner "llm" job (attempt:
+        default the latest that has any), in order: a list of dicts, one per
+        turn (the messages it added and the raw reply, the API key
+        overwritten).  Written one JSON object per line to a file, they are
+        what `kforge tune --llm-replay FILE` replays (docs/llm.md, Jobs).
+        [] when the job ran no model."""
+        query = [("attempt", _positive("attempt", attempt))] if attempt is not None else None
+        _, _, payload = self._t.open("GET", "/v1/jobs/%s/transcript" % _job_id(job), query, retry=True)
+        turns = []
+        for line in payload.decode("utf-8").splitlines():
+            if line.strip():
+                try:
+                    turns.append(json.loads(line))
+                except (ValueError, RecursionError):
+                    raise errors.KforgeError(title="Bad response",
+                                             detail="a transcript line is not JSON") from None
+        return turns
+
     def compare(self, a, b, *more):
         """Two to four jobs side by side (docs/runs.md, Compare): best
         latency and fraction of bound, the params that differ, profile

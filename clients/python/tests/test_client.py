@@ -207,6 +207,21 @@ class ReadTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.jobs(created_before=datetime.datetime(2026, 1, 1))
 
+    def test_transcript_is_one_turn_per_line(self):
+        turns = [{"turn": 1, "iteration": 0, "mode": "repair", "reply": "{}"},
+                 {"turn": 2, "iteration": 1, "mode": "repair", "reply": None, "error": "timeout"}]
+        body = "".join(json.dumps(t) + "\n" for t in turns).encode("utf-8")
+        with FakeServer(lambda req: Reply(200, body, {"Content-Type": "application/x-ndjson"})) as srv:
+            got = client(srv).transcript(A, attempt=2)
+        self.assertEqual(got, turns)
+        self.assertEqual(srv.requests[0].path, "/v1/jobs/%s/transcript" % A)
+        self.assertEqual(srv.requests[0].arg("attempt"), "2")
+        with FakeServer(lambda req: Reply(200, b"", {"Content-Type": "application/x-ndjson"})) as srv:
+            self.assertEqual(client(srv).transcript(A), [])
+        with FakeServer(lambda req: Reply(200, b"{not json\n", {"Content-Type": "application/x-ndjson"})) as srv:
+            with self.assertRaisesRegex(kc.KforgeError, "Bad response"):
+                client(srv).transcript(A)
+
     def test_iterations_every_page_and_a_table(self):
         its = [{"seq": i, "attempt": 1, "action": "tune", "params": {"TILE_F": 128 << i}, "latency_ns": 1000.0 - i,
                 "correct": True, "profile": {"bound": "dma"}} for i in range(5)]
