@@ -707,7 +707,9 @@ static enum MHD_Result api_send(api_req *r)
         resp = MHD_create_response_from_buffer(r->out.len, r->out.data, MHD_RESPMEM_MUST_COPY);
         if (!resp)
             return MHD_NO;
-        if (r->out.len)
+        /* An empty body of a declared type (a transcript of a job that ran no
+         * model) is still that type; only a reply without content has none. */
+        if (r->out.len || (r->content_type && status != 204 && status != 304))
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                     r->content_type ? r->content_type : "application/json");
     }

@@ -249,8 +249,12 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
     int gets = 0;
     PGresult *it;
 
-    /* An iteration for GET /v1/jobs/{id}/iterations/{seq}. */
-    it = PQexecParams(fx.pg, "INSERT INTO iterations (job_id, attempt, seq, source) VALUES ($1::uuid, 1, 0, 'x')", 1,
+    /* An iteration for GET /v1/jobs/{id}/iterations/{seq}, with a model turn
+     * for GET /v1/jobs/{id}/transcript. */
+    it = PQexecParams(fx.pg,
+                      "INSERT INTO iterations (job_id, attempt, seq, source, llm) VALUES ($1::uuid, 1, 0, 'x', "
+                      "'{\"turn\": {\"role\": \"assistant\"}}')",
+                      1,
                       NULL, (const char *const[]){ id }, NULL, NULL, 0);
     cr_assert_eq(PQresultStatus(it), PGRES_COMMAND_OK, "%s", PQresultErrorMessage(it));
     PQclear(it);
@@ -314,6 +318,18 @@ Test(api_edge, head_answers_every_get_route_as_get_does_without_a_body)
         cr_assert_eq(kf_http_request("HEAD", url, NULL, NULL, NULL, 0, &r), 401);
         kf_http_resp_release(&r);
         free(url);
+    }
+    /* A job that ran no model has an empty transcript, still of its type. */
+    {
+        kf_http_resp r;
+        char *p = kf_asprintf("/v1/jobs/%s/transcript", id2), *ct;
+        cr_assert_eq(fx_req(&fx, "GET", p, fx.user, NULL, &r), 200, "%s", r.body);
+        cr_assert_eq(r.body_len, 0, "%s", r.body);
+        ct = kf_http_header(&r, "Content-Type");
+        cr_assert(ct && strcmp(ct, "application/x-ndjson") == 0, "Content-Type %s", ct ? ct : "-");
+        free(ct);
+        free(p);
+        kf_http_resp_release(&r);
     }
     /* Allow names HEAD wherever GET is allowed, and only there. */
     {
