@@ -591,12 +591,18 @@ bool api_idem_parse_key(const char *h, char *out, size_t cap);
 /* The opaque list cursor for (created_at µs, id), and back.  parse fills
  * micros (digits) and id (37 bytes) and refuses anything make() did not produce. */
 void api_cursor_make(const char *micros, const char *id, char *out, size_t cap);
-/* A keyset page of res (up to lim + 1 rows of: the item's JSON text, its
- * time in epoch microseconds, its id) appended to out as
- * `[item,...],"next_cursor":CURSOR` (the first lim items; the cursor of
- * the lim-th when a row beyond it came back, else null).  The caller
- * writes the member name before and the closing brace after. */
-void api_page_rows(kf_buf *out, const PGresult *res, int lim);
+/* How a keyset page's cursor is made from the columns after the item's:
+ * the opaque (created_at µs, id) of api_cursor_make, column 1 as it is, or
+ * columns 1 and 2 joined by '.' (an iteration's "attempt.seq"). */
+typedef enum { API_CURSOR_TIME_ID, API_CURSOR_KEY, API_CURSOR_KEY_PAIR } api_cursor_kind;
+/* A keyset page of res (up to lim + 1 rows of: the item's JSON text, then
+ * its cursor columns) appended to out as `[item,...],"next_cursor":CURSOR`
+ * (the first lim items; the cursor of the lim-th when a row beyond it came
+ * back, else null).  The caller writes the member name before and the
+ * closing brace after.  api_page_next writes only `],"next_cursor":CURSOR`,
+ * for a caller that writes the items itself. */
+void api_page_rows(kf_buf *out, const PGresult *res, int lim, api_cursor_kind kind);
+void api_page_next(kf_buf *out, const PGresult *res, int lim, api_cursor_kind kind);
 bool api_cursor_parse(const char *cur, char *micros, size_t mcap, char *id);
 /* A keyset page's `limit` (1..max; *lim keeps its default when absent)
  * and `cursor` (micros and id filled, empty when absent) checked; a bad

@@ -471,7 +471,7 @@ void api_h_batch_get(api_req *r)
     if (!res)
         goto out;
     kf_buf_adds(&out, ",\"entries\":");
-    api_page_rows(&out, res, (int)lim);
+    api_page_rows(&out, res, (int)lim, API_CURSOR_TIME_ID);
     kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
 out:
@@ -513,7 +513,7 @@ void api_h_batch_list(api_req *r)
     if (!res)
         return;
     kf_buf_adds(&out, "{\"items\":");
-    api_page_rows(&out, res, (int)lim);
+    api_page_rows(&out, res, (int)lim, API_CURSOR_TIME_ID);
     kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
     PQclear(res);

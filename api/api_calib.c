@@ -254,7 +254,6 @@ void api_h_calibration(api_req *r)
     kf_fields fe;
     kf_buf out = KF_BUF_INIT;
     PGresult *res = NULL;
-    int rows;
 
     kf_fields_init(&fe);
     api_req_query_check(r, allowed, NULL, &fe);
@@ -307,18 +306,9 @@ void api_h_calibration(api_req *r)
         kf_buf_release(&out);
         return;
     }
-    rows = PQntuples(res);
-    kf_buf_adds(&out, ",\"items\":[");
-    for (int i = 0; i < rows && i < limit; i++) {
-        if (i)
-            kf_buf_addc(&out, ',');
-        kf_buf_adds(&out, PQgetvalue(res, i, 0));
-    }
-    kf_buf_adds(&out, "],\"next_cursor\":");
-    if (rows > limit)
-        kf_buf_addf(&out, "\"%s\"}", PQgetvalue(res, (int)limit - 1, 1));
-    else
-        kf_buf_adds(&out, "null}");
+    kf_buf_adds(&out, ",\"items\":");
+    api_page_rows(&out, res, (int)limit, API_CURSOR_KEY);
+    kf_buf_addc(&out, '}');
     PQclear(res);
     api_reply_json_text(r, 200, out.data);
     kf_buf_release(&out);

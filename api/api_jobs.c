@@ -339,7 +339,23 @@ void api_page_query(const char *lim_s, const char *cursor, unsigned long long ma
         kf_fields_add(fe, "cursor", "format", "not a cursor this API returned; pass next_cursor unchanged");
 }
 
-void api_page_rows(kf_buf *out, const PGresult *res, int lim)
+void api_page_next(kf_buf *out, const PGresult *res, int lim, api_cursor_kind kind)
+{
+    kf_buf_adds(out, "],\"next_cursor\":");
+    if (PQntuples(res) <= lim || lim < 1) {
+        kf_buf_adds(out, "null");
+    } else if (kind == API_CURSOR_TIME_ID) {
+        char enc[128];
+        api_cursor_make(PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2), enc, sizeof(enc));
+        kf_buf_addf(out, "\"%s\"", enc);
+    } else if (kind == API_CURSOR_KEY_PAIR) {
+        kf_buf_addf(out, "\"%s.%s\"", PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2));
+    } else {
+        kf_buf_addf(out, "\"%s\"", PQgetvalue(res, lim - 1, 1));
+    }
+}
+
+void api_page_rows(kf_buf *out, const PGresult *res, int lim, api_cursor_kind kind)
 {
     int rows = PQntuples(res);
 
@@ -349,14 +365,7 @@ void api_page_rows(kf_buf *out, const PGresult *res, int lim)
             kf_buf_addc(out, ',');
         kf_buf_adds(out, PQgetvalue(res, i, 0));
     }
-    kf_buf_adds(out, "],\"next_cursor\":");
-    if (rows > lim && lim > 0) {
-        char enc[128];
-        api_cursor_make(PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2), enc, sizeof(enc));
-        kf_buf_addf(out, "\"%s\"", enc);
-    } else {
-        kf_buf_adds(out, "null");
-    }
+    api_page_next(out, res, lim, kind);
 }
 
 #define API_CURSOR_MAX_US 253402300799999999ULL   /* 9999-12-31T23:59:59.999999Z */
@@ -685,14 +694,7 @@ static void api_list_page(api_req *r, kf_buf *out, const PGresult *res, int lim)
             kf_buf_adds(out, PQgetvalue(res, i, 0));
         }
     }
-    kf_buf_adds(out, "],\"next_cursor\":");
-    if (PQntuples(res) > lim && lim > 0) {
-        char enc[128];
-        api_cursor_make(PQgetvalue(res, lim - 1, 1), PQgetvalue(res, lim - 1, 2), enc, sizeof(enc));
-        kf_buf_addf(out, "\"%s\"", enc);
-    } else {
-        kf_buf_adds(out, "null");
-    }
+    api_page_next(out, res, lim, API_CURSOR_TIME_ID);
     free(st);
     free(tg);
     free(bk);

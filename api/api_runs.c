@@ -81,6 +81,27 @@ static bool api_runs_job_visible(api_req *r, const char *id)
     return found;
 }
 
+/* The prologue of a route on one job that takes only ?attempt=N: the query
+ * checked (422 naming the field), the job visible to the caller (404).
+ * *att_s is the attempt's text or NULL (the latest). */
+static bool api_runs_attempt_of_job(api_req *r, const char **att_s)
+{
+    static const char *const allowed[] = { "attempt", NULL };
+    unsigned long long v = 0;
+    kf_fields fe;
+
+    *att_s = api_req_query(r, "attempt");
+    kf_fields_init(&fe);
+    api_req_query_check(r, allowed, NULL, &fe);
+    if (*att_s && (!api_parse_uint(*att_s, API_ATTEMPT_MAX, &v) || v < 1))
+        kf_fields_add(&fe, "attempt", "range", "must be an integer between 1 and %d", API_ATTEMPT_MAX);
+    if (fe.n) {
+        api_reply_fields(r, 422, "validation", &fe);
+        return false;
+    }
+    return api_runs_job_visible(r, r->param);
+}
+
 /* ---- the source of an iteration ------------------------------------------------ */
 
 bool api_run_source(api_req *r, const char *job, const char *attempt, const char *seq, char **prev, char **cur)
@@ -169,7 +190,6 @@ void api_h_job_iterations(api_req *r)
     kf_fields fe;
     kf_buf out = KF_BUF_INIT;
     PGresult *res;
-    int rows;
 
     kf_fields_init(&fe);
     api_req_query_check(r, allowed, NULL, &fe);
@@ -205,18 +225,9 @@ void api_h_job_iterations(api_req *r)
                       5, params);
     if (!res)
         return;
-    rows = PQntuples(res);
-    kf_buf_adds(&out, "{\"items\":[");
-    for (int i = 0; i < rows && i < limit; i++) {
-        if (i)
-            kf_buf_addc(&out, ',');
-        kf_buf_adds(&out, PQgetvalue(res, i, 0));
-    }
-    kf_buf_adds(&out, "],\"next_cursor\":");
-    if (rows > limit)
-        kf_buf_addf(&out, "\"%s.%s\"}", PQgetvalue(res, (int)limit - 1, 1), PQgetvalue(res, (int)limit - 1, 2));
-    else
-        kf_buf_adds(&out, "null}");
+    kf_buf_adds(&out, "{\"items\":");
+    api_page_rows(&out, res, (int)limit, API_CURSOR_KEY_PAIR);
+    kf_buf_addc(&out, '}');
     api_reply_json_text(r, 200, out.data);
     PQclear(res);
     kf_buf_release(&out);
@@ -230,23 +241,12 @@ void api_h_job_iterations(api_req *r)
  * replays the run from it.  An empty body when the job ran no model. */
 void api_h_job_transcript(api_req *r)
 {
-    static const char *const allowed[] = { "attempt", NULL };
-    const char *att_s = api_req_query(r, "attempt");
+    const char *att_s;
     const char *params[2];
-    unsigned long long v = 0;
-    kf_fields fe;
     kf_buf out = KF_BUF_INIT;
     PGresult *res;
 
-    kf_fields_init(&fe);
-    api_req_query_check(r, allowed, NULL, &fe);
-    if (att_s && (!api_parse_uint(att_s, API_ATTEMPT_MAX, &v) || v < 1))
-        kf_fields_add(&fe, "attempt", "range", "must be an integer between 1 and %d", API_ATTEMPT_MAX);
-    if (fe.n) {
-        api_reply_fields(r, 422, "validation", &fe);
-        return;
-    }
-    if (!api_runs_job_visible(r, r->param))
+    if (!api_runs_attempt_of_job(r, &att_s))
         return;
     params[0] = r->param;
     params[1] = att_s;
@@ -272,26 +272,16 @@ void api_h_job_transcript(api_req *r)
 
 void api_h_job_iteration(api_req *r)
 {
-    static const char *const allowed[] = { "attempt", NULL };
-    const char *att_s = api_req_query(r, "attempt");
+    const char *att_s;
     char seq[24], attempt[24], prev_seq[24], label_a[48], label_b[48];
     const char *params[3];
     unsigned long long v = 0;
-    kf_fields fe;
     PGresult *res = NULL;
     cJSON *doc = NULL;
     char *prev = NULL, *cur = NULL;
     bool have_prev;
 
-    kf_fields_init(&fe);
-    api_req_query_check(r, allowed, NULL, &fe);
-    if (att_s && (!api_parse_uint(att_s, API_ATTEMPT_MAX, &v) || v < 1))
-        kf_fields_add(&fe, "attempt", "range", "must be an integer between 1 and %d", API_ATTEMPT_MAX);
-    if (fe.n) {
-        api_reply_fields(r, 422, "validation", &fe);
-        return;
-    }
-    if (!api_runs_job_visible(r, r->param))
+    if (!api_runs_attempt_of_job(r, &att_s))
         return;
     if (!api_parse_uint(r->param2, API_SEQ_MAX, &v)) {
         api_reply_code(r, KF_NOT_FOUND, "not-found", "no iteration %.24s of job %s (a seq is an integer from 0 to %d)",

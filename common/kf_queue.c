@@ -924,8 +924,12 @@ kf_code kf_queue_caps_get(kf_queue *q, const char *const *targets, const char *c
     return KF_OK;
 }
 
-kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err)
+/* The rows of a pairs script: after the status, per pair its name, the
+ * live workers offering it (when with_live), offered (0/1) and waiting. */
+static kf_code kq_pair_rows(kf_queue *q, kf_queue_script script, bool with_live, int limit, kf_queue_cap_state *out,
+                            int *n, kf_err *err)
 {
+    size_t stride = with_live ? 4 : 3;
     char lim[12];
     const char *args[1] = { lim };
     redisReply *r;
@@ -934,47 +938,33 @@ kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, i
     if (limit < 1)
         return KF_OK;
     snprintf(lim, sizeof(lim), "%d", limit);
-    if (!(r = kq_eval(q, KF_QS_CAPS_MISSING, 0, NULL, 1, args, err)))
+    if (!(r = kq_eval(q, script, 0, NULL, 1, args, err)))
         return err ? err->code : KF_REDIS;
-    for (size_t b = 1; b + 2 < r->elements; b += 3) {
+    for (size_t b = 1; b + stride - 1 < r->elements; b += stride) {
         kf_queue_cap_state *c;
+        size_t f = b + 1;
         if (*n >= limit || r->element[b]->type != REDIS_REPLY_STRING || r->element[b]->len >= KQ_PAIR_LEN)
             break;
         c = &out[(*n)++];
         memset(c, 0, sizeof(*c));
         kq_cap_names(c, r->element[b]->str);
-        c->offered = kq_int(r, b + 1) == 1;
-        c->waiting = kq_int(r, b + 2);
+        if (with_live)
+            c->live_workers = kq_int(r, f++);
+        c->offered = kq_int(r, f) == 1;
+        c->waiting = kq_int(r, f + 1);
     }
     freeReplyObject(r);
     return KF_OK;
 }
 
+kf_code kf_queue_caps_missing(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err)
+{
+    return kq_pair_rows(q, KF_QS_CAPS_MISSING, false, limit, out, n, err);
+}
+
 kf_code kf_queue_pairs_list(kf_queue *q, int limit, kf_queue_cap_state *out, int *n, kf_err *err)
 {
-    char lim[12];
-    const char *args[1] = { lim };
-    redisReply *r;
-
-    *n = 0;
-    if (limit < 1)
-        return KF_OK;
-    snprintf(lim, sizeof(lim), "%d", limit);
-    if (!(r = kq_eval(q, KF_QS_PAIRS, 0, NULL, 1, args, err)))
-        return err ? err->code : KF_REDIS;
-    for (size_t b = 1; b + 3 < r->elements; b += 4) {
-        kf_queue_cap_state *c;
-        if (*n >= limit || r->element[b]->type != REDIS_REPLY_STRING || r->element[b]->len >= KQ_PAIR_LEN)
-            break;
-        c = &out[(*n)++];
-        memset(c, 0, sizeof(*c));
-        kq_cap_names(c, r->element[b]->str);
-        c->live_workers = kq_int(r, b + 1);
-        c->offered = kq_int(r, b + 2) == 1;
-        c->waiting = kq_int(r, b + 3);
-    }
-    freeReplyObject(r);
-    return KF_OK;
+    return kq_pair_rows(q, KF_QS_PAIRS, true, limit, out, n, err);
 }
 
 kf_code kf_queue_migrate_wait(kf_queue *q, int limit, int *moved, kf_err *err)

@@ -120,38 +120,11 @@ static char *job_at(const char *batch, int seq)
 
 /* ---- driving a job as a worker does ------------------------------------------------ */
 
-typedef struct lease {
-    char token[40];
-    int  attempt;
-} lease;
+typedef fx_lease lease;
 
 static lease lease_job(const char *id, const char *target)
 {
-    kf_err e = KF_ERR_INIT;
-    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
-    const char *targets[1] = { target };
-    char key[80];
-    lease tl = { "", 0 };
-
-    cr_assert_not_null(q, "%s", e.msg);
-    snprintf(key, sizeof(key), "kf:job:%s", id);
-    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
-    for (int i = 0; i < 300 && !tl.attempt; i++) {
-        kf_queue_lease l;
-        bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
-        if (got) {
-            cr_assert_str_eq(l.id, id, "another job was waiting");
-            snprintf(tl.token, sizeof(tl.token), "%s", l.token);
-            tl.attempt = l.attempt;
-            kf_queue_lease_free(&l);
-        } else {
-            kf_test_sleep_ms(10);
-        }
-    }
-    cr_assert(tl.attempt > 0, "job %s could not be leased", id);
-    kf_queue_free(q);
-    return tl;
+    return fx_lease_job(&fx, id, target);
 }
 
 static void report(const char *id, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

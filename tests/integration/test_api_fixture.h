@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "kf_alloc.h"
+#include "kf_queue.h"
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_http.h"
 
@@ -281,6 +282,59 @@ __attribute__((unused)) static long fx_sql_int_soon(api_fx *f, const char *sql, 
         n = fx_sql_int(f, sql, arg);
     }
     return n;
+}
+
+/* A lease w1 holds on a job. */
+typedef struct fx_lease {
+    char token[64];
+    int  attempt;
+} fx_lease;
+
+/* Lease job `id` as worker w1 does, offering `target` (NULL: trn1, trn2,
+ * trn3 and inf2) on the diag and sim backends, within 3 s; asserts that it
+ * is this job that comes (no other was waiting). */
+__attribute__((unused)) static fx_lease fx_lease_job(api_fx *f, const char *id, const char *target)
+{
+    static const char *const all[4] = { "trn1", "trn2", "trn3", "inf2" };
+    const char *one[1] = { target };
+    kf_queue_caps caps = { target ? one : all, target ? 1 : 4, (const char *const[]){ "diag", "sim" }, 2 };
+    kf_err e = KF_ERR_INIT;
+    kf_queue *q = kf_queue_connect(f->redis_url, &e);
+    char key[80];
+    fx_lease tl = { "", 0 };
+
+    cr_assert_not_null(q, "%s", e.msg);
+    snprintf(key, sizeof(key), "kf:job:%s", id);
+    cr_assert_eq(fx_redis_int_soon(f, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
+    for (int i = 0; i < 300 && !tl.attempt; i++) {
+        kf_queue_lease l;
+        bool got = false;
+        cr_assert_eq(kf_queue_lease_job(q, &caps, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+        if (got) {
+            cr_assert_str_eq(l.id, id, "another job was waiting");
+            snprintf(tl.token, sizeof(tl.token), "%s", l.token);
+            tl.attempt = l.attempt;
+            kf_queue_lease_free(&l);
+        } else {
+            kf_test_sleep_ms(10);
+        }
+    }
+    kf_queue_free(q);
+    cr_assert(tl.attempt > 0, "job %s could not be leased", id);
+    return tl;
+}
+
+/* Report the leased job's start as w1 (POST /v1/internal/jobs/{id}/start). */
+__attribute__((unused)) static void fx_start_job(api_fx *f, const char *id, const fx_lease *l)
+{
+    char *path = kf_asprintf("/v1/internal/jobs/%s/start", id);
+    char *body = kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\"}", l->attempt, l->token);
+    kf_http_resp r;
+
+    cr_assert_eq(fx_req(f, "POST", path, f->worker, body, &r), 200, "%s", r.body);
+    kf_http_resp_release(&r);
+    free(path);
+    free(body);
 }
 
 /* POST a diag job as `token`; returns its id (caller frees). */

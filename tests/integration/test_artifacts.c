@@ -45,46 +45,15 @@ TestSuite(artifacts_dir, .init = setup_dir, .fini = teardown, .timeout = 120);
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-typedef struct lease {
-    char token[64];
-    int  attempt;
-} lease;
+typedef fx_lease lease;
 
 /* Submit a diag job as `tok`, lease it for worker w1 and report its start. */
 static char *leased_job(const char *tok, lease *l)
 {
     char *id = fx_submit(&fx, tok, NULL);
-    kf_err e = KF_ERR_INIT;
-    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
-    const char *targets[1] = { "trn2" };
-    char key[80], *body, *path;
-    kf_http_resp r;
 
-    cr_assert_not_null(q, "%s", e.msg);
-    snprintf(key, sizeof(key), "kf:job:%s", id);
-    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
-    memset(l, 0, sizeof(*l));
-    for (int i = 0; i < 300 && !l->attempt; i++) {
-        kf_queue_lease ql;
-        bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
-        if (got) {
-            cr_assert_str_eq(ql.id, id);
-            snprintf(l->token, sizeof(l->token), "%s", ql.token);
-            l->attempt = ql.attempt;
-            kf_queue_lease_free(&ql);
-        } else {
-            kf_test_sleep_ms(10);
-        }
-    }
-    kf_queue_free(q);
-    cr_assert(l->attempt > 0, "job %s was never leased", id);
-    path = kf_asprintf("/v1/internal/jobs/%s/start", id);
-    body = kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\"}", l->attempt, l->token);
-    cr_assert_eq(fx_req(&fx, "POST", path, fx.worker, body, &r), 200, "%s", r.body);
-    kf_http_resp_release(&r);
-    free(path);
-    free(body);
+    *l = fx_lease_job(&fx, id, "trn2");
+    fx_start_job(&fx, id, l);
     return id;
 }
 
