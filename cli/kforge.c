@@ -357,12 +357,32 @@ static bool cli_label_ok(const char *kv)
     return true;
 }
 
+/* GET a list path q (its filters added with esc) with the page options
+ * (--cursor, --limit), shown by render; frees q and esc.  The exit code. */
+static int cli_list_get(const cli_opts *o, kf_buf *q, CURL *esc, void (*render)(const cJSON *, kf_buf *))
+{
+    cJSON *doc = NULL;
+    int code;
+
+    cli_q(q, esc, "cursor", o->cursor);
+    if (o->limit > 0) {
+        char l[16];
+        snprintf(l, sizeof(l), "%d", o->limit);
+        cli_q(q, esc, "limit", l);
+    }
+    curl_easy_cleanup(esc);
+    code = cli_call(o, "GET", q->data, NULL, &doc);
+    if (code == 0)
+        cli_show(o, render, doc);
+    cJSON_Delete(doc);
+    kf_buf_release(q);
+    return code;
+}
+
 static int cli_cmd_jobs(const cli_opts *o)
 {
     kf_buf q = KF_BUF_INIT;
     CURL *esc = curl_easy_init();
-    cJSON *page = NULL;
-    int code;
 
     kf_buf_adds(&q, "/v1/jobs");
     cli_q(&q, esc, "state", o->state);
@@ -373,7 +393,6 @@ static int cli_cmd_jobs(const cli_opts *o)
     cli_q(&q, esc, "created_after", o->since);
     cli_q(&q, esc, "created_before", o->until);
     cli_q(&q, esc, "worker", o->worker);
-    cli_q(&q, esc, "cursor", o->cursor);
     if (o->full)
         cli_q(&q, esc, "view", "full");
     for (int i = 0; i < o->n_labels; i++) {
@@ -382,44 +401,19 @@ static int cli_cmd_jobs(const cli_opts *o)
         cli_q(&q, esc, key, eq + 1);
         free(key);
     }
-    if (o->limit > 0) {
-        char l[16];
-        snprintf(l, sizeof(l), "%d", o->limit);
-        cli_q(&q, esc, "limit", l);
-    }
-    curl_easy_cleanup(esc);
-    code = cli_call(o, "GET", q.data, NULL, &page);
-    if (code == 0)
-        cli_show(o, cli_render_jobs, page);
-    cJSON_Delete(page);
-    kf_buf_release(&q);
-    return code;
+    return cli_list_get(o, &q, esc, cli_render_jobs);
 }
 
 static int cli_cmd_calibration(const cli_opts *o)
 {
     kf_buf q = KF_BUF_INIT;
     CURL *esc = curl_easy_init();
-    cJSON *doc = NULL;
-    int code;
 
     kf_buf_adds(&q, "/v1/calibration");
     cli_q(&q, esc, "op", o->op);
     cli_q(&q, esc, "target", o->target);
     cli_q(&q, esc, "since", o->since);
-    cli_q(&q, esc, "cursor", o->cursor);
-    if (o->limit > 0) {
-        char l[16];
-        snprintf(l, sizeof(l), "%d", o->limit);
-        cli_q(&q, esc, "limit", l);
-    }
-    curl_easy_cleanup(esc);
-    code = cli_call(o, "GET", q.data, NULL, &doc);
-    if (code == 0)
-        cli_show(o, cli_render_calibration, doc);
-    cJSON_Delete(doc);
-    kf_buf_release(&q);
-    return code;
+    return cli_list_get(o, &q, esc, cli_render_calibration);
 }
 
 static int cli_cmd_iterations(const cli_opts *o, const char *id)

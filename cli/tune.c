@@ -581,6 +581,13 @@ int cli_tune_main(int argc, char **argv)
      * shape can take a while before any iteration is reported */
     if (!ctx.quiet)
         fprintf(stderr, "kforge tune: %s on %s: reading the kernel, its tunables and constraints\n", what, target);
+    if (tun_s) {
+        tun = cJSON_Parse(tun_s);
+        if (!cJSON_IsObject(tun)) {
+            fprintf(stderr, "kforge tune: --tunables must be a JSON object {\"NAME\": [values...]}\n");
+            goto out;
+        }
+    }
     if (write_op) {
         char rp[PATH_MAX];
         if (!realpath(ref, rp)) {
@@ -592,13 +599,6 @@ int cli_tune_main(int argc, char **argv)
                                  &err) != KF_OK) {
             fprintf(stderr, "kforge tune: %s\n", err.msg);
             goto out;
-        }
-        if (tun_s) {
-            tun = cJSON_Parse(tun_s);
-            if (!cJSON_IsObject(tun)) {
-                fprintf(stderr, "kforge tune: --tunables must be a JSON object {\"NAME\": [values...]}\n");
-                goto out;
-            }
         }
     } else if (strstr(what, ".py") || strchr(what, '/')) {
         if (!entry || pb.n_inputs == 0) {
@@ -625,12 +625,8 @@ int cli_tune_main(int argc, char **argv)
             fprintf(stderr, "kforge tune: %s\n", err.msg);
             goto out;
         }
-        if (tun_s) {
-            tun = cJSON_Parse(tun_s);
-            if (!cJSON_IsObject(tun)) {
-                fprintf(stderr, "kforge tune: --tunables must be a JSON object {\"NAME\": [values...]}\n");
-                goto out;
-            }
+        if (tun) {
+            /* --tunables, parsed above */
         } else if (meta && cJSON_GetObjectItemCaseSensitive(meta, "tunables")) {
             const cJSON *t;
             tun = cJSON_CreateObject();
@@ -650,6 +646,11 @@ int cli_tune_main(int argc, char **argv)
         }
         if (n_shapes == 0) {
             fprintf(stderr, "kforge tune: give the op's shapes with --shape DIMS (kforge tune --list)\n");
+            goto out;
+        }
+        if (tun) {
+            fprintf(stderr, "kforge tune: --tunables goes with a kernel file or --op; a library op searches the "
+                            "tunables its kernel declares (kforge tune --list)\n");
             goto out;
         }
         if (ka_lib_find(NULL, what, &meta, path, sizeof(path), &err) != KF_OK ||

@@ -126,6 +126,17 @@ Test(agent_cli, usage_and_job_errors)
     cr_assert_eq(kf_test_sh(cmd, &out), 2);
     free(out);
     free(cmd);
+    /* a library op's search space is its kernel's: --tunables is refused, not ignored */
+    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --tunables '{\"TILE\":[1]}' 2>&1", r, k);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2);
+    cr_assert(strstr(out, "--tunables goes with a kernel file"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --tunables '[1]' 2>&1", r, k);
+    cr_assert_eq(kf_test_sh(cmd, &out), 2);
+    cr_assert(strstr(out, "--tunables must be a JSON object"), "%s", out);
+    free(out);
+    free(cmd);
     free(r);
     free(k);
 }
