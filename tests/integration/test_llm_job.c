@@ -129,6 +129,34 @@ static bool file_has(const char *path, const char *needle)
     return has;
 }
 
+/* The verdicts of a replayed run's iterations.jsonl: how many iterations
+ * were accepted and how many were wrong (only the model's proposals when
+ * proposals_only). */
+static void replay_verdicts(const char *path, bool proposals_only, int *ok, int *bad)
+{
+    char *t = kf_test_read_file(path);
+
+    *ok = *bad = 0;
+    cr_assert_not_null(t, "the replay wrote %s", path);
+    for (char *l = t; *l;) {
+        char *nl = strchr(l, '\n');
+        cJSON *j, *a;
+        if (nl)
+            *nl = '\0';
+        j = cJSON_Parse(l);
+        a = cJSON_GetObjectItemCaseSensitive(j, "action");
+        if (!proposals_only || (cJSON_IsString(a) && strcmp(a->valuestring, "propose") == 0)) {
+            *ok += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "accepted"));
+            *bad += cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "correct"));
+        }
+        cJSON_Delete(j);
+        if (!nl)
+            break;
+        l = nl + 1;
+    }
+    free(t);
+}
+
 Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
 {
     kf_stack_opts o = { .redis_db = LLM_JOB_DB, .n_workers = 0, .n_schedulers = 1, .lease_ms = 10000 };
@@ -286,24 +314,9 @@ Test(llm_job, optimize_with_the_llm_planner_is_stored_and_replays)
     cr_assert_eq(system(cmd), 0, "the replay runs: %s", cmd);
     res = kf_asprintf("%s/iterations.jsonl", out);
     {
-        char *t = kf_test_read_file(res);
         int ok = 0, bad = 0;
-        for (char *l = t; l && *l;) {
-            char *nl = strchr(l, '\n');
-            cJSON *j;
-            if (nl)
-                *nl = '\0';
-            j = cJSON_Parse(l);
-            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "action")) &&
-                strcmp(cJSON_GetObjectItemCaseSensitive(j, "action")->valuestring, "propose") == 0) {
-                ok += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "accepted"));
-                bad += cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "correct"));
-            }
-            cJSON_Delete(j);
-            l = nl ? nl + 1 : NULL;
-        }
+        replay_verdicts(res, true, &ok, &bad);
         cr_assert(ok == 1 && bad == 2, "the replay reaches the same verdicts (%d accepted, %d wrong)", ok, bad);
-        free(t);
     }
     free(res);
     free(cmd);
@@ -380,7 +393,7 @@ Test(llm_job, a_generate_job_writes_an_op_outside_the_library)
     char *nocompile = replace(GELU, "op=nl.gelu_apprx_tanh", "op=nl.gelu_tanhh");
     char *wrong = replace(GELU, "op=nl.gelu_apprx_tanh", "op=nl.tanh");
     char *fitted = replace(GELU, "N, D = x.shape", "N, D = 128, 1000");
-    char *env, *body, *id, *url, *tfile, *rfile, *out, *cmd, *res, *t;
+    char *env, *body, *id, *url, *tfile, *rfile, *out, *cmd, *res;
     kf_http_resp r = { 0 };
     cJSON *b, *spec, *sh, *d;
     int ok = 0, bad = 0;
@@ -455,20 +468,8 @@ Test(llm_job, a_generate_job_writes_an_op_outside_the_library)
     }
     cr_assert_eq(system(cmd), 0, "the replay runs: %s", cmd);
     res = kf_asprintf("%s/iterations.jsonl", out);
-    t = kf_test_read_file(res);
-    for (char *l = t; l && *l;) {
-        char *nl = strchr(l, '\n');
-        cJSON *j;
-        if (nl)
-            *nl = '\0';
-        j = cJSON_Parse(l);
-        ok += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "accepted"));
-        bad += cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "correct"));
-        cJSON_Delete(j);
-        l = nl ? nl + 1 : NULL;
-    }
+    replay_verdicts(res, false, &ok, &bad);
     cr_assert(ok == 1 && bad == 3, "the replay reaches the same verdicts (%d accepted, %d wrong)", ok, bad);
-    free(t);
     free(res);
     free(cmd);
     free(out);
