@@ -698,43 +698,11 @@ static long cancel(const char *id, kf_http_resp *r)
 
 /* A lease of job `id` granted by the real queue to `worker` (the job must
  * be the only one waiting for trn2, or a due retry). */
-typedef struct test_lease {
-    char token[40];
-    int  attempt;
-} test_lease;
+typedef fx_lease test_lease;
 
 static test_lease lease_as(const char *id, const char *worker)
 {
-    kf_err e = KF_ERR_INIT;
-    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
-    const char *targets[1] = { "trn2" };
-    char key[80];
-    test_lease tl = { "", 0 };
-
-    cr_assert_not_null(q, "%s", e.msg);
-    snprintf(key, sizeof(key), "kf:job:%s", id);
-    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
-    for (int i = 0; i < 300 && !tl.attempt; i++) {
-        kf_queue_lease l;
-        kf_queue_moved *m = NULL;
-        int n = 0;
-        bool got = false;
-
-        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
-        kf_queue_moved_free(m, n);
-        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, worker, 60000, &l, &got, &e), KF_OK, "%s", e.msg);
-        if (got) {
-            cr_assert_str_eq(l.id, id, "another job was waiting");
-            snprintf(tl.token, sizeof(tl.token), "%s", l.token);
-            tl.attempt = l.attempt;
-            kf_queue_lease_free(&l);
-        } else {
-            kf_test_sleep_ms(10);
-        }
-    }
-    cr_assert(tl.attempt > 0, "job %s could not be leased", id);
-    kf_queue_free(q);
-    return tl;
+    return fx_lease_job_as(&fx, id, "trn2", worker);
 }
 
 /* Settle a lease in Redis as the worker would: fail (retry at once). */

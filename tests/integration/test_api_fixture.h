@@ -290,10 +290,12 @@ typedef struct fx_lease {
     int  attempt;
 } fx_lease;
 
-/* Lease job `id` as worker w1 does, offering `target` (NULL: trn1, trn2,
- * trn3 and inf2) on the diag and sim backends, within 3 s; asserts that it
- * is this job that comes (no other was waiting). */
-__attribute__((unused)) static fx_lease fx_lease_job(api_fx *f, const char *id, const char *target)
+/* Lease job `id` as `worker` does, offering `target` (NULL: trn1, trn2,
+ * trn3 and inf2) on the diag and sim backends, within 3 s, promoting due
+ * retries first as the scheduler would; asserts that it is this job that
+ * comes (no other was waiting). */
+__attribute__((unused)) static fx_lease fx_lease_job_as(api_fx *f, const char *id, const char *target,
+                                                        const char *worker)
 {
     static const char *const all[4] = { "trn1", "trn2", "trn3", "inf2" };
     const char *one[1] = { target };
@@ -308,8 +310,13 @@ __attribute__((unused)) static fx_lease fx_lease_job(api_fx *f, const char *id, 
     cr_assert_eq(fx_redis_int_soon(f, "EXISTS %s", key, 1), 1, "job %s never reached Redis", id);
     for (int i = 0; i < 300 && !tl.attempt; i++) {
         kf_queue_lease l;
+        kf_queue_moved *m = NULL;
+        int n = 0;
         bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, &caps, "w1", 60000, &l, &got, &e), KF_OK, "%s", e.msg);
+
+        cr_assert_eq(kf_queue_promote(q, 10, &m, &n, &e), KF_OK, "%s", e.msg);
+        kf_queue_moved_free(m, n);
+        cr_assert_eq(kf_queue_lease_job(q, &caps, worker, 60000, &l, &got, &e), KF_OK, "%s", e.msg);
         if (got) {
             cr_assert_str_eq(l.id, id, "another job was waiting");
             snprintf(tl.token, sizeof(tl.token), "%s", l.token);
@@ -322,6 +329,12 @@ __attribute__((unused)) static fx_lease fx_lease_job(api_fx *f, const char *id, 
     kf_queue_free(q);
     cr_assert(tl.attempt > 0, "job %s could not be leased", id);
     return tl;
+}
+
+/* fx_lease_job_as for worker w1. */
+__attribute__((unused)) static fx_lease fx_lease_job(api_fx *f, const char *id, const char *target)
+{
+    return fx_lease_job_as(f, id, target, "w1");
 }
 
 /* Report the leased job's start as w1 (POST /v1/internal/jobs/{id}/start). */

@@ -339,37 +339,14 @@ Test(api_library, a_user_kernel_is_its_owners_and_the_source_is_rebuilt_from_dif
                        "\"source\":\"def mykern(x, T=1):\\n    return x\\n\","
                        "\"reference\":\"def mykern(x):\\n    return x\\n\","
                        "\"inputs\":{\"x\":{\"shape\":[128,64],\"dtype\":\"float32\"}},\"tunables\":{\"T\":[1,2]}}";
-    char *id = fx_submit(&fx, fx.user, spec), *path, *url;
+    char *id = fx_submit(&fx, fx.user, spec), *url;
+    lease l = fx_lease_job(&fx, id, "trn2");
     kf_err e = KF_ERR_INIT;
-    kf_queue *q = kf_queue_connect(fx.redis_url, &e);
-    const char *targets[1] = { "trn2" };
-    char key[80], *body;
-    lease l = { "", 0 };
     cJSON *list;
     const cJSON *it;
     kf_http_resp r;
 
-    snprintf(key, sizeof(key), "kf:job:%s", id);
-    cr_assert_eq(fx_redis_int_soon(&fx, "EXISTS %s", key, 1), 1);
-    for (int i = 0; i < 300 && !l.attempt; i++) {
-        kf_queue_lease ql;
-        bool got = false;
-        cr_assert_eq(kf_queue_lease_job(q, &(kf_queue_caps){ targets, 1, (const char *const[]){ "diag", "sim" }, 2 }, "w1", 60000, &ql, &got, &e), KF_OK, "%s", e.msg);
-        if (got) {
-            snprintf(l.token, sizeof(l.token), "%s", ql.token);
-            l.attempt = ql.attempt;
-            kf_queue_lease_free(&ql);
-        } else {
-            kf_test_sleep_ms(10);
-        }
-    }
-    kf_queue_free(q);
-    path = kf_asprintf("/v1/internal/jobs/%s/start", id);
-    body = kf_asprintf("{\"attempt\":%d,\"lease_token\":\"%s\"}", l.attempt, l.token);
-    cr_assert_eq(fx_req(&fx, "POST", path, fx.worker, body, &r), 200, "%s", r.body);
-    kf_http_resp_release(&r);
-    free(path);
-    free(body);
+    fx_start_job(&fx, id, &l);
     /* seq 1: the whole source; seq 2: a diff against it (the best); no kernel.py kept */
     report_iteration(id, &l, 1, "\"source\":\"def mykern(x, T=1):\\n    return x\\n\"", "{\"T\":1}", 900, true);
     report_iteration(id, &l, 2,

@@ -112,31 +112,24 @@ Test(agent_cli, usage_and_job_errors)
               strstr(out, "--output-dir") && strstr(out, "Exit status"), "%s", out);
     free(out);
     free(cmd);
-    cmd = kf_asprintf("cd %s && %s tune conv9d --shape 8x8 --output-dir /tmp/kforge-test-none 2>&1", r, k);
-    cr_assert_eq(kf_test_sh(cmd, &out), 2);
-    cr_assert(strstr(out, "unknown op \"conv9d\""), "%s", out);
-    free(out);
-    free(cmd);
-    cmd = kf_asprintf("cd %s && %s tune softmax 2>&1", r, k);
-    cr_assert_eq(kf_test_sh(cmd, &out), 2);
-    cr_assert(strstr(out, "--shape"), "%s", out);
-    free(out);
-    free(cmd);
-    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --planner magic 2>&1", r, k);
-    cr_assert_eq(kf_test_sh(cmd, &out), 2);
-    free(out);
-    free(cmd);
-    /* a library op's search space is its kernel's: --tunables is refused, not ignored */
-    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --tunables '{\"TILE\":[1]}' 2>&1", r, k);
-    cr_assert_eq(kf_test_sh(cmd, &out), 2);
-    cr_assert(strstr(out, "--tunables goes with a kernel file"), "%s", out);
-    free(out);
-    free(cmd);
-    cmd = kf_asprintf("cd %s && %s tune softmax --shape 8x8 --tunables '[1]' 2>&1", r, k);
-    cr_assert_eq(kf_test_sh(cmd, &out), 2);
-    cr_assert(strstr(out, "--tunables must be a JSON object"), "%s", out);
-    free(out);
-    free(cmd);
+    /* each refused with exit 2 and a message saying what to write */
+    {
+        static const char *const refused[][2] = {
+            { "conv9d --shape 8x8 --output-dir /tmp/kforge-test-none", "unknown op \"conv9d\"" },
+            { "softmax", "--shape" },
+            { "softmax --shape 8x8 --planner magic", "--planner" },
+            /* a library op's search space is its kernel's: --tunables is refused, not ignored */
+            { "softmax --shape 8x8 --tunables '{\"TILE\":[1]}'", "--tunables goes with a kernel file" },
+            { "softmax --shape 8x8 --tunables '[1]'", "--tunables must be a JSON object" },
+        };
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+            cmd = kf_asprintf("cd %s && %s tune %s 2>&1", r, k, refused[i][0]);
+            cr_assert_eq(kf_test_sh(cmd, &out), 2, "%s: %s", refused[i][0], out);
+            cr_assert(strstr(out, refused[i][1]), "%s: %s", refused[i][0], out);
+            free(out);
+            free(cmd);
+        }
+    }
     free(r);
     free(k);
 }
