@@ -259,6 +259,9 @@ PyObject *nki_dtype_get(sim_dtype dt);    /* borrowed singleton */
 /* dtype from an object (nki dtype, str, numpy type or dtype); -1 with
  * SIM_E_DTYPE raised when unknown. */
 int nki_dtype_from(PyObject *obj, const char *api);
+/* Whether NumPy has a dtype for dt: not bfloat16, tfloat32 or the fp8
+ * types, which NumPy knows only through ml_dtypes (not shipped here). */
+bool nki_dtype_has_numpy(sim_dtype dt);
 
 /* Resolve an op value (nl.add, np.add, np.max, "add", ...) by its name;
  * SIMN_OP_NONE with the error raised when unknown.  `none_ok`: None ->

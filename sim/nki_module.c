@@ -138,6 +138,12 @@ static PyObject *dtype_name(PyObject *o, void *u)
     return dtype_repr(o);
 }
 
+bool nki_dtype_has_numpy(sim_dtype dt)
+{
+    return dt != SIM_DT_BFLOAT16 && dt != SIM_DT_TFLOAT32 && dt != SIM_DT_FLOAT8_E4M3 && dt != SIM_DT_FLOAT8_E5M2 &&
+           dt != SIM_DT_FLOAT8_E4M3FN;
+}
+
 /* .dtype: the NumPy dtype of the same name, so legacy kernels can hand NKI
  * dtypes to NumPy at trace time (np.zeros(..., dtype=nl.float32)).  NumPy
  * is imported only when a kernel asks; bfloat16 and fp8 have no NumPy dtype. */
@@ -146,8 +152,7 @@ static PyObject *dtype_numpy(PyObject *o, void *u)
     sim_dtype dt = ((nki_dtype_obj *)o)->dt;
     PyObject *np, *r;
     (void)u;
-    if (dt == SIM_DT_BFLOAT16 || dt == SIM_DT_TFLOAT32 || dt == SIM_DT_FLOAT8_E4M3 ||
-        dt == SIM_DT_FLOAT8_E5M2 || dt == SIM_DT_FLOAT8_E4M3FN) {
+    if (!nki_dtype_has_numpy(dt)) {
         PyErr_Format(PyExc_AttributeError, "%s has no NumPy dtype", sim_dtype_name(dt));
         return NULL;
     }

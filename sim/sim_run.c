@@ -186,6 +186,36 @@ static bool msg_has_relative_import(const char *values)
  * When that is not the kernel file, the values also say which kernel line
  * led there.  A SyntaxError in an imported user module is SIM_E_SYNTAX at
  * that module's line. */
+/* NumPy's "Cannot interpret 'bfloat16' as a data type": a kernel handed an
+ * NKI dtype NumPy has no type for to NumPy (np.dtype(nl.bfloat16),
+ * np.zeros(..., dtype=nl.bfloat16)).  NumPy replaces whatever the dtype
+ * object raises with this TypeError, so it is recognised here and told as
+ * the unsupported feature it is; false for any other error. */
+static bool numpy_dtype_gap(const char *type_name, const char *msg, char *out, size_t cap)
+{
+    static const char head[] = "Cannot interpret '", tail[] = "' as a data type";
+    const char *name, *end;
+    char nm[32];
+    int dt;
+
+    if (!msg || strcmp(type_name, "TypeError") != 0 || strncmp(msg, head, sizeof(head) - 1) != 0)
+        return false;
+    name = msg + sizeof(head) - 1;
+    end = strchr(name, '\'');
+    if (!end || strcmp(end, tail) != 0 || (size_t)(end - name) >= sizeof(nm))
+        return false;
+    snprintf(nm, sizeof(nm), "%.*s", (int)(end - name), name);
+    dt = sim_dtype_from_name(nm);
+    if (dt < 0 || nki_dtype_has_numpy((sim_dtype)dt))
+        return false;
+    snprintf(out, cap,
+             "NumPy cannot use nl.%s as a dtype (np.dtype(nl.%s), dtype=nl.%s in a NumPy call): this NumPy has no "
+             "%s type, which comes with the ml_dtypes package the simulator does not ship; pass nl.%s where an NKI "
+             "call takes a dtype and use nl.%s.itemsize for its size",
+             nm, nm, nm, nm, nm, nm);
+    return true;
+}
+
 static void py_error(sim_error *serr, const user_files *u, sim_error_code code)
 {
     PyObject *type, *value, *tb;
@@ -199,7 +229,10 @@ static void py_error(sim_error *serr, const user_files *u, sim_error_code code)
         const char *tn = type ? ((PyTypeObject *)type)->tp_name : "Exception";
         const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
         int kline = 0;
-        snprintf(values, sizeof(values), "%s: %s", tn, msg ? msg : "");
+        if (code == SIM_E_PYTHON && numpy_dtype_gap(tn, msg, values, sizeof(values)))
+            code = SIM_E_UNSUPPORTED_API;
+        else
+            snprintf(values, sizeof(values), "%s: %s", tn, msg ? msg : "");
         Py_XDECREF(s);
         PyErr_Clear();
         for (PyTracebackObject *t = (PyTracebackObject *)tb; t; t = t->tb_next) {

@@ -356,6 +356,15 @@ Test(nki_errors, more_rules_have_precise_messages)
                "    r = nl.matmul(p, t[0:64, :])\n    return x\n", 1 },
         { SIM_E_DTYPE, 6, "unknown dtype 'float64'",
           HDR "def k(x):\n    t = nl.ndarray((4, 4), dtype='float64', buffer=nl.sbuf)\n    return x\n", 1 },
+        /* NKI dtypes NumPy has no type for (no ml_dtypes): the feature named,
+         * not NumPy's TypeError */
+        { SIM_E_UNSUPPORTED_API, 7, "NumPy cannot use nl.bfloat16 as a dtype",
+          "import numpy as np\n" HDR "def k(x):\n    s = np.dtype(nl.bfloat16).itemsize\n    return x\n", 1 },
+        { SIM_E_UNSUPPORTED_API, 7, "use nl.float8_e5m2.itemsize",
+          "import numpy as np\n" HDR "def k(x):\n    z = np.zeros((2, 2), dtype=nl.fp8_e5m2)\n    return x\n", 1 },
+        /* a dtype NumPy has stays NumPy's; another TypeError stays the kernel's */
+        { SIM_E_PYTHON, 7, "TypeError: Cannot interpret '<object object at",
+          "import numpy as np\n" HDR "def k(x):\n    z = np.dtype(object())\n    return x\n", 1 },
         /* a column past the end lands inside the tensor's storage (the next
          * row): checked per dimension, not against the storage */
         { SIM_E_INDEX_OUT_OF_BOUNDS, 7, "selected by the mask: index 64 on dimension 1",
