@@ -1073,7 +1073,10 @@ static PyObject *isa_bn_aggr(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* perf_mode: the default (None, 0, "none", matmul_perf_mode.none) gives 1
  * contraction row per partition, double_row (1, "double_row",
- * matmul_perf_mode.double_row) gives 2; any other value is
+ * matmul_perf_mode.double_row) gives 2, and so does the legacy name of the
+ * same FP8 mode on NeuronCore-v3, "double_row_gen3" (2): the public legacy
+ * kernels that pass it hand nc_matmul the (K, 2, M) and (K, 2, N) FP8
+ * tiles the double_row docs describe.  Any other value is
  * SIM_E_UNSUPPORTED_API naming it.  -1 with the error raised. */
 static int perf_mode_rows(const char *api, PyObject *pm)
 {
@@ -1083,23 +1086,24 @@ static int perf_mode_rows(const char *api, PyObject *pm)
         return 1;
     if (PyLong_Check(pm) && !PyBool_Check(pm)) {
         long v = PyLong_AsLong(pm);
-        if ((v == 0 || v == 1) && !PyErr_Occurred())
+        if (v >= 0 && v <= 2 && !PyErr_Occurred())
             return v == 0 ? 1 : 2;
         PyErr_Clear();
-        snprintf(name, sizeof(name), "%s", v == 2 ? "double_row_gen3" : "an unknown mode");
+        snprintf(name, sizeof(name), "%ld (an unknown mode)", v);
     } else if (PyUnicode_Check(pm)) {
         const char *s = PyUnicode_AsUTF8(pm);
         if (s && strcmp(s, "none") == 0)
             return 1;
-        if (s && strcmp(s, "double_row") == 0)
+        if (s && (strcmp(s, "double_row") == 0 || strcmp(s, "double_row_gen3") == 0))
             return 2;
         PyErr_Clear();
-        snprintf(name, sizeof(name), "'%s'", s ? s : "?");
+        snprintf(name, sizeof(name), "'%.32s'", s ? s : "?");
     } else {
-        snprintf(name, sizeof(name), "a %s", Py_TYPE(pm)->tp_name);
+        snprintf(name, sizeof(name), "a %.32s", Py_TYPE(pm)->tp_name);
     }
     return FAILI(SIM_E_UNSUPPORTED_API, api,
-                 "perf_mode=%s is not simulated (perf_mode none and double_row are)", name);
+                 "perf_mode=%s is not simulated (perf_mode none, double_row and its legacy name double_row_gen3 "
+                 "are)", name);
 }
 
 static bool fp8_dtype(sim_dtype dt)

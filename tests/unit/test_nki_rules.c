@@ -157,6 +157,19 @@ Test(nki_rules, matmul_operands_start_where_the_engine_can)
     "    nisa.dma_copy(dst=out, src=res)\n"                                                   \
     "    return out\n"
 #define DR_ST "(128, 2, 128)"
+/* The same in the legacy API with its name for the mode, as the public
+ * legacy FP8 kernels write it: nc_matmul returns the PSUM tile. */
+#define DOUBLE_ROW_LEGACY_SRC                                                                 \
+    "from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n"                        \
+    "import neuronxcc.nki.isa as nisa\n@nki.jit\n"                                            \
+    "def k(a, b):\n"                                                                          \
+    "    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)\n"              \
+    "    st = nl.load(a.reshape((128, 2, 128)), dtype=nl.float8_e4m3)\n"                      \
+    "    mv = nl.load(b.reshape((128, 2, 512)), dtype=nl.float8_e4m3)\n"                      \
+    "    acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)\n"                      \
+    "    acc += nisa.nc_matmul(st, mv, perf_mode='double_row_gen3')\n"                        \
+    "    nl.store(out, value=nl.copy(acc))\n"                                                 \
+    "    return out\n"
 
 static sim_array small_ints(const char *name, int64_t r, int64_t c, int salt)
 {
@@ -190,20 +203,29 @@ Test(nki_rules, double_row_is_exact_and_runs_at_twice_the_rate_on_v3_and_v4)
     sim_array in[2] = { small_ints("a", 256, 128, 0), small_ints("b", 256, 512, 3) };
     kt_result r;
 
-    for (int t = 0; t < 2; t++) {
+    /* the current name, the legacy one (double_row_gen3), its number, and
+     * the legacy form of the call */
+    static const char *const srcs[] = {
+        DOUBLE_ROW_SRC("nl.float8_e4m3", "nisa.matmul_perf_mode.double_row", DR_ST),
+        DOUBLE_ROW_SRC("nl.float8_e4m3", "'double_row_gen3'", DR_ST),
+        DOUBLE_ROW_SRC("nl.float8_e4m3", "2", DR_ST),
+        DOUBLE_ROW_LEGACY_SRC,
+    };
+
+    for (int t = 0; t < 8; t++) {
         sim_target tgt;
         kf_err e = KF_ERR_INIT;
         const sim_insn *mm;
         sim_insn plain;
-        run2(&r, targets[t], DOUBLE_ROW_SRC("nl.float8_e4m3", "nisa.matmul_perf_mode.double_row", DR_ST),
-             in);
-        cr_assert_eq(r.rc, KF_OK, "%s: %s", targets[t], r.err.msg);
+        const char *src = srcs[t % 4];
+        run2(&r, targets[t / 4], src, in);
+        cr_assert_eq(r.rc, KF_OK, "%s, form %d: %s", targets[t / 4], t % 4, r.err.msg);
         for (int m = 0; m < 128; m++)
             for (int n = 0; n < 512; n++) {
                 double s = 0;
                 for (int k = 0; k < 256; k++)
                     s += (double)((float *)in[0].data)[k * 128 + m] * ((float *)in[1].data)[k * 512 + n];
-                cr_assert_eq(((float *)r.out[0].data)[m * 512 + n], (float)s, "%s (%d,%d)", targets[t], m, n);
+                cr_assert_eq(((float *)r.out[0].data)[m * 512 + n], (float)s, "%s (%d,%d)", targets[t / 4], m, n);
             }
         mm = find_op(&r.rec, SIM_OP_MATMUL, 0);
         cr_assert_not_null(mm);
@@ -212,7 +234,7 @@ Test(nki_rules, double_row_is_exact_and_runs_at_twice_the_rate_on_v3_and_v4)
         cr_assert_eq(mm->mm_n, 512);
         cr_assert_eq(mm->flops, 2ull * 256 * 128 * 512);
         /* the time of one 128-row fp8 multiply of the same moving size */
-        cr_assert_eq(sim_target_load(targets[t], NULL, &tgt, &e), KF_OK, "%s", e.msg);
+        cr_assert_eq(sim_target_load(targets[t / 4], NULL, &tgt, &e), KF_OK, "%s", e.msg);
         plain = *mm;
         plain.flags &= (uint8_t)~SIM_F_DOUBLE_ROW;
         plain.flops = 2ull * 128 * 128 * 512;
@@ -245,9 +267,18 @@ Test(nki_rules, double_row_rules_name_what_breaks_them)
     run2(&r, "trn2", DOUBLE_ROW_SRC("nl.float8_e4m3", "1", "(128, 256)"), in);
     cr_assert_eq(r.serr.code, SIM_E_SHAPE_MISMATCH, "%s", r.err.msg);
     kt_run_done(&r);
-    run2(&r, "trn2", DOUBLE_ROW_SRC("nl.float8_e4m3", "2", DR_ST), in);
+    run2(&r, "trn2", DOUBLE_ROW_SRC("nl.float8_e4m3", "3", DR_ST), in);
     cr_assert_eq(r.serr.code, SIM_E_UNSUPPORTED_API, "%s", r.err.msg);
-    cr_assert(strstr(r.err.msg, "double_row_gen3") != NULL, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "perf_mode=3 (an unknown mode)") != NULL, "%s", r.err.msg);
+    kt_run_done(&r);
+    run2(&r, "trn2", DOUBLE_ROW_SRC("nl.float8_e4m3", "'quad_row'", DR_ST), in);
+    cr_assert_eq(r.serr.code, SIM_E_UNSUPPORTED_API, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "perf_mode='quad_row'") != NULL, "%s", r.err.msg);
+    kt_run_done(&r);
+    /* the legacy name keeps the rules: NeuronCore-v3 or newer */
+    run2(&r, "trn1", DOUBLE_ROW_LEGACY_SRC, in);
+    cr_assert_eq(r.serr.code, SIM_E_BAD_ARGUMENT, "%s", r.err.msg);
+    cr_assert(strstr(r.err.msg, "rule double-row-target"), "%s", r.err.msg);
     kt_run_done(&r);
     free(in[0].data);
     free(in[1].data);
