@@ -121,6 +121,37 @@ kf_code ka_eval_inputs(const ka_problem *pb, uint64_t seed, sim_array **out, kf_
     return ka_make_inputs(pb, true, seed, out, err);
 }
 
+/* A seed's inputs stored by the caller (ka_eval_req.in_in), checked
+ * against the problem's inputs and named as ka_make_inputs names them. */
+static kf_code ka_inputs_read(const ka_problem *pb, const char *path, sim_array **out, kf_err *err)
+{
+    sim_array *a = NULL;
+    size_t n = 0;
+    kf_code rc = ka_ref_read(path, &a, &n, err);
+
+    *out = NULL;
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && i < (size_t)pb->n_inputs; i++) {
+        sim_array want;
+        ka_input_array(&pb->inputs[i], &want);
+        if (a[i].dtype != want.dtype || a[i].ndim != want.ndim ||
+            memcmp(a[i].shape, want.shape, sizeof(want.shape[0]) * (size_t)want.ndim) != 0) {
+            ka_free_arrays(a, n);
+            return kf_err_set(err, KF_INVALID, "the stored inputs %s do not match input %s of the problem", path,
+                              want.name);
+        }
+        memcpy(a[i].name, want.name, sizeof(a[i].name));
+    }
+    if (n != (size_t)pb->n_inputs) {
+        ka_free_arrays(a, n);
+        return kf_err_set(err, KF_INVALID, "the stored inputs %s hold %zu arrays, the problem has %d inputs", path, n,
+                          pb->n_inputs);
+    }
+    *out = a;
+    return KF_OK;
+}
+
 static void ka_add_error(cJSON *j, const sim_error *serr, kf_code rc, const kf_err *err)
 {
     char line[1024];
@@ -340,7 +371,7 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
     cJSON *checks = cJSON_AddArrayToObject(j, "checks");
     bool pass = true, ran = true;
     double sim_s = 0, ref_s = 0;
-    int stored = 0, read = 0, computed = 0;
+    int stored = 0, read = 0, computed = 0, in_read = 0;
     kf_code rc = KF_OK;
 
     for (int s = 0; s < r->n_seeds && ran && pass; s++) {
@@ -354,7 +385,8 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
         double t0;
 
         ka_run_start(r, true, &o, &rec, &serr);
-        rc = ka_make_inputs(pb, true, r->seeds[s], &in, err);
+        rc = r->in_in[s] ? ka_inputs_read(pb, r->in_in[s], &in, err) : ka_make_inputs(pb, true, r->seeds[s], &in, err);
+        in_read += r->in_in[s] && rc == KF_OK;
         if (rc) {
             sim_record_release(&rec);
             break;
@@ -430,6 +462,7 @@ static kf_code ka_child_validate(const ka_eval_req *r, sim_sandbox_out *out, cJS
     cJSON_AddNumberToObject(j, "ref_seconds", ref_s);
     cJSON_AddNumberToObject(j, "ref_sent", stored);
     cJSON_AddNumberToObject(j, "ref_read", read);
+    cJSON_AddNumberToObject(j, "inputs_read", in_read);
     cJSON_AddNumberToObject(j, "ref_computed", computed);
     return rc;
 }
@@ -674,13 +707,15 @@ kf_code ka_eval_run(const ka_eval_req *req, cJSON **result, kf_err *err)
         if (req->ref_out[i])
             lim.max_result_bytes += (size_t)lim.memory_mib << 20;
     /* all the evaluation may read of the machine: the kernel and its reference */
-    const char *files[3 + 2 * KA_MAX_SEEDS] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL };
+    const char *files[3 + 3 * KA_MAX_SEEDS] = { req->pb->source_path, req->pb->ref_path[0] ? req->pb->ref_path : NULL };
     size_t nf = files[1] ? 2 : 1;
     for (int i = 0; req->mode == KA_EVAL_VALIDATE && i < req->n_seeds && i < KA_MAX_SEEDS; i++) {
         if (req->ref_in[i])
             files[nf++] = req->ref_in[i];
         if (req->out_in[i])
             files[nf++] = req->out_in[i];
+        if (req->in_in[i])
+            files[nf++] = req->in_in[i];
     }
     files[nf] = NULL;
     lim.ro_paths = files;

@@ -95,6 +95,12 @@ typedef struct ka_eval_req {
      * reference exactly as it compares the simulator's.  NULL: the child
      * runs the kernel */
     const char       *out_in[KA_MAX_SEEDS];
+    /* validate, per seed: a file of that seed's inputs (ka_ref_write of
+     * ka_eval_inputs), read instead of making them: the caller makes a
+     * seed's inputs once for every candidate.  The file must hold exactly
+     * the problem's inputs (count, dtypes, shapes), or the validation
+     * fails with an error saying so.  NULL: the child makes them */
+    const char       *in_in[KA_MAX_SEEDS];
 } ka_eval_req;
 
 /* The seeded random inputs a validation child makes for `seed`

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,6 +284,10 @@ typedef struct ka_tuner {
      * run's, the reference sees no tunable): files in a private folder */
     char              ref_dir[256];
     bool              ref_have[KA_MAX_SEEDS];
+    /* the seeded inputs per seed, made once in that folder (ka_store_inputs):
+     * whether stored, and whether making or storing them failed (the
+     * children then make them, as without a folder) */
+    bool              in_have[KA_MAX_SEEDS], in_failed[KA_MAX_SEEDS];
     /* timing results evaluated ahead of the serial order (--jobs), by key;
      * taken as evaluations when the planner reaches them */
     cJSON            *ahead;
@@ -1033,7 +1038,7 @@ static cJSON *ka_merge_seeds(cJSON **parts, int n, double wall)
 {
     cJSON *m = cJSON_CreateObject(), *checks = cJSON_AddArrayToObject(m, "checks");
     bool ok = true, pass = true;
-    double sim_s = 0, ref_s = 0, computed = 0, read = 0;
+    double sim_s = 0, ref_s = 0, computed = 0, read = 0, in_read = 0;
     long rss = 0;
     int ran = 0;
 
@@ -1044,6 +1049,7 @@ static cJSON *ka_merge_seeds(cJSON **parts, int n, double wall)
         ran++;
         computed += jnum(parts[i], "ref_computed", 0);
         read += jnum(parts[i], "ref_read", 0);
+        in_read += jnum(parts[i], "inputs_read", 0);
         sim_s += jnum(parts[i], "sim_seconds", 0);
         ref_s += jnum(parts[i], "ref_seconds", 0);
         if ((long)jnum(parts[i], "max_rss_kib", 0) > rss)
@@ -1064,11 +1070,70 @@ static cJSON *ka_merge_seeds(cJSON **parts, int n, double wall)
     cJSON_AddNumberToObject(m, "seeds_run", ran);
     cJSON_AddNumberToObject(m, "ref_computed", computed);
     cJSON_AddNumberToObject(m, "ref_read", read);
+    cJSON_AddNumberToObject(m, "inputs_read", in_read);
     cJSON_AddNumberToObject(m, "wall_seconds", wall);
     cJSON_AddNumberToObject(m, "max_rss_kib", (double)rss);
     if (parts[0])
         cJSON_AddStringToObject(m, "isolation", jstr(parts[0], "isolation", ""));
     return m;
+}
+
+/* One seed's inputs made and stored (a thread of ka_store_inputs). */
+typedef struct ka_in_job {
+    const ka_problem *pb;
+    uint64_t          seed;
+    const char       *path;
+    bool              ok;
+} ka_in_job;
+
+static void *ka_in_make(void *arg)
+{
+    ka_in_job *j = arg;
+    sim_array *in = NULL;
+    kf_err e = KF_ERR_INIT;
+
+    j->ok = ka_eval_inputs(j->pb, j->seed, &in, &e) == KF_OK &&
+            ka_ref_write(j->path, in, (size_t)j->pb->n_inputs, &e) == KF_OK;
+    for (int i = 0; in && i < j->pb->n_inputs; i++)
+        sim_array_release(&in[i]);
+    free(in);
+    return NULL;
+}
+
+/* The inputs of seeds [from, to) of `seeds` stored in the run's folder
+ * (paths[s]) once per run, made side by side up to the run's concurrency:
+ * every candidate's validation of a seed reads the same inputs instead of
+ * making them again (normal samples cost about a second per 32 Mi
+ * elements).  A seed whose inputs cannot be made or stored is left to
+ * the children, which make them as they would without a folder. */
+static void ka_store_inputs(ka_tuner *t, const uint64_t *seeds, char (*paths)[300], int from, int to)
+{
+    ka_in_job jobs[KA_MAX_SEEDS];
+    pthread_t th[KA_MAX_SEEDS];
+    bool started[KA_MAX_SEEDS] = { false };
+    int idx[KA_MAX_SEEDS], n = 0;
+
+    for (int s = from; s < to; s++)
+        if (!t->in_have[s] && !t->in_failed[s])
+            idx[n++] = s;
+    for (int k0 = 0; k0 < n; k0 += t->jobs > 0 ? t->jobs : 1) {
+        int k1 = k0 + (t->jobs > 0 ? t->jobs : 1);
+        k1 = k1 < n ? k1 : n;
+        for (int k = k0; k < k1; k++) {
+            int s = idx[k];
+            jobs[k] = (ka_in_job){ t->pb, seeds[s], paths[s], false };
+            /* the last of a round runs here; a thread that cannot start, too */
+            started[k] = k + 1 < k1 && pthread_create(&th[k], NULL, ka_in_make, &jobs[k]) == 0;
+            if (!started[k])
+                ka_in_make(&jobs[k]);
+        }
+        for (int k = k0; k < k1; k++) {
+            if (started[k])
+                pthread_join(th[k], NULL);
+            t->in_have[idx[k]] = jobs[k].ok;
+            t->in_failed[idx[k]] = !jobs[k].ok;
+        }
+    }
 }
 
 /* Validate one candidate on n_seeds seeded input sets.  The seeds derive
@@ -1087,7 +1152,7 @@ static kf_code ka_validate(ka_tuner *t, const char *kwargs, cJSON **res, bool *c
 {
     ka_eval_req base, reqs[KA_MAX_SEEDS];
     cJSON *parts[KA_MAX_SEEDS] = { NULL };
-    char hex[65], paths[KA_MAX_SEEDS][300];
+    char hex[65], paths[KA_MAX_SEEDS][300], in_paths[KA_MAX_SEEDS][300];
     const cJSON *hit;
     cJSON *names = cJSON_CreateArray();
     char *names_json;
@@ -1129,17 +1194,27 @@ static kf_code ka_validate(ka_tuner *t, const char *kwargs, cJSON **res, bool *c
         reqs[s].tunables_json = names_json;
         if (t->ref_dir[0]) {
             snprintf(paths[s], sizeof(paths[s]), "%s/seed%d.ref", t->ref_dir, s);
+            snprintf(in_paths[s], sizeof(in_paths[s]), "%s/seed%d.in", t->ref_dir, s);
             if (t->ref_have[s])
                 reqs[s].ref_in[0] = paths[s];
             else
                 reqs[s].ref_out[0] = paths[s];
         }
     }
+    /* each seed's inputs made once, when a validation first needs them */
+    if (t->ref_dir[0])
+        ka_store_inputs(t, base.seeds, in_paths, 0, 1);
+    for (int s = 0; s < n; s++)
+        reqs[s].in_in[0] = t->in_have[s] ? in_paths[s] : NULL;
     rc = ka_eval_run(&reqs[0], &parts[0], err);
     if (rc == KF_OK && jbool(parts[0], "pass") && n > 1) {
         long rss;
         ka_note_rss(t->ref_have[0] ? &t->rss_val_kib : &t->rss_ref_kib, parts[0]);
         rss = t->ref_have[1] ? t->rss_val_kib : t->rss_ref_kib;
+        if (t->ref_dir[0])
+            ka_store_inputs(t, base.seeds, in_paths, 1, n);
+        for (int s = 1; s < n; s++)
+            reqs[s].in_in[0] = t->in_have[s] ? in_paths[s] : NULL;
         rc = ka_eval_run_many(&reqs[1], n - 1, ka_concurrency(t, rss), true, &parts[1], err);
     }
     for (int s = 0; s < n; s++) {
@@ -1688,9 +1763,11 @@ kf_code ka_tune(const ka_problem *pb, const ka_space *sp, const ka_opts *o, cons
 out:
     if (t.ref_dir[0]) {
         for (int s = 0; s < KA_MAX_SEEDS; s++) {
-            char *f = kf_asprintf("%s/seed%d.ref", t.ref_dir, s);
+            char *f = kf_asprintf("%s/seed%d.ref", t.ref_dir, s), *fi = kf_asprintf("%s/seed%d.in", t.ref_dir, s);
             unlink(f);
+            unlink(fi);
             free(f);
+            free(fi);
         }
         rmdir(t.ref_dir);
     }

@@ -1052,12 +1052,14 @@ Test(agent, jobs_give_the_same_history_and_best_as_serial)
 }
 
 /* The reference does not depend on the candidate: each seed's reference
- * outputs are computed by the first validation and read by the others. */
+ * outputs are computed by the first validation and read by the others.
+ * The inputs do not either: each seed's are made once, before the first
+ * validation, and every validation reads them. */
 Test(agent, the_reference_runs_once_per_seed)
 {
     ka_opts o = { 0 };
     cJSON *res, *it;
-    double computed = 0, read = 0;
+    double computed = 0, read = 0, in_read = 0;
     o.max_iterations = 10;
     o.seed = 5;
     o.jobs = 2;
@@ -1072,12 +1074,74 @@ Test(agent, the_reference_runs_once_per_seed)
         cr_assert_eq(num(v, "seeds_run"), 3, "three seeds per validation");
         computed += num(v, "ref_computed");
         read += num(v, "ref_read");
+        in_read += num(v, "inputs_read");
     }
     cr_assert_eq(computed, 3, "the reference ran once per seed");
     cr_assert_eq(read, 3 * (num(res, "validations") - 1), "the later validations read it");
+    cr_assert_eq(in_read, 3 * num(res, "validations"), "every validation read the stored inputs");
     cJSON_Delete(iters);
     iters = NULL;
     cJSON_Delete(res);
+}
+
+/* Stored inputs are the problem's or nothing: a file holding another
+ * shape fails the validation with an error naming the input, and one
+ * holding the problem's own inputs validates as the child's would. */
+Test(agent, stored_inputs_must_be_the_problems)
+{
+    ka_problem pb;
+    ka_space sp;
+    kf_err err = KF_ERR_INIT;
+    ka_eval_req req;
+    cJSON *res = NULL;
+    sim_array *in = NULL;
+    char path[] = "/tmp/kforge-test-inputs-XXXXXX";
+    int fd = mkstemp(path);
+    int idx[KA_MAX_TUNABLES] = { 0 };
+    char *kwargs;
+
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(bind("softmax", "256x1024", SIM_DT_BFLOAT16, "trn2", &pb, &sp, &err), KF_OK, "%s", err.msg);
+    for (int i = 0; i < sp.n; i++)
+        idx[i] = sp.t[i].def;
+    kwargs = ka_space_kwargs(&sp, idx, pb.fixed_kwargs);
+    memset(&req, 0, sizeof(req));
+    req.pb = &pb;
+    req.kwargs_json = kwargs;
+    req.mode = KA_EVAL_VALIDATE;
+    req.rtol = req.atol = -1;
+    req.n_seeds = 1;
+    req.seeds[0] = 11;
+    req.in_in[0] = path;
+
+    /* the problem's own inputs */
+    cr_assert_eq(ka_eval_inputs(&pb, 11, &in, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_ref_write(path, in, (size_t)pb.n_inputs, &err), KF_OK, "%s", err.msg);
+    cr_assert_eq(ka_eval_run(&req, &res, &err), KF_OK, "%s", err.msg);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "pass")), "%s", cJSON_PrintUnformatted(res));
+    cr_assert_eq(num(res, "inputs_read"), 1);
+    cJSON_Delete(res);
+
+    /* another shape */
+    in[0].shape[1] = 512;
+    cr_assert_eq(ka_ref_write(path, in, (size_t)pb.n_inputs, &err), KF_OK, "%s", err.msg);
+    in[0].shape[1] = 1024;
+    cr_assert_eq(ka_eval_run(&req, &res, &err), KF_OK, "%s", err.msg);
+    cr_assert(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "ok")), "%s", cJSON_PrintUnformatted(res));
+    {
+        char *txt = cJSON_PrintUnformatted(res);
+        cr_assert(strstr(txt, "do not match input"), "%s", txt);
+        free(txt);
+    }
+    cJSON_Delete(res);
+    for (int i = 0; i < pb.n_inputs; i++)
+        sim_array_release(&in[i]);
+    free(in);
+    unlink(path);
+    free(kwargs);
+    ka_space_release(&sp);
+    ka_problem_release(&pb);
 }
 
 /* A candidate that fails its first seed stops there, serial or not: the
