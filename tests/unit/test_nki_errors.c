@@ -297,9 +297,9 @@ Test(nki_errors, unsupported_keywords_and_imports_name_the_api)
               "    b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
               "    r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
               "    nisa.nc_matmul(dst=r, stationary=a, moving=b,\n"
-              "                   perf_mode=nisa.matmul_perf_mode.double_row_gen3)\n"
+              "                   perf_mode='quad_row')\n"
               "    return x\n",
-          "nisa.nc_matmul", "perf_mode=double_row_gen3", 9 },
+          "nisa.nc_matmul", "perf_mode='quad_row' is not simulated", 9 },
     };
     sim_array in;
 
