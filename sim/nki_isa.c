@@ -327,6 +327,33 @@ static PyObject *isa_memset(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* ===== elementwise ===== */
 
+/* Two overlapping ranges of n floats that are not the same range: an
+ * elementwise op computed in place would read what it already wrote. */
+static bool partly_overlaps(const float *x, const float *y, int64_t n)
+{
+    return x != y && x < y + n && y < x + n;
+}
+
+/* tensor_tensor straight on the stores when all three views are dense FP32
+ * (the SBUF accumulators and PSUM tiles of tiled kernels): the same
+ * arithmetic as the gather/compute/scatter path without its three copies.
+ * False (nothing done) when the case does not apply. */
+static bool tt_in_place(simn_op op, nki_tensor *dst, nki_tensor *d1, const simc_view *v2,
+                        const uint8_t *mask, int64_t n)
+{
+    float *pd, *p1, *p2;
+
+    if (!nki_cur->numerics || mask || !(pd = simc_view_dense_f32(&dst->v, true)) ||
+        !(p1 = simc_view_dense_f32(&d1->v, false)) || !(p2 = simc_view_dense_f32(v2, false)) ||
+        partly_overlaps(pd, p1, n) || partly_overlaps(pd, p2, n))
+        return false;
+    simn_alu_vec(op, p1, p2, 1, pd, n);
+    simc_close_dense(&d1->v);
+    simc_close_dense(v2);
+    simc_close_dense(&dst->v);
+    return true;
+}
+
 static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor *d2, simn_op op,
                    sim_engine eng, const uint8_t *mask)
 {
@@ -358,7 +385,7 @@ static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor 
                 if (!simn_alu_i64(op, i1[i], i2[i], &i1[i]))
                     i1[i] = 0;   /* mod by zero */
         nki_write_i64(&dst->v, i1, mask);
-    } else {
+    } else if (!tt_in_place(op, dst, d1, r2, mask, n)) {
         v1 = nki_read(&d1->v, 1);
         v2 = nki_read(r2, 2);
         if (nki_cur->numerics)

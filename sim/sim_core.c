@@ -589,6 +589,25 @@ bool simc_view_in_store(const simc_view *v)
     return lo >= 0 && hi < v->st->nelem;
 }
 
+float *simc_view_dense_f32(const simc_view *v, bool for_write)
+{
+    simc_store *s = v->st;
+    if (v->dtype != SIM_DT_FLOAT32 || !s->data || !simc_view_contiguous(v) ||
+        !simc_view_in_store(v))
+        return NULL;
+    if (for_write)
+        simc_store_writable(s);
+    else
+        simc_settle(s);
+    return (float *)s->data + v->offset;
+}
+
+void simc_close_dense(const simc_view *v)
+{
+    if (v->st->open)
+        memset(v->st->open + v->offset, 0, (size_t)simc_view_elems(v));
+}
+
 /* Element-by-element access for views that reach outside their storage
  * (legacy index expressions under a mask): outside elements read as NaN and
  * are never written. */

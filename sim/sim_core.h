@@ -128,6 +128,16 @@ void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi);
 int64_t simc_elem_index(const simc_view *v, const int64_t *idx);
 /* True when every element of v lies inside its storage. */
 bool simc_view_in_store(const simc_view *v);
+/* The FP32 elements of v, in place, when v is FP32 with data and addresses
+ * exactly data[offset .. offset + elems) in row-major order: the store is
+ * settled first, and made writable (copied if borrowed) when `for_write`;
+ * NULL (nothing done) otherwise.  Elementwise code computes on these
+ * without a gather/scatter copy; it must close PSUM accumulation itself
+ * (simc_close_dense) as a gather or scatter would. */
+float *simc_view_dense_f32(const simc_view *v, bool for_write);
+/* Close PSUM matmul accumulation over a view simc_view_dense_f32 accepted
+ * (no-op for stores without accumulation state). */
+void simc_close_dense(const simc_view *v);
 /* Fill a record region describing the bytes v touches. */
 void simc_view_region(const simc_view *v, sim_region *r);
 

@@ -257,6 +257,77 @@ Test(nki, current_matmul_psum_first_write_then_accumulate)
     sim_array_release(&in[1]);
 }
 
+/* tensor_tensor on dense FP32 tiles computes straight on the stores: the
+ * result must be the gather/compute/scatter answer when dst is data1, when
+ * dst overlaps data1 shifted (every input read before any output lands),
+ * and a PSUM input must close its accumulation as a read does. */
+static const char *TT_IN_PLACE =
+    "import nki\n"
+    "import nki.language as nl\n"
+    "import nki.isa as nisa\n"
+    "@nki.jit\n"
+    "def k(a, b):\n"
+    "    out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+    "    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    u = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    nisa.dma_copy(dst=t, src=a)\n"
+    "    nisa.dma_copy(dst=u, src=b)\n"
+    "    nisa.tensor_tensor(dst=t, data1=t, data2=u, op=nl.subtract)\n"
+    "    nisa.dma_copy(dst=out[0], src=t)\n"
+    "    v = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    nisa.dma_copy(dst=v, src=a)\n"
+    "    nisa.tensor_tensor(dst=v[32:96, :], data1=v[0:64, :], data2=u[0:64, :], op=nl.add)\n"
+    "    nisa.dma_copy(dst=out[1], src=v)\n"
+    "    p = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)\n"
+    "    nisa.nc_matmul(dst=p, stationary=u, moving=u)\n"
+    "    s = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    nisa.memset(dst=s, value=1.0)\n"
+    "    nisa.tensor_tensor(dst=s, data1=s, data2=p, op=nl.add)\n"
+    "    nisa.nc_matmul(dst=p, stationary=u, moving=u)\n"
+    "    w = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)\n"
+    "    nisa.tensor_copy(dst=w, src=p)\n"
+    "    nisa.dma_copy(dst=out[2, 0:64, :], src=s)\n"
+    "    nisa.dma_copy(dst=out[3, 0:64, :], src=w)\n"
+    "    return out\n";
+
+Test(nki, tensor_tensor_in_place_matches_copies)
+{
+    sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 128, 64), mk("b", SIM_DT_FLOAT32, 128, 64) };
+    const float *a = f32(&in[0]), *b = f32(&in[1]), *o;
+    kt_result r;
+
+    fill(&in[0], 11);
+    fill(&in[1], 12);
+    kt_run(&r, TT_IN_PLACE, "k", in, 2, 0, 0, true);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    o = f32(&r.out[0]);
+    for (int i = 0; i < 128 * 64; i++)
+        cr_assert_eq(o[i], a[i] - b[i], "dst is data1, element %d", i);
+    o += 128 * 64;
+    for (int p = 0; p < 128; p++)
+        for (int f = 0; f < 64; f++) {
+            float want = p >= 32 && p < 96 ? a[(p - 32) * 64 + f] + b[(p - 32) * 64 + f]
+                                           : a[p * 64 + f];
+            cr_assert_eq(o[p * 64 + f], want, "shifted overlap, partition %d column %d", p, f);
+        }
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double btb = 0;
+            for (int k = 0; k < 128; k++)
+                btb += (double)b[k * 64 + i] * (double)b[k * 64 + j];
+            o = f32(&r.out[0]) + 2 * 128 * 64;
+            cr_assert(fabs(o[i * 64 + j] - (1.0 + btb)) < 1e-4, "PSUM input, (%d, %d): %g vs %g",
+                      i, j, o[i * 64 + j], 1.0 + btb);
+            o += 128 * 64;
+            /* the read closed the accumulation: the next matmul overwrites */
+            cr_assert(fabs(o[i * 64 + j] - btb) < 1e-4, "matmul after the read, (%d, %d): %g vs %g",
+                      i, j, o[i * 64 + j], btb);
+        }
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
 static const char *LEGACY_MM =
     "from neuronxcc import nki\n"
     "import neuronxcc.nki.language as nl\n"
