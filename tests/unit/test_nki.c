@@ -3,6 +3,7 @@
  * engines, regions, matmul shape, source lines), in both API generations. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +295,7 @@ Test(nki, tensor_tensor_in_place_matches_copies)
 {
     sim_array in[2] = { mk("a", SIM_DT_FLOAT32, 128, 64), mk("b", SIM_DT_FLOAT32, 128, 64) };
     const float *a = f32(&in[0]), *b = f32(&in[1]), *o;
+    const ptrdiff_t plane = (ptrdiff_t)128 * 64;   /* one of out's four (128, 64) planes */
     kt_result r;
 
     fill(&in[0], 11);
@@ -303,25 +305,25 @@ Test(nki, tensor_tensor_in_place_matches_copies)
     o = f32(&r.out[0]);
     for (int i = 0; i < 128 * 64; i++)
         cr_assert_eq(o[i], a[i] - b[i], "dst is data1, element %d", i);
-    o += 128 * 64;
+    o += plane;
     for (int p = 0; p < 128; p++)
         for (int f = 0; f < 64; f++) {
-            float want = p >= 32 && p < 96 ? a[(p - 32) * 64 + f] + b[(p - 32) * 64 + f]
-                                           : a[p * 64 + f];
-            cr_assert_eq(o[p * 64 + f], want, "shifted overlap, partition %d column %d", p, f);
+            float want = p >= 32 && p < 96 ? a[(ptrdiff_t)(p - 32) * 64 + f] + b[(ptrdiff_t)(p - 32) * 64 + f]
+                                           : a[(ptrdiff_t)p * 64 + f];
+            cr_assert_eq(o[(ptrdiff_t)p * 64 + f], want, "shifted overlap, partition %d column %d", p, f);
         }
     for (int i = 0; i < 64; i++)
         for (int j = 0; j < 64; j++) {
             double btb = 0;
             for (int k = 0; k < 128; k++)
-                btb += (double)b[k * 64 + i] * (double)b[k * 64 + j];
-            o = f32(&r.out[0]) + 2 * 128 * 64;
-            cr_assert(fabs(o[i * 64 + j] - (1.0 + btb)) < 1e-4, "PSUM input, (%d, %d): %g vs %g",
-                      i, j, o[i * 64 + j], 1.0 + btb);
-            o += 128 * 64;
+                btb += (double)b[(ptrdiff_t)k * 64 + i] * (double)b[(ptrdiff_t)k * 64 + j];
+            o = f32(&r.out[0]) + 2 * plane;
+            cr_assert(fabs(o[(ptrdiff_t)i * 64 + j] - (1.0 + btb)) < 1e-4, "PSUM input, (%d, %d): %g vs %g",
+                      i, j, o[(ptrdiff_t)i * 64 + j], 1.0 + btb);
+            o += plane;
             /* the read closed the accumulation: the next matmul overwrites */
-            cr_assert(fabs(o[i * 64 + j] - btb) < 1e-4, "matmul after the read, (%d, %d): %g vs %g",
-                      i, j, o[i * 64 + j], btb);
+            cr_assert(fabs(o[(ptrdiff_t)i * 64 + j] - btb) < 1e-4, "matmul after the read, (%d, %d): %g vs %g",
+                      i, j, o[(ptrdiff_t)i * 64 + j], btb);
         }
     kt_run_done(&r);
     sim_array_release(&in[0]);
