@@ -57,6 +57,44 @@ static void grow(int64_t rows)
     q.cap = cap;
 }
 
+/* Operands of at least this many elements are converted by the numerics
+ * pool's threads, a block of rows each (a hand-off costs microseconds). */
+#define MMQ_SPLIT_ELEMS 32768
+
+typedef struct gather_job {
+    const simc_view *v;
+    float *out;
+} gather_job;
+
+static void gather_part(void *arg, int part, int nparts)
+{
+    const gather_job *j = arg;
+    simc_view sub = *j->v;
+    int64_t rows = j->v->shape[0], r0 = rows * part / nparts, r1 = rows * (part + 1) / nparts;
+    int64_t per_row = simc_view_elems(j->v) / rows;
+
+    sub.shape[0] = r1 - r0;
+    sub.offset += r0 * j->v->strides[0];
+    simc_gather(&sub, j->out + r0 * per_row);
+}
+
+/* simc_gather(v, out), split by rows across the pool when v is large.  Only
+ * for stores without PSUM accumulation bits: gathering writes nothing then,
+ * so the parts share no state (the store is settled here, on the tracer). */
+static void gather_operand(const simc_view *v, float *out)
+{
+    int threads = simn_threads();
+    gather_job j = { v, out };
+
+    simc_settle(v->st);
+    if (threads < 2 || v->st->open || v->ndim < 2 || v->shape[0] < threads ||
+        simc_view_elems(v) < MMQ_SPLIT_ELEMS) {
+        simc_gather(v, out);
+        return;
+    }
+    simn_parallel(gather_part, &j, threads);
+}
+
 void nki_mmq_add(simc_store *st, int64_t off, int64_t ldc, int64_t M, int64_t N, int64_t K,
                  const simc_view *a, const simc_view *b, bool acc)
 {
@@ -82,8 +120,8 @@ void nki_mmq_add(simc_store *st, int64_t off, int64_t ldc, int64_t M, int64_t N,
         q.acc = acc;
     }
     grow(q.k + K);
-    simc_gather(a, q.a + q.k * M);
-    simc_gather(b, q.b + q.k * N);
+    gather_operand(a, q.a + q.k * M);
+    gather_operand(b, q.b + q.k * N);
     q.k += K;
     st->pending = true;
 }

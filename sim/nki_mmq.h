@@ -19,7 +19,8 @@
  * freed with work queued drops it (nobody can read it any more).
  *
  * Ownership: one queue per process, used from the tracer thread only (the
- * numerics pool runs inside the flush).  Buffers grow to the longest run
+ * numerics pool runs inside the flush, and converts large SBUF operands a
+ * block of rows per thread inside nki_mmq_add).  Buffers grow to the longest run
  * (bounded by NKI_MMQ_MAX_K rows) and are freed by nki_mmq_reset, which
  * sim_run calls when a run ends.  Failure: an allocation that fails aborts
  * (kf_malloc), like the rest of the numerics.

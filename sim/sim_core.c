@@ -3,6 +3,8 @@
 #include "sim_core.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -100,10 +102,15 @@ static float sf_decode(const sf_fmt *f, uint32_t bits)
 static float *fp16_table;
 static float e4m3_table[256], e5m2_table[256], e4m3fn_table[256];
 
-static void tables_init(void)
+/* Filled once, on first use, by whichever thread converts first: the
+ * numerics pool's workers convert operands too (nki_mmq), so a plain
+ * "filled yet?" check would let one thread read a table another is still
+ * writing. */
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static atomic_bool tables_ready;   /* set after the fill: the per-element fast check */
+
+static void tables_fill(void)
 {
-    if (fp16_table)
-        return;
     fp16_table = kf_malloc(65536 * sizeof(float));
     for (uint32_t i = 0; i < 65536; i++)
         fp16_table[i] = sf_decode(&SF_FP16, i);
@@ -112,6 +119,13 @@ static void tables_init(void)
         e5m2_table[i] = sf_decode(&SF_E5M2, i);
         e4m3fn_table[i] = sf_decode(&SF_E4M3FN, i);
     }
+    atomic_store_explicit(&tables_ready, true, memory_order_release);
+}
+
+static inline void tables_init(void)
+{
+    if (!atomic_load_explicit(&tables_ready, memory_order_acquire))
+        pthread_once(&tables_once, tables_fill);
 }
 
 static inline float bf16_to_f32(uint16_t h)

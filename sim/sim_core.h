@@ -141,7 +141,9 @@ void simc_close_dense(const simc_view *v);
 /* Fill a record region describing the bytes v touches. */
 void simc_view_region(const simc_view *v, sim_region *r);
 
-/* Element conversion. */
+/* Element conversion: safe from any thread (the numerics pool's workers
+ * convert operands too; the fp16/fp8 tables are filled once, under
+ * pthread_once, by whichever thread converts first). */
 float simc_to_f32(sim_dtype dt, const void *p);
 void simc_from_f32(sim_dtype dt, float x, void *p);
 bool simc_dtype_is_float(sim_dtype dt);

@@ -4,6 +4,7 @@
  * softmax) run with 1 and 2 threads and compared byte for byte — and the
  * products are still right (against a double-precision reference). */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -209,4 +210,33 @@ Test(sim_threads, softmax_kernel_same_bits_for_1_and_2_threads, .timeout = 300)
 {
     static const char *const in[] = { "x=shape:256x4096:bf16:seed=1" };
     check_kernel("kernels/softmax.py", "softmax", NULL, in, 1);
+}
+
+/* fp16/fp8 values convert through lookup tables filled on first use, and the
+ * pool's threads convert large matmul operands (nki_mmq), so the first use
+ * can come from two threads at once.  Each parameter is a fresh process
+ * (Criterion forks per test) whose first conversion is the 2-thread run of
+ * the fp8 double_row matmul (131,072-element moving operand); a table read
+ * while another thread fills it shows as outputs unlike the 1-thread run's. */
+ParameterizedTestParameters(sim_threads, fp8_tables_first_filled_by_two_threads)
+{
+    static int rounds[] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+    return cr_make_param_array(int, rounds, sizeof(rounds) / sizeof(rounds[0]));
+}
+
+ParameterizedTest(int *round, sim_threads, fp8_tables_first_filled_by_two_threads, .timeout = 120)
+{
+    static const char *const in[] = { "lhsT=shape:256x128:float8_e4m3:seed=5",
+                                      "rhs=shape:256x512:float8_e4m3:seed=6" };
+    sim_array b = run_kernel("tests/kernels/current/matmul_double_row.py", "matmul_double_row",
+                             NULL, in, 2, 2);
+    sim_array a = run_kernel("tests/kernels/current/matmul_double_row.py", "matmul_double_row",
+                             NULL, in, 2, 1);
+
+    cr_assert_eq(a.dtype, SIM_DT_FLOAT32);
+    cr_assert_eq(a.shape[0] * a.shape[1], 128 * 512);
+    cr_assert(same_bits(a.data, b.data, (size_t)128 * 512),
+              "round %d: the 2-thread run differs from the 1-thread run", *round);
+    sim_array_release(&a);
+    sim_array_release(&b);
 }
