@@ -234,7 +234,7 @@ ParameterizedTest(int *round, sim_threads, fp8_tables_first_filled_by_two_thread
                              NULL, in, 2, 1);
 
     cr_assert_eq(a.dtype, SIM_DT_FLOAT32);
-    cr_assert_eq(a.shape[0] * a.shape[1], 128 * 512);
+    cr_assert_eq(a.shape[0] * a.shape[1], (int64_t)128 * 512);
     cr_assert(same_bits(a.data, b.data, (size_t)128 * 512),
               "round %d: the 2-thread run differs from the 1-thread run", *round);
     sim_array_release(&a);
