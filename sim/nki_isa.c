@@ -328,10 +328,13 @@ static PyObject *isa_memset(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 /* ===== elementwise ===== */
 
 /* Two overlapping ranges of n floats that are not the same range: an
- * elementwise op computed in place would read what it already wrote. */
+ * elementwise op computed in place would read what it already wrote.
+ * Compared as addresses: the ranges may lie in different stores, and C
+ * orders pointers only within one object. */
 static bool partly_overlaps(const float *x, const float *y, int64_t n)
 {
-    return x != y && x < y + n && y < x + n;
+    uintptr_t a = (uintptr_t)x, b = (uintptr_t)y, len = (uintptr_t)n * sizeof(float);
+    return a != b && a < b + len && b < a + len;
 }
 
 /* tensor_tensor straight on the stores when all three views are dense FP32
