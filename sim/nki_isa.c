@@ -4,6 +4,7 @@
  * nki_internal.h).  Each call checks its operands (buffers, shapes, limits,
  * dtypes), computes in FP32 with numerics on, and appends one instruction. */
 #include "nki_internal.h"
+#include "nki_mmq.h"
 
 #include <math.h>
 #include <string.h>
@@ -357,6 +358,38 @@ static bool tt_in_place(simn_op op, nki_tensor *dst, nki_tensor *d1, const simc_
     return true;
 }
 
+/* Two views of the same elements in the same order. */
+static bool same_view(const simc_view *a, const simc_view *b)
+{
+    if (a->st != b->st || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->strides[d] != b->strides[d]))
+            return false;
+    return true;
+}
+
+/* The accumulating add of a tiled matmul, acc = acc + psum (either
+ * order) with psum the product being queued: handed to nki_mmq as a fold. */
+static bool fold_product(simn_op op, const nki_tensor *dst, const nki_tensor *d1,
+                         const simc_view *v2, const uint8_t *mask)
+{
+    const simc_view *x = &dst->v, *p;
+
+    if (!nki_cur->numerics || mask || op != SIMN_OP_ADD)
+        return false;
+    if (same_view(&d1->v, x))
+        p = v2;
+    else if (same_view(v2, x))
+        p = &d1->v;
+    else
+        return false;
+    if (p->st->mem != SIM_MEM_PSUM || !nki_mmq_fold(x, p))
+        return false;
+    simc_close_dense(p);
+    return true;
+}
+
 static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor *d2, simn_op op,
                    sim_engine eng, const uint8_t *mask)
 {
@@ -388,6 +421,8 @@ static int tt_core(const char *api, nki_tensor *dst, nki_tensor *d1, nki_tensor 
                 if (!simn_alu_i64(op, i1[i], i2[i], &i1[i]))
                     i1[i] = 0;   /* mod by zero */
         nki_write_i64(&dst->v, i1, mask);
+    } else if (fold_product(op, dst, d1, r2, mask)) {
+        /* queued: acc += A^T B on the numerics pool */
     } else if (!tt_in_place(op, dst, d1, r2, mask, n)) {
         v1 = nki_read(&d1->v, 1);
         v2 = nki_read(r2, 2);

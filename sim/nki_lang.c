@@ -1080,6 +1080,7 @@ static bool matmul_direct(nki_tensor *dst, const simc_view *sv, const simc_view 
         B = nki_read(mv, 2);
         ldb = N;
     }
+    simc_settle(s);   /* work queued on the tile (another region's run) lands first */
     C = (float *)s->data + dv->offset;
     simn_matmul((int)M, (int)N, (int)K, A, lda, stat_is_mk, B, ldb, C, ldc, acc ? 1.0f : 0.0f);
     for (int64_t m = 0; m < M; m++)

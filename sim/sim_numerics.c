@@ -304,7 +304,12 @@ void simn_act_vec(simn_op op, const float *x, float *out, int64_t n)
  * The job's buffers belong to the poster for the whole call: it returns
  * only when every part has finished, so no worker touches them after.
  * Workers spin briefly on the published generation before sleeping on the
- * condition variable, as tile products follow each other closely. */
+ * condition variable, as tile products follow each other closely.
+ *
+ * Between jobs, workers run queued tasks (simn_task_submit): a task is
+ * claimed under the mutex by the first thread free to run it, one task per
+ * key at a time.  A job posted while a worker runs a task does not wait for
+ * it: the poster claims the parts nobody takes. */
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -321,8 +326,17 @@ static struct {
     bool poster_waits;            /* the poster waits on done, under mu */
     bool stop;
     bool atfork;
+    /* Tasks (simn_task_submit): queued ones in submission order, the keys
+     * of the running ones, and the tracer waiting for one to finish; all
+     * under mu (tq_pub mirrors the queue's length for spinning workers). */
+    simn_task *tq_head, *tq_tail;
+    atomic_int tq_pub;
+    const void *running[SIMN_MAX_THREADS];
+    int nrunning;
+    pthread_cond_t task_done;
+    int task_waiters;
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
-           .done = PTHREAD_COND_INITIALIZER, .threads = 1 };
+           .done = PTHREAD_COND_INITIALIZER, .task_done = PTHREAD_COND_INITIALIZER, .threads = 1 };
 
 #define SIMN_SPIN 4000   /* pause instructions: tens of microseconds */
 
@@ -360,29 +374,159 @@ static void run_parts(unsigned long g)
     }
 }
 
+static bool key_running(const void *key)
+{
+    for (int i = 0; i < pool.nrunning; i++)
+        if (pool.running[i] == key)
+            return true;
+    return false;
+}
+
+/* Under mu: take the first queued task that may run now (no running task
+ * and no earlier queued task has its key), looking no further than `last`
+ * (NULL: the whole queue); NULL when there is none. */
+static simn_task *claim_task(const simn_task *last)
+{
+    simn_task *prev = NULL;
+    if (pool.nrunning >= SIMN_MAX_THREADS)
+        return NULL;
+    for (simn_task *t = pool.tq_head; t; prev = t, t = t->next) {
+        bool blocked = key_running(t->key);
+        for (const simn_task *e = pool.tq_head; !blocked && e != t; e = e->next)
+            blocked = e->key == t->key;
+        if (!blocked) {
+            if (prev)
+                prev->next = t->next;
+            else
+                pool.tq_head = t->next;
+            if (pool.tq_tail == t)
+                pool.tq_tail = prev;
+            t->next = NULL;
+            atomic_store_explicit(&pool.tq_pub, atomic_load(&pool.tq_pub) - 1,
+                                  memory_order_release);
+            pool.running[pool.nrunning++] = t->key;
+            atomic_store_explicit(&t->state, SIMN_TASK_RUNNING, memory_order_relaxed);
+            return t;
+        }
+        if (t == last)
+            break;
+    }
+    return NULL;
+}
+
+/* Run a task claim_task gave us (without mu).  Once its state says done
+ * the submitter may reuse it: nothing here touches it after that. */
+static void run_task(simn_task *t)
+{
+    const void *key = t->key;
+    t->fn(t);
+    pthread_mutex_lock(&pool.mu);
+    for (int i = 0; i < pool.nrunning; i++)
+        if (pool.running[i] == key) {
+            pool.running[i] = pool.running[--pool.nrunning];
+            break;
+        }
+    atomic_store_explicit(&t->state, SIMN_TASK_DONE, memory_order_release);
+    if (pool.task_waiters > 0)
+        pthread_cond_broadcast(&pool.task_done);
+    if (pool.sleepers > 0 && pool.tq_head)   /* a task of the same key may run now */
+        pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+}
+
+/* Workers run the tracer's parallel parts first (it waits for them), then
+ * queued tasks; they spin briefly before sleeping on `go`. */
 static void *worker_main(void *unused)
 {
     unsigned long seen = 0;
     (void)unused;
     for (;;) {
-        unsigned long g;
-        bool stop;
+        simn_task *t = NULL;
+        unsigned long g = seen;
         for (int i = 0; i < SIMN_SPIN &&
-                        atomic_load_explicit(&pool.gen_pub, memory_order_acquire) == seen; i++)
+                        atomic_load_explicit(&pool.gen_pub, memory_order_acquire) == seen &&
+                        atomic_load_explicit(&pool.tq_pub, memory_order_acquire) == 0; i++)
             spin_pause();
         pthread_mutex_lock(&pool.mu);
-        pool.sleepers++;
-        while (pool.gen == seen && !pool.stop)
+        for (;;) {
+            if (pool.stop) {
+                pthread_mutex_unlock(&pool.mu);
+                return NULL;
+            }
+            if (pool.gen != seen) {
+                g = pool.gen;
+                break;
+            }
+            if ((t = claim_task(NULL)))
+                break;
+            pool.sleepers++;
             pthread_cond_wait(&pool.go, &pool.mu);
-        pool.sleepers--;
-        g = pool.gen;
-        stop = pool.stop;
+            pool.sleepers--;
+        }
         pthread_mutex_unlock(&pool.mu);
-        if (stop)
-            return NULL;
-        seen = g;
-        run_parts(g);
+        if (t) {
+            run_task(t);
+        } else {
+            seen = g;
+            run_parts(g);
+        }
     }
+}
+
+void simn_task_submit(simn_task *t)
+{
+    if (pool.nworkers == 0) {
+        atomic_store_explicit(&t->state, SIMN_TASK_RUNNING, memory_order_relaxed);
+        t->fn(t);
+        atomic_store_explicit(&t->state, SIMN_TASK_DONE, memory_order_release);
+        return;
+    }
+    pthread_mutex_lock(&pool.mu);
+    t->next = NULL;
+    atomic_store_explicit(&t->state, SIMN_TASK_QUEUED, memory_order_relaxed);
+    if (pool.tq_tail)
+        pool.tq_tail->next = t;
+    else
+        pool.tq_head = t;
+    pool.tq_tail = t;
+    atomic_store_explicit(&pool.tq_pub, atomic_load(&pool.tq_pub) + 1, memory_order_release);
+    if (pool.sleepers > 0)
+        pthread_cond_signal(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+}
+
+void simn_task_wait(simn_task *t)
+{
+    while (!simn_task_done(t)) {
+        simn_task *x = NULL;
+        pthread_mutex_lock(&pool.mu);
+        if (atomic_load_explicit(&t->state, memory_order_relaxed) == SIMN_TASK_QUEUED)
+            x = claim_task(t);
+        if (!x && !simn_task_done(t)) {
+            pool.task_waiters++;
+            pthread_cond_wait(&pool.task_done, &pool.mu);
+            pool.task_waiters--;
+        }
+        pthread_mutex_unlock(&pool.mu);
+        if (x)
+            run_task(x);
+    }
+}
+
+bool simn_task_help(void)
+{
+    simn_task *x;
+    pthread_mutex_lock(&pool.mu);
+    x = claim_task(NULL);
+    if (!x && pool.nrunning > 0) {
+        pool.task_waiters++;
+        pthread_cond_wait(&pool.task_done, &pool.mu);
+        pool.task_waiters--;
+    }
+    pthread_mutex_unlock(&pool.mu);
+    if (x)
+        run_task(x);
+    return x != NULL;
 }
 
 /* A forked child has the tracer thread only: forget the workers. */
@@ -398,6 +542,13 @@ static void pool_after_fork(void)
     pool.sleepers = 0;
     pool.poster_waits = false;
     atomic_store(&pool.pending_pub, 0);
+    /* tasks are never outstanding across a fork (the simulator forks its
+     * sandbox before it traces): the child starts with an empty queue */
+    pthread_cond_init(&pool.task_done, NULL);
+    pool.tq_head = pool.tq_tail = NULL;
+    atomic_store(&pool.tq_pub, 0);
+    pool.nrunning = 0;
+    pool.task_waiters = 0;
 }
 
 static void pool_stop(void)
@@ -410,6 +561,17 @@ static void pool_stop(void)
         pthread_join(pool.tid[i], NULL);
     pool.nworkers = 0;
     pool.stop = false;
+    /* what is still queued runs here, in order (the workers are gone) */
+    for (simn_task *t; (t = pool.tq_head);) {
+        pool.tq_head = t->next;
+        if (!pool.tq_head)
+            pool.tq_tail = NULL;
+        t->next = NULL;
+        atomic_store(&pool.tq_pub, atomic_load(&pool.tq_pub) - 1);
+        atomic_store_explicit(&t->state, SIMN_TASK_RUNNING, memory_order_relaxed);
+        t->fn(t);
+        atomic_store_explicit(&t->state, SIMN_TASK_DONE, memory_order_release);
+    }
 }
 
 int simn_set_threads(int n)
@@ -610,6 +772,14 @@ static void mm_part(void *arg, int part, int nparts)
 
 /* Products with fewer multiply-adds than this stay on the calling thread. */
 #define SIMN_MM_SPLIT (1 << 20)
+
+void simn_matmul_serial(int M, int N, int K, const float *A, int64_t lda, int trans_a,
+                        const float *B, int64_t ldb, float *C, int64_t ldc, float beta)
+{
+    mm_job j = { M, N, K, trans_a, A, B, lda, ldb, ldc, C, beta };
+    if (M > 0 && N > 0)
+        mm_part(&j, 0, 1);
+}
 
 void simn_matmul(int M, int N, int K, const float *A, int64_t lda, int trans_a, const float *B,
                  int64_t ldb, float *C, int64_t ldc, float beta)

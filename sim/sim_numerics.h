@@ -20,13 +20,14 @@
  * thread; workers only read the inputs and write disjoint ranges of the
  * outputs while the call runs, and the call returns after every worker has
  * finished its part (the pool mutex orders their writes before the return).
- * Workers own nothing; all calls except simn_parallel's parts are made from
- * one thread (the tracer).  A pool does not survive fork (the child runs
- * with one thread until simn_set_threads).
+ * Workers own nothing; all calls except simn_parallel's parts and task
+ * functions are made from one thread (the tracer).  A pool does not
+ * survive fork (the child runs with one thread until simn_set_threads).
  */
 #ifndef SIM_NUMERICS_H
 #define SIM_NUMERICS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -152,6 +153,47 @@ int simn_default_threads(void);
  * parts are done.  Parts must write disjoint memory. */
 typedef void (*simn_part_fn)(void *arg, int part, int nparts);
 void simn_parallel(simn_part_fn fn, void *arg, int nparts);
+
+/* Asynchronous tasks: work the tracer hands to the pool and does not wait
+ * for (nki_mmq's accumulating products).  A task is owned by its submitter,
+ * which must not touch it, nor the memory its fn writes, until
+ * simn_task_wait returns (or simn_task_done says so).  Tasks with the same
+ * `key` run one at a time in submission order; tasks with different keys
+ * may run at once, on different threads.  A task's fn runs on a worker or on
+ * the tracer while it waits, never inside another task, and must not call
+ * simn_parallel (use simn_matmul_serial).  Without workers (one thread)
+ * simn_task_submit runs the task before returning.  Everything submitted
+ * must be waited for before simn_set_threads/simn_stop_threads (which run
+ * what is still queued, in order, on the caller). */
+typedef struct simn_task simn_task;
+struct simn_task {
+    void (*fn)(simn_task *t);
+    const void *key;
+    simn_task *next;          /* the pool's queue link */
+    atomic_int state;         /* SIMN_TASK_* */
+};
+enum { SIMN_TASK_IDLE, SIMN_TASK_QUEUED, SIMN_TASK_RUNNING, SIMN_TASK_DONE };
+
+void simn_task_submit(simn_task *t);
+/* Returns when t has run (at once for a task never submitted).  Meanwhile
+ * the caller runs queued tasks submitted no later than t itself, so a wait
+ * never takes longer than the work ahead of t. */
+void simn_task_wait(simn_task *t);
+static inline bool simn_task_done(const simn_task *t)
+{
+    int st = atomic_load_explicit(&t->state, memory_order_acquire);
+    return st == SIMN_TASK_IDLE || st == SIMN_TASK_DONE;
+}
+/* Runs one queued task that may run now on the calling thread and returns
+ * true; false when none may (the queue is empty, or every queued task waits
+ * for a running one of its key): then it waits until some running task
+ * finishes (at once when none runs). */
+bool simn_task_help(void);
+
+/* simn_matmul on the calling thread only, the same values (the same
+ * column blocks, in order): for tasks. */
+void simn_matmul_serial(int M, int N, int K, const float *A, int64_t lda, int trans_a,
+                        const float *B, int64_t ldb, float *C, int64_t ldc, float beta);
 
 /* Load OpenBLAS (once; see sim_numerics.c for the core-type choice) and
  * use one BLAS thread: tile products are small, so one thread does them

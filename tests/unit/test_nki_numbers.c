@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kf_alloc.h"
+#include "sim/nki_mmq.h"
 #include "sim/sim_run.h"
 #include "tests/lib/kf_test.h"
 #include "tests/lib/kf_test_nki.h"
@@ -477,6 +478,93 @@ Test(nki_numbers, queued_matmul_runs_read_what_each_instruction_wrote)
     kt_run_done(&r);
     sim_array_release(&in[0]);
     sim_array_release(&in[1]);
+}
+
+/* The accumulating add after a matmul run (tensor_tensor(x, x, psum, add))
+ * is folded into x += A^T B on the numerics pool (nki_mmq_fold).  Reading
+ * the accumulator mid-way, reading the PSUM tile after the add, adding
+ * into it again (accumulate=True), overwriting it (a tile reused across
+ * iterations), and freeing an accumulator whose add is still queued must
+ * all see what the instructions one by one give, with one thread (tasks
+ * run at once) and with two (tasks run on the worker).  Exact inputs, so
+ * exact comparisons; the fold count proves the folded path ran. */
+static void check_folded_adds(int threads)
+{
+    const char *src =
+        "import nki\n"
+        "import nki.language as nl\n"
+        "import nki.isa as nisa\n"
+        "@nki.jit\n"
+        "def k(a, b):\n"
+        "    o = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]\n"
+        "    at = nl.ndarray((128, 8), dtype=nl.bfloat16, buffer=nl.sbuf)\n"
+        "    bt = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    x = [nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf) for _ in range(3)]\n"
+        "    for t in x:\n"
+        "        nisa.memset(dst=t, value=0.0)\n"
+        "    keep = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+        "    for kk in range(4):\n"
+        "        nisa.dma_copy(dst=at, src=a[kk * 128:(kk + 1) * 128, :])\n"
+        "        nisa.dma_copy(dst=bt, src=b[kk * 128:(kk + 1) * 128, :])\n"
+        "        part = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)\n"
+        "        nisa.nc_matmul(dst=part, stationary=at, moving=bt)\n"
+        "        nisa.tensor_tensor(dst=x[0], data1=x[0], data2=part, op=nl.add)\n"
+        "        nisa.nc_matmul(dst=keep, stationary=at, moving=bt)\n"
+        "        nisa.tensor_tensor(dst=x[1], data1=keep, data2=x[1], op=nl.add)\n"
+        "        tmp = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "        nisa.memset(dst=tmp, value=1.0)\n"
+        "        nisa.nc_matmul(dst=part, stationary=at, moving=bt)\n"
+        "        nisa.tensor_tensor(dst=tmp, data1=tmp, data2=part, op=nl.add)\n"
+        "        if kk == 1:\n"
+        "            nisa.tensor_copy(dst=x[2], src=part)\n"
+        "            nisa.dma_copy(dst=o[0], src=x[0])\n"
+        "    nisa.dma_copy(dst=o[1], src=x[0])\n"
+        "    nisa.dma_copy(dst=o[2], src=x[1])\n"
+        "    nisa.dma_copy(dst=o[3], src=x[2])\n"
+        "    nisa.nc_matmul(dst=keep, stationary=at, moving=bt, accumulate=True)\n"
+        "    r = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.tensor_copy(dst=r, src=keep)\n"
+        "    nisa.dma_copy(dst=o[4], src=r)\n"
+        "    nisa.dma_copy(dst=o[5], src=tmp)\n"
+        "    return tuple(o)\n";
+    sim_array in[2] = { mk("a", 2, 512, 8, 10), mk("b", 2, 512, 16, 11) };
+    sim_run_opts o;
+    kt_result r;
+    uint64_t folds = nki_mmq_folds();
+
+    memset(&o, 0, sizeof(o));
+    o.numerics = true;
+    o.threads = threads;
+    kt_run_opts(&r, &o, src, "kernel.py", in, 2);
+    cr_assert_eq(r.rc, KF_OK, "%s", r.err.msg);
+    cr_assert_eq(r.n_out, 6);
+    cr_assert_eq(nki_mmq_folds() - folds, 12, "%d threads: %llu adds folded, want 12", threads,
+                 (unsigned long long)(nki_mmq_folds() - folds));
+    for (int m = 0; m < 8; m++)
+        for (int n = 0; n < 16; n++) {
+            float chunk[4] = { 0 }, want[6];
+            for (int k = 0; k < 512; k++)
+                chunk[k / 128] += f32(&in[0])[k * 8 + m] * f32(&in[1])[k * 16 + n];
+            want[0] = chunk[0] + chunk[1];                          /* x[0] mid-way */
+            want[1] = chunk[0] + chunk[1] + chunk[2] + chunk[3];    /* x[0] */
+            want[2] = want[1];                                      /* x[1], psum first */
+            want[3] = chunk[1];                                     /* part after its add */
+            want[4] = 2 * chunk[3];                                 /* keep, added again */
+            want[5] = 1 + chunk[3];                                 /* the last tmp */
+            for (int j = 0; j < 6; j++)
+                cr_assert_eq(f32(&r.out[j])[m * 16 + n], want[j],
+                             "%d threads: output %d [%d, %d]: %g, want %g", threads, j, m, n,
+                             (double)f32(&r.out[j])[m * 16 + n], (double)want[j]);
+        }
+    kt_run_done(&r);
+    sim_array_release(&in[0]);
+    sim_array_release(&in[1]);
+}
+
+Test(nki_numbers, folded_accumulator_adds_read_what_each_instruction_wrote)
+{
+    check_folded_adds(1);
+    check_folded_adds(2);
 }
 
 /* ===== 3. nl.spmd_dim launches every program ===== */

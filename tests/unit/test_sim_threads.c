@@ -6,11 +6,15 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/nki_mmq.h"
+#include "sim/sim_core.h"
 #include "sim/sim_input.h"
 #include "sim/sim_numerics.h"
 #include "sim/sim_run.h"
@@ -239,4 +243,150 @@ ParameterizedTest(int *round, sim_threads, fp8_tables_first_filled_by_two_thread
               "round %d: the 2-thread run differs from the 1-thread run", *round);
     sim_array_release(&a);
     sim_array_release(&b);
+}
+
+/* ===== tasks (simn_task_submit) and folded accumulator adds ===== */
+
+/* A task that holds its thread until the test opens it: with it running on
+ * the one worker, every other task can only run on the tracer. */
+typedef struct gate_task {
+    simn_task t;
+    atomic_int started, open;
+} gate_task;
+
+static void gate_run(simn_task *t)
+{
+    gate_task *g = (gate_task *)(void *)t;
+    atomic_store(&g->started, 1);
+    while (!atomic_load(&g->open))
+        sched_yield();
+}
+
+static void gate_close(gate_task *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->t.fn = gate_run;
+    g->t.key = g;
+    cr_assert_eq(simn_set_threads(2), 2, "a second thread could not be started");
+    simn_task_submit(&g->t);
+    while (!atomic_load(&g->started))
+        sched_yield();
+}
+
+static void gate_open(gate_task *g)
+{
+    atomic_store(&g->open, 1);
+    simn_task_wait(&g->t);
+    cr_assert(simn_task_done(&g->t));
+}
+
+typedef struct log_task {
+    simn_task t;
+    int id, *log, *n;
+} log_task;
+
+static void log_run(simn_task *t)
+{
+    log_task *l = (log_task *)(void *)t;
+    l->log[(*l->n)++] = l->id;
+}
+
+Test(sim_threads, tasks_of_one_key_run_in_order_and_waiting_runs_them)
+{
+    gate_task g;
+    int log[4], n = 0;
+    static const int key = 0;
+    log_task t[3];
+
+    gate_close(&g);
+    for (int i = 0; i < 3; i++) {
+        t[i] = (log_task){ .t = { .fn = log_run, .key = &key }, .id = i + 1, .log = log, .n = &n };
+        simn_task_submit(&t[i].t);
+    }
+    cr_assert(!simn_task_done(&t[1].t), "a task ran while the only worker was held");
+    /* waiting for the second runs the first and the second here, in order,
+     * and leaves the third queued */
+    simn_task_wait(&t[1].t);
+    cr_assert_eq(n, 2);
+    cr_assert(log[0] == 1 && log[1] == 2, "ran %d then %d", log[0], log[1]);
+    cr_assert(!simn_task_done(&t[2].t));
+    cr_assert(simn_task_help(), "the third task was queued and free to run");
+    cr_assert(simn_task_done(&t[2].t) && n == 3 && log[2] == 3);
+    gate_open(&g);
+    simn_stop_threads();
+
+    /* one thread: a task runs before submit returns */
+    n = 0;
+    simn_set_threads(1);
+    simn_task_submit(&t[0].t);
+    cr_assert(simn_task_done(&t[0].t) && n == 1);
+}
+
+static simc_view view2(simc_store *s, int64_t rows, int64_t cols)
+{
+    simc_view v;
+    memset(&v, 0, sizeof(v));
+    v.st = s;
+    v.dtype = s->dtype;
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    v.strides[1] = 1;
+    return v;
+}
+
+/* A folded x += A^T B is queued on the pool; with the worker held, it can
+ * only land if reading x waits for it (running it on the tracer), and the
+ * PSUM tile it came from must read as A^T B. */
+Test(sim_threads, folded_add_lands_before_the_accumulator_is_read)
+{
+    enum { K = 4, M = 8, N = 16 };
+    gate_task g;
+    simc_store *a, *b, *p, *x;
+    simc_view va, vb, vp, vx;
+    float ha[K * M], hb[K * N], ones[M * N], got[M * N], prod[M * N];
+
+    cr_assert_eq(simn_init(), 0, "OpenBLAS could not be loaded");
+    for (int i = 0; i < K * M; i++)
+        ha[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < K * N; i++)
+        hb[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < M * N; i++)
+        ones[i] = 1.0f;
+    a = simc_store_new(SIM_MEM_SBUF, SIM_DT_FLOAT32, K, M, true);
+    b = simc_store_new(SIM_MEM_SBUF, SIM_DT_FLOAT32, K, N, true);
+    p = simc_store_new(SIM_MEM_PSUM, SIM_DT_FLOAT32, M, N, true);
+    x = simc_store_new(SIM_MEM_SBUF, SIM_DT_FLOAT32, M, N, true);
+    va = view2(a, K, M);
+    vb = view2(b, K, N);
+    vp = view2(p, M, N);
+    vx = view2(x, M, N);
+    simc_scatter(&va, ha, NULL);
+    simc_scatter(&vb, hb, NULL);
+    simc_scatter(&vx, ones, NULL);
+
+    gate_close(&g);
+    nki_mmq_add(p, 0, N, M, N, K, &va, &vb, false);
+    cr_assert(nki_mmq_fold(&vx, &vp), "x += A^T B was not folded");
+    cr_assert(x->pending && p->pending);
+    simc_gather(&vx, got);
+    simc_gather(&vp, prod);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float want = 0.0f;
+            for (int k = 0; k < K; k++)
+                want += ha[k * M + m] * hb[k * N + n];
+            cr_assert_eq(got[m * N + n], 1.0f + want, "x[%d, %d] = %g, want %g", m, n,
+                         (double)got[m * N + n], (double)(1.0f + want));
+            cr_assert_eq(prod[m * N + n], want, "psum[%d, %d] = %g, want %g", m, n,
+                         (double)prod[m * N + n], (double)want);
+        }
+    gate_open(&g);
+    nki_mmq_reset();
+    simn_stop_threads();
+    simc_store_unref(a);
+    simc_store_unref(b);
+    simc_store_unref(p);
+    simc_store_unref(x);
 }
