@@ -157,6 +157,14 @@ void nki_mmq_add(simc_store *st, int64_t off, int64_t ldc, int64_t M, int64_t N,
                  const simc_view *a, const simc_view *b, bool acc)
 {
     simc_settle_hook = settle;
+    /* the run writes st's data without an accessor: a fresh tile's pattern
+     * first, unless the run overwrites every element */
+    if (st->unfilled) {
+        if (!acc && off == 0 && ldc == N && M * N == st->nelem)
+            st->unfilled = false;
+        else
+            simc_store_fill(st);
+    }
     /* a folded run's region in st: overwritten whole by this run, or
      * computed first (the run adds to it, or covers only part of it) */
     for (int i = 0; i < NKI_MMQ_JOBS; i++) {
@@ -237,6 +245,8 @@ bool nki_mmq_fold(const simc_view *x, const simc_view *p)
         xs->open || xs->borrowed || !dense_region(x, q.m, q.n))
         return false;
     simc_settle_hook = settle;
+    if (xs->unfilled)          /* the task adds to what x holds */
+        simc_store_fill(xs);
     j = take_slot();
     /* the run's operands move to the job; the queue takes the slot's old
      * buffers for its next run */

@@ -268,7 +268,7 @@ void simc_from_i64(sim_dtype dt, int64_t x, void *p)
 void simc_fill_uninit(void *data, sim_dtype dt, int64_t n)
 {
     unsigned es = sim_dtype_size(dt);
-    uint8_t pat[4];
+    uint8_t pat[4] = { 0 };
 
     if (simc_dtype_is_float(dt))
         simc_from_f32(dt, NAN, pat);
@@ -374,7 +374,7 @@ simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t pa
     s->shared_slot = -1;
     if (with_data && s->nelem > 0) {
         s->data = buf_get(store_bytes(s));
-        simc_fill_uninit(s->data, dt, s->nelem);
+        s->unfilled = true;
     }
     if (mem == SIM_MEM_PSUM && s->nelem > 0) {   /* kept with numerics off: the record
                                                    marks accumulating matmuls either way */
@@ -382,6 +382,13 @@ simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t pa
         memset(s->open, 0, (size_t)s->nelem);
     }
     return s;
+}
+
+void simc_store_fill(simc_store *s)
+{
+    s->unfilled = false;
+    if (s->data)
+        simc_fill_uninit(s->data, s->dtype, s->nelem);
 }
 
 void simc_store_ref(simc_store *s)
@@ -603,6 +610,11 @@ bool simc_view_in_store(const simc_view *v)
     return lo >= 0 && hi < v->st->nelem;
 }
 
+bool simc_view_covers_store(const simc_view *v)
+{
+    return v->offset == 0 && simc_view_elems(v) == v->st->nelem && simc_view_contiguous(v);
+}
+
 float *simc_view_dense_f32(const simc_view *v, bool for_write)
 {
     simc_store *s = v->st;
@@ -708,7 +720,10 @@ void simc_scatter(const simc_view *v, const float *in, const uint8_t *mask)
     const float *x = in;
     const uint8_t *m = mask;
 
-    simc_settle(s);
+    if (!mask && simc_view_covers_store(v))
+        simc_settle_overwrite(s);
+    else
+        simc_settle(s);
     if (!s->data)
         return;
     simc_store_writable(s);
@@ -889,8 +904,8 @@ bool simc_copy_raw(const simc_view *dst, const simc_view *src)
     int64_t sis = src->ndim ? src->strides[src->ndim - 1] : 0;
     int64_t sidx[SIMC_MAX_DIMS] = { 0 }, sbase = src->offset;
 
-    simc_settle(dst->st);
-    simc_settle(src->st);
+    /* the checks read no data: the stores are settled after them, so that
+     * a copy over all of dst leaves its pattern unwritten */
     if (dst->dtype != src->dtype || !ds->data || !ss->data || ds->open || ss->open ||
         dst->ndim != src->ndim || dst->ndim == 0 || !simc_view_in_store(dst) ||
         !simc_view_in_store(src))
@@ -899,7 +914,12 @@ bool simc_copy_raw(const simc_view *dst, const simc_view *src)
         if (dst->shape[d] != src->shape[d])
             return false;
     if (ds == ss)
-        return false;   /* overlapping copies go element by element through FP32 */
+        return false;    /* overlapping copies go element by element through FP32 */
+    simc_settle(src->st);
+    if (simc_view_covers_store(dst))
+        simc_settle_overwrite(ds);
+    else
+        simc_settle(ds);
     simc_store_writable(ds);
     SIMC_ROWS_BEGIN(dst, base, r)
         (void)r;

@@ -69,6 +69,13 @@ typedef struct simc_store {
      * accessor below settles it first (simc_settle), so nothing outside the
      * queue ever sees the data without it. */
     bool       pending;
+    /* The data is allocated but the uninitialized pattern not yet written:
+     * simc_settle writes it before anything reads or partly writes the
+     * data, and a write of every element clears it instead
+     * (simc_settle_overwrite), so a tile that is loaded or computed whole is
+     * never filled.  Code that writes data without an accessor settles
+     * first (or clears it when it writes every element itself). */
+    bool       unfilled;
 } simc_store;
 
 /* Settles a store with queued work: installed by the module that queues
@@ -76,8 +83,20 @@ typedef struct simc_store {
  * discarded.  simc_settle is the accessors' check, a no-op when nothing is
  * queued. */
 extern void (*simc_settle_hook)(simc_store *s, bool drop);
+/* Writes the uninitialized pattern into an unfilled store's data now. */
+void simc_store_fill(simc_store *s);
 static inline void simc_settle(simc_store *s)
 {
+    if (s->unfilled)
+        simc_store_fill(s);
+    if (s->pending && simc_settle_hook)
+        simc_settle_hook(s, false);
+}
+/* simc_settle before a write of every element of s: the pattern is not
+ * written (nothing can read it). */
+static inline void simc_settle_overwrite(simc_store *s)
+{
+    s->unfilled = false;
     if (s->pending && simc_settle_hook)
         simc_settle_hook(s, false);
 }
@@ -91,8 +110,9 @@ typedef struct simc_view {
     int64_t     offset;
 } simc_view;
 
-/* Storage: a new store with refcnt 1.  `fill` writes the uninitialized
- * pattern (NaN for floats, 4 for ints) when data is allocated. */
+/* Storage: a new store with refcnt 1; with_data allocates its data, which
+ * reads as the uninitialized pattern (NaN for floats, 4 for ints, written
+ * when first needed: `unfilled`). */
 simc_store *simc_store_new(sim_mem mem, sim_dtype dt, int partitions, int64_t part_elems,
                            bool with_data);
 void simc_store_ref(simc_store *s);
@@ -128,6 +148,8 @@ void simc_view_extent(const simc_view *v, int64_t *lo, int64_t *hi);
 int64_t simc_elem_index(const simc_view *v, const int64_t *idx);
 /* True when every element of v lies inside its storage. */
 bool simc_view_in_store(const simc_view *v);
+/* True when v addresses every element of its store exactly once. */
+bool simc_view_covers_store(const simc_view *v);
 /* The FP32 elements of v, in place, when v is FP32 with data and addresses
  * exactly data[offset .. offset + elems) in row-major order: the store is
  * settled first, and made writable (copied if borrowed) when `for_write`;

@@ -58,6 +58,12 @@ Test(sim_core, new_memory_is_nan_or_4)
 {
     simc_store *f = simc_store_new(SIM_MEM_SBUF, SIM_DT_BFLOAT16, 4, 3, true);
     simc_store *i = simc_store_new(SIM_MEM_HBM, SIM_DT_INT32, 1, 5, true);
+    /* the pattern is written when first needed: settling, as every
+     * accessor does before it touches the data */
+    cr_assert(f->unfilled && i->unfilled);
+    simc_settle(f);
+    simc_settle(i);
+    cr_assert(!f->unfilled && !i->unfilled);
     for (int k = 0; k < 12; k++)
         cr_assert(isnan(simc_to_f32(SIM_DT_BFLOAT16, (uint16_t *)f->data + k)));
     for (int k = 0; k < 5; k++)
@@ -80,6 +86,47 @@ static simc_view view2(simc_store *s, int64_t off, int64_t r, int64_t c, int64_t
     v.strides[0] = sr;
     v.strides[1] = sc;
     return v;
+}
+
+/* A fresh store's data is filled with the pattern only when it is read or
+ * partly written (recycled buffers hold old values: poisoned here); a
+ * write of every element, by scatter or by a same-dtype copy, skips the
+ * fill and reads back exactly what was written. */
+Test(sim_core, fresh_stores_are_filled_only_when_partly_written)
+{
+    simc_store *s[4], *src = simc_store_new(SIM_MEM_HBM, SIM_DT_FLOAT32, 1, 12, true);
+    simc_view whole_src = view2(src, 0, 4, 3, 3, 1), half_src = view2(src, 0, 2, 3, 3, 1);
+    float in[12], out[12];
+
+    for (int k = 0; k < 12; k++)
+        in[k] = (float)k + 0.5f;
+    simc_scatter(&whole_src, in, NULL);
+    for (int j = 0; j < 4; j++) {
+        s[j] = simc_store_new(SIM_MEM_SBUF, SIM_DT_FLOAT32, 4, 3, true);
+        for (int k = 0; k < 12; k++)
+            ((float *)s[j]->data)[k] = -7.0f;   /* what a recycled buffer held */
+    }
+    {
+        simc_view w0 = view2(s[0], 0, 4, 3, 3, 1), h1 = view2(s[1], 0, 2, 3, 3, 1);
+        simc_view w2 = view2(s[2], 0, 4, 3, 3, 1), h3 = view2(s[3], 3, 2, 3, 3, 1);
+        simc_scatter(&w0, in, NULL);
+        simc_scatter(&h1, in, NULL);
+        cr_assert(simc_copy_raw(&w2, &whole_src));
+        cr_assert(simc_copy_raw(&h3, &half_src));
+    }
+    for (int j = 0; j < 4; j++) {
+        simc_view all = view2(s[j], 0, 4, 3, 3, 1);
+        int lo = j == 3 ? 3 : 0, hi = j % 2 ? lo + 6 : 12;   /* the elements written */
+        simc_gather(&all, out);
+        for (int k = 0; k < 12; k++) {
+            if (k >= lo && k < hi)
+                cr_assert_eq(out[k], in[k - lo], "store %d [%d] = %g", j, k, (double)out[k]);
+            else
+                cr_assert(isnan(out[k]), "store %d [%d] = %g, want NaN", j, k, (double)out[k]);
+        }
+        simc_store_unref(s[j]);
+    }
+    simc_store_unref(src);
 }
 
 Test(sim_core, strided_views_gather_scatter_and_regions)
