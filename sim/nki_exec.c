@@ -327,7 +327,7 @@ sim_dtype nki_promote(const nki_opnd *a, const nki_opnd *b)
     return dtype_rank(da) >= dtype_rank(db) ? da : db;
 }
 
-static bool same_view(const simc_view *a, const simc_view *b)
+bool nki_same_view(const simc_view *a, const simc_view *b)
 {
     if (a->st != b->st || a->offset != b->offset || a->ndim != b->ndim || a->dtype != b->dtype)
         return false;
@@ -356,7 +356,7 @@ int nki_assign(nki_tensor *dst, PyObject *src, const uint8_t *mask, const char *
         return -1;
     }
     if (o.t) {
-        if (same_view(&o.t->v, dv))
+        if (nki_same_view(&o.t->v, dv))
             return 0;   /* t[idx] += v wrote in place already */
         if (nki_bcast(&o.t->v, dv->ndim, dv->shape, &b))
             sv = &b;

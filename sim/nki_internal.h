@@ -401,6 +401,8 @@ int64_t nki_view_parts(const nki_tensor *t);
 /* Broadcast view `in` (right-aligned) to nd/shape into *out; false if it
  * does not broadcast. */
 bool nki_bcast(const simc_view *in, int nd, const int64_t *shape, simc_view *out);
+/* Two views of the same elements of the same store in the same order. */
+bool nki_same_view(const simc_view *a, const simc_view *b);
 /* Read a view as FP32 row-major into scratch slot (numerics on only);
  * reading PSUM closes its accumulation (also with numerics off). */
 float *nki_read(const simc_view *v, int slot);

@@ -358,17 +358,6 @@ static bool tt_in_place(simn_op op, nki_tensor *dst, nki_tensor *d1, const simc_
     return true;
 }
 
-/* Two views of the same elements in the same order. */
-static bool same_view(const simc_view *a, const simc_view *b)
-{
-    if (a->st != b->st || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->strides[d] != b->strides[d]))
-            return false;
-    return true;
-}
-
 /* The accumulating add of a tiled matmul, acc = acc + psum (either
  * order) with psum the product being queued: handed to nki_mmq as a fold. */
 static bool fold_product(simn_op op, const nki_tensor *dst, const nki_tensor *d1,
@@ -378,9 +367,9 @@ static bool fold_product(simn_op op, const nki_tensor *dst, const nki_tensor *d1
 
     if (!nki_cur->numerics || mask || op != SIMN_OP_ADD)
         return false;
-    if (same_view(&d1->v, x))
+    if (nki_same_view(&d1->v, x))
         p = v2;
-    else if (same_view(v2, x))
+    else if (nki_same_view(v2, x))
         p = &d1->v;
     else
         return false;

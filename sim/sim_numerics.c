@@ -495,6 +495,14 @@ void simn_task_submit(simn_task *t)
     pthread_mutex_unlock(&pool.mu);
 }
 
+/* Under mu: sleep until a running task finishes. */
+static void wait_task_done(void)
+{
+    pool.task_waiters++;
+    pthread_cond_wait(&pool.task_done, &pool.mu);
+    pool.task_waiters--;
+}
+
 void simn_task_wait(simn_task *t)
 {
     while (!simn_task_done(t)) {
@@ -502,11 +510,8 @@ void simn_task_wait(simn_task *t)
         pthread_mutex_lock(&pool.mu);
         if (atomic_load_explicit(&t->state, memory_order_relaxed) == SIMN_TASK_QUEUED)
             x = claim_task(t);
-        if (!x && !simn_task_done(t)) {
-            pool.task_waiters++;
-            pthread_cond_wait(&pool.task_done, &pool.mu);
-            pool.task_waiters--;
-        }
+        if (!x && !simn_task_done(t))
+            wait_task_done();
         pthread_mutex_unlock(&pool.mu);
         if (x)
             run_task(x);
@@ -518,11 +523,8 @@ bool simn_task_help(void)
     simn_task *x;
     pthread_mutex_lock(&pool.mu);
     x = claim_task(NULL);
-    if (!x && pool.nrunning > 0) {
-        pool.task_waiters++;
-        pthread_cond_wait(&pool.task_done, &pool.mu);
-        pool.task_waiters--;
-    }
+    if (!x && pool.nrunning > 0)
+        wait_task_done();
     pthread_mutex_unlock(&pool.mu);
     if (x)
         run_task(x);
