@@ -46,7 +46,8 @@ sim_gf = flops / ks / 1e9
 hbm = 2 * n * n * 2 + n * n * 2            # lhsT, rhs and out, bf16
 rss = sim["sandbox"]["max_rss_kib"] * 1024
 print(f"   simulator: {ks:.2f} s in the kernel ({sim['sandbox']['wall_seconds']:.2f} s wall), "
-      f"{sim_gf:.2f} GFLOP/s, {sim['instructions']['total']} instructions")
+      f"{sim_gf:.2f} GFLOP/s, {sim['instructions']['total']} instructions "
+      f"(BLAS {sim.get('blas', '?')}, the core the CPU's flags allow)")
 print(f"   NumPy fp32 a@b: {npy['seconds']:.3f} s, {npy['gflops']:.2f} GFLOP/s "
       f"(BLAS {npy['blas'].get('openblas_core', '?')}: {', '.join(npy['blas']['libraries'])})")
 print(f"   ratio simulator/NumPy: {sim_gf / npy['gflops']:.3f} (target >= 0.5)")

@@ -1,5 +1,6 @@
 #include "sim_eval.h"
 #include "kf_alloc.h"
+#include "sim_numerics.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -56,6 +57,8 @@ kf_code sim_check_eval_child(void *arg, sim_sandbox_out *out, kf_err *err)
     rc = sim_run_kernel(&s->run, s->inputs, s->n_inputs, &outs, &n_outs, &rec, &serr, err);
     t1 = now_s();
     cJSON_AddNumberToObject(j, "kernel_seconds", t1 - t0);
+    if (s->run.numerics)
+        cJSON_AddStringToObject(j, "blas", simn_blas_name());
     if (rc != KF_OK) {
         char line[1024];
         cJSON *e = cJSON_AddObjectToObject(j, "error");
@@ -175,6 +178,7 @@ kf_code sim_check_evaluate(const sim_sandbox_limits *lim, const sim_eval_spec *s
         j = cJSON_Parse(ev->sb.json);
     ev->kernel_seconds = jnum(j, "kernel_seconds");
     ev->ref_seconds = jnum(j, "ref_seconds");
+    jstr(j, "blas", ev->blas, sizeof(ev->blas));
     e = cJSON_GetObjectItemCaseSensitive(j, "error");
     if (cJSON_IsObject(e)) {
         char code[64];

@@ -55,6 +55,8 @@ typedef struct sim_eval {
     char       ref_error[1024];
     uint64_t   insns, by_engine[SIM_ENG__COUNT], dma_count, dma_bytes, flops;
     double     kernel_seconds, ref_seconds;
+    char       blas[32];            /* OpenBLAS kernels the numerics used ("Haswell", "SkylakeX";
+                                       "none": the plain C loop; "": numerics off) */
 } sim_eval;
 
 /* Run one evaluation in a sandbox.  KF_OK whenever the evaluation happened

@@ -232,9 +232,11 @@ int sim_run_cli_run(const sim_run_cli_args *a)
                     (unsigned long long)ev.by_engine[k]);
         cJSON_AddNumberToObject(ji, sim_engine_name((sim_engine)k), (double)ev.by_engine[k]);
     }
-    kf_buf_addf(&text, ")\n  DMA: %llu transfers, %.3f MiB; %.3g FLOPs; kernel %.3f s\n",
+    kf_buf_addf(&text, ")\n  DMA: %llu transfers, %.3f MiB; %.3g FLOPs; kernel %.3f s%s%s\n",
                 (unsigned long long)ev.dma_count, (double)ev.dma_bytes / 1048576.0, (double)ev.flops,
-                ev.kernel_seconds);
+                ev.kernel_seconds, ev.blas[0] ? ", BLAS " : "", ev.blas);
+    if (ev.blas[0])
+        cJSON_AddStringToObject(doc, "blas", ev.blas);
     cJSON *jd = cJSON_AddObjectToObject(doc, "dma");
     cJSON_AddNumberToObject(jd, "count", (double)ev.dma_count);
     cJSON_AddNumberToObject(jd, "bytes", (double)ev.dma_bytes);

@@ -131,6 +131,9 @@ Test(kforge_sim, mismatch_exits_1_and_json_tells_why)
     cr_assert(cJSON_GetObjectItem(c, "mismatches")->valuedouble > 0);
     cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "outputs"), 0);
     cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "shape"), 1)->valueint, 300);
+    /* the kernels the numerics used (the bench prints them beside NumPy's) */
+    cJSON *blas = cJSON_GetObjectItem(j, "blas");
+    cr_assert(cJSON_IsString(blas) && blas->valuestring[0], "no blas in %s", r.out);
     cJSON_Delete(j);
     run_free(&r);
     free(dir); free(k); free(ref); free(od);
