@@ -1045,6 +1045,15 @@ Test(agent, jobs_give_the_same_history_and_best_as_serial)
     cr_assert_eq(num(res[0], "latency_ns"), num(res[1], "latency_ns"));
     cr_assert_eq(num(res[0], "evaluations"), num(res[1], "evaluations"), "evaluations count what the search used");
     cr_assert_eq(num(res[0], "validations"), num(res[1], "validations"));
+    /* the loop's own time is what it did not spend waiting for evaluations:
+     * evaluations run side by side overlap, so their walls must not be
+     * summed (that made the overhead negative) */
+    for (int k = 0; k < 2; k++) {
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(res[k], "timings");
+        double wall = num(tm, "wall_s"), eval = num(tm, "eval_s");
+        cr_assert(eval > 0 && eval <= wall, "jobs %d: %g s in evaluations of %g s", k + 1, eval, wall);
+        cr_assert_geq(num(tm, "loop_overhead_fraction"), 0.0);
+    }
     for (int k = 0; k < 2; k++) {
         cJSON_Delete(hist[k]);
         cJSON_Delete(res[k]);
