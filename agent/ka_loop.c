@@ -1524,6 +1524,67 @@ void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, k
         kf_buf_addf(out, "%s\n", jstr(finding, "message", ""));
 }
 
+/* An engine's name as the hardware guides spell it. */
+static const char *ka_engine_title(const char *e)
+{
+    static const char *const names[][2] = { { "tensor", "TensorE" }, { "vector", "VectorE" }, { "scalar", "ScalarE" },
+                                            { "gpsimd", "GpSimd" },  { "sync", "SyncE" },     { "dma", "one DMA engine" } };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(e, names[i][0]) == 0)
+            return names[i][1];
+    return e;
+}
+
+void ka_reach_text(const cJSON *timing, kf_buf *out)
+{
+    static const char *const engines[] = { "tensor", "vector", "scalar", "gpsimd" };
+    const cJSON *bounds = cJSON_GetObjectItemCaseSensitive(timing, "bounds");
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(timing, "summary");
+    double floor_ns = jnum(timing, "floor_ns", 0), latency = jnum(timing, "latency_ns", 0);
+    double pipe = jnum(bounds, "pipeline_ns", 0), total_s = jnum(sum, "total_time", 0);
+    const char *kind = jstr(timing, "bound_kind", "op's"), *eng = jstr(bounds, "pipeline_engine", "");
+    double busy[4];
+    int order[4], n = 0;
+
+    if (floor_ns <= 0 || pipe <= 0 || latency <= 0)
+        return;
+    /* 2% of slack: the floor and the engine time are computed differently */
+    if (pipe <= floor_ns * 1.02) {
+        kf_buf_addf(out, "- No engine's own work stands between this kernel and the %s bound (%.1f us): the busiest, "
+                         "%s, is busy %.1f us. The rest of the gap is overlap and waiting (the findings below).\n",
+                    kind, ka_us(floor_ns), ka_engine_title(eng), ka_us(pipe));
+        return;
+    }
+    kf_buf_addf(out, "- The %s bound (%.1f us) is out of this kernel's reach at this setting: %s alone is busy %.1f us, "
+                     "so however well the engines overlap the kernel reaches at most %.2f of the bound (it runs at %.2f "
+                     "of that engine's time). Getting closer needs less work on %s (another formulation of the op, or "
+                     "its work spread over other engines), not another setting of the ones searched.\n",
+                kind, ka_us(floor_ns), ka_engine_title(eng), ka_us(pipe), floor_ns / pipe, pipe / latency,
+                ka_engine_title(eng));
+    if (total_s <= 0)
+        return;
+    for (int i = 0; i < 4; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "%s_engine_active_time_percent", engines[i]);
+        busy[i] = jnum(sum, key, 0) / 100.0 * total_s * 1e9;
+        if (busy[i] <= 0)
+            continue;
+        int j = n++;
+        while (j > 0 && busy[order[j - 1]] < busy[i]) {   /* busiest first */
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    kf_buf_addf(out, "- Busy time per engine:");
+    for (int k = 0; k < n; k++)
+        kf_buf_addf(out, "%s %s %.1f us (%.0f%%)", k ? "," : "", ka_engine_title(engines[order[k]]),
+                    ka_us(busy[order[k]]), 100.0 * busy[order[k]] / latency);
+    kf_buf_addf(out, "%s DMA in flight %.1f us (%.0f%%).\n", n ? "," : "",
+                ka_us(jnum(sum, "dma_active_time_percent", 0) / 100.0 * total_s * 1e9),
+                jnum(sum, "dma_active_time_percent", 0));
+}
+
 /* The Markdown report, from the result's fields, into t->res.report. */
 static void ka_report(ka_tuner *t, const char *stop_msg)
 {
@@ -1583,6 +1644,8 @@ static void ka_report(ka_tuner *t, const char *stop_msg)
                         ka_us(pe->latency_ns), pe->fraction_of_bound, pe->reason);
             kf_buf_release(&ptxt);
         }
+        kf_buf_addf(&md, "\n## How close it can get\n\n");
+        ka_reach_text(t->best_timing, &md);
         kf_buf_addf(&md, "\n## What still limits it\n\n");
         {
             const cJSON *f;

@@ -163,6 +163,17 @@ kf_code ka_artifacts(const ka_problem *pb, const char *kwargs_json, const cJSON 
  * rules out. */
 void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, kf_buf *out);
 
+/* The report's "How close it can get" for a timing result (ka_eval.h):
+ * whether the op's bound (`floor_ns`, `bound_kind`) is within reach of the
+ * kernel as evaluated.  When the busiest engine alone (`bounds.pipeline_ns`,
+ * `pipeline_engine`) is busy longer than the bound, the bound is out of
+ * reach at that setting: the text names the engine, the most of the bound
+ * the kernel can reach (floor / engine time) and how near it is to that,
+ * then lists each engine's busy time from the summary; otherwise it says
+ * that no engine's own work stands between the kernel and the bound.
+ * Appends nothing when the timing has no bound. */
+void ka_reach_text(const cJSON *timing, kf_buf *out);
+
 /* The source of `path` with the entry's keyword defaults set to `params`
  * (heap string), so the best kernel runs as is. */
 char *ka_specialize_source(const char *path, const char *entry, const cJSON *params);

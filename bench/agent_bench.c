@@ -109,6 +109,13 @@ static int quality(const char *target, const char *op, int scale)
     cJSON_AddStringToObject(out, "pipeline_engine",
                             cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(best, "bounds"), "pipeline_engine")
                                 ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(best, "bounds"), "pipeline_engine")->valuestring : "");
+    {
+        /* the most of the bound this kernel can reach: its busiest engine's
+         * own time against the floor (ka_reach_text says the same in the
+         * report) */
+        double fl = num(best, "floor_ns"), pipe = num(cJSON_GetObjectItemCaseSensitive(best, "bounds"), "pipeline_ns");
+        cJSON_AddNumberToObject(out, "reach_fraction", pipe > fl && fl > 0 ? fl / pipe : 1.0);
+    }
     cJSON_AddStringToObject(out, "limiting_finding",
                             f0 ? cJSON_GetObjectItemCaseSensitive(f0, "kind")->valuestring : "none");
     cJSON_AddItemToObject(out, "params", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(best, "params"), true));

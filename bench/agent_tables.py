@@ -3,7 +3,12 @@ import json
 import statistics
 import sys
 
-TARGET_OPS = {"matmul", "softmax", "rmsnorm", "layernorm", "swiglu"}
+# Issue 19's goals: every library op at least 0.70 of its bound, flash
+# attention and depthwise conv2d at least 0.60; the five core ops (matmul,
+# softmax, rmsnorm, layernorm, swiglu) were 0.93-0.99 when it was filed and
+# may go no lower, so they are held to 0.93.
+CORE_OPS = {"matmul", "softmax", "rmsnorm", "layernorm", "swiglu"}
+GOALS = {**{op: 0.93 for op in CORE_OPS}, "flash_attention": 0.60, "depthwise_conv2d": 0.60}
 
 
 def rows(path):
@@ -16,19 +21,22 @@ def quality(path):
     for r in rows(path):            # a re-run of an (op, target) replaces the earlier row
         last[(r["op"], r["target"])] = r
     rs = list(last.values())
-    print(f"   {'op':<17}{'target':<7}{'shapes':<34}{'default':>8}{'tuned':>7}{'speedup':>8}  {'iters':>5}  limit / status")
+    print(f"   {'op':<17}{'target':<7}{'shapes':<34}{'default':>8}{'tuned':>7}{'reach':>6}{'speedup':>8}  {'iters':>5}"
+          f"  goal          limit")
     ovh, outside = [], []
     for r in rs:
         speed = r["default_us"] / r["best_us"] if r["best_us"] else 0
-        goal = ""
-        if r["op"] in TARGET_OPS:
-            goal = "meets 0.85" if r["best_fraction"] >= 0.85 else "BELOW 0.85"
+        want = GOALS.get(r["op"], 0.70)
+        goal = f"{'meets' if r['best_fraction'] >= want else 'BELOW'} {want:.2f}"
         limit = r["limiting_finding"] if r["limiting_finding"] != "none" else f"{r['pipeline_engine']} engine busy"
+        if r.get("reach_fraction", 1.0) < 0.98:   # the 2% slack of the report (ka_reach_text)
+            limit += f"; {r['pipeline_engine']} engine's own work caps it at {r['reach_fraction']:.2f}"
         print(f"   {r['op']:<17}{r['target']:<7}{r['shapes'][:33]:<34}{r['default_fraction']:>8.2f}{r['best_fraction']:>7.2f}"
-              f"{speed:>7.2f}x  {int(r['iterations']):>5}  {limit} {goal}")
+              f"{r.get('reach_fraction', 1.0):>6.2f}{speed:>7.2f}x  {int(r['iterations']):>5}  {goal:<12}  {limit}")
         ovh.append(r["timings"]["loop_overhead_fraction"])
         outside.append(r["timings"]["outside_sim_fraction"])
     if ovh:
+        print("   reach: the most of the bound the tuned kernel can reach, its busiest engine's own time against the bound")
         print(f"   loop overhead (agent code outside the sandboxed evaluations): median {100 * statistics.median(ovh):.3f}% "
               f"of wall, max {100 * max(ovh):.3f}% (target <= 5%)")
         print(f"   outside the simulator (sandbox, inputs, NumPy reference, comparison): median "

@@ -937,6 +937,43 @@ Test(agent, report_findings_never_advise_what_the_setting_rules_out)
     ka_problem_release(&pb);
 }
 
+/* Issue 19: where a kernel cannot reach its bound, the report says which
+ * engine's own work rules it out and by how much; where no engine does, it
+ * says the gap is overlap, not work. */
+Test(agent, report_says_which_engine_keeps_the_bound_out_of_reach)
+{
+    kf_buf b = KF_BUF_INIT;
+    cJSON *far = cJSON_Parse(
+        "{\"latency_ns\":100000,\"floor_ns\":45000,\"bound_kind\":\"io\","
+        "\"bounds\":{\"pipeline_ns\":90000,\"pipeline_engine\":\"tensor\"},"
+        "\"summary\":{\"total_time\":1e-4,\"tensor_engine_active_time_percent\":90,"
+        "\"vector_engine_active_time_percent\":60,\"scalar_engine_active_time_percent\":0,"
+        "\"gpsimd_engine_active_time_percent\":75,\"dma_active_time_percent\":50}}");
+    cJSON *near = cJSON_Parse("{\"latency_ns\":100000,\"floor_ns\":80000,\"bound_kind\":\"compute\","
+                              "\"bounds\":{\"pipeline_ns\":80500,\"pipeline_engine\":\"dma\"},"
+                              "\"summary\":{\"total_time\":1e-4}}");
+    cJSON *none = cJSON_Parse("{\"latency_ns\":100000,\"bounds\":{}}");
+
+    ka_reach_text(far, &b);
+    cr_assert(strstr(b.data, "The io bound (45.0 us) is out of this kernel's reach at this setting: TensorE alone is "
+                             "busy 90.0 us, so however well the engines overlap the kernel reaches at most 0.50 of the "
+                             "bound (it runs at 0.90 of that engine's time)."), "%s", b.data);
+    cr_assert(strstr(b.data, "- Busy time per engine: TensorE 90.0 us (90%), GpSimd 75.0 us (75%), VectorE 60.0 us "
+                             "(60%), DMA in flight 50.0 us (50%).\n"), "busiest first, idle engines left out: %s", b.data);
+    kf_buf_reset(&b);
+    ka_reach_text(near, &b);
+    cr_assert_str_eq(b.data, "- No engine's own work stands between this kernel and the compute bound (80.0 us): the "
+                             "busiest, one DMA engine, is busy 80.5 us. The rest of the gap is overlap and "
+                             "waiting (the findings below).\n");
+    kf_buf_reset(&b);
+    ka_reach_text(none, &b);
+    cr_assert_eq(b.len, 0, "no bound, nothing said: %s", b.data ? b.data : "");
+    kf_buf_release(&b);
+    cJSON_Delete(far);
+    cJSON_Delete(near);
+    cJSON_Delete(none);
+}
+
 /* A warm start from a library entry (docs/library.md): a second tune of
  * the same op and shape starting from the first one's best evaluates fewer
  * candidates, finds a kernel as fast, and says it was warm-started, in its
