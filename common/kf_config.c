@@ -56,8 +56,9 @@ kf_code kf_config_load(kf_err *err)
             continue;
         eq = strchr(*e, '=');
         n = eq ? (size_t)(eq - *e) : strlen(*e);
-        /* KFORGE_TEST_* belong to the test harness, not to the binaries. */
-        if (n > 12 && strncmp(*e, "KFORGE_TEST_", 12) == 0)
+        /* KFORGE_TEST_* and KFORGE_BENCH_* belong to the test harness and
+         * the benchmark scripts (bench/), not to the binaries they run. */
+        if ((n > 12 && strncmp(*e, "KFORGE_TEST_", 12) == 0) || (n > 13 && strncmp(*e, "KFORGE_BENCH_", 13) == 0))
             continue;
         for (size_t i = 0; i < KF__CFG_COUNT; i++) {
             if (strlen(kf_cfg_defs[i].name) == n && strncmp(kf_cfg_defs[i].name, *e, n) == 0) {

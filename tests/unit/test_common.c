@@ -241,6 +241,17 @@ Test(kf_config, defaults_bounds_and_unknown_names)
     cr_assert(strstr(e.msg, "KFORGE_NO_SUCH_THING") != NULL, "%s", e.msg);
     unsetenv("KFORGE_NO_SUCH_THING");
     cr_assert_eq(kf_config_load(&e), KF_OK);
+
+    /* the test harness's and the benchmarks' own knobs pass through the
+     * binaries they run (bench/run.sh sets KFORGE_BENCH_AGENT_OPS, ...) */
+    setenv("KFORGE_TEST_ROOT_X", "1", 1);
+    setenv("KFORGE_BENCH_AGENT_OPS", "softmax", 1);
+    cr_assert_eq(kf_config_load(&e), KF_OK, "%s", e.msg);
+    unsetenv("KFORGE_TEST_ROOT_X");
+    unsetenv("KFORGE_BENCH_AGENT_OPS");
+    setenv("KFORGE_BENCH", "1", 1);     /* the bare prefix is no knob of either */
+    cr_assert_eq(kf_config_load(&e), KF_CONFIG);
+    unsetenv("KFORGE_BENCH");
 }
 
 Test(kf_config, scrub_blanks_a_secret_in_the_environment_block_and_unsets_it)
