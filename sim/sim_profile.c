@@ -551,11 +551,31 @@ static void find_pressure(fctx *c)
     }
 }
 
+/* An engine as the hardware guides spell it, for messages. */
+static const char *engine_title(sim_engine e)
+{
+    switch (e) {
+    case SIM_ENG_TENSOR: return "TensorE";
+    case SIM_ENG_VECTOR: return "VectorE";
+    case SIM_ENG_SCALAR: return "ScalarE";
+    case SIM_ENG_GPSIMD: return "GpSimd";
+    default: return sim_engine_name(e);
+    }
+}
+
+/* The saving of moving work to a faster engine is counted only as far as
+ * that engine has room for it: with the moved work taking `added` of its
+ * time and the engine busy `busy_alt` of the run, the part that fits before
+ * it becomes the busiest of all is (run - busy_alt) / added (at most 1);
+ * the rest would lengthen the run as much as it shortens the slow engine. */
 static void find_slow_engine(fctx *c)
 {
     sim_profile *p = c->p;
     const sim_record *r = p->rec;
     double save[3] = { 0 };       /* reciprocal on VectorE, transpose on VectorE, GpSimd ops */
+    double added[3] = { 0 };      /* the same work's time on the faster engine */
+    static const sim_engine alt_of[3] = { SIM_ENG_SCALAR, SIM_ENG_TENSOR, SIM_ENG_VECTOR };
+    double fits[3];
     uint64_t cnt[3] = { 0 };
     char lines[256];
     static const char *const what[3] = {
@@ -571,25 +591,27 @@ static void find_slow_engine(fctx *c)
     for (size_t i = 0; i < r->n_insns; i++) {
         const sim_insn *in = &r->insns[i];
         int k = -1;
-        sim_engine alt = SIM_ENG_VECTOR;
-        if (in->opcode == SIM_OP_RECIPROCAL && in->engine == SIM_ENG_VECTOR) {
+        if (in->opcode == SIM_OP_RECIPROCAL && in->engine == SIM_ENG_VECTOR)
             k = 0;
-            alt = SIM_ENG_SCALAR;
-        } else if (in->opcode == SIM_OP_VE_TRANSPOSE && in->engine == SIM_ENG_VECTOR) {
+        else if (in->opcode == SIM_OP_VE_TRANSPOSE && in->engine == SIM_ENG_VECTOR)
             k = 1;
-            alt = SIM_ENG_TENSOR;
-        } else if (in->engine == SIM_ENG_GPSIMD && insn_elementwise(in)) {
+        else if (in->engine == SIM_ENG_GPSIMD && insn_elementwise(in))
             k = 2;
-        }
         if (k < 0)
             continue;
         double d = sim_ps_to_ns(p->tm.t[i].end_ps - p->tm.t[i].start_ps);
-        double a = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, alt, 0));
+        double a = sim_ps_to_ns(sim_timing_isolated_ps(&p->tgt, in, alt_of[k], 0));
         if (d <= a)
             continue;
         save[k] += (d - a) * busy_frac(p, in->engine);
+        added[k] += a;
         cnt[k]++;
         acc_add(&c->a, in->loc, d - a);
+    }
+    for (int k = 0; k < 3; k++) {
+        double room = p->total_ns - sim_ps_to_ns(p->tm.track_busy_ps[alt_of[k]]);
+        fits[k] = added[k] <= 0 ? 1 : room <= 0 ? 0 : room >= added[k] ? 1 : room / added[k];
+        save[k] *= fits[k];
     }
     int best = save[0] >= save[1] ? (save[0] >= save[2] ? 0 : 2) : (save[1] >= save[2] ? 1 : 2);
     double total = save[0] + save[1] + save[2];
@@ -597,8 +619,12 @@ static void find_slow_engine(fctx *c)
         return;
     sim_finding *f = finding_add(c, SIM_FIND_SLOW_ENGINE, total);
     fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
-    msgf(f->message, sizeof(f->message), "%llu %s: %s",
-             (unsigned long long)cnt[best], what[best], lines);
+    if (fits[best] < 0.95)
+        msgf(f->message, sizeof(f->message), "%llu %s (%s has room for about %.0f%% of it): %s",
+                 (unsigned long long)cnt[best], what[best], engine_title(alt_of[best]), 100.0 * fits[best], lines);
+    else
+        msgf(f->message, sizeof(f->message), "%llu %s: %s",
+                 (unsigned long long)cnt[best], what[best], lines);
     msgf(f->evidence, sizeof(f->evidence),
              "{\"reciprocal_on_vector\":%llu,\"transpose_on_vector\":%llu,"
              "\"elementwise_on_gpsimd\":%llu,\"saving_ns\":%.0f}",

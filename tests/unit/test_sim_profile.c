@@ -251,6 +251,55 @@ Test(sim_profile_findings, work_on_a_slow_engine)
     sim_record_release(&b);
 }
 
+/* GpSimd elementwise work is worth moving to VectorE only as far as
+ * VectorE has room: with VectorE busy the whole run, the move would
+ * lengthen it as much as it shortens GpSimd, so the finding goes. */
+static void gpsimd_beside_vector(sim_record *r, unsigned vector_ops)
+{
+    uint32_t l = sim_record_loc(r, "k.py", 55, "k");
+    uint32_t x = syn_tile(r, SIM_MEM_SBUF, "x", SIM_DT_FLOAT32, 128, 2048, 0);
+    uint32_t y = syn_tile(r, SIM_MEM_SBUF, "y", SIM_DT_FLOAT32, 128, 2048, 16384);
+    uint32_t u = syn_tile(r, SIM_MEM_SBUF, "u", SIM_DT_FLOAT32, 128, 2048, 32768);
+    uint32_t v = syn_tile(r, SIM_MEM_SBUF, "v", SIM_DT_FLOAT32, 128, 2048, 49152);
+    for (unsigned i = 0; i < 32; i++) {
+        sim_region b = syn_tile_all(r, x);
+        syn_op(r, SIM_OP_TENSOR_TENSOR, SIM_ENG_GPSIMD, syn_tile_all(r, y), syn_tile_all(r, x), &b, l);
+    }
+    for (unsigned i = 0; i < vector_ops; i++) {
+        sim_region b = syn_tile_all(r, u);
+        syn_op(r, SIM_OP_TENSOR_TENSOR, SIM_ENG_VECTOR, syn_tile_all(r, v), syn_tile_all(r, u), &b, l);
+    }
+}
+
+Test(sim_profile_findings, gpsimd_work_moves_to_vector_engine_only_as_far_as_it_has_room)
+{
+    sim_record a, b, c;
+    sim_record_init(&a, "trn2");
+    sim_record_init(&b, "trn2");
+    sim_record_init(&c, "trn2");
+    gpsimd_beside_vector(&a, 0);
+    gpsimd_beside_vector(&b, 64);
+    gpsimd_beside_vector(&c, 24);
+    sim_profile *pa = profile(&a, "trn2"), *pb = profile(&b, "trn2"), *pc = profile(&c, "trn2");
+    double ve = sim_ps_to_ns(pb->tm.track_busy_ps[SIM_ENG_VECTOR]);
+    const sim_finding *fa = finding(pa, SIM_FIND_SLOW_ENGINE), *fc = finding(pc, SIM_FIND_SLOW_ENGINE);
+
+    cr_assert_not_null(fa, "VectorE idle: move the GpSimd work");
+    cr_assert(strstr(fa->message, "GpSimd") != NULL && strstr(fa->message, "room") == NULL, "%s", fa->message);
+    cr_assert(ve >= 0.95 * pb->total_ns, "VectorE sets the pace: %.0f of %.0f ns", ve, pb->total_ns);
+    cr_assert_null(finding(pb, SIM_FIND_SLOW_ENGINE), "VectorE has no room: %s",
+                   finding(pb, SIM_FIND_SLOW_ENGINE) ? finding(pb, SIM_FIND_SLOW_ENGINE)->message : "");
+    cr_assert_not_null(fc, "VectorE has room for part of it");
+    cr_assert(strstr(fc->message, "VectorE has room for about") != NULL, "%s", fc->message);
+    cr_assert(fc->cost_ns < fa->cost_ns, "%.0f vs %.0f", fc->cost_ns, fa->cost_ns);
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_profile_free(pc);
+    sim_record_release(&a);
+    sim_record_release(&b);
+    sim_record_release(&c);
+}
+
 Test(sim_profile_findings, transposes_on_vector_engine)
 {
     sim_record a, b;
