@@ -1528,7 +1528,9 @@ void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, k
 static const char *ka_engine_title(const char *e)
 {
     static const char *const names[][2] = { { "tensor", "TensorE" }, { "vector", "VectorE" }, { "scalar", "ScalarE" },
-                                            { "gpsimd", "GpSimd" },  { "sync", "SyncE" },     { "dma", "one DMA engine" } };
+                                            { "gpsimd", "GpSimd" },  { "sync", "SyncE" },     { "dma", "one DMA engine" },
+                                            { "sbuf_port", "the SBUF port VectorE and GpSimd share on NC-v2" },
+                                            { "psum_port", "the PSUM port VectorE and ScalarE share on NC-v2" } };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(e, names[i][0]) == 0)
             return names[i][1];
@@ -1557,10 +1559,9 @@ void ka_reach_text(const cJSON *timing, kf_buf *out)
     }
     kf_buf_addf(out, "- The %s bound (%.1f us) is out of this kernel's reach at this setting: %s alone is busy %.1f us, "
                      "so however well the engines overlap the kernel reaches at most %.2f of the bound (it runs at %.2f "
-                     "of that engine's time). Getting closer needs less work on %s (another formulation of the op, or "
-                     "its work spread over other engines), not another setting of the ones searched.\n",
-                kind, ka_us(floor_ns), ka_engine_title(eng), ka_us(pipe), floor_ns / pipe, pipe / latency,
-                ka_engine_title(eng));
+                     "of that time). Getting closer needs less work there (another formulation of the op, or work moved "
+                     "where it does not queue), not another setting of the ones searched.\n",
+                kind, ka_us(floor_ns), ka_engine_title(eng), ka_us(pipe), floor_ns / pipe, pipe / latency);
     if (total_s <= 0)
         return;
     for (int i = 0; i < 4; i++) {

@@ -879,6 +879,16 @@ static void bounds(sim_profile *p)
             b->pipeline_ns = sim_ps_to_ns(p->tm.track_busy_ps[e]);
             b->pipeline_engine = sim_engine_name((sim_engine)e);
         }
+    /* NC-v2's shared access ports serialise their engines' instructions as
+     * an engine does its own: a port's busy time is a bound too */
+    if (sim_ps_to_ns(p->tm.sbuf_port_busy_ps) > b->pipeline_ns) {
+        b->pipeline_ns = sim_ps_to_ns(p->tm.sbuf_port_busy_ps);
+        b->pipeline_engine = "sbuf_port";
+    }
+    if (sim_ps_to_ns(p->tm.psum_port_busy_ps) > b->pipeline_ns) {
+        b->pipeline_ns = sim_ps_to_ns(p->tm.psum_port_busy_ps);
+        b->pipeline_engine = "psum_port";
+    }
     b->tightest = "compute";
     b->tightest_ns = b->compute_ns;
     if (b->memory_ns > b->tightest_ns) {

@@ -9,7 +9,8 @@
  *     model_flops, hardware_flops, ...; docs/profile.md lists every field);
  *   - bounds: compute (matmul FLOPs at TensorE peak), memory (bytes moved at
  *     DMA/HBM bandwidth), necessary IO (inputs and outputs once), pipeline
- *     (the busiest engine), and the achieved fraction of the tightest;
+ *     (the busiest engine, or NC-v2's busiest shared access port), and the
+ *     achieved fraction of the tightest;
  *   - ranked findings, each with evidence, an estimated cost in time and the
  *     source lines that cause it;
  *   - time and stall per source line, and the instruction table.
@@ -76,7 +77,8 @@ typedef struct sim_line {
 
 typedef struct sim_bounds {
     double compute_ns, memory_ns, io_ns, pipeline_ns;
-    const char *pipeline_engine;        /* "tensor", "dma", ... (static) */
+    const char *pipeline_engine;        /* "tensor", "dma", ..., or NC-v2's shared
+                                           "sbuf_port" / "psum_port" (static) */
     const char *tightest;               /* "compute", "memory", "io", "pipeline" (static) */
     double tightest_ns;
     double achieved_fraction;           /* tightest_ns / total */

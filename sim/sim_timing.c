@@ -1016,10 +1016,12 @@ static void time_one(model *m, size_t i, sim_timing *out, uint64_t *dma_watermar
     if (port) {
         m->port_free = end;
         m->port_idx = (uint32_t)i;
+        out->sbuf_port_busy_ps += end - start;
     }
     if (pport) {
         m->pport_free = end;
         m->pport_idx = (uint32_t)i;
+        out->psum_port_busy_ps += end - start;
     }
     /* Record the accesses that a later instruction can depend on. */
     uint64_t avail = end + result_latency_ps(m->t, eng);

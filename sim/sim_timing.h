@@ -85,6 +85,8 @@ typedef struct sim_timing {
     uint64_t  *track_busy_ps;   /* per track: sum of durations */
     uint64_t  *track_count;     /* per track: instructions */
     uint64_t   dma_engine_busy_max_ps; /* busiest DMA engine's data-moving time */
+    uint64_t   sbuf_port_busy_ps; /* NC-v2: VectorE/GpSimd instructions on the shared SBUF port */
+    uint64_t   psum_port_busy_ps; /* NC-v2: VectorE/ScalarE instructions on the shared PSUM port */
     uint64_t   dma_active_ps;   /* time at least one DMA was in flight */
     uint64_t   wait_ps[SIM_WAIT__COUNT]; /* stall time by cause, all tracks */
 } sim_timing;

@@ -957,7 +957,7 @@ Test(agent, report_says_which_engine_keeps_the_bound_out_of_reach)
     ka_reach_text(far, &b);
     cr_assert(strstr(b.data, "The io bound (45.0 us) is out of this kernel's reach at this setting: TensorE alone is "
                              "busy 90.0 us, so however well the engines overlap the kernel reaches at most 0.50 of the "
-                             "bound (it runs at 0.90 of that engine's time)."), "%s", b.data);
+                             "bound (it runs at 0.90 of that time)."), "%s", b.data);
     cr_assert(strstr(b.data, "- Busy time per engine: TensorE 90.0 us (90%), GpSimd 75.0 us (75%), VectorE 60.0 us "
                              "(60%), DMA in flight 50.0 us (50%).\n"), "busiest first, idle engines left out: %s", b.data);
     kf_buf_reset(&b);

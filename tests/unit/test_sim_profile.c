@@ -300,6 +300,48 @@ Test(sim_profile_findings, gpsimd_work_moves_to_vector_engine_only_as_far_as_it_
     sim_record_release(&c);
 }
 
+/* On NC-v2 VectorE and ScalarE take turns at PSUM (neuron-hardware.md,
+ * "Engine conflicts"): two engines draining PSUM side by side are bound by
+ * the port, not by either engine, and the pipeline bound says so; on NC-v3
+ * the same work is bound by the busier engine. */
+static void psum_readers(sim_record *r)
+{
+    uint32_t l = sim_record_loc(r, "k.py", 57, "k");
+    uint32_t p1 = syn_tile(r, SIM_MEM_PSUM, "p1", SIM_DT_FLOAT32, 128, 512, 0);
+    uint32_t p2 = syn_tile(r, SIM_MEM_PSUM, "p2", SIM_DT_FLOAT32, 128, 512, 2048);
+    uint32_t s1 = syn_tile(r, SIM_MEM_SBUF, "s1", SIM_DT_BFLOAT16, 128, 512, 0);
+    uint32_t s2 = syn_tile(r, SIM_MEM_SBUF, "s2", SIM_DT_BFLOAT16, 128, 512, 4096);
+    for (unsigned i = 0; i < 32; i++) {
+        syn_op(r, SIM_OP_TENSOR_COPY, -1, syn_tile_all(r, s1), syn_tile_all(r, p1), NULL, l);
+        syn_op(r, SIM_OP_ACTIVATION, -1, syn_tile_all(r, s2), syn_tile_all(r, p2), NULL, l);
+    }
+}
+
+Test(sim_profile_bounds, the_shared_psum_port_of_nc_v2_is_a_pipeline_bound)
+{
+    sim_record a, b;
+    sim_record_init(&a, "trn1");
+    sim_record_init(&b, "trn2");
+    psum_readers(&a);
+    psum_readers(&b);
+    sim_profile *pa = profile(&a, "trn1"), *pb = profile(&b, "trn2");
+    double ve = sim_ps_to_ns(pa->tm.track_busy_ps[SIM_ENG_VECTOR]), act = sim_ps_to_ns(pa->tm.track_busy_ps[SIM_ENG_SCALAR]);
+
+    cr_assert_str_eq(pa->bounds.pipeline_engine, "psum_port");
+    cr_assert(fabs(pa->bounds.pipeline_ns - (ve + act)) < 1.0, "port %.1f ns = VectorE %.1f + ScalarE %.1f",
+              pa->bounds.pipeline_ns, ve, act);
+    cr_assert(pa->bounds.pipeline_ns <= pa->total_ns + 1.0, "a bound: %.1f <= %.1f", pa->bounds.pipeline_ns,
+              pa->total_ns);
+    cr_assert(pa->bounds.achieved_fraction > 0.95, "the port sets the pace: %.3f", pa->bounds.achieved_fraction);
+    cr_assert(strcmp(pb->bounds.pipeline_engine, "vector") == 0 || strcmp(pb->bounds.pipeline_engine, "scalar") == 0,
+              "%s", pb->bounds.pipeline_engine);
+    cr_assert_eq(pb->tm.psum_port_busy_ps, 0);
+    sim_profile_free(pa);
+    sim_profile_free(pb);
+    sim_record_release(&a);
+    sim_record_release(&b);
+}
+
 Test(sim_profile_findings, transposes_on_vector_engine)
 {
     sim_record a, b;
