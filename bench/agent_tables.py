@@ -39,7 +39,7 @@ def quality(path):
         ovh.append(r["timings"]["loop_overhead_fraction"])
         outside.append(r["timings"]["outside_sim_fraction"])
     if ovh:
-        print("   reach: the most of the bound the tuned kernel can reach, its busiest engine's own time against the bound")
+        print("   reach: the most of the bound the tuned kernel can reach: the bound over its busiest engine's (or NC-v2 shared port's) own time")
         print(f"   loop overhead (agent code outside the sandboxed evaluations): median {100 * statistics.median(ovh):.3f}% "
               f"of wall, max {100 * max(ovh):.3f}% (target <= 5%)")
         print(f"   outside the simulator (sandbox, inputs, NumPy reference, comparison): median "
