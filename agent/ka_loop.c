@@ -15,6 +15,7 @@
 #include "kf_alloc.h"
 #include "kf_buf.h"
 #include "ka_eval.h"
+#include "sim_isa.h"
 #include "sim_target.h"
 
 enum {
@@ -1524,17 +1525,19 @@ void ka_finding_text(const ka_space *sp, const int *idx, const cJSON *finding, k
         kf_buf_addf(out, "%s\n", jstr(finding, "message", ""));
 }
 
-/* An engine's name as the hardware guides spell it. */
+/* What a profile's `pipeline_engine` names, for the report: an engine as
+ * the hardware guides spell it (sim_isa.h), the busiest DMA engine, or one
+ * of NC-v2's shared ports (sim_profile.h). */
 static const char *ka_engine_title(const char *e)
 {
-    static const char *const names[][2] = { { "tensor", "TensorE" }, { "vector", "VectorE" }, { "scalar", "ScalarE" },
-                                            { "gpsimd", "GpSimd" },  { "sync", "SyncE" },     { "dma", "one DMA engine" },
-                                            { "sbuf_port", "the SBUF port VectorE and GpSimd share on NC-v2" },
-                                            { "psum_port", "the PSUM port VectorE and ScalarE share on NC-v2" } };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(e, names[i][0]) == 0)
-            return names[i][1];
-    return e;
+    sim_engine id = sim_engine_by_name(e);
+    if (strcmp(e, "dma") == 0)
+        return "one DMA engine";
+    if (strcmp(e, "sbuf_port") == 0)
+        return "the SBUF port VectorE and GpSimd share on NC-v2";
+    if (strcmp(e, "psum_port") == 0)
+        return "the PSUM port VectorE and ScalarE share on NC-v2";
+    return id < SIM_ENG__COUNT ? sim_engine_title(id) : e;
 }
 
 void ka_reach_text(const cJSON *timing, kf_buf *out)

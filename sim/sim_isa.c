@@ -1,7 +1,15 @@
+#include <string.h>
+
 #include "sim_isa.h"
 
 static const char *const sim_engine_names[] = {
-#define XX(id, name) name,
+#define XX(id, name, title) name,
+    SIM_ENGINE_MAP(XX)
+#undef XX
+};
+
+static const char *const sim_engine_titles[] = {
+#define XX(id, name, title) title,
     SIM_ENGINE_MAP(XX)
 #undef XX
 };
@@ -19,6 +27,19 @@ static const struct {
 const char *sim_engine_name(sim_engine e)
 {
     return (unsigned)e < SIM_ENG__COUNT ? sim_engine_names[e] : "?";
+}
+
+const char *sim_engine_title(sim_engine e)
+{
+    return (unsigned)e < SIM_ENG__COUNT ? sim_engine_titles[e] : "?";
+}
+
+sim_engine sim_engine_by_name(const char *name)
+{
+    for (unsigned e = 0; e < SIM_ENG__COUNT; e++)
+        if (strcmp(name, sim_engine_names[e]) == 0)
+            return (sim_engine)e;
+    return SIM_ENG__COUNT;
 }
 
 const char *sim_opcode_name(sim_opcode op)

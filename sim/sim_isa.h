@@ -15,16 +15,17 @@
 #ifndef SIM_ISA_H
 #define SIM_ISA_H
 
-#define SIM_ENGINE_MAP(XX) \
-    XX(TENSOR, "tensor")   \
-    XX(VECTOR, "vector")   \
-    XX(SCALAR, "scalar")   \
-    XX(GPSIMD, "gpsimd")   \
-    XX(SYNC,   "sync")     \
-    XX(DMA,    "dma")
+/* id, name (profile JSON), title (as the hardware guides spell it) */
+#define SIM_ENGINE_MAP(XX)            \
+    XX(TENSOR, "tensor", "TensorE")   \
+    XX(VECTOR, "vector", "VectorE")   \
+    XX(SCALAR, "scalar", "ScalarE")   \
+    XX(GPSIMD, "gpsimd", "GpSimd")    \
+    XX(SYNC,   "sync",   "SyncE")     \
+    XX(DMA,    "dma",    "DMA")
 
 typedef enum sim_engine {
-#define XX(id, name) SIM_ENG_##id,
+#define XX(id, name, title) SIM_ENG_##id,
     SIM_ENGINE_MAP(XX)
 #undef XX
     SIM_ENG__COUNT
@@ -90,6 +91,9 @@ typedef enum sim_opcode {
 
 /* Tables generated from the maps (sim_isa.c). */
 const char *sim_engine_name(sim_engine e);     /* "tensor" */
+const char *sim_engine_title(sim_engine e);    /* "TensorE", for messages */
+/* The engine named `name` ("tensor"), or SIM_ENG__COUNT for no engine. */
+sim_engine sim_engine_by_name(const char *name);
 const char *sim_opcode_name(sim_opcode op);    /* "MATMUL" (profiler name) */
 sim_engine sim_opcode_engine(sim_opcode op);   /* default engine */
 sim_cost sim_opcode_cost(sim_opcode op);

@@ -551,18 +551,6 @@ static void find_pressure(fctx *c)
     }
 }
 
-/* An engine as the hardware guides spell it, for messages. */
-static const char *engine_title(sim_engine e)
-{
-    switch (e) {
-    case SIM_ENG_TENSOR: return "TensorE";
-    case SIM_ENG_VECTOR: return "VectorE";
-    case SIM_ENG_SCALAR: return "ScalarE";
-    case SIM_ENG_GPSIMD: return "GpSimd";
-    default: return sim_engine_name(e);
-    }
-}
-
 /* The saving of moving work to a faster engine is counted only as far as
  * that engine has room for it: with the moved work taking `added` of its
  * time and the engine busy `busy_alt` of the run, the part that fits before
@@ -621,7 +609,7 @@ static void find_slow_engine(fctx *c)
     fmt_lines(p, f->locs, f->n_locs, lines, sizeof(lines));
     if (fits[best] < 0.95)
         msgf(f->message, sizeof(f->message), "%llu %s (%s has room for about %.0f%% of it): %s",
-                 (unsigned long long)cnt[best], what[best], engine_title(alt_of[best]), 100.0 * fits[best], lines);
+                 (unsigned long long)cnt[best], what[best], sim_engine_title(alt_of[best]), 100.0 * fits[best], lines);
     else
         msgf(f->message, sizeof(f->message), "%llu %s: %s",
                  (unsigned long long)cnt[best], what[best], lines);
