@@ -18,6 +18,11 @@
 
 #define KS_BATCH          200     /* rows per Redis call or transaction */
 #define KS_RECONCILE_MS   60000
+/* After Redis lost data, a second reconcile this long after the first:
+ * past the relay's 1 s horizon, so that every job the first pass had to
+ * leave (an outbox row covered it, or a transaction held its row) is by
+ * then either the relay's (its row older than a second) or uncovered. */
+#define KS_SECOND_PASS_MS 3000
 #define KS_MIGRATE_BATCH  1000    /* ids moved per script run (keeps each run short for Redis) */
 #define KS_RETAIN_MS      10000
 #define KS_ARTIFACT_MS    600000
@@ -36,6 +41,8 @@ struct ks_sched {
     long long   next_reconcile, next_retain, next_artifacts, next_migrate;
     char        redis_run_id[41];     /* "" until first seen */
     const char *pending_reconcile;    /* why a reconcile is owed, or NULL */
+    bool        pending_loss;         /* ... and it is owed because Redis lost data */
+    long long   second_pass_at;       /* when the second pass after a loss is due; 0: none owed */
     bool        pg_warned, redis_warned;
 };
 
@@ -628,12 +635,23 @@ void ks_tick(ks_sched *s, long long now)
         s->pending_reconcile = "redis-restarted";
     if (!present)
         s->pending_reconcile = "redis-data-lost";
+    s->pending_loss = s->pending_loss || restarted || !present;
     if (s->pg && (s->pending_reconcile || now >= s->next_reconcile)) {
         if (ks_reconcile(s, s->pending_reconcile ? s->pending_reconcile
-                           : s->next_reconcile == 0 ? "leader-start" : "periodic"))
-            s->pending_reconcile = NULL;   /* otherwise owed until it completes */
+                           : s->next_reconcile == 0 ? "leader-start" : "periodic")) {
+            /* Otherwise owed until it completes.  A job whose enqueue was
+             * in flight when Redis lost it has an outbox row the API
+             * deletes a moment later, as delivered: the first pass leaves
+             * it to the relay, so a second one must look again. */
+            if (s->pending_loss)
+                s->second_pass_at = now + KS_SECOND_PASS_MS;
+            s->pending_reconcile = NULL;
+            s->pending_loss = false;
+        }
         s->next_reconcile = now + KS_RECONCILE_MS;
     }
+    if (s->pg && s->second_pass_at && now >= s->second_pass_at && ks_reconcile(s, "after-loss-second-pass"))
+        s->second_pass_at = 0;
     if (s->pg && now >= s->next_retain) {
         ks_retain(s);
         s->next_retain = now + KS_RETAIN_MS;

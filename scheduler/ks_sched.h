@@ -20,7 +20,11 @@
  *              and AOF everysec may have lost the last second — and every
  *              60 s) every job PostgreSQL says is queued/running/retrying
  *              but Redis lacks is enqueued again with its attempt count;
- *              Redis dead letters PostgreSQL missed are recorded;
+ *              Redis dead letters PostgreSQL missed are recorded.  A job
+ *              with a pending outbox row is the relay's and is left out;
+ *              so, after a loss, a second pass 3 s later finds the jobs
+ *              whose enqueue was in flight (delivered before the loss, its
+ *              row deleted by the API after the first pass);
  *   retain     (every 10 s) dead letters older than the idempotency TTL
  *              leave Redis, expired idempotency keys leave PostgreSQL, and
  *              registry entries of workers whose heartbeat expired go;

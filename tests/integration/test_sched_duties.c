@@ -1,6 +1,7 @@
 /* The scheduler's duties (scheduler/ks_sched.h) one by one, against the
  * harness's real Redis and PostgreSQL: the relay delivers old outbox rows
- * and deletes them, reconciliation re-queues what Redis lost and records
+ * and deletes them, reconciliation re-queues what Redis lost (a second
+ * pass after a loss finds the jobs whose enqueue was in flight) and records
  * what it finds ended, retention deletes expired idempotency keys, and
  * only one of two schedulers leads. */
 #include <criterion/criterion.h>
@@ -155,6 +156,38 @@ Test(ks_sched, reconcile_requeues_what_redis_lost_and_records_what_ended)
     cr_assert_not(in_redis(done, NULL), "an ended job is not reconciled");
     /* Nothing left to fix: a second pass changes nothing. */
     cr_assert(ks_reconcile(s, "again"));
+    q1_eq("SELECT count(*) FROM job_events", "2");
+}
+
+/* Redis loses its data while the API's enqueue of a job is in flight: the
+ * job reached Redis (and is lost with it) but its outbox row is not deleted
+ * yet, so the first reconcile leaves the job to the relay; the API then
+ * deletes the row as delivered.  The second pass, past the relay's
+ * horizon, puts the job back on the queue: it does not wait a minute for
+ * the periodic reconcile. */
+Test(ks_sched, a_job_whose_enqueue_was_in_flight_when_redis_lost_its_data_is_queued_again)
+{
+    const char *inflight = "20000000-0000-7000-8000-000000000021", *lost = "20000000-0000-7000-8000-000000000022";
+    long long t0 = kf_test_now_ms();
+    char st[16] = "";
+
+    job(inflight, "queued", 0, false);
+    job(lost, "running", 1, false);
+    exec_ok("INSERT INTO outbox (job_id, created_at) VALUES ('20000000-0000-7000-8000-000000000021', now())");
+    ks_tick(s, t0);   /* leader; the kf:epoch marker is missing: Redis lost its data */
+    cr_assert(ks_is_leader(s));
+    cr_assert(in_redis(lost, NULL), "the first pass re-queues what no outbox row covers");
+    cr_assert_not(in_redis(inflight, NULL), "a covered job is the relay's (its row is younger than a second)");
+    exec_ok("DELETE FROM outbox");   /* the API's courier: delivered */
+    ks_tick(s, t0 + 100);
+    cr_assert_not(in_redis(inflight, NULL), "no full scan each tick");
+    ks_tick(s, t0 + 3000);
+    cr_assert(in_redis(inflight, st), "the second pass after the loss queues the job again");
+    cr_assert_str_eq(st, "queued");
+    q1_eq("SELECT string_agg(job_id::text || ':' || type, ',' ORDER BY id) FROM job_events",
+          "20000000-0000-7000-8000-000000000022:requeued,20000000-0000-7000-8000-000000000021:requeued");
+    /* Owed once: later ticks record nothing more. */
+    ks_tick(s, t0 + 6000);
     q1_eq("SELECT count(*) FROM job_events", "2");
 }
 
