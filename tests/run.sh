@@ -64,6 +64,11 @@ run_bin() { # BIN TIMEOUT JOBS
     # failures with their messages (Criterion prints them as "[----]   ..." lines)
     grep -a -v '^\[----\] *$' "$out" | grep -a -E '^\[----\]|FAIL|fail|Assert|assert|crash|Crash|Timeout|signal|error|Error|==[0-9]+==' | head -n 60
     [ $rc -eq 124 ] && echo "   timed out after $limit"
+    # Kept for the summary at the end: a CI log is often read from its tail.
+    { echo "== $bin (exit $rc)"
+      grep -a -v -E '^\[----\] *$|^\[----\] Criterion v' "$out" | grep -a -E '^\[FAIL\]|^\[----\]|==[0-9]+==' | head -n 20
+      [ $rc -eq 124 ] && echo "   timed out after $limit"
+    } >>"$TMP/failures"
   fi
   tail -n 1 "$out"
 }
@@ -87,6 +92,8 @@ fi
 
 echo
 if [ ${#bad_bins[@]} -gt 0 ]; then
+  echo "failing tests (their messages are above, with the binary's output):"
+  cat "$TMP/failures"
   echo "failing binaries: ${bad_bins[*]}"
 fi
 if [ $skipped -gt 0 ]; then echo "$passed passed, $failed failed, $skipped skipped"; else echo "$passed passed, $failed failed"; fi
