@@ -52,9 +52,10 @@ static void s_usage(FILE *out)
             "KFORGE_LEADER_TTL_MS.  Every KFORGE_SCHED_TICK_MS the leader relays unsent\n"
             "outbox rows to Redis, reaps expired leases (a failed attempt: retrying or\n"
             "dead), promotes due retries, and records each move in PostgreSQL.  It\n"
-            "re-queues jobs Redis lost (on taking the lead, when the kf:epoch marker is gone,\n"
-            "when Redis restarted, and every 60 s), trims dead letters older than KFORGE_IDEMPOTENCY_TTL_S and\n"
-            "expired idempotency keys, drops registry entries of vanished workers, and\n"
+            "re-queues jobs Redis lost (on taking the lead, when the kf:epoch marker is gone\n"
+            "or Redis restarted and again 3 s later, and every 60 s), trims dead letters\n"
+            "older than KFORGE_IDEMPOTENCY_TTL_S and expired idempotency keys, drops\n"
+            "registry entries of vanished workers, and\n"
             "(with KFORGE_ARTIFACT_RETENTION_DAYS > 0, every 10 min) deletes the best-so-far\n"
             "artifacts of jobs finished longer ago, keeping each job's final set.\n"
             "SIGTERM/SIGINT: give the lock up and exit 0.\n");
